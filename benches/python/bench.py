@@ -1,0 +1,508 @@
+#!/usr/bin/env python3
+"""mqlite Python-path benchmark, with a raw-file baseline measured in the same run.
+
+Workload: N messages (default 200,000) with random bodies of --size bytes (default 128), one
+topic with --queues queues (default 4), a fresh temporary store per workload and repetition,
+flush="async".  Each workload runs --repeat times (default 3) and the median is reported.
+
+  raw-file append     the baseline: length-prefixed records, one os.write per 100 records,
+                      one fdatasync at the end (timed); the same code as RawFilePeer in peers.py
+  raw-file read       the baseline's read-back: 1 MiB os.read calls, split into records
+  send(Message)       Producer.send one message at a time; the Message objects are built
+                      before the timed loop (their construction time is reported separately)
+  send_batch(bytes)   Producer.send_batch(list_of_bytes, topic=...) in batches of --batch (1000)
+  send_batch(Message) Producer.send_batch(list_of_Message) in batches of --batch
+  read                Store.read(MessageQueue(topic, q), offset, --read-batch) over every queue
+                      of the send_batch(bytes) store, touching every body
+  reopen              mqlite.open() of that store after a clean close, median of 5 (ms)
+
+msgs/s and MB/s count payload bytes only (MB = 1e6 bytes).  Produce timings stop when the last
+send returns: with flush="async" the data is then in the kernel's page cache and survives a
+process crash; the interval msync (every 500 ms) is not waited for.  The time of one explicit
+Store.flush() after each produce workload is reported alongside.
+
+Usage:
+    python benches/python/bench.py                      # N=200000, 128 B, median of 3
+    python benches/python/bench.py --n 50000 --size 1024 --repeat 5 --json out.json
+    python benches/python/bench.py --raw-only           # baseline only (no mqlite needed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+try:  # optional pretty table
+    from rich.console import Console
+    from rich.table import Table
+
+    _RICH = True
+except Exception:  # pragma: no cover - rich is optional
+    _RICH = False
+
+LEN = struct.Struct("<I")  # raw baseline length prefix (as in peers.py)
+CHUNK = 1000  # raw baseline: bodies handed to produce per call (as in peers.py)
+RAW_BATCH = 100  # raw baseline: records per os.write (as in peers.py RawFilePeer)
+TOPIC = "bench"
+
+RAW_DURABILITY = "page cache; write() per 100 records; one fdatasync at end (timed)"
+RAW_READ_DURABILITY = "1 MiB read() calls from the page cache"
+MQ_DURABILITY = "mmap commit log, async flush (msync every 500 ms, not awaited)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Raw file baseline (same logic as peers.py RawFilePeer)
+# ----------------------------------------------------------------------------------------------
+
+
+class RawFile:
+    """Length-prefixed records, one os.write per RAW_BATCH records (peers.py RawFilePeer)."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        self.path = os.path.join(workdir, "log.bin")
+        self.fd: Optional[int] = os.open(
+            self.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.rfd: Optional[int] = None
+        self.buf = b""
+        self.pos = 0
+
+    def produce_chunk(self, bodies: List[bytes]) -> None:
+        pack = LEN.pack
+        fd = self.fd
+        assert fd is not None
+        for i in range(0, len(bodies), RAW_BATCH):
+            parts = []
+            for b in bodies[i:i + RAW_BATCH]:
+                parts.append(pack(len(b)))
+                parts.append(b)
+            os.write(fd, b"".join(parts))
+
+    def finish_produce(self) -> None:
+        assert self.fd is not None
+        os.fdatasync(self.fd)
+        os.close(self.fd)
+        self.fd = None
+
+    def consume_chunk(self, k: int) -> List[bytes]:
+        if self.rfd is None:
+            self.rfd = os.open(self.path, os.O_RDONLY)
+        out: List[bytes] = []
+        unpack_from = LEN.unpack_from
+        while len(out) < k:
+            if len(self.buf) - self.pos < 4 or \
+                    len(self.buf) - self.pos < 4 + unpack_from(self.buf, self.pos)[0]:
+                more = os.read(self.rfd, 1 << 20)
+                if not more:
+                    break
+                self.buf = self.buf[self.pos:] + more
+                self.pos = 0
+                continue
+            (ln,) = unpack_from(self.buf, self.pos)
+            start = self.pos + 4
+            out.append(self.buf[start:start + ln])
+            self.pos = start + ln
+        return out
+
+    def finish_consume(self) -> None:
+        # commit the consumer position the way a real consumer would (one small file)
+        with open(os.path.join(self.workdir, "offset"), "w") as f:
+            f.write(str(self.pos))
+
+    def close(self) -> None:
+        for fd in (self.fd, self.rfd):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.rfd = None
+
+
+def raw_run(workdir: str, bodies: List[bytes]) -> tuple[float, float, List[bytes]]:
+    """Produce then consume every body, timed like peers.py; returns (produce s, consume s,
+    bodies read back)."""
+    raw = RawFile(workdir)
+    try:
+        n = len(bodies)
+        gc.collect()
+        t0 = time.perf_counter()
+        for i in range(0, n, CHUNK):
+            raw.produce_chunk(bodies[i:i + CHUNK])
+        raw.finish_produce()
+        tp = time.perf_counter() - t0
+        got: List[bytes] = []
+        gc.collect()
+        t0 = time.perf_counter()
+        while len(got) < n:
+            part = raw.consume_chunk(min(CHUNK, n - len(got)))
+            if not part:
+                break
+            got.extend(part)
+        raw.finish_consume()
+        tc = time.perf_counter() - t0
+        return tp, tc, got
+    finally:
+        raw.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# mqlite workloads
+# ----------------------------------------------------------------------------------------------
+
+
+def open_store(mqlite: Any, path: str, queues: int) -> Any:
+    store = mqlite.open(path, flush="async")
+    store.create_topic(TOPIC, queues=queues)
+    return store
+
+
+def timed_flush(store: Any) -> Optional[float]:
+    flush = getattr(store, "flush", None)
+    if flush is None:
+        return None
+    t0 = time.perf_counter()
+    flush()
+    return time.perf_counter() - t0
+
+
+def wait_dispatched(mqlite: Any, store: Any, queues: int, n: int, timeout: float = 60.0) -> float:
+    """Wait until the consume queues index all n messages; returns the seconds waited."""
+    mqs = [mqlite.MessageQueue(TOPIC, q) for q in range(queues)]
+    t0 = time.perf_counter()
+    while True:
+        total = sum(store.offsets(mq)[1] - store.offsets(mq)[0] for mq in mqs)
+        if total >= n:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout:
+            raise SystemExit(f"error: only {total} of {n} messages visible after {timeout} s")
+        time.sleep(0.001)
+
+
+def mq_send_each(mqlite: Any, path: str, msgs: List[Any], queues: int, res: dict) -> float:
+    store = open_store(mqlite, path, queues)
+    try:
+        send = store.producer().send
+        gc.collect()
+        t0 = time.perf_counter()
+        for m in msgs:
+            send(m)
+        dt = time.perf_counter() - t0
+        res["flush_s"] = timed_flush(store)
+        res["dispatch_wait_s"] = wait_dispatched(mqlite, store, queues, len(msgs))
+        return dt
+    finally:
+        store.close()
+
+
+def mq_send_batch(mqlite: Any, path: str, items: List[Any], batch: int, queues: int, res: dict,
+                  topic: Optional[str], keep_open: bool = False) -> tuple[float, Any]:
+    store = open_store(mqlite, path, queues)
+    try:
+        send_batch = store.producer().send_batch
+        gc.collect()
+        t0 = time.perf_counter()
+        if topic is None:
+            for i in range(0, len(items), batch):
+                send_batch(items[i:i + batch])
+        else:
+            for i in range(0, len(items), batch):
+                send_batch(items[i:i + batch], topic=topic)
+        dt = time.perf_counter() - t0
+        res["flush_s"] = timed_flush(store)
+        res["dispatch_wait_s"] = wait_dispatched(mqlite, store, queues, len(items))
+    except BaseException:
+        store.close()
+        raise
+    if keep_open:
+        return dt, store
+    store.close()
+    return dt, None
+
+
+def mq_read_all(mqlite: Any, store: Any, queues: int, read_batch: int) -> tuple[float, List[bytes]]:
+    MessageQueue = mqlite.MessageQueue
+    got: List[bytes] = []
+    gc.collect()
+    t0 = time.perf_counter()
+    for q in range(queues):
+        mq = MessageQueue(TOPIC, q)
+        off, end = store.offsets(mq)
+        while off < end:
+            msgs = store.read(mq, off, read_batch)
+            if not msgs:
+                break
+            got.extend([m.body for m in msgs])
+            off = msgs[-1].queue_offset + 1
+    return time.perf_counter() - t0, got
+
+
+def mq_reopen(mqlite: Any, path: str, queues: int, n: int, times: int = 5) -> List[float]:
+    # First open (untimed) checks that a clean close kept everything.
+    store = mqlite.open(path, flush="async")
+    try:
+        mqs = [mqlite.MessageQueue(TOPIC, q) for q in range(queues)]
+        total = sum(store.offsets(mq)[1] - store.offsets(mq)[0] for mq in mqs)
+        if total != n:
+            raise SystemExit(f"error: reopened store holds {total} messages, expected {n}")
+    finally:
+        store.close()
+    out = []
+    for _ in range(times):
+        gc.collect()
+        t0 = time.perf_counter()
+        store = mqlite.open(path, flush="async")
+        out.append(time.perf_counter() - t0)
+        store.close()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Runner
+# ----------------------------------------------------------------------------------------------
+
+
+def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, base: str,
+                   rep: int) -> List[dict]:
+    n, size = len(bodies), len(bodies[0])
+    rows: List[dict] = []
+
+    def record(workload: str, kind: str, secs: float, count: int, durability: str,
+               extra: Optional[dict] = None) -> None:
+        rate = count / secs if secs > 0 else 0.0
+        mbps = count * size / secs / 1e6 if secs > 0 else 0.0
+        r: Dict[str, Any] = {"run": rep, "workload": workload, "kind": kind, "secs": secs,
+                             "count": count, "msgs_per_s": rate, "mb_per_s": mbps,
+                             "durability": durability}
+        r.update(extra or {})
+        rows.append(r)
+        extra_txt = ""
+        if extra and extra.get("flush_s") is not None:
+            extra_txt = f"  (flush() after: {extra['flush_s'] * 1e3:.1f} ms)"
+        print(f"  [run {rep}] {workload:<26} {fmt_rate(rate):>8} msgs/s "
+              f"{mbps:8.1f} MB/s{extra_txt}", flush=True)
+
+    # ---- raw baseline
+    work = tempfile.mkdtemp(prefix="raw-", dir=base)
+    try:
+        tp, tc, got = raw_run(work, bodies)
+        if got != bodies:
+            raise SystemExit("error: raw baseline read back different bodies")
+        record("raw-file append", "produce", tp, n, RAW_DURABILITY)
+        record("raw-file read", "consume", tc, len(got), RAW_READ_DURABILITY)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    if mqlite is None:
+        return rows
+
+    # ---- send(Message), one by one
+    t0 = time.perf_counter()
+    msgs = [mqlite.Message(TOPIC, b) for b in bodies]
+    build_s = time.perf_counter() - t0
+    work = tempfile.mkdtemp(prefix="mq-send-", dir=base)
+    try:
+        extra: dict = {"message_build_s": build_s}
+        secs = mq_send_each(mqlite, os.path.join(work, "store"), msgs, args.queues, extra)
+        record("send(Message)", "produce", secs, n, MQ_DURABILITY, extra)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    # ---- send_batch(bytes) x batch, then read back and reopen the same store
+    work = tempfile.mkdtemp(prefix="mq-batch-", dir=base)
+    try:
+        path = os.path.join(work, "store")
+        extra = {}
+        secs, store = mq_send_batch(mqlite, path, bodies, args.batch, args.queues, extra,
+                                    topic=TOPIC, keep_open=True)
+        record(f"send_batch(bytes) x{args.batch}", "produce", secs, n, MQ_DURABILITY, extra)
+        try:
+            secs, got = mq_read_all(mqlite, store, args.queues, args.read_batch)
+        finally:
+            store.close()
+        if len(got) != n or sorted(got) != sorted(bodies):
+            raise SystemExit(f"error: mqlite read back {len(got)} bodies that differ from the "
+                             f"{n} sent")
+        record(f"read x{args.read_batch}", "consume", secs, len(got),
+               f"Store.read over {args.queues} queues")
+        opens = mq_reopen(mqlite, path, args.queues, n)
+        rows.append({"run": rep, "workload": "reopen after clean close", "kind": "reopen",
+                     "reopen_ms": [s * 1e3 for s in opens],
+                     "median_ms": statistics.median(opens) * 1e3})
+        print(f"  [run {rep}] {'reopen (clean close)':<26} "
+              f"{statistics.median(opens) * 1e3:8.2f} ms (median of {len(opens)})", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    # ---- send_batch(Message) x batch
+    work = tempfile.mkdtemp(prefix="mq-batchmsg-", dir=base)
+    try:
+        extra = {}
+        secs, _ = mq_send_batch(mqlite, os.path.join(work, "store"), msgs, args.batch,
+                                args.queues, extra, topic=None)
+        record(f"send_batch(Message) x{args.batch}", "produce", secs, n, MQ_DURABILITY, extra)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def summarize(results: List[dict]) -> List[dict]:
+    groups: Dict[str, List[dict]] = {}
+    for r in results:
+        groups.setdefault(r["workload"], []).append(r)
+    summary = []
+    for workload, rs in groups.items():
+        s: Dict[str, Any] = {"workload": workload, "kind": rs[0]["kind"], "runs": len(rs)}
+        if rs[0]["kind"] == "reopen":
+            s["median_ms"] = statistics.median(r["median_ms"] for r in rs)
+        else:
+            rates = [r["msgs_per_s"] for r in rs]
+            s.update({
+                "durability": rs[0]["durability"],
+                "msgs_per_s": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "mb_per_s": statistics.median(r["mb_per_s"] for r in rs),
+            })
+            for key in ("flush_s", "dispatch_wait_s", "message_build_s"):
+                vals = [r[key] for r in rs if r.get(key) is not None]
+                if vals:
+                    s[key] = statistics.median(vals)
+        summary.append(s)
+    order = {"produce": 0, "consume": 1, "reopen": 2}
+    summary.sort(key=lambda s: order[s["kind"]])  # stable: run order within a kind
+    base = {s["kind"]: s for s in summary if s["workload"].startswith("raw-file")}
+    for s in summary:
+        b = base.get(s["kind"])
+        if b and "msgs_per_s" in s and b["msgs_per_s"]:
+            s["ratio_vs_raw"] = s["msgs_per_s"] / b["msgs_per_s"]
+    return summary
+
+
+def report(summary: List[dict], args: argparse.Namespace, n: int) -> None:
+    rows = []
+    for s in summary:
+        if s["kind"] == "reopen":
+            rows.append([s["workload"], "clean close, then mqlite.open()",
+                         f"{s['median_ms']:.2f} ms", "-", "-"])
+            continue
+        ratio = s.get("ratio_vs_raw")
+        rows.append([
+            s["workload"],
+            s["durability"],
+            f"{fmt_rate(s['msgs_per_s'])} ({fmt_rate(s['min'])}-{fmt_rate(s['max'])})",
+            f"{s['mb_per_s']:.1f}",
+            f"{ratio:.2f}" if ratio is not None else "-",
+        ])
+    title = (f"mqlite Python path, body {args.size} B, N={n}, {args.queues} queues, "
+             f"median of {args.repeat} (min-max)")
+    print_table(title, ["workload", "durability", "msgs/s", "MB/s", "ratio vs raw file"], rows)
+    notes = ["ratio: produce workloads vs raw-file append, read vs raw-file read (same run)."]
+    for s in summary:
+        if "message_build_s" in s:
+            notes.append(f"send(Message): the {n} Message objects were built before the timed "
+                         f"loop ({s['message_build_s'] * 1e3:.0f} ms, not included).")
+    for s in summary:
+        if s.get("flush_s") is not None:
+            notes.append(f"{s['workload']}: one Store.flush() after the last send took "
+                         f"{s['flush_s'] * 1e3:.1f} ms (not included).")
+    for line in notes:
+        print("note:", line)
+
+
+def fmt_rate(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def print_table(title: str, header: List[str], rows: List[List[str]]) -> None:
+    if _RICH:
+        t = Table(title=title)
+        for h in header:
+            t.add_column(h)
+        for r in rows:
+            t.add_row(*r)
+        Console(width=160).print(t)
+        return
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+def environment(mqlite: Any) -> dict:
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "mqlite": getattr(mqlite, "__version__", "unknown") if mqlite else None,
+    }
+    return env
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=200_000, help="messages per workload")
+    ap.add_argument("--size", type=int, default=128, help="body bytes (random)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions; the median is reported")
+    ap.add_argument("--queues", type=int, default=4, help="queues of the benchmark topic")
+    ap.add_argument("--batch", type=int, default=1000, help="messages per send_batch call")
+    ap.add_argument("--read-batch", type=int, default=1024, help="max_messages per Store.read")
+    ap.add_argument("--dir", default="", help="base directory for stores (default: a temp dir)")
+    ap.add_argument("--json", default="", help="write raw results and the summary to this file")
+    ap.add_argument("--raw-only", action="store_true",
+                    help="measure only the raw-file baseline (mqlite need not be installed)")
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.size < 1 or args.repeat < 1 or args.batch < 1 or args.read_batch < 1:
+        ap.error("--n, --size, --repeat, --batch and --read-batch must be positive")
+
+    mqlite = None
+    if not args.raw_only:
+        try:
+            import mqlite  # type: ignore[no-redef]
+        except ImportError as e:
+            print(f"error: mqlite is not importable ({e}); build it with ./scripts/demo.sh "
+                  "and run this script with .venv/bin/python, or pass --raw-only",
+                  file=sys.stderr)
+            return 2
+
+    base = args.dir or tempfile.mkdtemp(prefix="mqlite-bench-")
+    os.makedirs(base, exist_ok=True)
+    env = environment(mqlite)
+    print("environment:", json.dumps(env))
+    blob = os.urandom(args.n * args.size)
+    bodies = [blob[i * args.size:(i + 1) * args.size] for i in range(args.n)]
+    del blob
+    results: List[dict] = []
+    try:
+        for rep in range(args.repeat):
+            results.extend(one_repetition(args, bodies, mqlite, base, rep))
+    finally:
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    summary = summarize(results)
+    report(summary, args, args.n)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "argv": sys.argv, "args": vars(args), "results": results,
+                       "summary": summary}, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

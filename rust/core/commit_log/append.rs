@@ -1,0 +1,246 @@
+//! The append path: the fits-or-pad-and-roll decision, queue-offset assignment, encoding.
+//!
+//! Everything here runs under the commit log's single append lock, so queue offsets are
+//! assigned in commit-log order and the store timestamp never decreases along the log (unless
+//! the wall clock steps back).
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::mapped_file::FileWriter;
+use crate::mapped_file_queue::MappedFileQueue;
+use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH};
+use crate::message::{sysflag, MessageRef};
+use crate::util::clock::now_ms;
+
+/// Where one appended record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Commit-log offset of the record.
+    pub physical_offset: u64,
+    /// Record size in bytes.
+    pub size: u32,
+    /// Queue offset assigned (0 for prepared / rolled-back transaction records).
+    pub queue_offset: u64,
+    /// Store timestamp written into the record.
+    pub store_timestamp: i64,
+}
+
+/// State guarded by the append lock.
+#[derive(Debug, Default)]
+pub struct Appender {
+    pub(crate) writer: Option<FileWriter>,
+    /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
+    pub(crate) queue_offsets: HashMap<String, Vec<u64>>,
+    pub(crate) poisoned: Option<String>,
+}
+
+/// A record ready to be written: the message plus its precomputed size and body CRC (computed
+/// outside the lock).
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<'a> {
+    pub(crate) msg: MessageRef<'a>,
+    pub(crate) len: usize,
+    pub(crate) crc: u32,
+}
+
+impl<'a> Prepared<'a> {
+    /// Sizes and checksums `msg`; fails if a field length cannot be encoded.
+    pub fn new(msg: MessageRef<'a>) -> Result<Self> {
+        let len = codec::encoded_len(msg.body.len(), msg.topic.len(), msg.properties.len())
+            .ok_or_else(|| Error::InvalidMessage {
+                reason: "record fields too long".into(),
+            })?;
+        Ok(Prepared {
+            msg,
+            len,
+            crc: codec::body_crc(msg.body),
+        })
+    }
+}
+
+impl Appender {
+    /// Next queue offset of (topic, queue id).
+    pub fn next_queue_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        self.queue_offsets
+            .get(topic)
+            .and_then(|v| v.get(queue_id as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Records that (topic, queue id) continues at `next` (recovery rebuilds the table).
+    pub fn set_queue_offset(&mut self, topic: &str, queue_id: u32, next: u64) {
+        let v = self.queue_offsets.entry(topic.to_owned()).or_default();
+        let i = queue_id as usize;
+        if v.len() <= i {
+            v.resize(i + 1, 0);
+        }
+        if let Some(slot) = v.get_mut(i) {
+            *slot = (*slot).max(next);
+        }
+    }
+
+    fn bump_queue_offset(&mut self, topic: &str, queue_id: u32, by: u64) -> u64 {
+        let i = queue_id as usize;
+        let v = match self.queue_offsets.get_mut(topic) {
+            Some(v) => v,
+            None => self.queue_offsets.entry(topic.to_owned()).or_default(),
+        };
+        if v.len() <= i {
+            v.resize(i + 1, 0);
+        }
+        match v.get_mut(i) {
+            Some(slot) => {
+                let at = *slot;
+                *slot += by;
+                at
+            }
+            None => 0,
+        }
+    }
+
+    /// Makes sure the current file can take `len` more bytes plus the 8-byte blank reserve,
+    /// writing the END_OF_FILE marker and rolling when it cannot.
+    fn ensure_room(&mut self, files: &MappedFileQueue, len: u64) -> Result<&mut FileWriter> {
+        let fits = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| len + END_FILE_MIN_BLANK_LENGTH <= w.remaining());
+        if !fits {
+            let next_start = match self.writer.as_mut() {
+                Some(w) => {
+                    let remaining = w.remaining();
+                    if remaining >= END_FILE_MIN_BLANK_LENGTH {
+                        let r = u32::try_from(remaining).unwrap_or(u32::MAX);
+                        w.append_with(END_FILE_MIN_BLANK_LENGTH as usize, |b| {
+                            codec::encode_blank(b, r)
+                        });
+                    }
+                    w.fill_to_end();
+                    w.file().from_offset() + w.file().size()
+                }
+                None => files.max_offset(),
+            };
+            // Drop the full file's writer before rolling so a failed roll leaves no half state.
+            self.writer = None;
+            self.writer = Some(files.roll(next_start)?);
+        }
+        self.writer.as_mut().ok_or(Error::Closed)
+    }
+
+    /// Appends one record and publishes it.
+    pub fn append_one(&mut self, files: &MappedFileQueue, p: &Prepared<'_>) -> Result<Appended> {
+        if let Some(reason) = &self.poisoned {
+            return Err(Error::Poisoned {
+                reason: reason.clone(),
+            });
+        }
+        let m = &p.msg;
+        let dispatched = sysflag::is_dispatched(m.sysflag);
+        let w = self.ensure_room(files, p.len as u64)?;
+        let physical_offset = w.file().from_offset() + w.pos();
+        let store_timestamp = now_ms();
+        let queue_offset = if dispatched {
+            // Read before bumping so a failed write assigns nothing.
+            self.next_queue_offset(m.topic, m.queue_id)
+        } else {
+            0
+        };
+        let meta = RecordMeta {
+            queue_id: m.queue_id,
+            flag: m.flag,
+            queue_offset,
+            physical_offset,
+            sysflag: m.sysflag,
+            born_timestamp: m.born_timestamp,
+            store_timestamp,
+            reconsume_times: m.reconsume_times,
+            prepared_transaction_offset: m.prepared_transaction_offset,
+        };
+        let w = self.writer.as_mut().ok_or(Error::Closed)?;
+        w.append_with(p.len, |buf| {
+            codec::encode(buf, &meta, p.crc, m.body, m.topic.as_bytes(), m.properties)
+        })
+        .ok_or(Error::Closed)?;
+        w.publish();
+        if dispatched {
+            self.bump_queue_offset(m.topic, m.queue_id, 1);
+        }
+        Ok(Appended {
+            physical_offset,
+            size: p.len as u32,
+            queue_offset,
+            store_timestamp,
+        })
+    }
+
+    /// Appends a batch for one (topic, queue) into one file with consecutive queue offsets and
+    /// publishes it at once. The batch never spans files.
+    pub fn append_batch(
+        &mut self,
+        files: &MappedFileQueue,
+        batch: &[Prepared<'_>],
+        out: &mut Vec<Appended>,
+    ) -> Result<()> {
+        if let Some(reason) = &self.poisoned {
+            return Err(Error::Poisoned {
+                reason: reason.clone(),
+            });
+        }
+        let Some(first) = batch.first() else {
+            return Ok(());
+        };
+        let total: u64 = batch.iter().map(|p| p.len as u64).sum();
+        if total + END_FILE_MIN_BLANK_LENGTH > files.file_size() {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "batch of {total} bytes does not fit one commit-log file of {} bytes",
+                    files.file_size()
+                ),
+            });
+        }
+        let (topic, queue_id) = (first.msg.topic, first.msg.queue_id);
+        let dispatched = sysflag::is_dispatched(first.msg.sysflag);
+        let base_qo = if dispatched {
+            self.next_queue_offset(topic, queue_id)
+        } else {
+            0
+        };
+        let w = self.ensure_room(files, total)?;
+        let store_timestamp = now_ms();
+        let mut physical_offset = w.file().from_offset() + w.pos();
+        out.reserve(batch.len());
+        for (i, p) in batch.iter().enumerate() {
+            let m = &p.msg;
+            let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
+            let meta = RecordMeta {
+                queue_id,
+                flag: m.flag,
+                queue_offset,
+                physical_offset,
+                sysflag: m.sysflag,
+                born_timestamp: m.born_timestamp,
+                store_timestamp,
+                reconsume_times: m.reconsume_times,
+                prepared_transaction_offset: m.prepared_transaction_offset,
+            };
+            w.append_with(p.len, |buf| {
+                codec::encode(buf, &meta, p.crc, m.body, topic.as_bytes(), m.properties)
+            })
+            .ok_or(Error::Closed)?;
+            out.push(Appended {
+                physical_offset,
+                size: p.len as u32,
+                queue_offset,
+                store_timestamp,
+            });
+            physical_offset += p.len as u64;
+        }
+        w.publish();
+        if dispatched {
+            self.bump_queue_offset(topic, queue_id, batch.len() as u64);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,201 @@
+//! CommitLog: every message of every topic, appended to one run of mapped files.
+//!
+//! On disk: `commitlog/<20-digit start offset>`, records in RocketMQ's layout (FORMAT.md §1),
+//! each file closed by an END_OF_FILE blank marker when the next record does not fit.
+//!
+//! Invariants
+//! - Appends (single and batch) happen under one lock, which also assigns queue offsets, so
+//!   queue offsets of a (topic, queue) increase by one along the log.
+//! - A record, and a batch, lies within one file; `published` of the last file only ever moves
+//!   forward by whole records, so `max_offset()` is always a record boundary.
+//! - `flushed_offset() <= max_offset()`, and bytes below `flushed_offset()` reached the disk.
+//! - After a failed flush the log is poisoned: every later append fails until reopen.
+//!
+//! Crash behaviour: after a process crash every published record is intact. After an OS crash
+//! the records below the last flush are intact; recovery (recovery.rs) stops at the first
+//! invalid record and zeroes the rest of that file.
+//!
+//! Writers: producers through `put`/`put_batch`. Readers: dispatch, consumers, lookups.
+
+pub mod append;
+pub mod recovery;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use crate::mapped_file::MappedFile;
+use crate::mapped_file_queue::MappedFileQueue;
+use crate::message::codec::{self, RecordView};
+use append::{Appended, Appender, Prepared};
+
+/// The commit log.
+#[derive(Debug)]
+pub struct CommitLog {
+    files: MappedFileQueue,
+    appender: Mutex<Appender>,
+    flushed: AtomicU64,
+    prealloc: Mutex<Option<Sender<u64>>>,
+    // Start of the last file for which the next one was requested.
+    prealloc_asked: AtomicU64,
+    last_store_ts: AtomicI64,
+}
+
+impl CommitLog {
+    /// A commit log over `files` (already loaded).
+    pub fn new(files: MappedFileQueue) -> Self {
+        CommitLog {
+            files,
+            appender: Mutex::new(Appender::default()),
+            flushed: AtomicU64::new(0),
+            prealloc: Mutex::new(None),
+            prealloc_asked: AtomicU64::new(u64::MAX),
+            last_store_ts: AtomicI64::new(0),
+        }
+    }
+
+    /// Sends "please create the file starting at X" requests to a background allocator.
+    pub fn set_preallocator(&self, tx: Sender<u64>) {
+        *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// Disconnects the background allocator (its thread then exits).
+    pub fn stop_preallocator(&self) {
+        *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The underlying files.
+    pub fn files(&self) -> &MappedFileQueue {
+        &self.files
+    }
+
+    pub(crate) fn lock_appender(&self) -> MutexGuard<'_, Appender> {
+        self.appender.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Offset of the oldest stored byte.
+    pub fn min_offset(&self) -> u64 {
+        self.files.min_offset()
+    }
+
+    /// One past the last published byte (a record boundary).
+    pub fn max_offset(&self) -> u64 {
+        self.files.max_offset()
+    }
+
+    /// Store timestamp of the newest appended record.
+    pub fn last_store_timestamp(&self) -> i64 {
+        self.last_store_ts.load(Ordering::Relaxed)
+    }
+
+    /// Bytes below this offset are on disk.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_flushed_offset(&self, v: u64) {
+        self.flushed.fetch_max(v, Ordering::AcqRel);
+    }
+
+    /// Appends one prepared record.
+    pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
+        let mut a = self.lock_appender();
+        let r = a.append_one(&self.files, p)?;
+        self.maybe_preallocate(&a);
+        drop(a);
+        self.last_store_ts
+            .store(r.store_timestamp, Ordering::Relaxed);
+        Ok(r)
+    }
+
+    /// Appends a batch for one (topic, queue) into one file.
+    pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
+        let mut a = self.lock_appender();
+        a.append_batch(&self.files, batch, out)?;
+        self.maybe_preallocate(&a);
+        drop(a);
+        if let Some(last) = out.last() {
+            self.last_store_ts
+                .store(last.store_timestamp, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn maybe_preallocate(&self, a: &Appender) {
+        let Some(w) = a.writer.as_ref() else { return };
+        let f = w.file();
+        if w.pos() * 2 < f.size() || self.prealloc_asked.load(Ordering::Relaxed) == f.from_offset()
+        {
+            return;
+        }
+        self.prealloc_asked
+            .store(f.from_offset(), Ordering::Relaxed);
+        if let Some(tx) = self
+            .prealloc
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            // A closed allocator only means the next roll creates the file synchronously.
+            let _ = tx.send(f.from_offset() + f.size());
+        }
+    }
+
+    /// Refuses every later append (after a failed flush).
+    pub fn poison(&self, reason: String) {
+        self.lock_appender().poisoned.get_or_insert(reason);
+    }
+
+    /// Why appends are refused, if they are.
+    pub fn poisoned(&self) -> Option<String> {
+        self.lock_appender().poisoned.clone()
+    }
+
+    /// Runs `f` over the published bytes of the record `[offset, offset+size)`.
+    pub fn with_bytes<R>(&self, offset: u64, size: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let file = self.files.find(offset)?;
+        let pos = offset - file.from_offset();
+        file.slice(pos, size as usize).map(f)
+    }
+
+    /// The size of the record starting at `offset` (reads its TOTALSIZE field).
+    pub fn record_size_at(&self, offset: u64) -> Option<u32> {
+        let file = self.files.find(offset)?;
+        let pos = offset - file.from_offset();
+        let b = file.slice(pos, 4)?;
+        Some(u32::from_be_bytes(b.try_into().ok()?))
+    }
+
+    /// Decodes the record at `offset` (any size), checking its CRC.
+    pub fn read_record<R>(&self, offset: u64, f: impl FnOnce(&RecordView<'_>) -> R) -> Result<R> {
+        let size = self
+            .record_size_at(offset)
+            .ok_or_else(|| self.not_found(offset))?;
+        if !(codec::FIXED_V1_IPV4 as u32..=1 << 30).contains(&size) {
+            return Err(self.not_found(offset));
+        }
+        self.with_bytes(offset, size, |b| match RecordView::parse(b, true) {
+            Ok(v) if v.physical_offset() == offset => Ok(f(&v)),
+            _ => Err(self.not_found(offset)),
+        })
+        .unwrap_or_else(|| Err(self.not_found(offset)))
+    }
+
+    fn not_found(&self, offset: u64) -> Error {
+        Error::MessageNotFound {
+            msg_id: format!("commit-log offset {offset}"),
+        }
+    }
+
+    /// The file holding `offset`.
+    pub fn file_at(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        self.files.find(offset)
+    }
+
+    /// Offset where the file after the one holding `offset` starts.
+    pub fn roll_next_file(&self, offset: u64) -> u64 {
+        let size = self.files.file_size();
+        offset + size - offset % size
+    }
+}

@@ -1,0 +1,344 @@
+//! ConsumeQueue: the logical index of one (topic, queue id) into the commit log.
+//!
+//! On disk: `consumequeue/<topic>/<queueId>/<20-digit byte offset>`, 20-byte units
+//! (FORMAT.md §4); unit `k` is at byte `k * 20` of the queue's byte space.
+//!
+//! Invariants
+//! - Unit `k` describes the record whose QUEUEOFFSET is `k`, and is written only after that
+//!   record was published in the commit log.
+//! - Units are appended in order by the single dispatcher; the size word of each unit is
+//!   release-stored last, so any reader (of any process) that sees a non-zero size sees the
+//!   whole unit. A zero size marks the end of data.
+//! - `min_offset() <= max_offset()`; `max_offset()` is the next offset to be written.
+//!
+//! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
+//! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
+//! what is missing (duplicates are ignored by the `max_physical_offset` rule).
+//!
+//! Writers: only the dispatcher. Readers: any thread, any process.
+
+pub mod store;
+pub mod unit;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::mapped_file::{FileWriter, MappedFile};
+use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
+
+/// One consume queue.
+#[derive(Debug)]
+pub struct ConsumeQueue {
+    topic: String,
+    queue_id: u32,
+    files: MappedFileQueue,
+    writer: Mutex<Option<FileWriter>>,
+    // One past the last commit-log byte referenced by a unit (dispatch idempotence).
+    max_physical: AtomicU64,
+    min_logic: AtomicU64,
+    read_only: bool,
+}
+
+impl ConsumeQueue {
+    /// A queue whose files live in `dir` (or in memory when `dir` is `None`).
+    pub fn new(
+        topic: &str,
+        queue_id: u32,
+        dir: Option<PathBuf>,
+        file_size: u64,
+        mode: u32,
+        read_only: bool,
+    ) -> Self {
+        let backing = match dir {
+            Some(dir) => Backing::Dir {
+                dir,
+                mode,
+                populate: false,
+            },
+            None => Backing::Memory,
+        };
+        ConsumeQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            files: MappedFileQueue::new(backing, file_size, !read_only),
+            writer: Mutex::new(None),
+            max_physical: AtomicU64::new(0),
+            min_logic: AtomicU64::new(0),
+            read_only,
+        }
+    }
+
+    /// Topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    /// Queue id.
+    pub fn queue_id(&self) -> u32 {
+        self.queue_id
+    }
+    /// The files.
+    pub fn files(&self) -> &MappedFileQueue {
+        &self.files
+    }
+
+    fn units_per_file(&self) -> u64 {
+        self.files.file_size() / UNIT_SIZE
+    }
+
+    /// Loads files and finds the end of valid units (writers zero the rest of the last file
+    /// when `zero_tail`). Returns the max offset.
+    pub fn recover(&self, zero_tail: bool) -> Result<u64> {
+        self.files.load()?;
+        if self.read_only {
+            return Ok(self.max_offset());
+        }
+        let Some(last) = self.files.last_file() else {
+            return Ok(0);
+        };
+        let end_in_file = first_invalid_unit(&last);
+        let mut w = last.writer().ok_or(Error::ReadOnly)?;
+        let zero_until = if zero_tail { last.size() } else { end_in_file };
+        w.truncate_to(end_in_file, zero_until);
+        *self.lock_writer() = Some(w);
+        self.refresh_max_physical();
+        self.min_logic
+            .store(self.files.min_offset() / UNIT_SIZE, Ordering::Release);
+        Ok(self.max_offset())
+    }
+
+    fn refresh_max_physical(&self) {
+        let max = self.max_offset();
+        let mut found = 0;
+        if max > self.min_offset() {
+            if let Some(u) = self.unit(max - 1) {
+                if !u.is_placeholder() {
+                    found = u.offset + u64::from(u.size);
+                }
+            }
+        }
+        self.max_physical.store(found, Ordering::Release);
+    }
+
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Option<FileWriter>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops every unit whose record starts at or after `phy_end` (commit-log truncation).
+    pub fn truncate_dirty(&self, phy_end: u64) -> Result<()> {
+        let max = self.max_offset();
+        let min = self.min_offset();
+        // Units are in commit-log order: find the first unit that points at or past phy_end.
+        let mut cut = max;
+        while cut > min {
+            match self.unit(cut - 1) {
+                Some(u) if !u.is_placeholder() && u.offset >= phy_end => cut -= 1,
+                _ => break,
+            }
+        }
+        if cut == max {
+            return Ok(());
+        }
+        let byte = cut * UNIT_SIZE;
+        let mut guard = self.lock_writer();
+        let file_size = self.files.file_size();
+        let file_start = byte - byte % file_size;
+        let current = guard.take();
+        // Keep the file holding `byte` (even when the cut is at its first unit).
+        self.files.drop_files_from(file_start + 1)?;
+        if let Some(last) = self.files.last_file() {
+            let writer = match current {
+                Some(w) if w.file().from_offset() == last.from_offset() => Some(w),
+                _ => last.writer(),
+            };
+            if let Some(mut w) = writer {
+                w.truncate_to(byte.saturating_sub(last.from_offset()), last.size());
+                *guard = Some(w);
+            }
+        }
+        drop(guard);
+        self.refresh_max_physical();
+        Ok(())
+    }
+
+    /// Minimum logical offset still stored.
+    pub fn min_offset(&self) -> u64 {
+        self.min_logic
+            .load(Ordering::Acquire)
+            .max(self.files.min_offset() / UNIT_SIZE)
+    }
+
+    /// Next logical offset to be written.
+    pub fn max_offset(&self) -> u64 {
+        let Some(last) = self.files.last_file() else {
+            return 0;
+        };
+        let end = if self.read_only {
+            valid_units_end(&last)
+        } else {
+            last.published()
+        };
+        (last.from_offset() + end) / UNIT_SIZE
+    }
+
+    /// Highest commit-log end referenced (dispatch idempotence).
+    pub fn max_physical_offset(&self) -> u64 {
+        self.max_physical.load(Ordering::Acquire)
+    }
+
+    /// Reads the unit at logical `offset` (`None` if absent or not yet written).
+    pub fn unit(&self, offset: u64) -> Option<CqUnit> {
+        let byte = offset.checked_mul(UNIT_SIZE)?;
+        let file = self.files.find(byte)?;
+        read_unit(&file, byte - file.from_offset())
+    }
+
+    /// Reads up to `max` units starting at `offset` into `out` (stops at the end of data).
+    pub fn units(&self, offset: u64, max: usize, out: &mut Vec<(u64, CqUnit)>) {
+        let mut k = offset;
+        while out.len() < max {
+            let byte = k * UNIT_SIZE;
+            let Some(file) = self.files.find(byte) else {
+                break;
+            };
+            let mut pos = byte - file.from_offset();
+            let mut any = false;
+            while out.len() < max && pos + UNIT_SIZE <= file.size() {
+                match read_unit(&file, pos) {
+                    Some(u) => out.push((k, u)),
+                    None => return,
+                }
+                any = true;
+                k += 1;
+                pos += UNIT_SIZE;
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// Appends the unit for `queue_offset` (dispatcher only). Idempotent: a unit for a record
+    /// already indexed is ignored. A gap before `queue_offset` is filled with placeholders.
+    pub fn put(&self, queue_offset: u64, unit: CqUnit) -> Result<bool> {
+        if unit.offset + u64::from(unit.size) <= self.max_physical_offset() {
+            return Ok(false);
+        }
+        let mut guard = self.lock_writer();
+        let expected_byte = queue_offset * UNIT_SIZE;
+        let mut end = self.files.max_offset();
+        if self.files.is_empty() {
+            end = expected_byte - expected_byte % self.files.file_size();
+            self.min_logic.store(queue_offset, Ordering::Release);
+        }
+        if expected_byte < end {
+            return Ok(false);
+        }
+        while end < expected_byte {
+            self.append_unit(&mut guard, end, CqUnit::placeholder())?;
+            end += UNIT_SIZE;
+        }
+        self.append_unit(&mut guard, end, unit)?;
+        if let Some(w) = guard.as_mut() {
+            w.publish();
+        }
+        self.max_physical
+            .fetch_max(unit.offset + u64::from(unit.size), Ordering::AcqRel);
+        Ok(true)
+    }
+
+    fn append_unit(&self, guard: &mut Option<FileWriter>, at: u64, unit: CqUnit) -> Result<()> {
+        let need_roll = match guard.as_ref() {
+            Some(w) => w.remaining() < UNIT_SIZE,
+            None => true,
+        };
+        if need_roll {
+            if let Some(w) = guard.as_mut() {
+                w.publish();
+            }
+            *guard = None;
+            *guard = Some(self.files.roll(at - at % self.files.file_size())?);
+        }
+        let w = guard.as_mut().ok_or(Error::Closed)?;
+        let bytes = unit.encode();
+        let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
+            b[..SIZE_POS].copy_from_slice(&bytes[..SIZE_POS]);
+            b[SIZE_POS + 4..].copy_from_slice(&bytes[SIZE_POS + 4..]);
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Closed)
+        }
+    }
+
+    /// Flushes unit files.
+    pub fn flush(&self) -> Result<()> {
+        self.files.flush().map(|_| ())
+    }
+
+    /// Re-reads the directory for new files (read-only followers).
+    pub fn refresh(&self) -> Result<()> {
+        self.files.refresh()
+    }
+
+    /// Units in one file.
+    pub fn file_units(&self) -> u64 {
+        self.units_per_file()
+    }
+
+    /// Deletes head files whose every unit points below `phy_min` (commit log expired).
+    pub fn delete_expired(&self, phy_min: u64) -> Result<usize> {
+        let n = self.files.delete_head_while(usize::MAX, |f| {
+            let last_pos = f.size() - UNIT_SIZE;
+            read_unit(f, last_pos).is_some_and(|u| u.offset + u64::from(u.size) <= phy_min)
+        })?;
+        if n > 0 {
+            self.min_logic
+                .store(self.files.min_offset() / UNIT_SIZE, Ordering::Release);
+        }
+        Ok(n)
+    }
+}
+
+/// Reads one unit with the cross-process protocol: acquire-load the size word, then copy.
+fn read_unit(file: &MappedFile, pos: u64) -> Option<CqUnit> {
+    let size = file.load_u32_acquire(pos + SIZE_POS as u64)?;
+    if size == 0 {
+        return None;
+    }
+    let mut b = [0u8; 20];
+    if !file.copy_out(pos, &mut b) {
+        return None;
+    }
+    b[SIZE_POS..SIZE_POS + 4].copy_from_slice(&size.to_be_bytes());
+    CqUnit::decode(&b)
+}
+
+/// Byte position of the first invalid unit of `file` (recovery: a linear scan, because after a
+/// power loss valid-looking units may follow a hole).
+fn first_invalid_unit(file: &MappedFile) -> u64 {
+    let mut pos = 0;
+    while pos + UNIT_SIZE <= file.size() && read_unit(file, pos).is_some() {
+        pos += UNIT_SIZE;
+    }
+    pos
+}
+
+/// Byte position in `file` just past its last valid unit, by binary search: valid for files
+/// written by a live writer, whose units always form a non-zero prefix.
+fn valid_units_end(file: &MappedFile) -> u64 {
+    let units = file.size() / UNIT_SIZE;
+    let (mut lo, mut hi) = (0u64, units);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if read_unit(file, mid * UNIT_SIZE).is_some() {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo * UNIT_SIZE
+}

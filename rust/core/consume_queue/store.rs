@@ -1,0 +1,210 @@
+//! ConsumeQueueStore: every consume queue of the store, opened lazily, and the dispatcher that
+//! feeds them.
+//!
+//! On disk: `consumequeue/<topic>/<queueId>/`. Topic names are validated to
+//! `[A-Za-z0-9_%|-]`, so a directory name can never leave the store root.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use super::unit::CqUnit;
+use super::ConsumeQueue;
+use crate::dispatch::{DispatchRequest, Dispatcher};
+use crate::error::{Error, Result};
+use crate::message::sysflag;
+use crate::util::fs;
+
+type QueueMap = HashMap<String, Vec<Option<Arc<ConsumeQueue>>>>;
+
+/// All consume queues.
+#[derive(Debug)]
+pub struct ConsumeQueueStore {
+    root: Option<PathBuf>,
+    file_size: u64,
+    file_mode: u32,
+    dir_mode: u32,
+    read_only: bool,
+    queues: RwLock<QueueMap>,
+}
+
+impl ConsumeQueueStore {
+    /// Queues under `root` (`None`: in memory).
+    pub fn new(
+        root: Option<PathBuf>,
+        file_size: u64,
+        file_mode: u32,
+        dir_mode: u32,
+        read_only: bool,
+    ) -> Self {
+        ConsumeQueueStore {
+            root,
+            file_size,
+            file_mode,
+            dir_mode,
+            read_only,
+            queues: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, QueueMap> {
+        self.queues.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, QueueMap> {
+        self.queues.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn dir_of(&self, topic: &str, queue_id: u32) -> Option<PathBuf> {
+        self.root
+            .as_ref()
+            .map(|r| r.join(topic).join(queue_id.to_string()))
+    }
+
+    /// Loads and recovers every queue found on disk. Returns them.
+    pub fn load_all(&self, zero_tail: bool) -> Result<Vec<Arc<ConsumeQueue>>> {
+        let Some(root) = &self.root else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        let topics = match std::fs::read_dir(root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(Error::io("read_dir", root, e)),
+        };
+        for t in topics {
+            let t = t.map_err(|e| Error::io("read_dir", root, e))?;
+            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if crate::message::validate::check_topic(&topic).is_err() || !t.path().is_dir() {
+                continue;
+            }
+            let qdir = t.path();
+            let rd = std::fs::read_dir(&qdir).map_err(|e| Error::io("read_dir", &qdir, e))?;
+            for q in rd {
+                let q = q.map_err(|e| Error::io("read_dir", &qdir, e))?;
+                let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let cq = self.open_queue(&topic, qid)?;
+                cq.recover(zero_tail)?;
+                found.push(cq);
+            }
+        }
+        Ok(found)
+    }
+
+    fn open_queue(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
+        let mut map = self.write();
+        let v = map.entry(topic.to_owned()).or_default();
+        let i = queue_id as usize;
+        if v.len() <= i {
+            v.resize(i + 1, None);
+        }
+        if let Some(Some(cq)) = v.get(i) {
+            return Ok(Arc::clone(cq));
+        }
+        let cq = Arc::new(ConsumeQueue::new(
+            topic,
+            queue_id,
+            self.dir_of(topic, queue_id),
+            self.file_size,
+            self.file_mode,
+            self.read_only,
+        ));
+        if let Some(slot) = v.get_mut(i) {
+            *slot = Some(Arc::clone(&cq));
+        }
+        Ok(cq)
+    }
+
+    /// The queue if it exists in memory, or (read-only followers) on disk.
+    pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        if let Some(cq) = self
+            .read()
+            .get(topic)
+            .and_then(|v| v.get(queue_id as usize))
+            .and_then(Clone::clone)
+        {
+            return Some(cq);
+        }
+        if self.read_only {
+            let dir = self.dir_of(topic, queue_id)?;
+            if dir.is_dir() {
+                let cq = self.open_queue(topic, queue_id).ok()?;
+                cq.recover(false).ok()?;
+                return Some(cq);
+            }
+        }
+        None
+    }
+
+    /// The queue, created (directory included) if missing.
+    pub fn get_or_create(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
+        if let Some(cq) = self.get(topic, queue_id) {
+            return Ok(cq);
+        }
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(dir) = self.dir_of(topic, queue_id) {
+            fs::create_dir_all(&dir, self.dir_mode)?;
+        }
+        self.open_queue(topic, queue_id)
+    }
+
+    /// Every open queue.
+    pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
+        self.read()
+            .values()
+            .flat_map(|v| v.iter().flatten().cloned())
+            .collect()
+    }
+
+    /// Flushes every queue.
+    pub fn flush_all(&self) -> Result<()> {
+        for cq in self.all() {
+            cq.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Drops units pointing at or past `phy_end` in every queue.
+    pub fn truncate_dirty(&self, phy_end: u64) -> Result<()> {
+        for cq in self.all() {
+            cq.truncate_dirty(phy_end)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes queue files fully below the commit log's `phy_min`.
+    pub fn delete_expired(&self, phy_min: u64) -> Result<usize> {
+        let mut n = 0;
+        for cq in self.all() {
+            n += cq.delete_expired(phy_min)?;
+        }
+        Ok(n)
+    }
+}
+
+impl Dispatcher for ConsumeQueueStore {
+    fn name(&self) -> &'static str {
+        "consume_queue"
+    }
+
+    fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {
+        if !sysflag::is_dispatched(req.sysflag) {
+            return Ok(());
+        }
+        let cq = self.get_or_create(req.topic, req.queue_id)?;
+        cq.put(
+            req.queue_offset,
+            CqUnit {
+                offset: req.commit_log_offset,
+                size: req.size,
+                tags_code: req.tags_code,
+            },
+        )?;
+        Ok(())
+    }
+}

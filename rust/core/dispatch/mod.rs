@@ -1,0 +1,66 @@
+//! Dispatch: turning commit-log records into derived data (consume queues now; the index and
+//! the timer wheel implement the same trait when they land).
+
+pub mod reput;
+
+use crate::error::Result;
+use crate::message::properties;
+use crate::message::RecordView;
+
+/// What a dispatcher learns about one record (decoded without its CRC or body).
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchRequest<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue id.
+    pub queue_id: u32,
+    /// Commit-log offset of the record.
+    pub commit_log_offset: u64,
+    /// Record size.
+    pub size: u32,
+    /// Tags code (Java hash of TAGS, 0 without a tag).
+    pub tags_code: i64,
+    /// Store timestamp.
+    pub store_timestamp: i64,
+    /// Queue offset.
+    pub queue_offset: u64,
+    /// SYSFLAG.
+    pub sysflag: i32,
+    /// Encoded properties (KEYS and UNIQ_KEY for the index).
+    pub properties: &'a [u8],
+    /// Prepared transaction offset.
+    pub prepared_transaction_offset: i64,
+}
+
+impl<'a> DispatchRequest<'a> {
+    /// Builds the request for a decoded record.
+    pub fn from_record(v: &RecordView<'a>) -> Self {
+        let props = v.properties();
+        DispatchRequest {
+            topic: v.topic(),
+            queue_id: v.queue_id(),
+            commit_log_offset: v.physical_offset(),
+            size: v.total_size(),
+            tags_code: properties::get(props, properties::TAGS)
+                .map(properties::tags_hash)
+                .unwrap_or(0),
+            store_timestamp: v.store_timestamp(),
+            queue_offset: v.queue_offset(),
+            sysflag: v.sysflag(),
+            properties: props,
+            prepared_transaction_offset: v.prepared_transaction_offset(),
+        }
+    }
+}
+
+/// A consumer of commit-log records. Implementations must be idempotent: after a crash the same
+/// record may be dispatched again.
+pub trait Dispatcher: Send + Sync + std::fmt::Debug {
+    /// Short name for errors and stats.
+    fn name(&self) -> &'static str;
+    /// Handles one record.
+    ///
+    /// # Errors
+    /// An I/O failure writing derived data; the reput service stops at this record and retries.
+    fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()>;
+}

@@ -1,0 +1,252 @@
+//! ReputService: tails the commit log from `reput_from` and feeds every dispatcher.
+//!
+//! Who runs it: whichever thread gets there first. A producer that just published records
+//! tries to dispatch them itself (one `try_lock`, so a consumer blocked in `poll` is woken
+//! without a thread hop); the service's own thread dispatches whenever the producer could not
+//! (lock busy, or sync mode where only flushed bytes may be dispatched) and retries after
+//! errors. The try-lock protocol cannot lose a record: a producer publishes, then issues a
+//! SeqCst fence and tries the lock; the holder releases, issues a SeqCst fence and re-reads the
+//! confirm offset, so at least one of them sees the other's work.
+//!
+//! Invariant: `dispatched_offset()` is a record boundary `<= confirm offset`, and every record
+//! below it was handed to every dispatcher in commit-log order.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
+use super::{DispatchRequest, Dispatcher};
+use crate::commit_log::CommitLog;
+use crate::error::{Error, Result};
+use crate::message::codec::{self, RecordCheck, RecordView};
+
+/// Wakes threads waiting for new data in any consume queue.
+#[derive(Debug, Default)]
+pub struct Notifier {
+    seq: Mutex<u64>,
+    cv: Condvar,
+    waiters: AtomicUsize,
+}
+
+impl Notifier {
+    /// Wakes every waiter (cheap when nobody waits).
+    pub fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        *s += 1;
+        self.cv.notify_all();
+    }
+
+    /// Blocks until `ready()` is true or `timeout` passes (`None`: forever). Returns `ready()`.
+    pub fn wait_until(&self, timeout: Option<Duration>, mut ready: impl FnMut() -> bool) -> bool {
+        if ready() {
+            return true;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let mut guard = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let result = loop {
+            if ready() {
+                break true;
+            }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => break false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            guard = match self.cv.wait_timeout(guard, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        };
+        drop(guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+/// The reput service.
+#[derive(Debug)]
+pub struct Reput {
+    commit_log: Arc<CommitLog>,
+    dispatchers: Vec<Arc<dyn Dispatcher>>,
+    from: Mutex<u64>,
+    dispatched: AtomicU64,
+    only_flushed: bool,
+    notifier: Arc<Notifier>,
+    wake: (Mutex<bool>, Condvar),
+    stop: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Reput {
+    /// A service starting at `from`; `only_flushed` limits dispatch to flushed bytes (sync mode).
+    pub fn new(
+        commit_log: Arc<CommitLog>,
+        dispatchers: Vec<Arc<dyn Dispatcher>>,
+        from: u64,
+        only_flushed: bool,
+        notifier: Arc<Notifier>,
+    ) -> Self {
+        Reput {
+            commit_log,
+            dispatchers,
+            from: Mutex::new(from),
+            dispatched: AtomicU64::new(from),
+            only_flushed,
+            notifier,
+            wake: (Mutex::new(false), Condvar::new()),
+            stop: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Offset up to which records may be dispatched.
+    pub fn confirm_offset(&self) -> u64 {
+        if self.only_flushed {
+            self.commit_log
+                .flushed_offset()
+                .min(self.commit_log.max_offset())
+        } else {
+            self.commit_log.max_offset()
+        }
+    }
+
+    /// Every record below this offset was dispatched.
+    pub fn dispatched_offset(&self) -> u64 {
+        self.dispatched.load(Ordering::Acquire)
+    }
+
+    /// Dispatch lag in bytes.
+    pub fn behind(&self) -> u64 {
+        self.confirm_offset()
+            .saturating_sub(self.dispatched_offset())
+    }
+
+    /// The last dispatch error, if the service is stuck retrying.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Dispatches what is available unless another thread is doing it (see the module doc).
+    pub fn try_dispatch(&self) {
+        fence(Ordering::SeqCst);
+        loop {
+            let mut from = match self.from.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            let result = self.run(&mut from);
+            drop(from);
+            if let Err(e) = result {
+                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                self.kick_thread();
+                return;
+            }
+            fence(Ordering::SeqCst);
+            if self.confirm_offset() <= self.dispatched_offset() {
+                return;
+            }
+        }
+    }
+
+    /// Dispatches everything available, waiting for the lock (recovery, shutdown).
+    pub fn dispatch_all(&self) -> Result<()> {
+        let mut from = self.from.lock().unwrap_or_else(|p| p.into_inner());
+        self.run(&mut from)
+    }
+
+    fn run(&self, from: &mut u64) -> Result<()> {
+        let target = self.confirm_offset();
+        let start = *from;
+        while *from < target {
+            let pos = *from;
+            let Some(file) = self.commit_log.file_at(pos) else {
+                // Expired below us: continue at the oldest stored byte.
+                let min = self.commit_log.min_offset();
+                if pos < min {
+                    *from = min;
+                    continue;
+                }
+                break;
+            };
+            let local = pos - file.from_offset();
+            let Some(buf) = file.slice(local, (file.published() - local) as usize) else {
+                break;
+            };
+            match codec::check(buf, false, None) {
+                RecordCheck::Record(n) => {
+                    let v = RecordView::parse(buf, false).map_err(|e| Error::Corrupted {
+                        path: file.path().to_path_buf(),
+                        offset: pos,
+                        reason: e.to_string(),
+                    })?;
+                    let req = DispatchRequest::from_record(&v);
+                    for d in &self.dispatchers {
+                        d.dispatch(&req)?;
+                    }
+                    *from = pos + u64::from(n);
+                }
+                RecordCheck::Blank => *from = self.commit_log.roll_next_file(pos),
+                RecordCheck::End => break,
+                RecordCheck::Invalid(e) => {
+                    return Err(Error::Corrupted {
+                        path: file.path().to_path_buf(),
+                        offset: pos,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+            self.dispatched.store(*from, Ordering::Release);
+        }
+        if *from != start {
+            self.dispatched.store(*from, Ordering::Release);
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.notifier.notify();
+        }
+        Ok(())
+    }
+
+    /// Wakes the service thread.
+    pub fn kick_thread(&self) {
+        let mut w = self.wake.0.lock().unwrap_or_else(|p| p.into_inner());
+        *w = true;
+        self.wake.1.notify_one();
+    }
+
+    /// Body of the service thread: dispatch on wake-up, and every `idle` as a safety net.
+    pub fn run_thread(self: &Arc<Self>, idle: Duration) {
+        while !self.stop.load(Ordering::Acquire) {
+            {
+                let mut w = self.wake.0.lock().unwrap_or_else(|p| p.into_inner());
+                if !*w {
+                    w = match self.wake.1.wait_timeout(w, idle) {
+                        Ok((g, _)) => g,
+                        Err(p) => p.into_inner().0,
+                    };
+                }
+                *w = false;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            self.try_dispatch();
+        }
+    }
+
+    /// Asks the service thread to exit.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick_thread();
+    }
+}

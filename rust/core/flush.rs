@@ -1,0 +1,207 @@
+//! Flush service: makes the commit log, consume queues and checkpoint durable.
+//!
+//! - Async mode: every `flush_interval` the thread msyncs the commit log's unflushed range.
+//! - Sync mode (group commit): a put registers the end offset it needs and waits; the thread
+//!   msyncs once for every put that arrived meanwhile, then wakes them. A put not confirmed
+//!   within `sync_flush_timeout` returns FLUSH_DISK_TIMEOUT (its bytes are written, only not
+//!   confirmed durable).
+//! - Both modes: consume queues are flushed every interval, then the checkpoint records the
+//!   flushed commit-log offset and the dispatched offset captured *before* the queue flush.
+//!
+//! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
+//! and is never retried as if it had worked: Linux may mark the failed pages clean.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::{Checkpoint, CheckpointData};
+use crate::commit_log::CommitLog;
+use crate::config::FlushMode;
+use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::reput::Reput;
+use crate::error::{Error, Result};
+use crate::util::clock::now_ms;
+
+#[derive(Debug, Default)]
+struct State {
+    requested: u64,
+    flushed: u64,
+    poisoned: Option<String>,
+}
+
+/// The flush service.
+#[derive(Debug)]
+pub struct FlushService {
+    commit_log: Arc<CommitLog>,
+    cqs: Arc<ConsumeQueueStore>,
+    reput: Arc<Reput>,
+    checkpoint: Option<Arc<Checkpoint>>,
+    mode: FlushMode,
+    interval: Duration,
+    state: Mutex<State>,
+    requested: Condvar,
+    done: Condvar,
+    stop: AtomicBool,
+    last_physic_ts: Mutex<i64>,
+}
+
+impl FlushService {
+    /// A service for the given parts.
+    pub fn new(
+        commit_log: Arc<CommitLog>,
+        cqs: Arc<ConsumeQueueStore>,
+        reput: Arc<Reput>,
+        checkpoint: Option<Arc<Checkpoint>>,
+        mode: FlushMode,
+        interval: Duration,
+    ) -> Self {
+        let flushed = commit_log.flushed_offset();
+        FlushService {
+            commit_log,
+            cqs,
+            reput,
+            checkpoint,
+            mode,
+            interval,
+            state: Mutex::new(State {
+                requested: flushed,
+                flushed,
+                poisoned: None,
+            }),
+            requested: Condvar::new(),
+            done: Condvar::new(),
+            stop: AtomicBool::new(false),
+            last_physic_ts: Mutex::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sync mode: waits until `offset` is durable. `Ok(true)` when confirmed, `Ok(false)` on
+    /// timeout (FLUSH_DISK_TIMEOUT), `Err(Poisoned)` if the flush failed.
+    pub fn wait_flushed(&self, offset: u64, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.lock();
+        if s.flushed >= offset {
+            return Ok(true);
+        }
+        if s.requested < offset {
+            s.requested = offset;
+            self.requested.notify_one();
+        }
+        loop {
+            if let Some(r) = &s.poisoned {
+                return Err(Error::Poisoned { reason: r.clone() });
+            }
+            if s.flushed >= offset {
+                return Ok(true);
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Ok(false);
+            };
+            s = match self.done.wait_timeout(s, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Flushes the commit log now; poisons the store on failure.
+    pub fn flush_commit_log(&self) -> Result<u64> {
+        let ts = self.commit_log.last_store_timestamp();
+        match self.commit_log.files().flush() {
+            Ok(flushed) => {
+                self.commit_log.set_flushed_offset(flushed);
+                let mut s = self.lock();
+                s.flushed = s.flushed.max(flushed);
+                self.done.notify_all();
+                drop(s);
+                if self.mode == FlushMode::Sync {
+                    self.reput.try_dispatch();
+                }
+                self.last_physic_ts.lock().map(|mut t| *t = ts).ok();
+                Ok(flushed)
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.commit_log.poison(reason.clone());
+                let mut s = self.lock();
+                s.poisoned.get_or_insert(reason);
+                self.done.notify_all();
+                Err(e)
+            }
+        }
+    }
+
+    /// Flushes consume queues and records progress in the checkpoint.
+    pub fn flush_logics_and_checkpoint(&self) -> Result<()> {
+        // Captured before the queue flush: every unit below it is in the flushed files.
+        let dispatched = self.reput.dispatched_offset();
+        self.cqs
+            .flush_all()
+            .inspect_err(|e| self.commit_log.poison(e.to_string()))?;
+        let Some(cp) = &self.checkpoint else {
+            return Ok(());
+        };
+        let confirm = self.commit_log.flushed_offset();
+        let physic_ts = self.last_physic_ts.lock().map(|t| *t).unwrap_or(0);
+        cp.store(CheckpointData {
+            physic_msg_timestamp: physic_ts,
+            logics_msg_timestamp: now_ms(),
+            index_msg_timestamp: 0,
+            confirm_phy_offset: confirm,
+            logics_dispatched_offset: dispatched.min(confirm),
+        })
+        .inspect_err(|e| self.commit_log.poison(e.to_string()))
+    }
+
+    /// Body of the flush thread.
+    pub fn run_thread(&self) {
+        let mut last_logics = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            {
+                let s = self.lock();
+                let wait = match self.mode {
+                    FlushMode::Sync => self.interval.min(Duration::from_millis(10)),
+                    FlushMode::Async => self.interval,
+                };
+                let pending = |s: &State| s.requested > s.flushed && s.poisoned.is_none();
+                if !(self.mode == FlushMode::Sync && pending(&s)) {
+                    let r = self.requested.wait_timeout_while(s, wait, |s| {
+                        !self.stop.load(Ordering::Acquire)
+                            && !(self.mode == FlushMode::Sync && pending(s))
+                    });
+                    drop(r);
+                }
+            }
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            if self.lock().poisoned.is_some() {
+                continue;
+            }
+            if self.flush_commit_log().is_err() {
+                continue;
+            }
+            if last_logics.elapsed() >= self.interval {
+                last_logics = Instant::now();
+                let _ = self.flush_logics_and_checkpoint();
+            }
+        }
+    }
+
+    /// Asks the thread to exit.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _g = self.lock();
+        self.requested.notify_all();
+    }
+
+    /// Why the store is poisoned, if it is.
+    pub fn poisoned(&self) -> Option<String> {
+        self.lock().poisoned.clone()
+    }
+}

@@ -1,0 +1,256 @@
+//! The mmap fence: the only `unsafe` code in the crate.
+//!
+//! `MmapRegion` owns one `mmap` of a file (or of anonymous memory) and exposes bounds-checked
+//! primitives only. Its safety contract, relied on by every `// SAFETY:` comment below:
+//!
+//! 1. The mapping's length is fixed when it is created and the file is never shrunk while mapped
+//!    (mqlite zeroes instead of truncating and deletes files by `unlink`, which keeps existing
+//!    mappings valid). A file shrunk by a foreign process is outside the contract (SIGBUS).
+//! 2. Within one process, a byte range is either being written by exactly one writer or being
+//!    read, never both: `MappedFile` hands out write access only past its published position and
+//!    read access only below it (see `mapped_file/mod.rs`).
+//! 3. Other processes may write the mapped file concurrently (a read-only open following a
+//!    writer). Those bytes are only ever copied out and validated (CRC, magic, size) before use;
+//!    publication across processes goes through 4-byte aligned atomic words.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// One memory mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct MmapRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: the region is plain memory; concurrent access is governed by the contract above, and
+// every access goes through bounds-checked methods that never hand out overlapping `&mut`.
+unsafe impl Send for MmapRegion {}
+// SAFETY: as above; shared access only reads published ranges or uses atomics.
+unsafe impl Sync for MmapRegion {}
+
+impl MmapRegion {
+    /// Maps `len` bytes of `file` shared. `populate` pre-faults the pages (MAP_POPULATE) so the
+    /// first write to each page does not stall the appender.
+    pub fn map_file(file: &File, len: usize, writable: bool, populate: bool) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map zero bytes",
+            ));
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        let mut flags = libc::MAP_SHARED;
+        if populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        // SAFETY: a fresh mapping of a valid descriptor; the kernel picks the address. The result
+        // is checked for MAP_FAILED before use.
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
+        Self::from_raw(ptr, len, writable)
+    }
+
+    /// Maps `len` bytes of zeroed anonymous memory (the `:memory:` store).
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map zero bytes",
+            ));
+        }
+        // SAFETY: anonymous private mapping; no file involved; result checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        Self::from_raw(ptr, len, true)
+    }
+
+    fn from_raw(ptr: *mut libc::c_void, len: usize, writable: bool) -> io::Result<Self> {
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("null mapping"))?;
+        Ok(MmapRegion { ptr, len, writable })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: zero-length mappings are refused at creation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, pos: usize, n: usize) -> bool {
+        pos.checked_add(n).is_some_and(|end| end <= self.len)
+    }
+
+    /// Shared view of `[pos, pos+n)`.
+    ///
+    /// Contract (2): the caller reads only a range no writer in this process is writing.
+    pub(super) fn slice(&self, pos: usize, n: usize) -> Option<&[u8]> {
+        if !self.check(pos, n) {
+            return None;
+        }
+        // SAFETY: in bounds (checked); the range is stable for the borrow per contract (2).
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(pos), n) })
+    }
+
+    /// Exclusive view of `[pos, pos+n)` for the single writer.
+    ///
+    /// Contract (2): `MappedFile` calls this only through its unique `FileWriter`, only past the
+    /// published position, so no shared view of these bytes exists in this process.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn slice_mut(&self, pos: usize, n: usize) -> Option<&mut [u8]> {
+        if !self.writable || !self.check(pos, n) {
+            return None;
+        }
+        // SAFETY: in bounds (checked), mapped writable, and exclusive per contract (2).
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(pos), n) })
+    }
+
+    /// Copies bytes out with a raw copy, for ranges another process may be writing (contract 3).
+    pub fn copy_out(&self, pos: usize, dst: &mut [u8]) -> bool {
+        if !self.check(pos, dst.len()) {
+            return false;
+        }
+        // SAFETY: source in bounds (checked), destination is a distinct Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(pos), dst.as_mut_ptr(), dst.len())
+        };
+        true
+    }
+
+    fn atomic_u32(&self, pos: usize) -> Option<&AtomicU32> {
+        if pos % 4 != 0 || !self.check(pos, 4) {
+            return None;
+        }
+        // SAFETY: in bounds, 4-byte aligned (the mapping is page aligned), and AtomicU32 has the
+        // layout of u32; all concurrent access to this word is atomic (contract 3).
+        Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(pos).cast::<u32>()) })
+    }
+
+    /// Acquire-load of the big-endian u32 at an aligned `pos`.
+    pub fn load_u32_be_acquire(&self, pos: usize) -> Option<u32> {
+        self.atomic_u32(pos)
+            .map(|a| u32::from_be(a.load(Ordering::Acquire)))
+    }
+
+    /// Release-store of a big-endian u32 at an aligned `pos`: every byte written before it is
+    /// visible to a reader (in any process) whose acquire-load sees this value.
+    pub(super) fn store_u32_be_release(&self, pos: usize, value: u32) -> bool {
+        if !self.writable {
+            return false;
+        }
+        match self.atomic_u32(pos) {
+            Some(a) => {
+                a.store(value.to_be(), Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `msync(MS_SYNC)` of `[start, end)` (rounded out to pages): returns once the kernel has
+    /// written those pages to the device, or the error that poisons the writer.
+    pub fn flush(&self, start: usize, end: usize) -> io::Result<()> {
+        let end = end.min(self.len);
+        if start >= end {
+            return Ok(());
+        }
+        let page = page_size();
+        let aligned = start - start % page;
+        // SAFETY: the range lies inside this mapping (clamped) and starts on a page boundary.
+        let rc = unsafe {
+            libc::msync(
+                self.ptr.as_ptr().add(aligned).cast(),
+                end - aligned,
+                libc::MS_SYNC,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Hints the kernel that pages below `end` will not be needed soon (after consumption).
+    pub fn advise_dontneed(&self, end: usize) {
+        let end = end.min(self.len);
+        let page = page_size();
+        let end = end - end % page;
+        if end == 0 || self.writable {
+            // MADV_DONTNEED on a shared writable mapping is safe but would drop dirty state
+            // bookkeeping for nothing; only read-only views use it.
+            return;
+        }
+        // SAFETY: page-aligned range inside the mapping; DONTNEED on a shared file mapping only
+        // drops this process's page-table entries, the data stays in the file / page cache.
+        unsafe { libc::madvise(self.ptr.as_ptr().cast(), end, libc::MADV_DONTNEED) };
+    }
+}
+
+impl Drop for MmapRegion {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe a mapping this value created and nothing borrows it any more
+        // (borrows are tied to &self).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The system page size (4096 if sysconf fails).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(v).ok().filter(|&p| p > 0).unwrap_or(4096)
+}
+
+/// `posix_fallocate(fd, 0, len)`; returns 0 or the error number.
+pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
+    // SAFETY: plain syscall on a descriptor; no memory is passed.
+    unsafe { libc::posix_fallocate(fd, 0, len) }
+}
+
+/// The calling process id.
+pub fn current_pid() -> u32 {
+    std::process::id()
+}
+
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FORK_GUARD: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn bump_fork_generation() {
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The number of `fork()`s this process is removed from its ancestors that registered the
+/// guard. A store records it at open and refuses use when it changes (the child has none of the
+/// store's threads and shares its lock and mappings with the parent).
+pub fn fork_generation() -> u64 {
+    FORK_GUARD.call_once(|| {
+        // SAFETY: registers a child-side handler that only performs an atomic increment, which
+        // is async-signal-safe and valid in a freshly forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(bump_fork_generation)) };
+    });
+    FORK_GENERATION.load(Ordering::Relaxed)
+}

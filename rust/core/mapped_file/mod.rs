@@ -1,0 +1,330 @@
+//! MappedFile: one fixed-size, preallocated, memory-mapped file of a `MappedFileQueue`.
+//!
+//! On disk: `<dir>/<20-digit start offset>`, exactly `size` bytes (fallocated, never sparse).
+//!
+//! Invariants
+//! - `published <= size`; bytes below `published` are immutable while the store runs.
+//! - At most one `FileWriter` exists per file (taken once); it writes only at or past
+//!   `published`, so readers (limited to `[0, published)`) never see a byte being written.
+//! - `flushed <= published`: `flushed` only advances after a successful msync.
+//!
+//! Crash behaviour: a process crash keeps every byte written to the mapping (the kernel owns the
+//! page cache). After an OS crash or power loss only bytes below the last successful flush are
+//! guaranteed; recovery (commit_log/recovery.rs) finds the valid end and zeroes the rest.
+//!
+//! Writers: the owner of the `FileWriter` (the commit-log appender or the dispatcher). Readers:
+//! any thread, through `slice` (published bytes) or `copy_out` (read-only opens of other
+//! processes' files).
+
+pub mod mmap;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::util::fs;
+use mmap::MmapRegion;
+
+/// One mapped file.
+#[derive(Debug)]
+pub struct MappedFile {
+    path: PathBuf,
+    from_offset: u64,
+    size: u64,
+    region: MmapRegion,
+    // Held so the descriptor lives as long as the mapping (and for fsync of metadata).
+    file: Option<File>,
+    published: AtomicU64,
+    flushed: AtomicU64,
+    writer_taken: AtomicBool,
+}
+
+/// The unique write handle of a `MappedFile`.
+#[derive(Debug)]
+pub struct FileWriter {
+    file: Arc<MappedFile>,
+    pos: u64,
+}
+
+impl MappedFile {
+    /// Creates (or reuses a partial) file of `size` bytes, preallocates it and maps it writable.
+    pub fn create(
+        path: &Path,
+        from_offset: u64,
+        size: u64,
+        mode: u32,
+        populate: bool,
+    ) -> Result<Self> {
+        if fs::is_symlink(path) {
+            return Err(Error::io(
+                "create",
+                path,
+                std::io::Error::other("refusing to follow a symlink at a store file name"),
+            ));
+        }
+        let file = fs::open_rw(path, mode)?;
+        fs::preallocate(&file, path, size)?;
+        let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
+            field: "file_size",
+            reason: "too large".into(),
+        })?;
+        let region = MmapRegion::map_file(&file, len, true, populate)
+            .map_err(|e| Error::io("mmap", path, e))?;
+        Ok(Self::new(
+            path.to_path_buf(),
+            from_offset,
+            size,
+            region,
+            Some(file),
+            0,
+        ))
+    }
+
+    /// Maps an existing file of exactly `size` bytes. Every position starts at `size`, as in
+    /// RocketMQ; recovery then sets the real end through the writer.
+    pub fn open_existing(path: &Path, from_offset: u64, size: u64, writable: bool) -> Result<Self> {
+        let file = if writable {
+            fs::open_rw(path, 0o600)?
+        } else {
+            fs::open_ro(path)?
+        };
+        let actual = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
+        if actual < size {
+            if !writable {
+                return Err(Error::Corrupted {
+                    path: path.to_path_buf(),
+                    offset: actual,
+                    reason: format!("file is {actual} bytes, expected {size}"),
+                });
+            }
+            // A roll interrupted by a crash leaves a short file: finish its preallocation.
+            fs::preallocate(&file, path, size)?;
+        }
+        let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
+            field: "file_size",
+            reason: "too large".into(),
+        })?;
+        let region = MmapRegion::map_file(&file, len, writable, false)
+            .map_err(|e| Error::io("mmap", path, e))?;
+        Ok(Self::new(
+            path.to_path_buf(),
+            from_offset,
+            size,
+            region,
+            Some(file),
+            size,
+        ))
+    }
+
+    /// An in-memory file backed by anonymous memory (nothing on disk).
+    pub fn anonymous(from_offset: u64, size: u64) -> Result<Self> {
+        let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
+            field: "file_size",
+            reason: "too large".into(),
+        })?;
+        let region = MmapRegion::anonymous(len)
+            .map_err(|e| Error::io("mmap", PathBuf::from(":memory:"), e))?;
+        Ok(Self::new(
+            PathBuf::from(":memory:"),
+            from_offset,
+            size,
+            region,
+            None,
+            0,
+        ))
+    }
+
+    fn new(
+        path: PathBuf,
+        from: u64,
+        size: u64,
+        region: MmapRegion,
+        file: Option<File>,
+        pos: u64,
+    ) -> Self {
+        MappedFile {
+            path,
+            from_offset: from,
+            size,
+            region,
+            file,
+            published: AtomicU64::new(pos),
+            flushed: AtomicU64::new(pos),
+            writer_taken: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the unique writer; `None` if it was taken before or the mapping is read-only.
+    pub fn writer(self: &Arc<Self>) -> Option<FileWriter> {
+        if self.writer_taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(FileWriter {
+            file: Arc::clone(self),
+            pos: self.published.load(Ordering::Acquire),
+        })
+    }
+
+    /// File path (`:memory:` for anonymous files).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Global offset of the file's first byte.
+    pub fn from_offset(&self) -> u64 {
+        self.from_offset
+    }
+    /// Fixed file size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// Bytes visible to readers.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Acquire)
+    }
+    /// Bytes confirmed durable.
+    pub fn flushed(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+    /// True when nothing more can be appended.
+    pub fn is_full(&self) -> bool {
+        self.published() >= self.size
+    }
+
+    /// Published bytes `[pos, pos+len)`, or `None` if any of them is not published.
+    pub fn slice(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let end = pos.checked_add(len as u64)?;
+        if end > self.published() {
+            return None;
+        }
+        self.region.slice(usize::try_from(pos).ok()?, len)
+    }
+
+    /// Copies `dst.len()` bytes at `pos` regardless of the published position: for read-only
+    /// opens, whose bytes come from another process and are validated by the caller.
+    pub fn copy_out(&self, pos: u64, dst: &mut [u8]) -> bool {
+        match usize::try_from(pos) {
+            Ok(p) => self.region.copy_out(p, dst),
+            Err(_) => false,
+        }
+    }
+
+    /// Acquire-load of the big-endian u32 at aligned `pos` (cross-process publication word).
+    pub fn load_u32_acquire(&self, pos: u64) -> Option<u32> {
+        self.region.load_u32_be_acquire(usize::try_from(pos).ok()?)
+    }
+
+    /// msyncs `[flushed, published)`; on success advances `flushed` and returns it.
+    pub fn flush(&self) -> Result<u64> {
+        let target = self.published();
+        let from = self.flushed();
+        if target <= from {
+            return Ok(from);
+        }
+        if self.file.is_some() {
+            let (s, e) = (
+                usize::try_from(from).unwrap_or(0),
+                usize::try_from(target).unwrap_or(0),
+            );
+            self.region
+                .flush(s, e)
+                .map_err(|e| Error::io("msync", &self.path, e))?;
+        }
+        self.flushed.fetch_max(target, Ordering::AcqRel);
+        Ok(target)
+    }
+
+    /// fsync of the file itself (size and allocation metadata), used after creating it.
+    pub fn sync_metadata(&self) -> Result<()> {
+        match &self.file {
+            Some(f) => f.sync_all().map_err(|e| Error::io("fsync", &self.path, e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops this process's page mappings below `end` (read-only views only).
+    pub fn release_pages(&self, end: u64) {
+        self.region
+            .advise_dontneed(usize::try_from(end).unwrap_or(0));
+    }
+}
+
+impl FileWriter {
+    /// The file being written.
+    pub fn file(&self) -> &Arc<MappedFile> {
+        &self.file
+    }
+
+    /// Next write position (≥ published).
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// Bytes left in the file.
+    pub fn remaining(&self) -> u64 {
+        self.file.size - self.pos
+    }
+
+    /// Lends `[pos, pos+len)` to `fill` and advances the write position. The bytes become
+    /// visible to readers at the next `publish`. `None` if they do not fit.
+    pub fn append_with<R>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let p = usize::try_from(self.pos).ok()?;
+        let buf = self.file.region.slice_mut(p, len)?;
+        let r = fill(buf);
+        self.pos += len as u64;
+        Some(r)
+    }
+
+    /// Like `append_with`, then release-stores `word` (big-endian) at `word_at` (relative to
+    /// the start of this append, 4-byte aligned in the file): a reader of another process that
+    /// acquire-loads the word non-zero sees every other byte of the append.
+    pub fn append_with_release_word(
+        &mut self,
+        len: usize,
+        word_at: usize,
+        word: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let start = self.pos;
+        if self.append_with(len, fill).is_none() {
+            return false;
+        }
+        let at = start + word_at as u64;
+        match usize::try_from(at) {
+            Ok(a) => self.file.region.store_u32_be_release(a, word),
+            Err(_) => false,
+        }
+    }
+
+    /// Makes everything appended so far visible to readers.
+    pub fn publish(&mut self) {
+        self.file.published.store(self.pos, Ordering::Release);
+    }
+
+    /// Marks the rest of the file as used (after an END_OF_FILE blank) and publishes.
+    pub fn fill_to_end(&mut self) {
+        self.pos = self.file.size;
+        self.publish();
+    }
+
+    /// Recovery only (no reader exists yet): sets the end of valid data to `pos`, zeroing
+    /// `[pos, zero_until)` so stale bytes can never be mistaken for records later.
+    pub fn truncate_to(&mut self, pos: u64, zero_until: u64) {
+        let pos = pos.min(self.file.size);
+        let zero_until = zero_until.min(self.file.size);
+        if zero_until > pos {
+            if let (Ok(p), Ok(n)) = (usize::try_from(pos), usize::try_from(zero_until - pos)) {
+                if let Some(buf) = self.file.region.slice_mut(p, n) {
+                    buf.fill(0);
+                }
+            }
+        }
+        self.pos = pos;
+        self.file.published.store(pos, Ordering::Release);
+        self.file.flushed.store(pos, Ordering::Release);
+    }
+}

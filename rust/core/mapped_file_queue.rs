@@ -1,0 +1,369 @@
+//! MappedFileQueue: an ordered run of equal-size `MappedFile`s forming one logical byte space.
+//!
+//! On disk: `<dir>/<20-digit start offset>`; file `k` covers `[start_k, start_k + size)`.
+//!
+//! Invariants
+//! - Files are contiguous: `start_{k+1} == start_k + size`; only the last file is written.
+//! - `min_offset()` is the first file's start, `max_offset()` the last file's start plus its
+//!   published position.
+//! - Files are removed only from the head (expiry) or past a truncation point (recovery), by
+//!   `unlink`, so mappings held by readers stay valid.
+//!
+//! Crash behaviour: a zero-length or short last file (a roll interrupted by a kill) is repaired
+//! (deleted if empty, re-preallocated if short); a gap between files is reported as corruption.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::error::{Error, Result};
+use crate::mapped_file::{FileWriter, MappedFile};
+use crate::util::fs;
+
+/// Where a queue's files live.
+#[derive(Debug, Clone)]
+pub enum Backing {
+    /// Files under `dir`, created with `mode`; `populate` pre-faults new files' pages.
+    #[allow(missing_docs)]
+    Dir {
+        dir: PathBuf,
+        mode: u32,
+        populate: bool,
+    },
+    /// Anonymous memory (`:memory:` stores).
+    Memory,
+}
+
+/// The ordered files of one commit log, consume queue or timer log.
+#[derive(Debug)]
+pub struct MappedFileQueue {
+    backing: Backing,
+    file_size: u64,
+    writable: bool,
+    files: RwLock<Vec<Arc<MappedFile>>>,
+    // A file created ahead of need by a background thread (commit log only).
+    ready: Mutex<Option<MappedFile>>,
+}
+
+impl MappedFileQueue {
+    /// An empty queue (no file loaded yet).
+    pub fn new(backing: Backing, file_size: u64, writable: bool) -> Self {
+        MappedFileQueue {
+            backing,
+            file_size,
+            writable,
+            files: RwLock::new(Vec::new()),
+            ready: Mutex::new(None),
+        }
+    }
+
+    /// Loads existing files of the directory (sorted by name). Writers repair an empty or short
+    /// last file; a wrong-size file elsewhere or a gap is corruption.
+    pub fn load(&self) -> Result<()> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(());
+        };
+        let mut names = list_offsets(dir)?;
+        names.sort_unstable();
+        let mut loaded = Vec::with_capacity(names.len());
+        let n = names.len();
+        for (i, start) in names.into_iter().enumerate() {
+            let path = dir.join(fs::offset_file_name(start));
+            let len = std::fs::symlink_metadata(&path).map_err(|e| Error::io("stat", &path, e))?;
+            if len.file_type().is_symlink() {
+                return Err(Error::Corrupted {
+                    path,
+                    offset: start,
+                    reason: "store file is a symlink".into(),
+                });
+            }
+            let is_last = i + 1 == n;
+            if len.len() != self.file_size {
+                if is_last && self.writable && len.len() == 0 {
+                    std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
+                    continue;
+                }
+                if !(is_last && (len.len() < self.file_size)) {
+                    return Err(Error::Corrupted {
+                        path,
+                        offset: start,
+                        reason: format!("file is {} bytes, expected {}", len.len(), self.file_size),
+                    });
+                }
+                if !self.writable {
+                    // A reader cannot repair a short tail file; the writer will. Skip it.
+                    continue;
+                }
+            }
+            if start % self.file_size != 0 {
+                return Err(Error::Corrupted {
+                    path,
+                    offset: start,
+                    reason: format!(
+                        "start offset is not a multiple of the file size {}",
+                        self.file_size
+                    ),
+                });
+            }
+            if let Some(prev) = loaded.last().map(|f: &Arc<MappedFile>| f.from_offset()) {
+                if start != prev + self.file_size {
+                    return Err(Error::Corrupted {
+                        path,
+                        offset: start,
+                        reason: format!("gap after the file starting at {prev}"),
+                    });
+                }
+            }
+            loaded.push(Arc::new(MappedFile::open_existing(
+                &path,
+                start,
+                self.file_size,
+                self.writable,
+            )?));
+        }
+        *self.write_files() = loaded;
+        Ok(())
+    }
+
+    /// Re-reads the directory and maps files that appeared since (read-only followers).
+    pub fn refresh(&self) -> Result<()> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(());
+        };
+        let last = self.last_file().map(|f| f.from_offset());
+        let mut names = list_offsets(dir)?;
+        names.sort_unstable();
+        let mut new_files = Vec::new();
+        for start in names {
+            if last.is_some_and(|l| start <= l) {
+                continue;
+            }
+            let path = dir.join(fs::offset_file_name(start));
+            match std::fs::metadata(&path) {
+                Ok(m) if m.len() == self.file_size => {}
+                _ => break, // being created by the writer; try again later
+            }
+            new_files.push(Arc::new(MappedFile::open_existing(
+                &path,
+                start,
+                self.file_size,
+                false,
+            )?));
+        }
+        if !new_files.is_empty() {
+            self.write_files().extend(new_files);
+        }
+        Ok(())
+    }
+
+    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<MappedFile>>> {
+        self.files.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<MappedFile>>> {
+        self.files.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Size of every file.
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    /// Snapshot of the files.
+    pub fn files(&self) -> Vec<Arc<MappedFile>> {
+        self.read_files().clone()
+    }
+
+    /// Number of files.
+    pub fn len(&self) -> usize {
+        self.read_files().len()
+    }
+
+    /// True when no file exists.
+    pub fn is_empty(&self) -> bool {
+        self.read_files().is_empty()
+    }
+
+    /// The newest file.
+    pub fn last_file(&self) -> Option<Arc<MappedFile>> {
+        self.read_files().last().cloned()
+    }
+
+    /// The oldest file.
+    pub fn first_file(&self) -> Option<Arc<MappedFile>> {
+        self.read_files().first().cloned()
+    }
+
+    /// Offset of the first byte still stored.
+    pub fn min_offset(&self) -> u64 {
+        self.first_file().map(|f| f.from_offset()).unwrap_or(0)
+    }
+
+    /// One past the last published byte.
+    pub fn max_offset(&self) -> u64 {
+        self.last_file()
+            .map(|f| f.from_offset() + f.published())
+            .unwrap_or(0)
+    }
+
+    /// The file holding `offset`, found by arithmetic (files are contiguous).
+    pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        let files = self.read_files();
+        let first = files.first()?.from_offset();
+        if offset < first {
+            return None;
+        }
+        let idx = usize::try_from((offset - first) / self.file_size).ok()?;
+        files.get(idx).cloned()
+    }
+
+    /// Path of the file that starts at `start`.
+    fn path_for(&self, start: u64) -> Option<PathBuf> {
+        match &self.backing {
+            Backing::Dir { dir, .. } => Some(dir.join(fs::offset_file_name(start))),
+            Backing::Memory => None,
+        }
+    }
+
+    fn make_file(&self, start: u64) -> Result<MappedFile> {
+        match &self.backing {
+            Backing::Dir {
+                dir,
+                mode,
+                populate,
+            } => {
+                let path = dir.join(fs::offset_file_name(start));
+                let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
+                // The file's size and allocation must be durable before any checkpoint or
+                // record points into it.
+                f.sync_metadata()?;
+                fs::fsync_dir(dir)?;
+                Ok(f)
+            }
+            Backing::Memory => MappedFile::anonymous(start, self.file_size),
+        }
+    }
+
+    /// Creates the file starting at `start` ahead of need (background preallocation).
+    pub fn prepare(&self, start: u64) -> Result<()> {
+        if let Some(f) = self.lock_ready().as_ref() {
+            if f.from_offset() == start {
+                return Ok(());
+            }
+        }
+        if self.path_for(start).is_some_and(|p| p.exists()) {
+            return Ok(());
+        }
+        let f = self.make_file(start)?;
+        *self.lock_ready() = Some(f);
+        Ok(())
+    }
+
+    fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<MappedFile>> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends a new last file starting at `start` (using a prepared one if present) and
+    /// returns its writer.
+    pub fn roll(&self, start: u64) -> Result<FileWriter> {
+        let prepared = self
+            .lock_ready()
+            .take()
+            .filter(|f| f.from_offset() == start);
+        let file = match prepared {
+            Some(f) => f,
+            None => self.make_file(start)?,
+        };
+        let file = Arc::new(file);
+        let writer = file.writer().ok_or(Error::ReadOnly)?;
+        self.write_files().push(file);
+        Ok(writer)
+    }
+
+    /// The writer of the last file, if one exists and its writer was not taken yet.
+    pub fn take_last_writer(&self) -> Option<FileWriter> {
+        self.last_file().and_then(|f| f.writer())
+    }
+
+    /// Removes every file that starts at or after `offset` (recovery truncation). The caller
+    /// truncates the file containing `offset` through its writer.
+    pub fn drop_files_from(&self, offset: u64) -> Result<()> {
+        let removed: Vec<Arc<MappedFile>> = {
+            let mut files = self.write_files();
+            let keep = files
+                .iter()
+                .position(|f| f.from_offset() >= offset)
+                .unwrap_or(files.len());
+            files.split_off(keep)
+        };
+        for f in removed {
+            if let Backing::Dir { .. } = self.backing {
+                std::fs::remove_file(f.path()).map_err(|e| Error::io("unlink", f.path(), e))?;
+            }
+        }
+        if let Backing::Dir { dir, .. } = &self.backing {
+            fs::fsync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes head files for which `expired` says yes, stopping at the first that is not and
+    /// never deleting the last file. Returns how many were deleted.
+    pub fn delete_head_while(
+        &self,
+        max: usize,
+        expired: impl Fn(&MappedFile) -> bool,
+    ) -> Result<usize> {
+        let victims: Vec<Arc<MappedFile>> = {
+            let mut files = self.write_files();
+            let mut n = 0;
+            while n < max && n + 1 < files.len() && files.get(n).is_some_and(|f| expired(f)) {
+                n += 1;
+            }
+            files.drain(..n).collect()
+        };
+        for f in &victims {
+            if let Backing::Dir { .. } = self.backing {
+                std::fs::remove_file(f.path()).map_err(|e| Error::io("unlink", f.path(), e))?;
+            }
+        }
+        Ok(victims.len())
+    }
+
+    /// Flushes every file with unflushed bytes; returns the global flushed offset.
+    pub fn flush(&self) -> Result<u64> {
+        let files = self.files();
+        let mut flushed = self.min_offset();
+        for f in files {
+            if f.flushed() < f.published() {
+                f.flush()?;
+            }
+            flushed = f.from_offset() + f.flushed();
+        }
+        Ok(flushed)
+    }
+
+    /// Deletes every file (a queue whose data is gone).
+    pub fn destroy(&self) -> Result<()> {
+        self.drop_files_from(0)
+    }
+}
+
+/// Start offsets of the files in `dir` (names of exactly 20 digits; others are ignored).
+fn list_offsets(dir: &Path) -> Result<Vec<u64>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read_dir", dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io("read_dir", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(v) = name.parse::<u64>() {
+                out.push(v);
+            }
+        }
+    }
+    Ok(out)
+}

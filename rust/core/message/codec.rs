@@ -1,0 +1,517 @@
+//! The commit-log record codec (RocketMQ layout; FORMAT.md §1 is the reference).
+//!
+//! All integers big-endian. v1 (`0xDAA320A7`) has a 1-byte topic length, v2 (`0xDAA320AB`) a
+//! 2-byte one and is used only for topics longer than 127 bytes. Hosts are IPv4 (8 bytes) unless
+//! the sysflag's IPv6 bits say 20. Decoding is total: any inconsistency is an error value.
+
+use crate::util::crc;
+
+/// v1 record magic.
+pub const MAGIC_V1: u32 = 0xDAA3_20A7;
+/// v2 record magic (2-byte topic length).
+pub const MAGIC_V2: u32 = 0xDAA3_20AB;
+/// END_OF_FILE blank marker magic.
+pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
+/// Size of the END_OF_FILE marker (remaining length + magic).
+pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
+/// Fixed bytes of a v1 record with IPv4 hosts, excluding body, topic and properties.
+pub const FIXED_V1_IPV4: usize = 91;
+/// Byte offset of the store timestamp with an IPv4 born host.
+pub const STORE_TIMESTAMP_POS: usize = 56;
+/// Byte offset of QUEUEOFFSET.
+pub const QUEUE_OFFSET_POS: usize = 20;
+/// Byte offset of PHYSICALOFFSET.
+pub const PHYSICAL_OFFSET_POS: usize = 28;
+
+/// An IPv4 host as stored in a record: 4 address bytes then the port as i32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostV4 {
+    /// Address bytes.
+    pub ip: [u8; 4],
+    /// Port.
+    pub port: i32,
+}
+
+/// The store host mqlite writes: loopback and RocketMQ's default broker port.
+pub const STORE_HOST: HostV4 = HostV4 {
+    ip: [127, 0, 0, 1],
+    port: 10911,
+};
+/// The born host mqlite writes for in-process producers.
+pub const BORN_HOST: HostV4 = HostV4 {
+    ip: [127, 0, 0, 1],
+    port: 0,
+};
+
+/// Header fields filled in by the appender.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordMeta {
+    /// Queue id.
+    pub queue_id: u32,
+    /// User flag.
+    pub flag: i32,
+    /// Logical offset in the consume queue.
+    pub queue_offset: u64,
+    /// Global commit-log offset of the record's first byte.
+    pub physical_offset: u64,
+    /// SYSFLAG (IPv6 bits are cleared: mqlite writes IPv4 hosts).
+    pub sysflag: i32,
+    /// Producer wall clock (ms).
+    pub born_timestamp: i64,
+    /// Store wall clock (ms), taken under the append lock.
+    pub store_timestamp: i64,
+    /// Retry count.
+    pub reconsume_times: i32,
+    /// Half message offset of a committed transaction message.
+    pub prepared_transaction_offset: i64,
+}
+
+/// Encoded size of a record with IPv4 hosts; `None` when a length does not fit its field.
+pub fn encoded_len(body: usize, topic: usize, props: usize) -> Option<usize> {
+    if props > i16::MAX as usize || topic > u16::MAX as usize || body > i32::MAX as usize {
+        return None;
+    }
+    let v2 = usize::from(topic > 127);
+    FIXED_V1_IPV4
+        .checked_add(v2)?
+        .checked_add(body)?
+        .checked_add(topic)?
+        .checked_add(props)
+}
+
+/// Writes one record into `out`, which must be exactly `encoded_len(..)` bytes.
+/// `body_crc` is passed in so batch callers can compute it outside the append lock.
+pub fn encode(
+    out: &mut [u8],
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+) {
+    let total = out.len();
+    let v2 = topic.len() > 127;
+    let mut w = Writer { buf: out, pos: 0 };
+    w.u32(u32::try_from(total).unwrap_or(u32::MAX));
+    w.u32(if v2 { MAGIC_V2 } else { MAGIC_V1 });
+    w.u32(body_crc);
+    w.u32(meta.queue_id);
+    w.i32(meta.flag);
+    w.u64(meta.queue_offset);
+    w.u64(meta.physical_offset);
+    w.i32(meta.sysflag & !(super::sysflag::BORNHOST_V6 | super::sysflag::STOREHOST_V6));
+    w.i64(meta.born_timestamp);
+    w.bytes(&BORN_HOST.ip);
+    w.i32(BORN_HOST.port);
+    w.i64(meta.store_timestamp);
+    w.bytes(&STORE_HOST.ip);
+    w.i32(STORE_HOST.port);
+    w.i32(meta.reconsume_times);
+    w.i64(meta.prepared_transaction_offset);
+    w.u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
+    w.bytes(body);
+    if v2 {
+        w.bytes(&u16::try_from(topic.len()).unwrap_or(u16::MAX).to_be_bytes());
+    } else {
+        w.bytes(&[u8::try_from(topic.len()).unwrap_or(0)]);
+    }
+    w.bytes(topic);
+    w.bytes(&u16::try_from(props.len()).unwrap_or(0).to_be_bytes());
+    w.bytes(props);
+}
+
+/// Body CRC (masked IEEE CRC32).
+#[inline]
+pub fn body_crc(body: &[u8]) -> u32 {
+    crc::body_crc(body)
+}
+
+/// Writes the 8-byte END_OF_FILE marker for `remaining` bytes into `out` (at least 8 bytes).
+pub fn encode_blank(out: &mut [u8], remaining: u32) {
+    let mut w = Writer { buf: out, pos: 0 };
+    w.u32(remaining);
+    w.u32(BLANK_MAGIC);
+}
+
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl Writer<'_> {
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        if let Some(dst) = self.buf.get_mut(self.pos..self.pos + b.len()) {
+            dst.copy_from_slice(b);
+        }
+        self.pos += b.len();
+    }
+    #[inline]
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_be_bytes());
+    }
+    #[inline]
+    fn i32(&mut self, v: i32) {
+        self.bytes(&v.to_be_bytes());
+    }
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_be_bytes());
+    }
+    #[inline]
+    fn i64(&mut self, v: i64) {
+        self.bytes(&v.to_be_bytes());
+    }
+}
+
+/// Why bytes are not a valid record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the header or the declared size.
+    Truncated,
+    /// Unknown magic code.
+    BadMagic(u32),
+    /// Declared total size disagrees with the field lengths.
+    BadLength,
+    /// Stored body CRC differs from the computed one.
+    #[allow(missing_docs)]
+    CrcMismatch { stored: u32, computed: u32 },
+    /// The topic is not UTF-8.
+    BadTopic,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "record truncated"),
+            DecodeError::BadMagic(m) => write!(f, "bad magic code {m:#010x}"),
+            DecodeError::BadLength => write!(f, "record length disagrees with its fields"),
+            DecodeError::CrcMismatch { stored, computed } => {
+                write!(
+                    f,
+                    "body CRC mismatch (stored {stored:#x}, computed {computed:#x})"
+                )
+            }
+            DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
+        }
+    }
+}
+
+/// A decoded view over one record's bytes; field accessors read lazily.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    buf: &'a [u8],
+    born_host_len: usize,
+    store_host_len: usize,
+    body_at: usize,
+    body_len: usize,
+    topic_at: usize,
+    topic_len: usize,
+    props_at: usize,
+    props_len: usize,
+}
+
+#[inline]
+fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_be_bytes)
+}
+#[inline]
+fn be_u64(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_be_bytes)
+}
+#[inline]
+fn be_u16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2)
+        .and_then(|s| s.try_into().ok())
+        .map(u16::from_be_bytes)
+}
+
+impl<'a> RecordView<'a> {
+    /// Parses the record at the start of `buf` (which may be longer); `check_crc` recomputes
+    /// the body CRC.
+    pub fn parse(buf: &'a [u8], check_crc: bool) -> Result<Self, DecodeError> {
+        let total = be_u32(buf, 0).ok_or(DecodeError::Truncated)? as usize;
+        let magic = be_u32(buf, 4).ok_or(DecodeError::Truncated)?;
+        let v2 = match magic {
+            MAGIC_V1 => false,
+            MAGIC_V2 => true,
+            m => return Err(DecodeError::BadMagic(m)),
+        };
+        if total < FIXED_V1_IPV4 {
+            return Err(DecodeError::BadLength);
+        }
+        let buf = buf.get(..total).ok_or(DecodeError::Truncated)?;
+        let sysflag = be_u32(buf, 36).ok_or(DecodeError::Truncated)? as i32;
+        let born_host_len = if sysflag & super::sysflag::BORNHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
+        let store_host_len = if sysflag & super::sysflag::STOREHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
+        let store_ts_at = 48 + born_host_len;
+        let body_len_at = store_ts_at + 8 + store_host_len + 4 + 8;
+        let body_len = be_u32(buf, body_len_at).ok_or(DecodeError::Truncated)? as usize;
+        let body_at = body_len_at + 4;
+        let topic_len_at = body_at
+            .checked_add(body_len)
+            .ok_or(DecodeError::BadLength)?;
+        let (topic_len, topic_at) = if v2 {
+            (
+                usize::from(be_u16(buf, topic_len_at).ok_or(DecodeError::BadLength)?),
+                topic_len_at + 2,
+            )
+        } else {
+            (
+                usize::from(*buf.get(topic_len_at).ok_or(DecodeError::BadLength)?),
+                topic_len_at + 1,
+            )
+        };
+        let props_len_at = topic_at
+            .checked_add(topic_len)
+            .ok_or(DecodeError::BadLength)?;
+        let props_len = be_u16(buf, props_len_at).ok_or(DecodeError::BadLength)?;
+        if props_len > i16::MAX as u16 {
+            return Err(DecodeError::BadLength);
+        }
+        let props_at = props_len_at + 2;
+        if props_at + usize::from(props_len) != total {
+            return Err(DecodeError::BadLength);
+        }
+        let view = RecordView {
+            buf,
+            born_host_len,
+            store_host_len,
+            body_at,
+            body_len,
+            topic_at,
+            topic_len,
+            props_at,
+            props_len: usize::from(props_len),
+        };
+        if std::str::from_utf8(view.topic_bytes()).is_err() {
+            return Err(DecodeError::BadTopic);
+        }
+        if check_crc {
+            let stored = view.body_crc();
+            let computed = crc::body_crc(view.body());
+            if stored != computed {
+                return Err(DecodeError::CrcMismatch { stored, computed });
+            }
+        }
+        Ok(view)
+    }
+
+    /// The record's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+    /// TOTALSIZE.
+    pub fn total_size(&self) -> u32 {
+        self.buf.len() as u32
+    }
+    /// Magic code.
+    pub fn magic(&self) -> u32 {
+        be_u32(self.buf, 4).unwrap_or(0)
+    }
+    /// Stored body CRC.
+    pub fn body_crc(&self) -> u32 {
+        be_u32(self.buf, 8).unwrap_or(0)
+    }
+    /// Queue id.
+    pub fn queue_id(&self) -> u32 {
+        be_u32(self.buf, 12).unwrap_or(0)
+    }
+    /// User flag.
+    pub fn flag(&self) -> i32 {
+        be_u32(self.buf, 16).unwrap_or(0) as i32
+    }
+    /// Queue offset.
+    pub fn queue_offset(&self) -> u64 {
+        be_u64(self.buf, QUEUE_OFFSET_POS).unwrap_or(0)
+    }
+    /// Physical (commit-log) offset.
+    pub fn physical_offset(&self) -> u64 {
+        be_u64(self.buf, PHYSICAL_OFFSET_POS).unwrap_or(0)
+    }
+    /// SYSFLAG.
+    pub fn sysflag(&self) -> i32 {
+        be_u32(self.buf, 36).unwrap_or(0) as i32
+    }
+    /// Born timestamp (ms).
+    pub fn born_timestamp(&self) -> i64 {
+        be_u64(self.buf, 40).unwrap_or(0) as i64
+    }
+    /// Born host bytes (address then port).
+    pub fn born_host(&self) -> &'a [u8] {
+        self.buf.get(48..48 + self.born_host_len).unwrap_or(&[])
+    }
+    /// Store timestamp (ms).
+    pub fn store_timestamp(&self) -> i64 {
+        be_u64(self.buf, 48 + self.born_host_len).unwrap_or(0) as i64
+    }
+    /// Store host bytes (address then port).
+    pub fn store_host(&self) -> &'a [u8] {
+        let at = 56 + self.born_host_len;
+        self.buf.get(at..at + self.store_host_len).unwrap_or(&[])
+    }
+    /// Reconsume times.
+    pub fn reconsume_times(&self) -> i32 {
+        be_u32(self.buf, 56 + self.born_host_len + self.store_host_len).unwrap_or(0) as i32
+    }
+    /// Prepared transaction offset.
+    pub fn prepared_transaction_offset(&self) -> i64 {
+        be_u64(self.buf, 60 + self.born_host_len + self.store_host_len).unwrap_or(0) as i64
+    }
+    /// Body bytes.
+    pub fn body(&self) -> &'a [u8] {
+        self.buf
+            .get(self.body_at..self.body_at + self.body_len)
+            .unwrap_or(&[])
+    }
+    /// Topic bytes (UTF-8, checked by `parse`).
+    pub fn topic_bytes(&self) -> &'a [u8] {
+        self.buf
+            .get(self.topic_at..self.topic_at + self.topic_len)
+            .unwrap_or(&[])
+    }
+    /// Topic.
+    pub fn topic(&self) -> &'a str {
+        std::str::from_utf8(self.topic_bytes()).unwrap_or("")
+    }
+    /// Encoded properties.
+    pub fn properties(&self) -> &'a [u8] {
+        self.buf
+            .get(self.props_at..self.props_at + self.props_len)
+            .unwrap_or(&[])
+    }
+}
+
+/// What lies at a position of the commit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordCheck {
+    /// A valid record of this many bytes.
+    Record(u32),
+    /// The END_OF_FILE marker: the rest of the file is blank.
+    Blank,
+    /// No record starts here (zeros: the end of written data).
+    End,
+    /// Bytes that are not a valid record.
+    Invalid(DecodeError),
+}
+
+/// Classifies the bytes at the start of `buf` (the rest of the file from a position).
+pub fn check(buf: &[u8], check_crc: bool, expected_physical: Option<u64>) -> RecordCheck {
+    let Some(total) = be_u32(buf, 0) else {
+        return RecordCheck::End;
+    };
+    let magic = be_u32(buf, 4).unwrap_or(0);
+    if total == 0 && magic == 0 {
+        return RecordCheck::End;
+    }
+    if magic == BLANK_MAGIC {
+        return if total as usize == buf.len() {
+            RecordCheck::Blank
+        } else {
+            RecordCheck::Invalid(DecodeError::BadLength)
+        };
+    }
+    match RecordView::parse(buf, check_crc) {
+        Ok(v) => {
+            if expected_physical.is_some_and(|p| p != v.physical_offset()) {
+                return RecordCheck::Invalid(DecodeError::BadLength);
+            }
+            RecordCheck::Record(v.total_size())
+        }
+        Err(e) => RecordCheck::Invalid(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> RecordMeta {
+        RecordMeta {
+            queue_id: 3,
+            flag: 7,
+            queue_offset: 42,
+            physical_offset: 4096,
+            sysflag: 0,
+            born_timestamp: 1_700_000_000_000,
+            store_timestamp: 1_700_000_000_001,
+            reconsume_times: 2,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    #[test]
+    fn round_trip_v1() {
+        let (body, topic, props) = (
+            b"hello".as_slice(),
+            b"TopicTest".as_slice(),
+            b"TAGS\x01A\x02".as_slice(),
+        );
+        let n = encoded_len(body.len(), topic.len(), props.len()).unwrap();
+        assert_eq!(n, 91 + 5 + 9 + 7);
+        let mut buf = vec![0u8; n];
+        encode(&mut buf, &meta(), body_crc(body), body, topic, props);
+        let v = RecordView::parse(&buf, true).unwrap();
+        assert_eq!(v.magic(), MAGIC_V1);
+        assert_eq!(
+            (
+                v.queue_id(),
+                v.flag(),
+                v.queue_offset(),
+                v.physical_offset()
+            ),
+            (3, 7, 42, 4096)
+        );
+        assert_eq!(v.born_timestamp(), 1_700_000_000_000);
+        assert_eq!(v.store_timestamp(), 1_700_000_000_001);
+        assert_eq!(v.reconsume_times(), 2);
+        assert_eq!(
+            (v.body(), v.topic(), v.properties()),
+            (body, "TopicTest", props)
+        );
+        assert_eq!(check(&buf, true, Some(4096)), RecordCheck::Record(n as u32));
+        assert!(matches!(
+            check(&buf, true, Some(1)),
+            RecordCheck::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn v2_for_long_topics_and_crc_detects_flip() {
+        let topic = vec![b'a'; 200];
+        let n = encoded_len(1, 200, 0).unwrap();
+        assert_eq!(n, 92 + 1 + 200);
+        let mut buf = vec![0u8; n];
+        encode(&mut buf, &meta(), body_crc(b"x"), b"x", &topic, b"");
+        let v = RecordView::parse(&buf, true).unwrap();
+        assert_eq!(v.magic(), MAGIC_V2);
+        assert_eq!(v.topic().len(), 200);
+        buf[88] ^= 1; // flip a body bit
+        assert!(matches!(
+            RecordView::parse(&buf, true),
+            Err(DecodeError::CrcMismatch { .. })
+        ));
+        assert!(RecordView::parse(&buf, false).is_ok());
+    }
+
+    #[test]
+    fn blank_and_end() {
+        let mut buf = vec![0u8; 64];
+        assert_eq!(check(&buf, true, None), RecordCheck::End);
+        encode_blank(&mut buf, 64);
+        assert_eq!(check(&buf, true, None), RecordCheck::Blank);
+        assert_eq!(&buf[..8], &[0, 0, 0, 64, 0xCB, 0xD4, 0x31, 0x94]);
+    }
+}

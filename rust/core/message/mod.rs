@@ -1,0 +1,102 @@
+//! Messages: what a producer hands the store, and the record layout they are stored in.
+
+pub mod codec;
+pub mod msg_id;
+pub mod properties;
+pub mod validate;
+
+pub use codec::{RecordCheck, RecordView};
+
+/// Transaction type bits of SYSFLAG (`sysflag & 0xC`), FORMAT.md §1.2.
+pub mod sysflag {
+    /// Body compressed by the producer.
+    pub const COMPRESSED: i32 = 0x1;
+    /// Legacy multi-tags flag.
+    pub const MULTI_TAGS: i32 = 0x2;
+    /// Mask of the transaction type bits.
+    pub const TRANSACTION_MASK: i32 = 0xC;
+    /// Not a transaction message.
+    pub const TRANSACTION_NOT: i32 = 0x0;
+    /// Half (prepared) message: not dispatched to a consume queue.
+    pub const TRANSACTION_PREPARED: i32 = 0x4;
+    /// Committed transaction message.
+    pub const TRANSACTION_COMMIT: i32 = 0x8;
+    /// Rolled-back transaction message: not dispatched to a consume queue.
+    pub const TRANSACTION_ROLLBACK: i32 = 0xC;
+    /// BORNHOST is an IPv6 address (20 bytes).
+    pub const BORNHOST_V6: i32 = 0x10;
+    /// STOREHOST is an IPv6 address (20 bytes).
+    pub const STOREHOST_V6: i32 = 0x20;
+
+    /// True for transaction types that go to a consume queue (NOT and COMMIT).
+    pub fn is_dispatched(sysflag: i32) -> bool {
+        matches!(
+            sysflag & TRANSACTION_MASK,
+            TRANSACTION_NOT | TRANSACTION_COMMIT
+        )
+    }
+}
+
+/// A message to append, borrowed from the caller. Properties are already encoded
+/// (`name\x01value\x02` pairs, see [`properties`]) and validated by the caller or by
+/// [`validate::check_message`].
+#[derive(Debug, Clone, Copy)]
+pub struct MessageRef<'a> {
+    /// Destination topic.
+    pub topic: &'a str,
+    /// Destination queue id.
+    pub queue_id: u32,
+    /// Body bytes (non-empty).
+    pub body: &'a [u8],
+    /// Opaque user flag.
+    pub flag: i32,
+    /// Encoded properties.
+    pub properties: &'a [u8],
+    /// Java `String.hashCode` of the TAGS property (0 if none).
+    pub tags_code: i64,
+    /// SYSFLAG bits chosen by the producer (transaction type, compression).
+    pub sysflag: i32,
+    /// Producer wall clock in ms.
+    pub born_timestamp: i64,
+    /// Retry count.
+    pub reconsume_times: i32,
+    /// Half message offset for committed transaction messages, else 0.
+    pub prepared_transaction_offset: i64,
+}
+
+impl<'a> MessageRef<'a> {
+    /// A plain message with no properties, born now.
+    pub fn new(topic: &'a str, queue_id: u32, body: &'a [u8]) -> Self {
+        MessageRef {
+            topic,
+            queue_id,
+            body,
+            flag: 0,
+            properties: &[],
+            tags_code: 0,
+            sysflag: 0,
+            born_timestamp: crate::util::clock::now_ms(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    /// Sets encoded properties and the tags hash they imply.
+    pub fn with_properties(mut self, properties: &'a [u8]) -> Self {
+        self.properties = properties;
+        self.tags_code = properties::get(properties, properties::TAGS)
+            .map(properties::tags_hash)
+            .unwrap_or(0);
+        self
+    }
+}
+
+/// Java `String.hashCode` of `s` (UTF-16 code units, wrapping), sign-extended to i64: the
+/// consume-queue tags code of a tag.
+pub fn java_string_hash(s: &str) -> i32 {
+    let mut h: i32 = 0;
+    for unit in s.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    h
+}

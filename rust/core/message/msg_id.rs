@@ -1,0 +1,152 @@
+//! Message ids (FORMAT.md §3): the offset id (store host + physical offset, 32 upper-case hex
+//! characters) and the client unique id (UNIQ_KEY) a producer attaches to every message.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+
+use super::codec::HostV4;
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
+    }
+}
+
+/// The offset message id of the record at `physical_offset` stored by `host`.
+pub fn offset_msg_id(host: &HostV4, physical_offset: u64) -> String {
+    let mut s = String::with_capacity(32);
+    push_hex(&mut s, &host.ip);
+    push_hex(&mut s, &host.port.to_be_bytes());
+    push_hex(&mut s, &physical_offset.to_be_bytes());
+    s
+}
+
+/// Decodes an offset message id into (host, physical offset); `None` if malformed.
+pub fn decode_offset_msg_id(id: &str) -> Option<(HostV4, u64)> {
+    if id.len() != 32 || !id.is_ascii() {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(id.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    let ip = [bytes[0], bytes[1], bytes[2], bytes[3]];
+    let port = i32::from_be_bytes(bytes.get(4..8)?.try_into().ok()?);
+    let off = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+    Some((HostV4 { ip, port }, off))
+}
+
+/// Generates client unique ids: IP(4) PID(2) seed(4) ms-since-month-start(4) counter(2), hex.
+#[derive(Debug)]
+pub struct UniqueIdGenerator {
+    prefix: String,
+    month: Mutex<(i64, i64)>, // (start of current month ms, start of next month ms), UTC
+    counter: AtomicU16,
+}
+
+impl UniqueIdGenerator {
+    /// A generator for this process; `seed` stands in for Java's class-loader hash.
+    pub fn new(seed: u32) -> Self {
+        let mut prefix = String::with_capacity(20);
+        push_hex(&mut prefix, &[127, 0, 0, 1]);
+        push_hex(&mut prefix, &(std::process::id() as u16).to_be_bytes());
+        push_hex(&mut prefix, &seed.to_be_bytes());
+        UniqueIdGenerator {
+            prefix,
+            month: Mutex::new((0, 0)),
+            counter: AtomicU16::new(0),
+        }
+    }
+
+    /// Next id at wall-clock `now_ms`.
+    pub fn next(&self, now_ms: i64) -> String {
+        let start = {
+            let mut m = self.month.lock().unwrap_or_else(|p| p.into_inner());
+            if now_ms >= m.1 || now_ms < m.0 {
+                *m = month_bounds_utc(now_ms);
+            }
+            m.0
+        };
+        let since = u32::try_from((now_ms - start).max(0)).unwrap_or(u32::MAX);
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut s = String::with_capacity(32);
+        s.push_str(&self.prefix);
+        push_hex(&mut s, &since.to_be_bytes());
+        push_hex(&mut s, &n.to_be_bytes());
+        s
+    }
+}
+
+/// Start of the UTC month containing `ms` and start of the next, in ms.
+fn month_bounds_utc(ms: i64) -> (i64, i64) {
+    let days = ms.div_euclid(86_400_000);
+    let (y, m, _) = civil_from_days(days);
+    let start = days_from_civil(y, m, 1) * 86_400_000;
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    (start, days_from_civil(ny, nm, 1) * 86_400_000)
+}
+
+// Howard Hinnant's civil-calendar conversions (public-domain algorithms).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_id_round_trip() {
+        let host = HostV4 {
+            ip: [127, 0, 0, 1],
+            port: 10911,
+        };
+        let id = offset_msg_id(&host, 0x1234);
+        assert_eq!(id, "7F00000100002A9F0000000000001234");
+        assert_eq!(decode_offset_msg_id(&id), Some((host, 0x1234)));
+        assert_eq!(decode_offset_msg_id("zz"), None);
+        assert_eq!(
+            decode_offset_msg_id("7F00000100002A9F000000000000123G"),
+            None
+        );
+    }
+
+    #[test]
+    fn unique_ids_are_distinct_hex() {
+        let g = UniqueIdGenerator::new(7);
+        let a = g.next(1_700_000_000_000);
+        let b = g.next(1_700_000_000_000);
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+        // 2023-11-14T22:13:20Z: month starts 2023-11-01T00:00:00Z = 1698796800000
+        assert_eq!(
+            month_bounds_utc(1_700_000_000_000),
+            (1_698_796_800_000, 1_701_388_800_000)
+        );
+    }
+}

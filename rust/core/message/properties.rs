@@ -1,0 +1,184 @@
+//! Property strings: `name\x01value\x02` repeated, UTF-8 (FORMAT.md §2).
+//!
+//! Parsing follows RocketMQ: split on `\x02`, ignore segments shorter than 3 bytes, split each at
+//! its first `\x01`, which must be neither first nor last; a later duplicate wins.
+
+/// Separator between a name and its value.
+pub const NAME_VALUE_SEPARATOR: u8 = 1;
+/// Terminator of each pair.
+pub const PROPERTY_SEPARATOR: u8 = 2;
+/// Largest encoded property string RocketMQ accepts (signed 16-bit length).
+pub const MAX_PROPERTIES_LEN: usize = 32_767;
+
+/// Tag of the message.
+pub const TAGS: &str = "TAGS";
+/// Space-separated business keys.
+pub const KEYS: &str = "KEYS";
+/// Client unique message id.
+pub const UNIQ_KEY: &str = "UNIQ_KEY";
+/// Wait-for-flush flag.
+pub const WAIT: &str = "WAIT";
+/// Delay level.
+pub const DELAY: &str = "DELAY";
+/// Original topic of a delayed / timer / half message.
+pub const REAL_TOPIC: &str = "REAL_TOPIC";
+/// Original queue id of a delayed / timer / half message.
+pub const REAL_QID: &str = "REAL_QID";
+/// Half message marker.
+pub const TRAN_MSG: &str = "TRAN_MSG";
+/// Producer group.
+pub const PGROUP: &str = "PGROUP";
+
+/// Names the store or RocketMQ reserve; user properties may not use them.
+pub const RESERVED: &[&str] = &[
+    "KEYS",
+    "TAGS",
+    "WAIT",
+    "DELAY",
+    "RETRY_TOPIC",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "TRAN_MSG",
+    "PGROUP",
+    "MIN_OFFSET",
+    "MAX_OFFSET",
+    "BUYER_ID",
+    "ORIGIN_MESSAGE_ID",
+    "TRANSFER_FLAG",
+    "CORRECTION_FLAG",
+    "MQ2_FLAG",
+    "RECONSUME_TIME",
+    "MSG_REGION",
+    "TRACE_ON",
+    "UNIQ_KEY",
+    "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET",
+    "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "__transactionId__",
+    "TIMER_DELIVER_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS",
+    "TIMER_OUT_MS",
+    "TIMER_ENQUEUE_MS",
+    "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES",
+    "TIMER_DEL_UNIQKEY",
+    "TIMER_DELAY_LEVEL",
+    "__CRC32#",
+    "DUP_INFO",
+    "INSTANCE_ID",
+    "CORRELATION_ID",
+    "REPLY_TO_CLIENT",
+    "TTL",
+    "ARRIVE_TIME",
+    "CLUSTER",
+    "MSG_TYPE",
+    "POP_CK",
+    "POP_CK_OFFSET",
+    "1ST_POP_TIME",
+    "__SHARDINGKEY",
+    "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET",
+    "__BORNHOST",
+    "BORN_TIMESTAMP",
+    "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID",
+    "INNER_NUM",
+    "INNER_BASE",
+];
+
+/// True when `name` is reserved for the store.
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || name.starts_with("__RMQ.TRANSIENT.")
+}
+
+/// Appends one `name\x01value\x02` pair to `out`.
+#[inline]
+pub fn push(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.push(NAME_VALUE_SEPARATOR);
+    out.extend_from_slice(value.as_bytes());
+    out.push(PROPERTY_SEPARATOR);
+}
+
+/// Encodes pairs in order.
+pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        push(&mut out, k, v);
+    }
+    out
+}
+
+/// Iterates `(name, value)` pairs with RocketMQ's parsing rules (non-UTF-8 pairs are skipped).
+pub fn iter(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
+    props.split(|&b| b == PROPERTY_SEPARATOR).filter_map(|seg| {
+        if seg.len() < 3 {
+            return None;
+        }
+        let at = seg.iter().position(|&b| b == NAME_VALUE_SEPARATOR)?;
+        if at == 0 || at + 1 == seg.len() {
+            return None;
+        }
+        let name = std::str::from_utf8(seg.get(..at)?).ok()?;
+        let value = std::str::from_utf8(seg.get(at + 1..)?).ok()?;
+        Some((name, value))
+    })
+}
+
+/// Value of `name` (the last occurrence wins, as with RocketMQ's map).
+pub fn get<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
+    iter(props)
+        .filter(|(k, _)| *k == name)
+        .last()
+        .map(|(_, v)| v)
+}
+
+/// Decodes into an ordered list of pairs, later duplicates replacing earlier ones.
+pub fn decode(props: &[u8]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in iter(props) {
+        if let Some(slot) = out.iter_mut().find(|(ek, _)| ek == k) {
+            slot.1 = v.to_owned();
+        } else {
+            out.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    out
+}
+
+/// Consume-queue tags code of a TAGS value: Java `String.hashCode`, sign-extended.
+pub fn tags_hash(tag: &str) -> i64 {
+    i64::from(super::java_string_hash(tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rocketmq_parse_rules() {
+        let enc = encode([("TAGS", "A"), ("KEYS", "k1 k2"), ("x", "1")]);
+        assert_eq!(enc, b"TAGS\x01A\x02KEYS\x01k1 k2\x02x\x011\x02");
+        assert_eq!(get(&enc, "KEYS"), Some("k1 k2"));
+        assert_eq!(decode(&enc).len(), 3);
+        // short segments, leading / trailing separators and duplicates
+        let raw = b"a\x02\x01bc\x02ab\x01\x02k\x01v\x02k\x01w\x02";
+        assert_eq!(decode(raw), vec![("k".to_string(), "w".to_string())]);
+    }
+
+    #[test]
+    fn java_hash_matches_known_values() {
+        assert_eq!(super::super::java_string_hash(""), 0);
+        assert_eq!(super::super::java_string_hash("TagA"), 2_598_919);
+        assert_eq!(super::super::java_string_hash("hello"), 99_162_322);
+        // wraps like Java int arithmetic
+        assert_eq!(
+            super::super::java_string_hash("polygenelubricants"),
+            i32::MIN
+        );
+        assert_eq!(tags_hash("polygenelubricants"), i64::from(i32::MIN));
+    }
+}

@@ -1,0 +1,213 @@
+//! Store: the facade that opens, recovers, runs and closes a message store.
+//!
+//! Threads of a writable store: the reput (dispatch) thread, the flush thread and the commit-log
+//! preallocator. A read-only store starts none: it maps files read-only and follows the writer's
+//! tail by re-reading the directory when it reaches the end of what it mapped.
+//!
+//! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
+//! used in a forked child refuses every call; after `close` every call fails with `Closed`.
+
+mod open;
+mod read;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::checkpoint::Checkpoint;
+use crate::commit_log::CommitLog;
+use crate::config::StoreConfig;
+use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::reput::{Notifier, Reput};
+use crate::error::{Error, Result};
+use crate::flush::FlushService;
+use crate::lock::StoreLock;
+use crate::mapped_file::mmap::fork_generation;
+use crate::recovery::RecoveryReport;
+use crate::topic_config::TopicTable;
+
+pub use read::{GetResult, GetStatus, TagFilter};
+pub use write::{PutResult, PutStatus};
+
+/// An open message store. Cheap to share: every method takes `&self` and is thread-safe.
+#[derive(Debug)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: StoreConfig,
+    root: Option<PathBuf>,
+    commit_log: Arc<CommitLog>,
+    cqs: Arc<ConsumeQueueStore>,
+    topics: TopicTable,
+    checkpoint: Option<Arc<Checkpoint>>,
+    reput: Option<Arc<Reput>>,
+    flush: Option<Arc<FlushService>>,
+    notifier: Arc<Notifier>,
+    lock: Mutex<Option<StoreLock>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+    fork_gen: u64,
+    recovery: RecoveryReport,
+    uniq: crate::message::msg_id::UniqueIdGenerator,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in directory `root`.
+    ///
+    /// # Errors
+    /// `StoreLocked` if another writer holds it, `InvalidConfig`, `Corrupted` for damage below
+    /// the durable watermark, `Io`/`StoreFull` for file-system failures.
+    pub fn open(root: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
+        open::open(Some(root.as_ref()), config)
+    }
+
+    /// Opens a store that lives in anonymous memory only (nothing on disk).
+    pub fn open_in_memory(config: StoreConfig) -> Result<Store> {
+        open::open(
+            None,
+            StoreConfig {
+                read_only: false,
+                ..config
+            },
+        )
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if fork_generation() != self.inner.fork_gen {
+            return Err(Error::UsedAfterFork);
+        }
+        Ok(())
+    }
+
+    /// The store directory (`None` for an in-memory store).
+    pub fn root(&self) -> Option<&Path> {
+        self.inner.root.as_deref()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// True if opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.config.read_only
+    }
+
+    /// True after `close`.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// What recovery did at open.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.inner.recovery
+    }
+
+    /// Generates a client unique id (UNIQ_KEY) for a message.
+    pub fn new_unique_id(&self) -> String {
+        self.inner.uniq.next(crate::util::clock::now_ms())
+    }
+
+    /// Commit-log offsets: (oldest byte, one past the newest record).
+    pub fn commit_log_range(&self) -> (u64, u64) {
+        (
+            self.inner.commit_log.min_offset(),
+            self.inner.commit_log.max_offset(),
+        )
+    }
+
+    /// Offset below which every record is dispatched to its consume queue.
+    pub fn dispatched_offset(&self) -> u64 {
+        match &self.inner.reput {
+            Some(r) => r.dispatched_offset(),
+            None => self.inner.commit_log.max_offset(),
+        }
+    }
+
+    /// The checkpoint as last written (`None` for in-memory and checkpoint-less read-only opens).
+    pub fn checkpoint(&self) -> Option<crate::checkpoint::CheckpointData> {
+        self.inner.checkpoint.as_ref().map(|c| c.get())
+    }
+
+    /// Offset below which the commit log is durable.
+    pub fn flushed_offset(&self) -> u64 {
+        self.inner.commit_log.flushed_offset()
+    }
+
+    /// Forces the commit log and consume queues to disk and updates the checkpoint.
+    pub fn flush(&self) -> Result<()> {
+        self.check_usable()?;
+        if let Some(f) = &self.inner.flush {
+            f.flush_commit_log()?;
+            if let Some(r) = &self.inner.reput {
+                r.dispatch_all()?;
+            }
+            f.flush_logics_and_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Stops the threads, flushes everything, removes the abort marker and releases the lock.
+    /// Idempotent.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if fork_generation() != self.inner.fork_gen {
+            // A forked child must not flush, unlink or unlock on the parent's behalf.
+            return Ok(());
+        }
+        self.inner.shutdown()
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) -> Result<()> {
+        if let Some(r) = &self.reput {
+            r.stop();
+        }
+        if let Some(f) = &self.flush {
+            f.stop();
+        }
+        self.commit_log.stop_preallocator();
+        let threads: Vec<_> = self
+            .threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+        let mut result = Ok(());
+        if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
+            result = f
+                .flush_commit_log()
+                .and_then(|_| r.dispatch_all())
+                .and_then(|_| f.flush_logics_and_checkpoint());
+            let clean = result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
+            if clean {
+                if let Some(root) = &self.root {
+                    result = crate::lock::remove_abort(root);
+                }
+            }
+        }
+        *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        result
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,207 @@
+//! Opening a store: directories, lock, recovery, threads.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use super::{Inner, Store};
+use crate::checkpoint::Checkpoint;
+use crate::commit_log::CommitLog;
+use crate::config::{FlushMode, StoreConfig};
+use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::reput::{Notifier, Reput};
+use crate::dispatch::Dispatcher;
+use crate::error::{Error, Result};
+use crate::flush::FlushService;
+use crate::lock::{self, StoreLock};
+use crate::mapped_file::mmap::fork_generation;
+use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::message::msg_id::UniqueIdGenerator;
+use crate::recovery::{self, RecoveryReport};
+use crate::topic_config::TopicTable;
+use crate::util::fs;
+
+pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
+    config.validate()?;
+    let fork_gen = fork_generation();
+    let writable = !config.read_only;
+    let mut store_lock = None;
+    let mut abnormal = false;
+    if let Some(root) = root {
+        if writable {
+            fs::create_dir_all(root, config.dir_mode)?;
+            // The lock comes first: nothing below may touch a file without it.
+            store_lock = Some(StoreLock::acquire(
+                root,
+                config.lock_wait,
+                config.file_mode,
+            )?);
+            abnormal = lock::abort_exists(root);
+            for sub in ["commitlog", "consumequeue", "config"] {
+                fs::create_dir_all(&root.join(sub), config.dir_mode)?;
+            }
+        } else if !root.is_dir() {
+            return Err(Error::io(
+                "open",
+                root,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "store directory does not exist",
+                ),
+            ));
+        }
+    }
+
+    let (checkpoint, cp_data) = match root {
+        Some(r) if writable || r.join("checkpoint").exists() => {
+            let (cp, data) = Checkpoint::open(&r.join("checkpoint"), writable, config.file_mode)?;
+            (Some(Arc::new(cp)), data)
+        }
+        _ => (None, None),
+    };
+
+    let backing = match root {
+        Some(r) => Backing::Dir {
+            dir: r.join("commitlog"),
+            mode: config.file_mode,
+            populate: config.warm_mapped_files,
+        },
+        None => Backing::Memory,
+    };
+    let files = MappedFileQueue::new(backing, config.commit_log_file_size, writable);
+    files.load()?;
+    let commit_log = Arc::new(CommitLog::new(files));
+    let cqs = Arc::new(ConsumeQueueStore::new(
+        root.map(|r| r.join("consumequeue")),
+        config.consume_queue_file_size(),
+        config.file_mode,
+        config.dir_mode,
+        !writable,
+    ));
+    let topics = TopicTable::load(
+        root.map(|r| r.join("config").join("topics.json")),
+        config.file_mode,
+    )?;
+    let notifier = Arc::new(Notifier::default());
+
+    let mut report = RecoveryReport::default();
+    let mut reput = None;
+    let mut flush = None;
+    if writable {
+        cqs.load_all(abnormal)?;
+        report = recovery::recover(
+            &commit_log,
+            &cqs,
+            cp_data,
+            abnormal,
+            config.check_crc_on_recover,
+        )?;
+        if let Some(cp) = &checkpoint {
+            let mut d = cp.get();
+            d.confirm_phy_offset = report.end;
+            d.logics_dispatched_offset = report.reput_from;
+            cp.reset(d)?;
+        }
+        let dispatchers: Vec<Arc<dyn Dispatcher>> = vec![cqs.clone()];
+        let r = Arc::new(Reput::new(
+            Arc::clone(&commit_log),
+            dispatchers,
+            report.reput_from,
+            config.flush_mode == FlushMode::Sync,
+            Arc::clone(&notifier),
+        ));
+        // Consumers must see every recovered record as soon as open returns.
+        r.dispatch_all()?;
+        {
+            let mut a = commit_log.lock_appender();
+            for cq in cqs.all() {
+                a.set_queue_offset(cq.topic(), cq.queue_id(), cq.max_offset());
+            }
+        }
+        flush = Some(Arc::new(FlushService::new(
+            Arc::clone(&commit_log),
+            Arc::clone(&cqs),
+            Arc::clone(&r),
+            checkpoint.clone(),
+            config.flush_mode,
+            config.flush_interval,
+        )));
+        reput = Some(r);
+        if let Some(root) = root {
+            lock::create_abort(root, config.file_mode)?;
+        }
+    }
+
+    let inner = Arc::new(Inner {
+        config,
+        root: root.map(Path::to_path_buf),
+        commit_log,
+        cqs,
+        topics,
+        checkpoint,
+        reput,
+        flush,
+        notifier,
+        lock: Mutex::new(store_lock),
+        threads: Mutex::new(Vec::new()),
+        closed: AtomicBool::new(false),
+        fork_gen,
+        recovery: report,
+        uniq: UniqueIdGenerator::new(seed()),
+    });
+    start_threads(&inner)?;
+    Ok(Store { inner })
+}
+
+fn seed() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
+}
+
+fn start_threads(inner: &Arc<Inner>) -> Result<()> {
+    let mut threads = inner.threads.lock().unwrap_or_else(|p| p.into_inner());
+    let spawn_err = |e: std::io::Error| Error::io("spawn_thread", "mqlite", e);
+    if let Some(r) = &inner.reput {
+        let r = Arc::clone(r);
+        threads.push(
+            std::thread::Builder::new()
+                .name("mqlite-reput".into())
+                .spawn(move || r.run_thread(Duration::from_millis(10)))
+                .map_err(spawn_err)?,
+        );
+    }
+    if let Some(f) = &inner.flush {
+        let f = Arc::clone(f);
+        threads.push(
+            std::thread::Builder::new()
+                .name("mqlite-flush".into())
+                .spawn(move || f.run_thread())
+                .map_err(spawn_err)?,
+        );
+    }
+    if inner.reput.is_some() {
+        // Background preallocation of the next commit-log file; it exits when the store (the
+        // sender's owner) is dropped.
+        let (tx, rx) = mpsc::channel::<u64>();
+        inner.commit_log.set_preallocator(tx);
+        let weak = Arc::downgrade(&inner.commit_log);
+        threads.push(
+            std::thread::Builder::new()
+                .name("mqlite-prealloc".into())
+                .spawn(move || {
+                    while let Ok(start) = rx.recv() {
+                        let Some(cl) = weak.upgrade() else { break };
+                        // A failure here only means the roll creates the file itself and
+                        // reports the error to the producer.
+                        let _ = cl.files().prepare(start);
+                    }
+                })
+                .map_err(spawn_err)?,
+        );
+    }
+    Ok(())
+}

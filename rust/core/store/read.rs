@@ -1,0 +1,366 @@
+//! The read path: consume-queue ranges with tag filtering, RocketMQ's get statuses, lookups by
+//! message id and by time, and waiting for new data.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Store;
+use crate::consume_queue::ConsumeQueue;
+use crate::error::{Error, Result};
+use crate::message::codec::{RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
+use crate::message::{msg_id, properties};
+
+/// RocketMQ's `GetMessageStatus` values that mqlite returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetStatus {
+    /// Messages returned.
+    Found,
+    /// The queue has no message at all.
+    NoMessageInQueue,
+    /// The offset is below the queue's minimum (expired); `next_offset` is the minimum.
+    OffsetTooSmall,
+    /// The offset equals the queue's maximum: nothing new yet.
+    OffsetOverflowOne,
+    /// The offset is past the queue's maximum; `next_offset` is the maximum.
+    OffsetOverflowBadly,
+    /// Units were scanned but none matched the filter.
+    NoMatchedMessage,
+    /// Units were found but their records are gone (expired).
+    OffsetFoundNull,
+}
+
+impl GetStatus {
+    /// RocketMQ's name of the status.
+    pub fn name(&self) -> &'static str {
+        match self {
+            GetStatus::Found => "FOUND",
+            GetStatus::NoMessageInQueue => "NO_MESSAGE_IN_QUEUE",
+            GetStatus::OffsetTooSmall => "OFFSET_TOO_SMALL",
+            GetStatus::OffsetOverflowOne => "OFFSET_OVERFLOW_ONE",
+            GetStatus::OffsetOverflowBadly => "OFFSET_OVERFLOW_BADLY",
+            GetStatus::NoMatchedMessage => "NO_MATCHED_MESSAGE",
+            GetStatus::OffsetFoundNull => "OFFSET_FOUND_NULL",
+        }
+    }
+}
+
+/// A tag subscription: empty = every message; otherwise messages whose TAGS is in the set.
+#[derive(Debug, Clone, Default)]
+pub struct TagFilter {
+    tags: HashSet<String>,
+    codes: HashSet<i64>,
+}
+
+impl TagFilter {
+    /// Matches every message.
+    pub fn all() -> Self {
+        TagFilter::default()
+    }
+
+    /// Matches messages tagged with any of `tags` (`"*"` or no tag: everything).
+    pub fn tags<'a>(tags: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut f = TagFilter::default();
+        for t in tags {
+            let t = t.trim();
+            if t == "*" {
+                return TagFilter::default();
+            }
+            if !t.is_empty() {
+                f.codes.insert(properties::tags_hash(t));
+                f.tags.insert(t.to_owned());
+            }
+        }
+        f
+    }
+
+    /// Parses RocketMQ's expression `"TagA || TagB"` (`"*"` or empty: everything).
+    pub fn parse(expr: &str) -> Self {
+        TagFilter::tags(expr.split("||"))
+    }
+
+    /// True if the filter accepts everything.
+    pub fn is_all(&self) -> bool {
+        self.tags.is_empty()
+    }
+
+    fn code_matches(&self, code: i64) -> bool {
+        self.is_all() || self.codes.contains(&code)
+    }
+
+    fn record_matches(&self, props: &[u8]) -> bool {
+        self.is_all()
+            || properties::get(props, properties::TAGS).is_some_and(|t| self.tags.contains(t))
+    }
+}
+
+/// The result of one read: raw record bytes (decode them with `RecordView::parse`).
+#[derive(Debug, Clone)]
+pub struct GetResult {
+    /// Status.
+    pub status: GetStatus,
+    /// Where the next read should start.
+    pub next_offset: u64,
+    /// Queue minimum offset at the time of the read.
+    pub min_offset: u64,
+    /// Queue maximum offset (next to be written) at the time of the read.
+    pub max_offset: u64,
+    /// Concatenated record bytes.
+    pub buffer: Vec<u8>,
+    /// `(start, len)` of each record in `buffer`.
+    pub records: Vec<(u32, u32)>,
+}
+
+impl GetResult {
+    fn empty(status: GetStatus, next: u64, min: u64, max: u64) -> Self {
+        GetResult {
+            status,
+            next_offset: next,
+            min_offset: min,
+            max_offset: max,
+            buffer: Vec::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Iterates the records.
+    pub fn iter(&self) -> impl Iterator<Item = RecordView<'_>> {
+        self.records.iter().filter_map(|&(s, l)| {
+            self.buffer
+                .get(s as usize..(s + l) as usize)
+                .and_then(|b| RecordView::parse(b, false).ok())
+        })
+    }
+}
+
+/// Most units a filtered read scans before returning NO_MATCHED_MESSAGE.
+const MAX_FILTER_SCAN: usize = 16_000;
+/// Largest `max_messages` per read.
+pub const MAX_MESSAGES_PER_READ: usize = 65_536;
+
+impl Store {
+    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        let cq = self.inner.cqs.get(topic, queue_id)?;
+        if self.inner.config.read_only {
+            // Follow the writer: map files it created since we last looked.
+            let _ = cq.refresh();
+        }
+        Some(cq)
+    }
+
+    /// (min, max) logical offsets of a queue; max is the next offset to be written.
+    pub fn queue_offsets(&self, topic: &str, queue_id: u32) -> Result<(u64, u64)> {
+        self.check_usable()?;
+        Ok(self
+            .queue(topic, queue_id)
+            .map(|cq| (cq.min_offset(), cq.max_offset()))
+            .unwrap_or((0, 0)))
+    }
+
+    /// Reads up to `max` messages of (topic, queue) from `offset`, filtered by tag.
+    pub fn get_messages(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult> {
+        self.check_usable()?;
+        if max == 0 || max > MAX_MESSAGES_PER_READ {
+            return Err(Error::InvalidArgument {
+                field: "max_messages",
+                reason: format!("{max} is outside [1, {MAX_MESSAGES_PER_READ}]"),
+            });
+        }
+        let Some(cq) = self.queue(topic, queue_id) else {
+            let status = if offset == 0 {
+                GetStatus::NoMessageInQueue
+            } else {
+                GetStatus::OffsetOverflowBadly
+            };
+            return Ok(GetResult::empty(status, 0, 0, 0));
+        };
+        let (min, maxo) = (cq.min_offset(), cq.max_offset());
+        if maxo == 0 {
+            return Ok(GetResult::empty(GetStatus::NoMessageInQueue, 0, min, maxo));
+        }
+        if offset < min {
+            return Ok(GetResult::empty(GetStatus::OffsetTooSmall, min, min, maxo));
+        }
+        if offset == maxo {
+            return Ok(GetResult::empty(
+                GetStatus::OffsetOverflowOne,
+                offset,
+                min,
+                maxo,
+            ));
+        }
+        if offset > maxo {
+            return Ok(GetResult::empty(
+                GetStatus::OffsetOverflowBadly,
+                maxo,
+                min,
+                maxo,
+            ));
+        }
+        let scan = if filter.is_all() {
+            max
+        } else {
+            MAX_FILTER_SCAN.max(max)
+        };
+        let mut units = Vec::with_capacity(scan.min(4096));
+        cq.units(offset, scan, &mut units);
+        let mut out = GetResult::empty(GetStatus::OffsetFoundNull, offset, min, maxo);
+        out.buffer.reserve(
+            units
+                .iter()
+                .take(max)
+                .map(|(_, u)| u.size as usize)
+                .sum::<usize>()
+                .min(64 << 20),
+        );
+        let mut next = offset;
+        let mut refreshed = false;
+        for (k, u) in units {
+            if out.records.len() >= max {
+                break;
+            }
+            next = k + 1;
+            if u.is_placeholder() || !filter.code_matches(u.tags_code) {
+                continue;
+            }
+            let mut got = self.copy_record(u.offset, u.size, filter, &mut out);
+            if got.is_none() && self.inner.config.read_only && !refreshed {
+                refreshed = true;
+                let _ = self.inner.commit_log.files().refresh();
+                got = self.copy_record(u.offset, u.size, filter, &mut out);
+            }
+            if got.is_none() && u.offset < self.inner.commit_log.min_offset() {
+                continue; // expired record
+            }
+        }
+        out.next_offset = next;
+        out.status = if !out.records.is_empty() {
+            GetStatus::Found
+        } else if next > offset {
+            GetStatus::NoMatchedMessage
+        } else {
+            GetStatus::OffsetFoundNull
+        };
+        Ok(out)
+    }
+
+    /// Copies the record into `out` if it is intact and passes the tag check. `Some(matched)`
+    /// when the record was readable.
+    fn copy_record(
+        &self,
+        offset: u64,
+        size: u32,
+        filter: &TagFilter,
+        out: &mut GetResult,
+    ) -> Option<bool> {
+        self.inner
+            .commit_log
+            .with_bytes(offset, size, |b| match RecordView::parse(b, false) {
+                Ok(v) if v.physical_offset() == offset => {
+                    if !filter.record_matches(v.properties()) {
+                        return Some(false);
+                    }
+                    let start = out.buffer.len() as u32;
+                    out.buffer.extend_from_slice(b);
+                    out.records.push((start, size));
+                    Some(true)
+                }
+                _ => None,
+            })?
+    }
+
+    /// Decodes the message stored at commit-log `offset` and hands it to `f`.
+    pub fn get_by_offset<R>(&self, offset: u64, f: impl FnOnce(&RecordView<'_>) -> R) -> Result<R> {
+        self.check_usable()?;
+        if self.inner.config.read_only && offset >= self.inner.commit_log.max_offset() {
+            let _ = self.inner.commit_log.files().refresh();
+        }
+        self.inner.commit_log.read_record(offset, f)
+    }
+
+    /// Copies the raw bytes of the record at commit-log `offset`.
+    pub fn record_bytes(&self, offset: u64) -> Result<Vec<u8>> {
+        self.get_by_offset(offset, |v| v.bytes().to_vec())
+    }
+
+    /// Commit-log offset named by an offset message id (32 upper-case hex characters).
+    pub fn decode_msg_id(&self, id: &str) -> Result<u64> {
+        match msg_id::decode_offset_msg_id(id) {
+            Some((host, off)) if host == STORE_HOST => Ok(off),
+            _ => Err(Error::MessageNotFound {
+                msg_id: id.to_owned(),
+            }),
+        }
+    }
+
+    /// The first logical offset whose store timestamp is >= `ts_ms` (the max offset if none).
+    pub fn offset_for_timestamp(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
+        self.check_usable()?;
+        let Some(cq) = self.queue(topic, queue_id) else {
+            return Ok(0);
+        };
+        let (mut lo, mut hi) = (cq.min_offset(), cq.max_offset());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let ts = cq
+                .unit(mid)
+                .filter(|u| !u.is_placeholder())
+                .and_then(|u| {
+                    self.inner
+                        .commit_log
+                        .with_bytes(u.offset, u.size, store_timestamp)
+                })
+                .flatten()
+                .unwrap_or(i64::MIN);
+            if ts < ts_ms {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Blocks until any of `queues` (topic, queue id, offset) has a message at or after its
+    /// offset, or `timeout` passes. Writers wake waiters by notification; read-only stores
+    /// poll the files every few milliseconds.
+    pub fn wait_for_messages(
+        &self,
+        queues: &[(&str, u32, u64)],
+        timeout: Option<Duration>,
+    ) -> Result<bool> {
+        self.check_usable()?;
+        let ready = || {
+            queues
+                .iter()
+                .any(|&(t, q, off)| self.queue(t, q).is_some_and(|cq| cq.max_offset() > off))
+                || self.is_closed()
+        };
+        if self.inner.config.read_only {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            loop {
+                if ready() {
+                    return Ok(true);
+                }
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        Ok(self.inner.notifier.wait_until(timeout, ready))
+    }
+}
+
+fn store_timestamp(b: &[u8]) -> Option<i64> {
+    b.get(STORE_TIMESTAMP_POS..STORE_TIMESTAMP_POS + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(i64::from_be_bytes)
+}

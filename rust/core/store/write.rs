@@ -1,0 +1,304 @@
+//! The write path: validation (bad input writes nothing), topic auto-creation, append,
+//! dispatch, and the durability wait of sync mode.
+
+use super::Store;
+use crate::commit_log::append::{Appended, Prepared};
+use crate::config::FlushMode;
+use crate::error::{Error, Result};
+use crate::message::{properties, validate, MessageRef};
+use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
+
+/// Outcome of a put that wrote the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutStatus {
+    /// Written (and, in sync mode, confirmed durable).
+    PutOk,
+    /// Sync mode: written, but the disk did not confirm within the timeout.
+    FlushDiskTimeout,
+}
+
+/// Result of `put`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutResult {
+    /// Durability status.
+    pub status: PutStatus,
+    /// Where the record landed.
+    pub appended: Appended,
+}
+
+impl Store {
+    /// Appends one message.
+    ///
+    /// # Errors
+    /// A typed error for every invalid input (nothing is written), `ReadOnly`, `Closed`,
+    /// `Poisoned` after a failed flush, `StoreFull` when no file can be created.
+    pub fn put(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.check_writable()?;
+        // Message first: a rejected message must not auto-create its topic.
+        self.check_message(msg)?;
+        self.check_topic_queue(msg.topic, msg.queue_id)?;
+        let prepared = Prepared::new(*msg)?;
+        let appended = self.inner.commit_log.put(&prepared)?;
+        let status = self.after_append(appended.physical_offset + u64::from(appended.size))?;
+        Ok(PutResult { status, appended })
+    }
+
+    /// Appends a batch of messages for one topic and queue, with consecutive queue offsets, in
+    /// one file and under one lock. All or nothing: an invalid message rejects the batch.
+    pub fn put_batch(&self, msgs: &[MessageRef<'_>], out: &mut Vec<Appended>) -> Result<PutStatus> {
+        self.check_writable()?;
+        let Some(first) = msgs.first() else {
+            return Err(Error::InvalidBatch {
+                reason: "empty batch".into(),
+            });
+        };
+        let mut prepared = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            if m.topic != first.topic || m.queue_id != first.queue_id {
+                return Err(Error::InvalidBatch {
+                    reason: "a batch must target one topic and queue".into(),
+                });
+            }
+            if m.sysflag & crate::message::sysflag::TRANSACTION_MASK != 0 {
+                return Err(Error::InvalidBatch {
+                    reason: "transaction messages cannot be batched".into(),
+                });
+            }
+            self.check_message(m)?;
+            prepared.push(Prepared::new(*m)?);
+        }
+        self.check_topic_queue(first.topic, first.queue_id)?;
+        let start = out.len();
+        self.inner.commit_log.put_batch(&prepared, out)?;
+        match out.get(start..).and_then(|s| s.last()) {
+            Some(last) => self.after_append(last.physical_offset + u64::from(last.size)),
+            None => Ok(PutStatus::PutOk),
+        }
+    }
+
+    fn after_append(&self, end: u64) -> Result<PutStatus> {
+        match self.inner.config.flush_mode {
+            FlushMode::Async => {
+                if let Some(r) = &self.inner.reput {
+                    r.try_dispatch();
+                }
+                Ok(PutStatus::PutOk)
+            }
+            FlushMode::Sync => match &self.inner.flush {
+                Some(f) => {
+                    let confirmed = f.wait_flushed(end, self.inner.config.sync_flush_timeout)?;
+                    Ok(if confirmed {
+                        PutStatus::PutOk
+                    } else {
+                        PutStatus::FlushDiskTimeout
+                    })
+                }
+                None => {
+                    // In-memory store: nothing to flush; dispatch at once.
+                    if let Some(r) = &self.inner.reput {
+                        r.try_dispatch();
+                    }
+                    Ok(PutStatus::PutOk)
+                }
+            },
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_usable()?;
+        if self.inner.config.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(reason) = self.inner.flush.as_ref().and_then(|f| f.poisoned()) {
+            return Err(Error::Poisoned { reason });
+        }
+        Ok(())
+    }
+
+    fn check_message(&self, m: &MessageRef<'_>) -> Result<()> {
+        validate::check_sizes(
+            m.body.len(),
+            m.properties.len(),
+            self.inner.config.max_message_size,
+        )?;
+        check_encoded_properties(m.properties)
+    }
+
+    /// Validates the topic and queue id of a send, auto-creating the topic if allowed.
+    fn check_topic_queue(&self, topic: &str, queue_id: u32) -> Result<()> {
+        let (queues, writable) = match self.inner.topics.write_info(topic) {
+            Some(info) => info,
+            None => {
+                validate::check_topic(topic)?;
+                if is_system_topic(topic) {
+                    return Err(Error::InvalidTopic {
+                        topic: topic.to_owned(),
+                        reason: "reserved system topic",
+                    });
+                }
+                if !self.inner.config.auto_create_topics {
+                    return Err(Error::TopicNotFound {
+                        topic: topic.to_owned(),
+                    });
+                }
+                let q = self.inner.config.default_queues;
+                self.inner
+                    .topics
+                    .put(TopicConfig::new(topic, q, PERM_READ | PERM_WRITE, false))?;
+                (q, true)
+            }
+        };
+        if is_system_topic(topic) {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "reserved system topic",
+            });
+        }
+        if !writable {
+            return Err(Error::TopicNotWritable {
+                topic: topic.to_owned(),
+            });
+        }
+        if queue_id >= queues {
+            return Err(Error::InvalidQueue {
+                topic: topic.to_owned(),
+                queue_id,
+                queue_count: queues,
+            });
+        }
+        Ok(())
+    }
+
+    /// Write queue count of `topic`, creating it (if allowed) when unknown.
+    pub fn write_queue_count(&self, topic: &str) -> Result<u32> {
+        self.check_usable()?;
+        if let Some((q, _)) = self.inner.topics.write_info(topic) {
+            return Ok(q);
+        }
+        if self.inner.config.read_only {
+            return Err(Error::TopicNotFound {
+                topic: topic.to_owned(),
+            });
+        }
+        self.check_topic_queue(topic, 0)?;
+        Ok(self
+            .inner
+            .topics
+            .write_info(topic)
+            .map(|(q, _)| q)
+            .unwrap_or(0))
+    }
+
+    /// Creates (or updates) a topic. `exist_ok = false` fails if it exists already.
+    pub fn create_topic(
+        &self,
+        topic: &str,
+        queues: u32,
+        perm: u32,
+        order: bool,
+        exist_ok: bool,
+    ) -> Result<()> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "reserved system topic",
+            });
+        }
+        if !(1..=1024).contains(&queues) {
+            return Err(Error::InvalidArgument {
+                field: "queues",
+                reason: format!("{queues} is outside [1, 1024]"),
+            });
+        }
+        if perm & !7 != 0 {
+            return Err(Error::InvalidArgument {
+                field: "perm",
+                reason: format!("{perm} is not a 3-bit permission"),
+            });
+        }
+        if let Some(existing) = self.inner.topics.get(topic) {
+            if !exist_ok {
+                return Err(Error::InvalidArgument {
+                    field: "topic",
+                    reason: format!("{topic:?} exists already"),
+                });
+            }
+            if existing.write_queue_nums > queues {
+                return Err(Error::InvalidArgument {
+                    field: "queues",
+                    reason: format!(
+                        "{topic:?} has {} queues; queues cannot be removed",
+                        existing.write_queue_nums
+                    ),
+                });
+            }
+        }
+        self.inner
+            .topics
+            .put(TopicConfig::new(topic, queues, perm, order))?;
+        Ok(())
+    }
+
+    /// Every topic's configuration.
+    pub fn topics(&self) -> Result<Vec<TopicConfig>> {
+        self.check_usable()?;
+        Ok(self.inner.topics.all())
+    }
+
+    /// One topic's configuration.
+    pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
+        self.check_usable()?;
+        Ok(self.inner.topics.get(topic))
+    }
+}
+
+/// Checks that `props` is a well-formed property string: `name\x01value\x02` pairs with
+/// non-empty names and values and no other separator bytes.
+pub fn check_encoded_properties(props: &[u8]) -> Result<()> {
+    if props.is_empty() {
+        return Ok(());
+    }
+    if props.last() != Some(&properties::PROPERTY_SEPARATOR) {
+        return Err(Error::InvalidMessage {
+            reason: "properties must end with \\x02".into(),
+        });
+    }
+    for seg in props
+        .split(|&b| b == properties::PROPERTY_SEPARATOR)
+        .filter(|s| !s.is_empty())
+    {
+        let ones = seg
+            .iter()
+            .filter(|&&b| b == properties::NAME_VALUE_SEPARATOR)
+            .count();
+        let at = seg
+            .iter()
+            .position(|&b| b == properties::NAME_VALUE_SEPARATOR);
+        match at {
+            Some(i) if ones == 1 && i > 0 && i + 1 < seg.len() && !seg.contains(&0) => {}
+            _ => {
+                return Err(Error::InvalidMessage {
+                    reason: "malformed property (empty name or value, or a stray \\x00/\\x01 byte)"
+                        .into(),
+                })
+            }
+        }
+        if std::str::from_utf8(seg).is_err() {
+            return Err(Error::InvalidMessage {
+                reason: "property is not UTF-8".into(),
+            });
+        }
+    }
+    if props
+        .windows(2)
+        .any(|w| w == [properties::PROPERTY_SEPARATOR; 2])
+        || props.first() == Some(&2)
+    {
+        return Err(Error::InvalidMessage {
+            reason: "empty property segment".into(),
+        });
+    }
+    Ok(())
+}

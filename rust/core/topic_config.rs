@@ -1,0 +1,246 @@
+//! Topic configuration: `config/topics.json` in RocketMQ's shape (FORMAT.md §7).
+//!
+//! Invariants: the file is replaced atomically (temp, fsync, rename, fsync dir) with a `.bak`
+//! of the previous version; the reader falls back to the `.bak` when the file is missing, empty
+//! or unparsable. System topics are created by the store, never by users.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::message::validate;
+use crate::util::{clock::now_ms, fs};
+
+/// Read permission bit.
+pub const PERM_READ: u32 = 4;
+/// Write permission bit.
+pub const PERM_WRITE: u32 = 2;
+/// Inherit bit (template topics).
+pub const PERM_INHERIT: u32 = 1;
+
+/// Topics reserved for the store (RocketMQ's system topics).
+pub const SYSTEM_TOPICS: &[&str] = &[
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+    "rmq_sys_wheel_timer",
+    "RMQ_SYS_TRACE_TOPIC",
+];
+
+/// True for topics users may not create or send to directly.
+pub fn is_system_topic(topic: &str) -> bool {
+    SYSTEM_TOPICS.contains(&topic)
+        || topic.starts_with("rmq_sys_")
+        || validate::is_retry_or_dlq(topic)
+}
+
+/// One topic's settings (field names as in RocketMQ's JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicConfig {
+    /// Free-form attributes.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+    /// Ordered topic flag.
+    #[serde(default)]
+    pub order: bool,
+    /// Permission bits (6 = read + write).
+    pub perm: u32,
+    /// Readable queues.
+    pub read_queue_nums: u32,
+    /// Filter type name.
+    #[serde(default = "single_tag")]
+    pub topic_filter_type: String,
+    /// Topic name.
+    pub topic_name: String,
+    /// System flag.
+    #[serde(default)]
+    pub topic_sys_flag: u32,
+    /// Writable queues.
+    pub write_queue_nums: u32,
+}
+
+fn single_tag() -> String {
+    "SINGLE_TAG".to_owned()
+}
+
+impl TopicConfig {
+    /// A read/write topic with `queues` queues.
+    pub fn new(name: &str, queues: u32, perm: u32, order: bool) -> Self {
+        TopicConfig {
+            attributes: BTreeMap::new(),
+            order,
+            perm,
+            read_queue_nums: queues,
+            topic_filter_type: single_tag(),
+            topic_name: name.to_owned(),
+            topic_sys_flag: 0,
+            write_queue_nums: queues,
+        }
+    }
+
+    /// True if sends are allowed.
+    pub fn writable(&self) -> bool {
+        self.perm & PERM_WRITE != 0
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DataVersion {
+    counter: u64,
+    #[serde(default)]
+    state_version: u64,
+    timestamp: i64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicsFile {
+    #[serde(default)]
+    data_version: DataVersion,
+    topic_config_table: BTreeMap<String, TopicConfig>,
+}
+
+/// The topic table.
+#[derive(Debug)]
+pub struct TopicTable {
+    path: Option<PathBuf>,
+    mode: u32,
+    inner: RwLock<TopicsFile>,
+}
+
+impl TopicTable {
+    /// Loads `path` (or its `.bak`); `None` path: in memory.
+    pub fn load(path: Option<PathBuf>, mode: u32) -> Result<Self> {
+        let file = match &path {
+            Some(p) => fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())?
+                .unwrap_or_default(),
+            None => TopicsFile::default(),
+        };
+        Ok(TopicTable {
+            path,
+            mode,
+            inner: RwLock::new(file),
+        })
+    }
+
+    /// Config of `topic`.
+    pub fn get(&self, topic: &str) -> Option<TopicConfig> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .topic_config_table
+            .get(topic)
+            .cloned()
+    }
+
+    /// Write queue count and writability of `topic`, without cloning the config.
+    pub fn write_info(&self, topic: &str) -> Option<(u32, bool)> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.topic_config_table
+            .get(topic)
+            .map(|c| (c.write_queue_nums, c.writable()))
+    }
+
+    /// Every topic, sorted by name.
+    pub fn all(&self) -> Vec<TopicConfig> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .topic_config_table
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Adds or replaces a topic and persists the table. Returns false if an identical
+    /// config existed already.
+    pub fn put(&self, config: TopicConfig) -> Result<bool> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if g.topic_config_table.get(&config.topic_name) == Some(&config) {
+            return Ok(false);
+        }
+        let previous = g
+            .topic_config_table
+            .insert(config.topic_name.clone(), config.clone());
+        g.data_version.counter += 1;
+        g.data_version.timestamp = now_ms();
+        if let Err(e) = self.persist(&g) {
+            // Keep memory and disk in agreement: undo the change.
+            match previous {
+                Some(p) => g.topic_config_table.insert(config.topic_name.clone(), p),
+                None => g.topic_config_table.remove(&config.topic_name),
+            };
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Removes a topic; returns whether it existed.
+    pub fn remove(&self, topic: &str) -> Result<bool> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if g.topic_config_table.remove(topic).is_none() {
+            return Ok(false);
+        }
+        g.data_version.counter += 1;
+        g.data_version.timestamp = now_ms();
+        self.persist(&g)?;
+        Ok(true)
+    }
+
+    fn persist(&self, file: &TopicsFile) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let json = serde_json::to_vec_pretty(file).map_err(|e| Error::InvalidConfig {
+            field: "topics.json",
+            reason: e.to_string(),
+        })?;
+        fs::atomic_write(path, &json, self.mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_matches_rocketmq_and_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        assert!(t.put(TopicConfig::new("TopicTest", 4, 6, false)).unwrap());
+        assert!(!t.put(TopicConfig::new("TopicTest", 4, 6, false)).unwrap());
+        let text = std::fs::read_to_string(&p).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let c = &v["topicConfigTable"]["TopicTest"];
+        assert_eq!(c["readQueueNums"], 4);
+        assert_eq!(c["writeQueueNums"], 4);
+        assert_eq!(c["perm"], 6);
+        assert_eq!(c["topicFilterType"], "SINGLE_TAG");
+        assert_eq!(v["dataVersion"]["counter"], 1);
+        let t2 = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        assert_eq!(t2.get("TopicTest").unwrap().write_queue_nums, 4);
+        // a damaged main file falls back to the .bak
+        t2.put(TopicConfig::new("Other", 2, 6, false)).unwrap();
+        std::fs::write(&p, b"{garbage").unwrap();
+        let t3 = TopicTable::load(Some(p), 0o600).unwrap();
+        assert!(t3.get("TopicTest").is_some());
+    }
+
+    #[test]
+    fn system_topics() {
+        assert!(is_system_topic("SCHEDULE_TOPIC_XXXX"));
+        assert!(is_system_topic("rmq_sys_anything"));
+        assert!(is_system_topic("%RETRY%g"));
+        assert!(!is_system_topic("TopicTest"));
+    }
+}

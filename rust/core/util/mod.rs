@@ -1,0 +1,5 @@
+//! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock.
+
+pub mod clock;
+pub mod crc;
+pub mod fs;
