@@ -87,6 +87,9 @@ impl Store {
             FlushMode::Sync => match &self.inner.flush {
                 Some(f) => {
                     let confirmed = f.wait_flushed(end, self.inner.config.sync_flush_timeout)?;
+                    if confirmed {
+                        self.dispatch_through(end)?;
+                    }
                     Ok(if confirmed {
                         PutStatus::PutOk
                     } else {
@@ -94,14 +97,25 @@ impl Store {
                     })
                 }
                 None => {
-                    // In-memory store: nothing to flush; dispatch at once.
-                    if let Some(r) = &self.inner.reput {
-                        r.try_dispatch();
-                    }
+                    // In-memory store: nothing to flush.
+                    self.dispatch_through(end)?;
                     Ok(PutStatus::PutOk)
                 }
             },
         }
+    }
+
+    /// Read-your-writes: when `put` returns, its record is in its consume queue. Usually the
+    /// putting thread dispatches itself (one uncontended try-lock); if another thread holds
+    /// the dispatch lock, wait for it.
+    fn dispatch_through(&self, end: u64) -> Result<()> {
+        if let Some(r) = &self.inner.reput {
+            r.try_dispatch();
+            if r.dispatched_offset() < end {
+                r.dispatch_all()?;
+            }
+        }
+        Ok(())
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -218,22 +232,15 @@ impl Store {
                 reason: format!("{perm} is not a 3-bit permission"),
             });
         }
-        if let Some(existing) = self.inner.topics.get(topic) {
-            if !exist_ok {
-                return Err(Error::InvalidArgument {
-                    field: "topic",
-                    reason: format!("{topic:?} exists already"),
-                });
+        if self.inner.topics.get(topic).is_some() {
+            if exist_ok {
+                // Like `mkdir -p`: an existing topic is left exactly as it is.
+                return Ok(());
             }
-            if existing.write_queue_nums > queues {
-                return Err(Error::InvalidArgument {
-                    field: "queues",
-                    reason: format!(
-                        "{topic:?} has {} queues; queues cannot be removed",
-                        existing.write_queue_nums
-                    ),
-                });
-            }
+            return Err(Error::InvalidArgument {
+                field: "topic",
+                reason: format!("{topic:?} exists already"),
+            });
         }
         self.inner
             .topics

@@ -1,1 +1,24 @@
+//! `mqlite._core`: the thin PyO3 binding of the mqlite core. It converts arguments, releases
+//! the GIL around every call that touches the store, calls the core's public API and maps its
+//! errors to the exception classes of `mqlite.errors`. The Python package owns ergonomics.
 
+mod errors;
+mod message;
+mod producer;
+mod queue;
+mod store;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<queue::PyMessageQueue>()?;
+    m.add_class::<message::PySendResult>()?;
+    m.add_class::<message::PySendBatchResult>()?;
+    m.add_class::<message::PyMessageExt>()?;
+    m.add_class::<store::PyGetResult>()?;
+    m.add_class::<producer::PyProducer>()?;
+    m.add_class::<store::PyStore>()?;
+    Ok(())
+}

@@ -1,0 +1,7 @@
+"""``python -m mqlite``: the command line."""
+
+import sys
+
+from mqlite.cli import main
+
+sys.exit(main())

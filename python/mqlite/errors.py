@@ -1,0 +1,211 @@
+"""The mqlite exception tree.
+
+The Rust extension raises these classes by name (``pyo3::import_exception!``), so the names are a
+contract. This module must not import ``mqlite._core``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MQError",
+    "MQClientError",
+    "IllegalArgumentError",
+    "InvalidTopicError",
+    "InvalidQueueError",
+    "InvalidMessageError",
+    "MessageTooLargeError",
+    "PropertiesTooLargeError",
+    "InvalidBatchError",
+    "InvalidConfigError",
+    "IllegalStateError",
+    "StoreClosedError",
+    "StoreReadOnlyError",
+    "StoreUsedAfterForkError",
+    "TopicNotFoundError",
+    "TopicNotWritableError",
+    "MessageNotFoundError",
+    "StoreError",
+    "StoreLockedError",
+    "StoreFullError",
+    "StorePoisonedError",
+    "CorruptedLogError",
+    "StoreIOError",
+    "OffsetOutOfRangeError",
+    "MQTimeoutError",
+    "FlushDiskTimeoutError",
+    "TransactionError",
+]
+
+
+class MQError(Exception):
+    """Root of every mqlite error; ``code`` is a stable identifier, ``retriable`` a hint."""
+
+    default_code: str = "MQ_ERROR"
+    retriable: bool = False
+    code: str
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = self.default_code if code is None else code
+
+    @property
+    def message(self) -> str:
+        """The human-readable message."""
+        return str(self.args[0]) if self.args else ""
+
+
+class MQClientError(MQError):
+    """The call was wrong: bad argument, wrong state, unknown name."""
+
+    default_code = "CLIENT_ERROR"
+
+
+class IllegalArgumentError(MQClientError, ValueError):
+    """An argument has an invalid value."""
+
+    default_code = "ILLEGAL_ARGUMENT"
+
+
+class InvalidTopicError(IllegalArgumentError):
+    """Topic name empty, too long, reserved or outside ``[A-Za-z0-9_-]``."""
+
+    default_code = "INVALID_TOPIC"
+
+
+class InvalidQueueError(IllegalArgumentError):
+    """Queue id out of the topic's range."""
+
+    default_code = "INVALID_QUEUE"
+
+
+class InvalidMessageError(IllegalArgumentError):
+    """Message body, tags, keys or properties are invalid."""
+
+    default_code = "INVALID_MESSAGE"
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """Body larger than ``max_message_size``."""
+
+    default_code = "MESSAGE_TOO_LARGE"
+
+
+class PropertiesTooLargeError(InvalidMessageError):
+    """Encoded properties larger than 32,767 bytes."""
+
+    default_code = "PROPERTIES_TOO_LARGE"
+
+
+class InvalidBatchError(IllegalArgumentError):
+    """Batch empty, mixing topics or too large."""
+
+    default_code = "INVALID_BATCH"
+
+
+class InvalidConfigError(IllegalArgumentError):
+    """A store option has a wrong type or value."""
+
+    default_code = "INVALID_CONFIG"
+
+
+class IllegalStateError(MQClientError, RuntimeError):
+    """The object cannot do this now."""
+
+    default_code = "ILLEGAL_STATE"
+
+
+class StoreClosedError(IllegalStateError):
+    """The store (or producer) was closed."""
+
+    default_code = "STORE_CLOSED"
+
+
+class StoreReadOnlyError(IllegalStateError):
+    """A write on a store opened with ``read_only=True``."""
+
+    default_code = "STORE_READ_ONLY"
+
+
+class StoreUsedAfterForkError(IllegalStateError):
+    """A store opened in a parent process was used in a forked child."""
+
+    default_code = "STORE_USED_AFTER_FORK"
+
+
+class TopicNotFoundError(MQClientError, LookupError):
+    """Unknown topic (and auto-creation is off)."""
+
+    default_code = "TOPIC_NOT_FOUND"
+
+
+class TopicNotWritableError(MQClientError):
+    """The topic's permission forbids writes."""
+
+    default_code = "TOPIC_NOT_WRITABLE"
+
+
+class MessageNotFoundError(MQClientError, LookupError):
+    """No message with this id or commit-log offset."""
+
+    default_code = "MESSAGE_NOT_FOUND"
+
+
+class StoreError(MQError):
+    """The store itself failed: I/O, lock, corruption."""
+
+    default_code = "STORE_ERROR"
+
+
+class StoreLockedError(StoreError):
+    """Another writer holds the store's lock."""
+
+    default_code = "STORE_LOCKED"
+    retriable = True
+
+
+class StoreFullError(StoreError, OSError):
+    """No space left for a write; reads still work."""
+
+    default_code = "STORE_FULL"
+
+
+class StorePoisonedError(StoreError):
+    """A flush failed earlier; reopen the store to write again."""
+
+    default_code = "STORE_POISONED"
+
+
+class CorruptedLogError(StoreError):
+    """A record failed its checks."""
+
+    default_code = "CORRUPTED_LOG"
+
+
+class StoreIOError(StoreError):
+    """An operating-system I/O error."""
+
+    default_code = "STORE_IO_ERROR"
+
+
+class OffsetOutOfRangeError(MQError, LookupError):
+    """An offset outside the queue's ``[min, max]`` range."""
+
+    default_code = "OFFSET_OUT_OF_RANGE"
+
+
+class MQTimeoutError(MQError, TimeoutError):
+    """An operation did not finish in time."""
+
+    default_code = "TIMEOUT"
+
+
+class FlushDiskTimeoutError(MQTimeoutError):
+    """A sync flush did not finish within ``sync_flush_timeout_ms``."""
+
+    default_code = "FLUSH_DISK_TIMEOUT"
+
+
+class TransactionError(MQError):
+    """A transactional operation failed."""
+
+    default_code = "TRANSACTION_ERROR"

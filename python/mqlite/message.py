@@ -1,0 +1,62 @@
+"""Outgoing messages, status enums, and the Rust result types."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mqlite._core import MessageExt, MessageQueue, SendBatchResult, SendResult
+
+__all__ = [
+    "GetMessageStatus",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "SendBatchResult",
+    "SendResult",
+    "SendStatus",
+]
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send.
+
+    ``keys`` is one key or a sequence of keys (indexed for look-up); ``properties`` are user
+    properties (names reserved by RocketMQ, such as ``KEYS`` or ``UNIQ_KEY``, are refused).
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] | str = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+
+class SendStatus(enum.Enum):
+    """Outcome of a successful send, as RocketMQ's ``SendStatus``."""
+
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+
+
+class GetMessageStatus(str, enum.Enum):
+    """Status of a read, as RocketMQ's store ``GetMessageStatus``; compares equal to its name."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_RESET = "OFFSET_RESET"
+
+    def __str__(self) -> str:
+        return self.value

@@ -1,0 +1,254 @@
+"""The ``Store`` handle: open, admin, reads, and the fork guard."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+from mqlite import _core
+from mqlite.config import store_options
+from mqlite.errors import MQError, StoreClosedError, StoreUsedAfterForkError
+from mqlite.message import MessageExt, MessageQueue
+from mqlite.producer import Producer
+from mqlite.topic import TopicConfig, parse_tags
+
+__all__ = ["Store", "open"]
+
+_OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
+# Rust handles inherited by a forked child: kept alive so their destructors never run there.
+_INHERITED: list[_core.Store] = []
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_OPEN):
+        store._mark_forked()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _queue(mq: object) -> MessageQueue:
+    if not isinstance(mq, MessageQueue):
+        raise TypeError(f"expected a MessageQueue, not {type(mq).__name__}")
+    return mq
+
+
+class Store:
+    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        wait: float | None = None,
+        flush: Literal["async", "sync"] = "async",
+        flush_interval_ms: int | None = None,
+        sync_flush_timeout_ms: int | None = None,
+        commit_log_file_size: int | None = None,
+        consume_queue_file_units: int | None = None,
+        max_message_size: int | None = None,
+        auto_create_topics: bool = True,
+        default_queues: int | None = None,
+        file_mode: int | None = None,
+        dir_mode: int | None = None,
+        retention_hours: float | None = None,
+    ) -> None:
+        options = store_options(
+            {
+                "read_only": read_only,
+                "wait": wait,
+                "flush": flush,
+                "flush_interval_ms": flush_interval_ms,
+                "sync_flush_timeout_ms": sync_flush_timeout_ms,
+                "commit_log_file_size": commit_log_file_size,
+                "consume_queue_file_units": consume_queue_file_units,
+                "max_message_size": max_message_size,
+                "auto_create_topics": auto_create_topics,
+                "default_queues": default_queues,
+                "file_mode": file_mode,
+                "dir_mode": dir_mode,
+                "retention_hours": retention_hours,
+            }
+        )
+        self._core = _core.Store(os.fsdecode(os.fspath(path)), **options)
+        self._path = self._core.path
+        self._read_only = self._core.read_only
+        self._pid = os.getpid()
+        self._ok = True
+        self._forked = False
+        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        _OPEN.add(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _mark_forked(self) -> None:
+        _INHERITED.append(self._core)
+        self._forked = True
+        self._set_dead()
+
+    def _set_dead(self) -> None:
+        self._ok = False
+        for producer in list(self._producers):
+            producer._ok = False
+
+    def _dead(self) -> MQError:
+        if self._pid != os.getpid() and not self._forked:
+            self._mark_forked()
+        if self._forked:
+            return StoreUsedAfterForkError(
+                f"store {self._path!r} was opened in process {self._pid}; "
+                "open it again in the child (use the 'spawn' start method)"
+            )
+        return StoreClosedError(f"store {self._path!r} is closed")
+
+    def _live(self) -> _core.Store:
+        if not self._ok or self._pid != os.getpid():
+            raise self._dead()
+        return self._core
+
+    def close(self) -> None:
+        """Flush and close; idempotent. In a forked child this only forgets the handle."""
+        if not self._ok:
+            return
+        self._set_dead()
+        _OPEN.discard(self)
+        if self._pid != os.getpid():
+            self._mark_forked()
+            return
+        self._core.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close()``, or in a child process that inherited the handle."""
+        return not self._ok or self._pid != os.getpid()
+
+    @property
+    def path(self) -> str:
+        """The store directory, or ``":memory:"``."""
+        return self._path
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened with ``read_only=True``."""
+        return self._read_only
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("read-only" if self._read_only else "open")
+        return f"<mqlite.Store {self._path!r} {state}>"
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def producer(self, group: str = "DEFAULT_PRODUCER") -> Producer:
+        """A producer in ``group``; sends go round robin over a topic's write queues."""
+        producer = Producer(self, self._live().producer(group))
+        self._producers.add(producer)
+        return producer
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
+    ) -> None:
+        """Create a topic with ``queues`` read and write queues (``perm``: 4 read, 2 write)."""
+        self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
+
+    def topics(self) -> list[TopicConfig]:
+        """All topics, sorted by name."""
+        configs = [TopicConfig.from_dict(d) for d in self._live().topics()]
+        return sorted(configs, key=lambda t: t.name)
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's message queues."""
+        return [MessageQueue(topic, i) for i in range(self._live().queue_count(topic))]
+
+    def offsets(self, mq: MessageQueue) -> tuple[int, int]:
+        """``(min, max)`` queue offsets; ``max`` is the offset the next message will get."""
+        mq = _queue(mq)
+        return self._live().offsets(mq.topic, mq.queue_id)
+
+    def offset_for_timestamp(self, mq: MessageQueue, ts: datetime | int) -> int:
+        """The first queue offset whose store time is at or after ``ts`` (datetime or epoch ms)."""
+        mq = _queue(mq)
+        if isinstance(ts, datetime):
+            ms = int(ts.timestamp() * 1000)
+        elif isinstance(ts, int) and not isinstance(ts, bool):
+            ms = ts
+        else:
+            raise TypeError(f"ts must be a datetime or int milliseconds, not {type(ts).__name__}")
+        return self._live().offset_for_timestamp(mq.topic, mq.queue_id, ms)
+
+    def flush(self) -> None:
+        """Write dirty pages to disk now."""
+        self._live().flush()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and sizes, as plain data."""
+        return self._live().stats()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read_result(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_messages: int = 32,
+        *,
+        tags: str | Sequence[str] | None = None,
+    ) -> _core.GetResult:
+        """Read from ``offset``; the result carries the status and ``next_offset``."""
+        mq = _queue(mq)
+        return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
+
+    def read(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_messages: int = 32,
+        *,
+        tags: str | Sequence[str] | None = None,
+    ) -> list[MessageExt]:
+        """Up to ``max_messages`` messages from ``offset``, filtered by a tag expression."""
+        return self.read_result(mq, offset, max_messages, tags=tags).messages
+
+    def get(self, msg_id: str) -> MessageExt:
+        """The message with this offset message id (``SendResult.offset_msg_id``)."""
+        return self._live().get(msg_id)
+
+    def get_by_offset(self, commit_log_offset: int) -> MessageExt:
+        """The message stored at this commit-log offset."""
+        return self._live().get_by_offset(commit_log_offset)
+
+    def wait_for(
+        self,
+        positions: Mapping[MessageQueue, int] | Iterable[tuple[MessageQueue, int]],
+        timeout: float | None = None,
+    ) -> bool:
+        """Block until a message exists at or beyond the given offset of any queue.
+
+        Returns False on timeout (``None`` waits forever).
+        """
+        items = positions.items() if isinstance(positions, Mapping) else positions
+        queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
+        return self._live().wait_for(queues, timeout)
+
+
+def open(path: str | os.PathLike[str], **config: Any) -> Store:  # noqa: A001 - mirrors sqlite3.connect
+    """Open (or create) the store at ``path``; see ``Store`` for the options."""
+    return Store(path, **config)

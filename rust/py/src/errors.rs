@@ -1,0 +1,99 @@
+//! One mapping from the core's `Error` to the exception classes of `mqlite.errors`.
+//!
+//! The classes are defined in Python (so they can also subclass `ValueError`, `LookupError`,
+//! `TimeoutError`, ...) and imported here by name.
+
+use mqlite::Error;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+pyo3::import_exception!(mqlite.errors, MQError);
+pyo3::import_exception!(mqlite.errors, StoreIOError);
+pyo3::import_exception!(mqlite.errors, StoreFullError);
+pyo3::import_exception!(mqlite.errors, StoreLockedError);
+pyo3::import_exception!(mqlite.errors, StoreClosedError);
+pyo3::import_exception!(mqlite.errors, StoreReadOnlyError);
+pyo3::import_exception!(mqlite.errors, StorePoisonedError);
+pyo3::import_exception!(mqlite.errors, InvalidConfigError);
+pyo3::import_exception!(mqlite.errors, InvalidTopicError);
+pyo3::import_exception!(mqlite.errors, TopicNotFoundError);
+pyo3::import_exception!(mqlite.errors, TopicNotWritableError);
+pyo3::import_exception!(mqlite.errors, InvalidQueueError);
+pyo3::import_exception!(mqlite.errors, InvalidMessageError);
+pyo3::import_exception!(mqlite.errors, MessageTooLargeError);
+pyo3::import_exception!(mqlite.errors, PropertiesTooLargeError);
+pyo3::import_exception!(mqlite.errors, InvalidBatchError);
+pyo3::import_exception!(mqlite.errors, IllegalArgumentError);
+pyo3::import_exception!(mqlite.errors, MessageNotFoundError);
+pyo3::import_exception!(mqlite.errors, CorruptedLogError);
+pyo3::import_exception!(mqlite.errors, FlushDiskTimeoutError);
+pyo3::import_exception!(mqlite.errors, StoreUsedAfterForkError);
+
+/// Wraps a core error so `?` converts it (the orphan rule forbids `From<Error> for PyErr`).
+#[derive(Debug)]
+pub struct PyMqError(pub Error);
+
+impl From<Error> for PyMqError {
+    fn from(e: Error) -> Self {
+        PyMqError(e)
+    }
+}
+
+impl From<PyMqError> for PyErr {
+    fn from(e: PyMqError) -> PyErr {
+        to_pyerr(&e.0)
+    }
+}
+
+/// The exception for a core error, with `.code` set to the variant's stable name.
+pub fn to_pyerr(e: &Error) -> PyErr {
+    let msg = e.to_string();
+    let err = match e {
+        Error::Io { .. } => StoreIOError::new_err(msg),
+        Error::StoreFull { .. } => StoreFullError::new_err(msg),
+        Error::StoreLocked { .. } => StoreLockedError::new_err(msg),
+        Error::Closed => StoreClosedError::new_err(msg),
+        Error::ReadOnly => StoreReadOnlyError::new_err(msg),
+        Error::Poisoned { .. } => StorePoisonedError::new_err(msg),
+        Error::InvalidConfig { .. } => InvalidConfigError::new_err(msg),
+        Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
+        Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
+        Error::TopicNotWritable { .. } => TopicNotWritableError::new_err(msg),
+        Error::InvalidQueue { .. } => InvalidQueueError::new_err(msg),
+        Error::InvalidMessage { .. } => InvalidMessageError::new_err(msg),
+        Error::MessageTooLarge { .. } => MessageTooLargeError::new_err(msg),
+        Error::PropertiesTooLarge { .. } => PropertiesTooLargeError::new_err(msg),
+        Error::InvalidBatch { .. } => InvalidBatchError::new_err(msg),
+        Error::InvalidArgument { .. } => IllegalArgumentError::new_err(msg),
+        Error::MessageNotFound { .. } => MessageNotFoundError::new_err(msg),
+        Error::Corrupted { .. } => CorruptedLogError::new_err(msg),
+        Error::FlushTimeout { .. } => FlushDiskTimeoutError::new_err(msg),
+        Error::UsedAfterFork => StoreUsedAfterForkError::new_err(msg),
+        _ => MQError::new_err(msg),
+    };
+    Python::attach(|py| {
+        // Best effort: an exception object that refuses attributes keeps its default code.
+        let _ = err.value(py).setattr("code", e.kind());
+    });
+    err
+}
+
+/// `IllegalArgumentError` for a bad argument detected in the binding.
+pub fn illegal(msg: impl Into<String>) -> PyErr {
+    IllegalArgumentError::new_err(msg.into())
+}
+
+/// `InvalidMessageError` for a malformed message detected in the binding.
+pub fn invalid_message(msg: impl Into<String>) -> PyErr {
+    InvalidMessageError::new_err(msg.into())
+}
+
+/// `TypeError` helper.
+pub fn type_error(msg: impl Into<String>) -> PyErr {
+    PyTypeError::new_err(msg.into())
+}
+
+/// `ValueError` helper (non-MQ argument problems such as a bad enum string).
+pub fn value_error(msg: impl Into<String>) -> PyErr {
+    PyValueError::new_err(msg.into())
+}

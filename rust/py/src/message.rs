@@ -1,0 +1,462 @@
+//! Conversions between Python messages and the core: outgoing `Message` objects are read
+//! attribute by attribute into an encoded property string; stored messages become `MessageExt`
+//! objects that decode their fields lazily from a shared record buffer.
+
+use std::sync::Arc;
+
+use mqlite::message::codec::{RecordView, STORE_HOST};
+use mqlite::message::{msg_id, properties, validate};
+use mqlite::Appended;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::{intern, IntoPyObjectExt};
+
+use crate::errors::{invalid_message, type_error};
+use crate::queue::PyMessageQueue;
+
+/// A message read from Python: owned references to its topic and body (so they stay alive
+/// while the GIL is released) and the range of its encoded properties in a shared buffer.
+pub struct Held<'py> {
+    pub topic: Bound<'py, PyString>,
+    pub body: Bound<'py, PyBytes>,
+    pub flag: i32,
+    pub props: (usize, usize),
+    pub tags_code: i64,
+}
+
+/// A message ready for the core, borrowing from a `Held`.
+pub struct Outgoing<'a> {
+    pub topic: &'a str,
+    pub body: &'a [u8],
+    pub flag: i32,
+    pub props: (usize, usize),
+    pub tags_code: i64,
+}
+
+impl<'py> Held<'py> {
+    /// Borrows the topic and body.
+    pub fn outgoing(&self) -> PyResult<Outgoing<'_>> {
+        Ok(Outgoing {
+            topic: self.topic.to_str()?,
+            body: self.body.as_bytes(),
+            flag: self.flag,
+            props: self.props,
+            tags_code: self.tags_code,
+        })
+    }
+}
+
+/// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` and
+/// appends the encoded properties (with the given UNIQ_KEY) to `props`.
+pub fn read_message<'py>(
+    msg: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+    uniq: &str,
+) -> PyResult<Held<'py>> {
+    let py = msg.py();
+    let topic = msg.getattr(intern!(py, "topic"))?;
+    let topic = topic.cast_into::<PyString>().map_err(|e| {
+        type_error(format!(
+            "topic must be a str, not {}",
+            type_name(&e.into_inner())
+        ))
+    })?;
+    let body = msg.getattr(intern!(py, "body"))?;
+    let body = body.cast_into::<PyBytes>().map_err(|e| {
+        type_error(format!(
+            "body must be bytes, not {}",
+            type_name(&e.into_inner())
+        ))
+    })?;
+    let start = props.len();
+    let mut tags_code = 0;
+    let tags = msg.getattr(intern!(py, "tags"))?;
+    if !tags.is_none() {
+        let t = tags
+            .cast::<PyString>()
+            .map_err(|_| type_error("tags must be a str or None"))?;
+        let t = t.to_str()?;
+        validate::check_tag(t).map_err(|e| invalid_message(e.to_string()))?;
+        properties::push(props, properties::TAGS, t);
+        tags_code = properties::tags_hash(t);
+    }
+    let keys = msg.getattr(intern!(py, "keys"))?;
+    push_keys(&keys, props)?;
+    properties::push(props, properties::UNIQ_KEY, uniq);
+    let user = msg.getattr(intern!(py, "properties"))?;
+    if !user.is_none() {
+        let items = user
+            .call_method0(intern!(py, "items"))
+            .map_err(|_| type_error("properties must be a mapping"))?;
+        for item in items.try_iter()? {
+            let item = item?;
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let k = k
+                .cast::<PyString>()
+                .map_err(|_| type_error("property names must be str"))?;
+            let v = v
+                .cast::<PyString>()
+                .map_err(|_| type_error("property values must be str"))?;
+            let (k, v) = (k.to_str()?, v.to_str()?);
+            validate::check_property(k, v, false).map_err(|e| invalid_message(e.to_string()))?;
+            properties::push(props, k, v);
+        }
+    }
+    let flag_obj = msg.getattr(intern!(py, "flag"))?;
+    let flag: i32 = flag_obj
+        .extract()
+        .map_err(|_| type_error("flag must be an int in the i32 range"))?;
+    Ok(Held {
+        topic,
+        body,
+        flag,
+        props: (start, props.len()),
+        tags_code,
+    })
+}
+
+fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
+    if keys.is_none() {
+        return Ok(());
+    }
+    let mut joined = String::new();
+    let mut add = |k: &Bound<'_, PyAny>| -> PyResult<()> {
+        let k = k
+            .cast::<PyString>()
+            .map_err(|_| type_error("keys must be a str or a sequence of str"))?;
+        let k = k.to_str()?;
+        validate::check_key(k).map_err(|e| invalid_message(e.to_string()))?;
+        if !joined.is_empty() {
+            joined.push(' ');
+        }
+        joined.push_str(k);
+        Ok(())
+    };
+    if keys.is_instance_of::<PyString>() {
+        add(keys)?;
+    } else {
+        for k in keys
+            .try_iter()
+            .map_err(|_| type_error("keys must be a str or a sequence of str"))?
+        {
+            add(&k?)?;
+        }
+    }
+    if !joined.is_empty() {
+        properties::push(props, properties::KEYS, &joined);
+    }
+    Ok(())
+}
+
+/// The UTF-8 of a `str` object.
+pub fn as_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
+    obj.cast::<PyString>()
+        .map_err(|_| type_error(format!("{what} must be a str, not {}", type_name(obj))))?
+        .to_str()
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+static SEND_STATUS: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
+
+/// `mqlite.message.SendStatus.SEND_OK` or `.FLUSH_DISK_TIMEOUT`.
+pub fn send_status(py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
+    let pair = SEND_STATUS.get_or_try_init(py, || -> PyResult<_> {
+        let cls = py.import("mqlite.message")?.getattr("SendStatus")?;
+        Ok((
+            cls.getattr("SEND_OK")?.unbind(),
+            cls.getattr("FLUSH_DISK_TIMEOUT")?.unbind(),
+        ))
+    })?;
+    Ok(if ok {
+        pair.0.clone_ref(py)
+    } else {
+        pair.1.clone_ref(py)
+    })
+}
+
+/// Outcome of one send.
+#[pyclass(frozen, module = "mqlite._core", name = "SendResult")]
+#[derive(Debug)]
+pub struct PySendResult {
+    pub topic: Arc<str>,
+    pub queue_id: u32,
+    pub ok: bool,
+    pub appended: Appended,
+    pub uniq: String,
+}
+
+#[pymethods]
+impl PySendResult {
+    #[getter]
+    fn send_status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        send_status(py, self.ok)
+    }
+    #[getter]
+    fn msg_id(&self) -> &str {
+        &self.uniq
+    }
+    #[getter]
+    fn offset_msg_id(&self) -> String {
+        msg_id::offset_msg_id(&STORE_HOST, self.appended.physical_offset)
+    }
+    #[getter]
+    fn message_queue(&self) -> PyMessageQueue {
+        PyMessageQueue {
+            topic: self.topic.to_string(),
+            queue_id: self.queue_id,
+        }
+    }
+    #[getter]
+    fn queue_offset(&self) -> u64 {
+        self.appended.queue_offset
+    }
+    #[getter]
+    fn commit_log_offset(&self) -> u64 {
+        self.appended.physical_offset
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",
+            if self.ok { "SEND_OK" } else { "FLUSH_DISK_TIMEOUT" },
+            self.uniq,
+            self.topic,
+            self.queue_id,
+            self.appended.queue_offset
+        )
+    }
+}
+
+/// Results of one batch, materialised on access.
+#[pyclass(frozen, sequence, module = "mqlite._core", name = "SendBatchResult")]
+#[derive(Debug)]
+pub struct PySendBatchResult {
+    pub topic: Arc<str>,
+    pub queue_id: u32,
+    pub ok: bool,
+    pub appended: Vec<Appended>,
+    /// UNIQ_KEYs, 32 characters each, concatenated.
+    pub uniq: String,
+}
+
+impl PySendBatchResult {
+    fn item(&self, i: usize) -> Option<PySendResult> {
+        let a = *self.appended.get(i)?;
+        let uniq = self.uniq.get(i * 32..i * 32 + 32)?.to_owned();
+        Some(PySendResult {
+            topic: Arc::clone(&self.topic),
+            queue_id: self.queue_id,
+            ok: self.ok,
+            appended: a,
+            uniq,
+        })
+    }
+}
+
+#[pymethods]
+impl PySendBatchResult {
+    #[getter]
+    fn message_queue(&self) -> PyMessageQueue {
+        PyMessageQueue {
+            topic: self.topic.to_string(),
+            queue_id: self.queue_id,
+        }
+    }
+    #[getter]
+    fn first_queue_offset(&self) -> u64 {
+        self.appended.first().map(|a| a.queue_offset).unwrap_or(0)
+    }
+    #[getter]
+    fn send_status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        send_status(py, self.ok)
+    }
+    fn __len__(&self) -> usize {
+        self.appended.len()
+    }
+    fn __getitem__(&self, index: isize) -> PyResult<PySendResult> {
+        let n = self.appended.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(pyo3::exceptions::PyIndexError::new_err(
+                "SendBatchResult index out of range",
+            ));
+        }
+        self.item(i as usize)
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("index out of range"))
+    }
+    fn __iter__(slf: PyRef<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let items: Vec<PySendResult> = (0..slf.appended.len())
+            .filter_map(|i| slf.item(i))
+            .collect();
+        let list = pyo3::types::PyList::new(
+            py,
+            items
+                .into_iter()
+                .map(|r| Py::new(py, r))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?;
+        Ok(list.try_iter()?.into_any().unbind())
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "SendBatchResult(topic={:?}, queue_id={}, count={})",
+            self.topic,
+            self.queue_id,
+            self.appended.len()
+        )
+    }
+}
+
+/// A stored message: a view into a shared buffer of raw records.
+#[pyclass(frozen, module = "mqlite._core", name = "MessageExt")]
+#[derive(Debug)]
+pub struct PyMessageExt {
+    pub buf: Arc<Vec<u8>>,
+    pub start: u32,
+    pub len: u32,
+}
+
+impl PyMessageExt {
+    fn view(&self) -> PyResult<RecordView<'_>> {
+        let b = self
+            .buf
+            .get(self.start as usize..(self.start + self.len) as usize)
+            .unwrap_or(&[]);
+        RecordView::parse(b, false).map_err(|e| {
+            crate::errors::CorruptedLogError::new_err(format!("stored record does not decode: {e}"))
+        })
+    }
+}
+
+#[pymethods]
+impl PyMessageExt {
+    #[getter]
+    fn topic(&self) -> PyResult<String> {
+        Ok(self.view()?.topic().to_owned())
+    }
+    #[getter]
+    fn queue_id(&self) -> PyResult<u32> {
+        Ok(self.view()?.queue_id())
+    }
+    #[getter]
+    fn queue_offset(&self) -> PyResult<u64> {
+        Ok(self.view()?.queue_offset())
+    }
+    #[getter]
+    fn commit_log_offset(&self) -> PyResult<u64> {
+        Ok(self.view()?.physical_offset())
+    }
+    #[getter]
+    fn msg_id(&self) -> PyResult<String> {
+        let v = self.view()?;
+        Ok(
+            match properties::get(v.properties(), properties::UNIQ_KEY) {
+                Some(u) => u.to_owned(),
+                None => msg_id::offset_msg_id(&STORE_HOST, v.physical_offset()),
+            },
+        )
+    }
+    #[getter]
+    fn offset_msg_id(&self) -> PyResult<String> {
+        Ok(msg_id::offset_msg_id(
+            &STORE_HOST,
+            self.view()?.physical_offset(),
+        ))
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.view()?.body()))
+    }
+    #[getter]
+    fn tags(&self) -> PyResult<Option<String>> {
+        Ok(properties::get(self.view()?.properties(), properties::TAGS).map(str::to_owned))
+    }
+    #[getter]
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let v = self.view()?;
+        let keys: Vec<&str> = properties::get(v.properties(), properties::KEYS)
+            .map(|k| k.split(' ').filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default();
+        PyTuple::new(py, keys)
+    }
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in properties::decode(self.view()?.properties()) {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+    fn get_property(&self, name: &str) -> PyResult<Option<String>> {
+        Ok(properties::get(self.view()?.properties(), name).map(str::to_owned))
+    }
+    #[getter]
+    fn flag(&self) -> PyResult<i32> {
+        Ok(self.view()?.flag())
+    }
+    #[getter]
+    fn sysflag(&self) -> PyResult<i32> {
+        Ok(self.view()?.sysflag())
+    }
+    #[getter]
+    fn born_timestamp(&self) -> PyResult<i64> {
+        Ok(self.view()?.born_timestamp())
+    }
+    #[getter]
+    fn store_timestamp(&self) -> PyResult<i64> {
+        Ok(self.view()?.store_timestamp())
+    }
+    #[getter]
+    fn reconsume_times(&self) -> PyResult<i32> {
+        Ok(self.view()?.reconsume_times())
+    }
+    #[getter]
+    fn store_size(&self) -> PyResult<u32> {
+        Ok(self.len)
+    }
+    #[getter]
+    fn message_queue(&self) -> PyResult<PyMessageQueue> {
+        let v = self.view()?;
+        Ok(PyMessageQueue {
+            topic: v.topic().to_owned(),
+            queue_id: v.queue_id(),
+        })
+    }
+    fn __repr__(&self) -> PyResult<String> {
+        let v = self.view()?;
+        Ok(format!(
+            "MessageExt(topic={:?}, queue_id={}, queue_offset={}, body_len={})",
+            v.topic(),
+            v.queue_id(),
+            v.queue_offset(),
+            v.body().len()
+        ))
+    }
+}
+
+/// Wraps records of a read into `MessageExt` objects sharing one buffer.
+pub fn messages_from(
+    py: Python<'_>,
+    buffer: Vec<u8>,
+    records: &[(u32, u32)],
+) -> PyResult<Vec<Py<PyAny>>> {
+    let buf = Arc::new(buffer);
+    records
+        .iter()
+        .map(|&(start, len)| {
+            PyMessageExt {
+                buf: Arc::clone(&buf),
+                start,
+                len,
+            }
+            .into_py_any(py)
+        })
+        .collect()
+}

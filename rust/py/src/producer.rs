@@ -1,0 +1,199 @@
+//! `Producer`: message conversion, queue selection (round robin over the topic's write
+//! queues, or an explicit queue id) and the send calls, with the GIL released while the store
+//! works.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use mqlite::message::msg_id::UniqueIdGenerator;
+use mqlite::{Appended, MessageRef, PutStatus, Store};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::errors::{illegal, PyMqError};
+use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
+
+/// Sends messages to a store.
+#[pyclass(frozen, module = "mqlite._core", name = "Producer")]
+#[derive(Debug)]
+pub struct PyProducer {
+    pub store: Arc<Store>,
+    pub group: String,
+    pub next_queue: AtomicU32,
+    pub ids: Arc<UniqueIdGenerator>,
+}
+
+fn queue_arg(queue_id: Option<i64>) -> PyResult<Option<u32>> {
+    match queue_id {
+        None => Ok(None),
+        Some(q) => u32::try_from(q).map(Some).map_err(|_| {
+            crate::errors::InvalidQueueError::new_err(format!(
+                "queue id {q} is negative or too large"
+            ))
+        }),
+    }
+}
+
+impl PyProducer {
+    /// The queue for a send: the given one, or the next in round-robin order.
+    fn pick_queue(&self, topic: &str, queue_id: Option<u32>) -> mqlite::Result<u32> {
+        match queue_id {
+            Some(q) => Ok(q),
+            None => {
+                let n = self.store.write_queue_count(topic)?.max(1);
+                Ok(self.next_queue.fetch_add(1, Ordering::Relaxed) % n)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyProducer {
+    #[getter]
+    fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Sends one message (`mqlite.Message`).
+    #[pyo3(signature = (msg, queue_id = None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        msg: &Bound<'_, PyAny>,
+        queue_id: Option<i64>,
+    ) -> PyResult<PySendResult> {
+        let queue_id = queue_arg(queue_id)?;
+        let now = mqlite::util::clock::now_ms();
+        let uniq = self.ids.next(now);
+        let mut props = Vec::with_capacity(64);
+        let held = read_message(msg, &mut props, &uniq)?;
+        let out = held.outgoing()?;
+        let result = py.detach(|| -> mqlite::Result<(u32, mqlite::PutResult)> {
+            let q = self.pick_queue(out.topic, queue_id)?;
+            let m = to_ref(&out, q, &props, now);
+            Ok((q, self.store.put(&m)?))
+        });
+        let (q, put) = result.map_err(PyMqError)?;
+        Ok(PySendResult {
+            topic: Arc::from(out.topic),
+            queue_id: q,
+            ok: put.status == PutStatus::PutOk,
+            appended: put.appended,
+            uniq,
+        })
+    }
+
+    /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
+    /// `bytes` (which need `topic`).
+    #[pyo3(signature = (msgs, topic = None, queue_id = None))]
+    fn send_batch(
+        &self,
+        py: Python<'_>,
+        msgs: &Bound<'_, PyAny>,
+        topic: Option<&Bound<'_, PyAny>>,
+        queue_id: Option<i64>,
+    ) -> PyResult<PySendBatchResult> {
+        let queue_id = queue_arg(queue_id)?;
+        let seq = if let Ok(l) = msgs.cast::<PyList>() {
+            l.to_tuple()
+        } else if let Ok(t) = msgs.cast::<PyTuple>() {
+            t.clone()
+        } else {
+            PyTuple::new(py, msgs.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
+        };
+        let n = seq.len();
+        if n == 0 {
+            return Err(crate::errors::InvalidBatchError::new_err("empty batch"));
+        }
+        let topic_str = match topic {
+            Some(t) => Some(as_str(t, "topic")?),
+            None => None,
+        };
+        let now = mqlite::util::clock::now_ms();
+        let mut uniq = String::with_capacity(n * 32);
+        let mut props: Vec<u8> = Vec::with_capacity(n * 44);
+        let mut held: Vec<Held<'_>> = Vec::with_capacity(n);
+        for item in seq.iter() {
+            let id = self.ids.next(now);
+            uniq.push_str(&id);
+            match item.cast_into::<pyo3::types::PyBytes>() {
+                Ok(body) => {
+                    let Some(t) = topic else {
+                        return Err(crate::errors::InvalidBatchError::new_err(
+                            "bytes items need topic=",
+                        ));
+                    };
+                    let start = props.len();
+                    mqlite::message::properties::push(
+                        &mut props,
+                        mqlite::message::properties::UNIQ_KEY,
+                        &id,
+                    );
+                    let topic = t
+                        .cast::<pyo3::types::PyString>()
+                        .map_err(|_| crate::errors::type_error("topic must be a str"))?
+                        .clone();
+                    held.push(Held {
+                        topic,
+                        body,
+                        flag: 0,
+                        props: (start, props.len()),
+                        tags_code: 0,
+                    });
+                }
+                Err(e) => held.push(read_message(&e.into_inner(), &mut props, &id)?),
+            }
+        }
+        let outs: Vec<Outgoing<'_>> = held.iter().map(Held::outgoing).collect::<PyResult<_>>()?;
+        if let Some(t) = topic_str {
+            if let Some(o) = outs.iter().find(|o| o.topic != t) {
+                return Err(crate::errors::InvalidBatchError::new_err(format!(
+                    "message topic {:?} differs from topic= {t:?}",
+                    o.topic
+                )));
+            }
+        }
+        let topic0 = outs.first().map(|o| o.topic).unwrap_or("");
+        if outs.iter().any(|o| o.topic != topic0) {
+            return Err(crate::errors::InvalidBatchError::new_err(
+                "a batch must target one topic",
+            ));
+        }
+        let result = py.detach(|| -> mqlite::Result<(u32, PutStatus, Vec<Appended>)> {
+            let q = self.pick_queue(topic0, queue_id)?;
+            let refs: Vec<MessageRef<'_>> =
+                outs.iter().map(|o| to_ref(o, q, &props, now)).collect();
+            let mut appended = Vec::with_capacity(refs.len());
+            let status = self.store.put_batch(&refs, &mut appended)?;
+            Ok((q, status, appended))
+        });
+        let (q, status, appended) = result.map_err(PyMqError)?;
+        Ok(PySendBatchResult {
+            topic: Arc::from(topic0),
+            queue_id: q,
+            ok: status == PutStatus::PutOk,
+            appended,
+            uniq,
+        })
+    }
+}
+
+fn to_ref<'a>(o: &Outgoing<'a>, queue_id: u32, props: &'a [u8], born: i64) -> MessageRef<'a> {
+    MessageRef {
+        topic: o.topic,
+        queue_id,
+        body: o.body,
+        flag: o.flag,
+        properties: props.get(o.props.0..o.props.1).unwrap_or(&[]),
+        tags_code: o.tags_code,
+        sysflag: 0,
+        born_timestamp: born,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
+/// Rejects an empty or malformed group name.
+pub fn check_group(group: &str) -> PyResult<()> {
+    mqlite::message::validate::check_group(group).map_err(|e| illegal(e.to_string()))
+}

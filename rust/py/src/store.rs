@@ -1,0 +1,360 @@
+//! `Store`: open/close, admin, reads and lookups; every call that touches the store releases
+//! the GIL.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mqlite::message::msg_id::UniqueIdGenerator;
+use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
+use crate::message::{messages_from, PyMessageExt};
+use crate::producer::{check_group, PyProducer};
+
+/// An open store.
+#[pyclass(frozen, module = "mqlite._core", name = "Store")]
+#[derive(Debug)]
+pub struct PyStore {
+    store: Arc<Store>,
+    path: String,
+    ids: Arc<UniqueIdGenerator>,
+}
+
+fn queue_id_arg(q: i64) -> PyResult<u32> {
+    u32::try_from(q)
+        .map_err(|_| InvalidQueueError::new_err(format!("queue id {q} is negative or too large")))
+}
+
+fn offset_arg(o: i64, what: &str) -> PyResult<u64> {
+    u64::try_from(o).map_err(|_| illegal(format!("{what} must be >= 0, got {o}")))
+}
+
+fn duration_arg(secs: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| InvalidConfigError::new_err(format!("{what} must be a finite number >= 0")))
+}
+
+/// A result of `Store.read`.
+#[pyclass(frozen, module = "mqlite._core", name = "GetResult")]
+#[derive(Debug)]
+pub struct PyGetResult {
+    status: GetStatus,
+    next_offset: u64,
+    min_offset: u64,
+    max_offset: u64,
+    messages: Py<PyList>,
+}
+
+#[pymethods]
+impl PyGetResult {
+    #[getter]
+    fn status(&self) -> &'static str {
+        self.status.name()
+    }
+    #[getter]
+    fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+    #[getter]
+    fn min_offset(&self) -> u64 {
+        self.min_offset
+    }
+    #[getter]
+    fn max_offset(&self) -> u64 {
+        self.max_offset
+    }
+    #[getter]
+    fn messages(&self, py: Python<'_>) -> Py<PyList> {
+        self.messages.clone_ref(py)
+    }
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "GetResult(status={}, next_offset={}, messages={})",
+            self.status.name(),
+            self.next_offset,
+            self.messages.bind(py).len()
+        )
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    #[new]
+    #[pyo3(signature = (
+        path, *, read_only = false, wait = None, flush = "async", flush_interval_ms = 500,
+        sync_flush_timeout_ms = 5000, commit_log_file_size = mqlite::config::DEFAULT_COMMIT_LOG_FILE_SIZE,
+        consume_queue_file_units = mqlite::config::DEFAULT_CONSUME_QUEUE_UNITS,
+        max_message_size = mqlite::config::DEFAULT_MAX_MESSAGE_SIZE, auto_create_topics = true,
+        default_queues = 4, file_mode = 0o600, dir_mode = 0o700, retention_hours = 72.0
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: String,
+        read_only: bool,
+        wait: Option<f64>,
+        flush: &str,
+        flush_interval_ms: u64,
+        sync_flush_timeout_ms: u64,
+        commit_log_file_size: u64,
+        consume_queue_file_units: u64,
+        max_message_size: usize,
+        auto_create_topics: bool,
+        default_queues: u32,
+        file_mode: u32,
+        dir_mode: u32,
+        retention_hours: f64,
+    ) -> PyResult<Self> {
+        let flush_mode = match flush {
+            "async" => FlushMode::Async,
+            "sync" => FlushMode::Sync,
+            other => {
+                return Err(InvalidConfigError::new_err(format!(
+                    "flush must be 'async' or 'sync', not {other:?}"
+                )))
+            }
+        };
+        let config = StoreConfig {
+            read_only,
+            lock_wait: wait.map(|w| duration_arg(w, "wait")).transpose()?,
+            flush_mode,
+            flush_interval: Duration::from_millis(flush_interval_ms),
+            sync_flush_timeout: Duration::from_millis(sync_flush_timeout_ms),
+            commit_log_file_size,
+            consume_queue_file_units,
+            max_message_size,
+            auto_create_topics,
+            default_queues,
+            file_mode,
+            dir_mode,
+            file_reserved_time: duration_arg(retention_hours * 3600.0, "retention_hours")?,
+            ..StoreConfig::default()
+        };
+        let in_memory = path == ":memory:";
+        if in_memory && read_only {
+            return Err(InvalidConfigError::new_err(
+                "an in-memory store cannot be read-only",
+            ));
+        }
+        let store = py
+            .detach(|| {
+                if in_memory {
+                    Store::open_in_memory(config)
+                } else {
+                    Store::open(&path, config)
+                }
+            })
+            .map_err(PyMqError)?;
+        let seed = std::process::id() ^ (std::ptr::addr_of!(path) as usize as u32);
+        Ok(PyStore {
+            store: Arc::new(store),
+            path,
+            ids: Arc::new(UniqueIdGenerator::new(seed)),
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.store.is_read_only()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.store.is_closed()
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let s = Arc::clone(&self.store);
+        py.detach(move || s.close())
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    #[pyo3(signature = (group = "DEFAULT_PRODUCER"))]
+    fn producer(&self, group: &str) -> PyResult<PyProducer> {
+        check_group(group)?;
+        if self.store.is_closed() {
+            return Err(PyMqError(mqlite::Error::Closed).into());
+        }
+        if self.store.is_read_only() {
+            return Err(PyMqError(mqlite::Error::ReadOnly).into());
+        }
+        Ok(PyProducer {
+            store: Arc::clone(&self.store),
+            group: group.to_owned(),
+            next_queue: AtomicU32::new(std::process::id() % 1024),
+            ids: Arc::clone(&self.ids),
+        })
+    }
+
+    #[pyo3(signature = (topic, queues = 4, *, perm = 6, order = false, exist_ok = true))]
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queues: i64,
+        perm: u32,
+        order: bool,
+        exist_ok: bool,
+    ) -> PyResult<()> {
+        let queues = u32::try_from(queues)
+            .map_err(|_| illegal(format!("queues must be in [1, 1024], got {queues}")))?;
+        py.detach(|| {
+            self.store
+                .create_topic(topic, queues, perm, order, exist_ok)
+        })
+        .map_err(|e| PyMqError(e).into())
+    }
+
+    fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let topics = self.store.topics().map_err(PyMqError)?;
+        let list = PyList::empty(py);
+        for t in topics {
+            let d = PyDict::new(py);
+            d.set_item("topicName", &t.topic_name)?;
+            d.set_item("readQueueNums", t.read_queue_nums)?;
+            d.set_item("writeQueueNums", t.write_queue_nums)?;
+            d.set_item("perm", t.perm)?;
+            d.set_item("order", t.order)?;
+            d.set_item("topicFilterType", &t.topic_filter_type)?;
+            d.set_item("topicSysFlag", t.topic_sys_flag)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn queue_count(&self, topic: &str) -> PyResult<u32> {
+        match self.store.topic(topic).map_err(PyMqError)? {
+            Some(t) => Ok(t.read_queue_nums),
+            None => Err(PyMqError(mqlite::Error::TopicNotFound {
+                topic: topic.to_owned(),
+            })
+            .into()),
+        }
+    }
+
+    fn offsets(&self, py: Python<'_>, topic: &str, queue_id: i64) -> PyResult<(u64, u64)> {
+        let q = queue_id_arg(queue_id)?;
+        py.detach(|| self.store.queue_offsets(topic, q))
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    #[pyo3(signature = (topic, queue_id, offset, max_messages = 32, tags = None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i64,
+        offset: i64,
+        max_messages: i64,
+        tags: Option<Vec<String>>,
+    ) -> PyResult<PyGetResult> {
+        let q = queue_id_arg(queue_id)?;
+        let offset = offset_arg(offset, "offset")?;
+        let max = usize::try_from(max_messages)
+            .ok()
+            .filter(|&m| m > 0)
+            .ok_or_else(|| illegal(format!("max_messages must be >= 1, got {max_messages}")))?;
+        let filter = match &tags {
+            Some(t) => TagFilter::tags(t.iter().map(String::as_str)),
+            None => TagFilter::all(),
+        };
+        let r = py
+            .detach(|| self.store.get_messages(topic, q, offset, max, &filter))
+            .map_err(PyMqError)?;
+        let msgs = messages_from(py, r.buffer, &r.records)?;
+        Ok(PyGetResult {
+            status: r.status,
+            next_offset: r.next_offset,
+            min_offset: r.min_offset,
+            max_offset: r.max_offset,
+            messages: PyList::new(py, msgs)?.unbind(),
+        })
+    }
+
+    fn get(&self, py: Python<'_>, msg_id: &str) -> PyResult<PyMessageExt> {
+        let offset = self.store.decode_msg_id(msg_id).map_err(PyMqError)?;
+        self.get_by_offset(py, offset as i64)
+    }
+
+    fn get_by_offset(&self, py: Python<'_>, commit_log_offset: i64) -> PyResult<PyMessageExt> {
+        let off = offset_arg(commit_log_offset, "commit_log_offset")?;
+        let bytes = py
+            .detach(|| self.store.record_bytes(off))
+            .map_err(PyMqError)?;
+        let len = bytes.len() as u32;
+        Ok(PyMessageExt {
+            buf: Arc::new(bytes),
+            start: 0,
+            len,
+        })
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i64,
+        timestamp_ms: i64,
+    ) -> PyResult<u64> {
+        let q = queue_id_arg(queue_id)?;
+        py.detach(|| self.store.offset_for_timestamp(topic, q, timestamp_ms))
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    fn wait_for(
+        &self,
+        py: Python<'_>,
+        queues: Vec<(String, i64, i64)>,
+        timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let mut qs = Vec::with_capacity(queues.len());
+        for (t, q, o) in &queues {
+            qs.push((t.as_str(), queue_id_arg(*q)?, offset_arg(*o, "offset")?));
+        }
+        let timeout = match timeout {
+            Some(t) => Some(
+                Duration::try_from_secs_f64(t)
+                    .map_err(|_| value_error("timeout must be a finite number >= 0"))?,
+            ),
+            None => None,
+        };
+        py.detach(|| self.store.wait_for_messages(&qs, timeout))
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.store.flush())
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let (min, max) = self.store.commit_log_range();
+        d.set_item("commit_log_min_offset", min)?;
+        d.set_item("commit_log_max_offset", max)?;
+        d.set_item("flushed_offset", self.store.flushed_offset())?;
+        d.set_item("dispatched_offset", self.store.dispatched_offset())?;
+        let r = self.store.recovery_report();
+        d.set_item("recovery_abnormal", r.abnormal)?;
+        d.set_item("recovery_end", r.end)?;
+        d.set_item("recovery_records_scanned", r.records_scanned)?;
+        d.set_item("recovery_torn_tail", r.torn_tail)?;
+        d.set_item("read_only", self.store.is_read_only())?;
+        d.set_item(
+            "flush_mode",
+            match self.store.config().flush_mode {
+                FlushMode::Async => "async",
+                FlushMode::Sync => "sync",
+            },
+        )?;
+        Ok(d)
+    }
+}

@@ -1,0 +1,116 @@
+//! Helpers shared by the integration tests (each test file includes this with `mod common;`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mqlite::{Store, StoreConfig};
+
+/// Small files so rolls happen after a few records.
+pub fn small_config() -> StoreConfig {
+    StoreConfig {
+        commit_log_file_size: 128 << 10,
+        consume_queue_file_units: 64,
+        max_message_size: 64 << 10,
+        warm_mapped_files: false,
+        ..Default::default()
+    }
+}
+
+/// Path of the commit-log file that starts at `start`.
+pub fn commit_log_file(root: &Path, start: u64) -> PathBuf {
+    root.join("commitlog").join(format!("{start:020}"))
+}
+
+/// Path of a consume-queue file.
+pub fn cq_file(root: &Path, topic: &str, queue_id: u32, start: u64) -> PathBuf {
+    root.join("consumequeue")
+        .join(topic)
+        .join(queue_id.to_string())
+        .join(format!("{start:020}"))
+}
+
+/// Waits until every published record is in its consume queue.
+pub fn settle(store: &Store) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.dispatched_offset() < store.commit_log_range().1 {
+        assert!(Instant::now() < deadline, "dispatch did not catch up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Deterministic body of message `i` (length varies with `i`).
+pub fn body(i: u64) -> Vec<u8> {
+    let len = 16 + (i * 37 % 200) as usize;
+    (0..len).map(|k| (i as usize * 31 + k * 7) as u8).collect()
+}
+
+/// xorshift64*: a small deterministic RNG for tests.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[lo, hi]`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// Environment variable naming the store directory of a crash child.
+pub const CHILD_DIR: &str = "MQLITE_TEST_CRASH_DIR";
+/// Line a crash child prints once its work is done.
+pub const READY: &str = "MQLITE_CHILD_READY";
+
+/// In a crash child (the test binary re-executed by `spawn_crash_child`), returns the store
+/// directory it must work on.
+pub fn child_dir() -> Option<PathBuf> {
+    std::env::var_os(CHILD_DIR).map(PathBuf::from)
+}
+
+/// Called by a crash child when its work is done: prints `READY <info>` and sleeps until the
+/// parent kills it with SIGKILL (no destructor, no close, no flush).
+pub fn child_ready_and_wait(info: &str) -> ! {
+    println!("{READY} {info}");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+/// Re-executes this test binary running only `test_name` with `CHILD_DIR=dir`, waits for its
+/// READY line, SIGKILLs it and returns the text after READY.
+pub fn crash_child(test_name: &str, dir: &Path) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let mut child: Child = Command::new(exe)
+        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut info = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix(READY) {
+            info = Some(rest.trim().to_owned());
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child must die by the signal");
+    info.expect("the crash child exited before printing READY")
+}

@@ -1,0 +1,237 @@
+//! Golden vectors of rust/FORMAT.md: the codec must produce exactly the fixture bytes, and a
+//! record written through a real store must have the same bytes on disk.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use mqlite::consume_queue::unit::CqUnit;
+use mqlite::message::codec::{self, RecordCheck, RecordMeta, STORE_HOST};
+use mqlite::message::{msg_id, properties};
+use mqlite::{MessageRef, RecordView, Store, StoreConfig, TagFilter};
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.trim();
+    assert_eq!(text.len() % 2, 0, "{name}: odd number of hex digits");
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn golden_meta() -> RecordMeta {
+    RecordMeta {
+        queue_id: 3,
+        flag: 7,
+        queue_offset: 42,
+        physical_offset: 4096,
+        sysflag: 0,
+        born_timestamp: 1_700_000_000_000,
+        store_timestamp: 1_700_000_000_001,
+        reconsume_times: 2,
+        prepared_transaction_offset: 0,
+    }
+}
+
+const BODY: &[u8] = b"hello";
+const TOPIC: &str = "TopicTest";
+const PROPS: &[u8] = b"TAGS\x01A\x02";
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn record_encode_matches_fixture() {
+    let expected = fixture("record_v1.hex");
+    assert_eq!(expected.len(), 112);
+    let n = codec::encoded_len(BODY.len(), TOPIC.len(), PROPS.len()).unwrap();
+    assert_eq!(n, 91 + 5 + 9 + 7);
+    let mut buf = vec![0u8; n];
+    codec::encode(
+        &mut buf,
+        &golden_meta(),
+        codec::body_crc(BODY),
+        BODY,
+        TOPIC.as_bytes(),
+        PROPS,
+    );
+    assert_eq!(buf, expected);
+    assert_eq!(codec::body_crc(BODY), 0x3610_A686);
+}
+
+#[test]
+fn cq_unit_encode_matches_fixture() {
+    let expected = fixture("cq_unit.hex");
+    let unit = CqUnit {
+        offset: 4096,
+        size: 112,
+        tags_code: properties::tags_hash("A"),
+    };
+    assert_eq!(unit.encode().as_slice(), expected.as_slice());
+    let arr: [u8; 20] = expected.as_slice().try_into().unwrap();
+    assert_eq!(CqUnit::decode(&arr), Some(unit));
+}
+
+#[test]
+fn blank_encode_matches_fixture() {
+    let expected = fixture("blank.hex");
+    let mut buf = [0u8; 8];
+    codec::encode_blank(&mut buf, 64);
+    assert_eq!(buf.as_slice(), expected.as_slice());
+    // Followed by 56 zero bytes it is a blank of the whole 64-byte remainder.
+    let mut rest = vec![0u8; 64];
+    rest[..8].copy_from_slice(&buf);
+    assert_eq!(codec::check(&rest, true, None), RecordCheck::Blank);
+    // A marker whose length disagrees with the remainder is not a blank.
+    assert!(matches!(
+        codec::check(&rest[..32], true, None),
+        RecordCheck::Invalid(_)
+    ));
+}
+
+#[test]
+fn record_fixture_decodes_to_expected_fields() {
+    let bytes = fixture("record_v1.hex");
+    let v = RecordView::parse(&bytes, true).unwrap();
+    assert_eq!(v.total_size(), 112);
+    assert_eq!(v.magic(), codec::MAGIC_V1);
+    assert_eq!(v.body_crc(), 0x3610_A686);
+    assert_eq!(v.queue_id(), 3);
+    assert_eq!(v.flag(), 7);
+    assert_eq!(v.queue_offset(), 42);
+    assert_eq!(v.physical_offset(), 4096);
+    assert_eq!(v.sysflag(), 0);
+    assert_eq!(v.born_timestamp(), 1_700_000_000_000);
+    assert_eq!(v.born_host(), &[127, 0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(v.store_timestamp(), 1_700_000_000_001);
+    assert_eq!(v.store_host(), &[127, 0, 0, 1, 0, 0, 0x2a, 0x9f]);
+    assert_eq!(v.reconsume_times(), 2);
+    assert_eq!(v.prepared_transaction_offset(), 0);
+    assert_eq!(v.body(), BODY);
+    assert_eq!(v.topic(), TOPIC);
+    assert_eq!(v.properties(), PROPS);
+    assert_eq!(properties::get(v.properties(), properties::TAGS), Some("A"));
+    assert_eq!(properties::tags_hash("A"), 65);
+    assert_eq!(properties::tags_hash("TagA"), 2_598_919);
+    assert_eq!(
+        codec::check(&bytes, true, Some(4096)),
+        RecordCheck::Record(112)
+    );
+    assert_eq!(
+        msg_id::offset_msg_id(&STORE_HOST, v.physical_offset()),
+        "7F00000100002A9F0000000000001000"
+    );
+    // One flipped body bit is caught by the CRC check.
+    let mut bad = bytes.clone();
+    bad[88] ^= 0x01;
+    assert!(matches!(
+        RecordView::parse(&bad, true),
+        Err(codec::DecodeError::CrcMismatch { .. })
+    ));
+}
+
+fn small_config() -> StoreConfig {
+    StoreConfig {
+        commit_log_file_size: 128 << 10,
+        consume_queue_file_units: 64,
+        max_message_size: 64 << 10,
+        warm_mapped_files: false,
+        ..Default::default()
+    }
+}
+
+/// The fixture with the fields the store chooses (queue offset, physical offset, store time)
+/// replaced.
+fn expected_on_disk(queue_offset: u64, physical_offset: u64, store_ts: i64) -> Vec<u8> {
+    let mut b = fixture("record_v1.hex");
+    b[20..28].copy_from_slice(&queue_offset.to_be_bytes());
+    b[28..36].copy_from_slice(&physical_offset.to_be_bytes());
+    b[56..64].copy_from_slice(&store_ts.to_be_bytes());
+    b
+}
+
+#[test]
+fn store_writes_the_golden_layout_to_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    let mut msg = MessageRef::new(TOPIC, 3, BODY).with_properties(PROPS);
+    msg.flag = 7;
+    msg.born_timestamp = 1_700_000_000_000;
+    msg.reconsume_times = 2;
+    assert_eq!(msg.tags_code, 65);
+    let first = store.put(&msg).unwrap().appended;
+    let second = store.put(&msg).unwrap().appended;
+    assert_eq!(
+        (first.physical_offset, first.size, first.queue_offset),
+        (0, 112, 0)
+    );
+    assert_eq!(
+        (second.physical_offset, second.size, second.queue_offset),
+        (112, 112, 1)
+    );
+    store.close().unwrap();
+
+    let log = std::fs::read(dir.path().join("commitlog/00000000000000000000")).unwrap();
+    assert_eq!(log.len(), 128 << 10);
+    for a in [first, second] {
+        let at = a.physical_offset as usize;
+        let rec = &log[at..at + 112];
+        assert_eq!(be_u32(rec, 0), 112, "TOTALSIZE at 0");
+        assert_eq!(be_u32(rec, 4), 0xDAA3_20A7, "magic at 4");
+        assert_eq!(be_u32(rec, 8), 0x3610_A686, "body CRC at 8");
+        assert_eq!(be_u32(rec, 12), 3, "queue id at 12");
+        assert_eq!(be_u64(rec, 20), a.queue_offset, "queue offset at 20");
+        assert_eq!(be_u64(rec, 28), a.physical_offset, "physical offset at 28");
+        assert_eq!(be_u64(rec, 56) as i64, a.store_timestamp, "store ts at 56");
+        assert_eq!(
+            &rec[64..72],
+            &[127, 0, 0, 1, 0, 0, 0x2a, 0x9f],
+            "store host at 64"
+        );
+        assert_eq!(
+            rec,
+            expected_on_disk(a.queue_offset, a.physical_offset, a.store_timestamp).as_slice()
+        );
+    }
+    // Nothing written after the second record.
+    assert!(log[224..].iter().all(|&b| b == 0));
+
+    // The consume-queue units on disk are the golden unit layout.
+    let cq = std::fs::read(
+        dir.path()
+            .join("consumequeue/TopicTest/3/00000000000000000000"),
+    )
+    .unwrap();
+    assert_eq!(cq.len(), 64 * 20);
+    let unit0 = CqUnit {
+        offset: 0,
+        size: 112,
+        tags_code: 65,
+    };
+    let unit1 = CqUnit {
+        offset: 112,
+        size: 112,
+        tags_code: 65,
+    };
+    assert_eq!(&cq[..20], unit0.encode().as_slice());
+    assert_eq!(&cq[20..40], unit1.encode().as_slice());
+    assert!(cq[40..].iter().all(|&b| b == 0));
+
+    // Reopened, the store reads back the same bytes.
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    let got = store
+        .get_messages(TOPIC, 3, 0, 32, &TagFilter::parse("A"))
+        .unwrap();
+    let recs: Vec<_> = got.iter().map(|v| v.bytes().to_vec()).collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0], &log[0..112]);
+    assert_eq!(recs[1], &log[112..224]);
+}

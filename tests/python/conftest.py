@@ -1,0 +1,77 @@
+"""Shared fixtures: stores on disk and in memory, and a runner for child Python processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import mqlite
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[mqlite.Store]:
+    s = mqlite.open(store_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def mem_store() -> Iterator[mqlite.Store]:
+    s = mqlite.open(":memory:")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+@pytest.fixture
+def run_py() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run a Python script in a fresh interpreter (never fork); returns the completed process."""
+
+    def run(script: str, *args: object, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+            capture_output=True, text=True, timeout=timeout, env=_child_env(), check=False,
+        )
+
+    return run
+
+
+@pytest.fixture
+def spawn_py() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start a Python script in a fresh interpreter with line-buffered pipes; killed at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def spawn(script: str, *args: object) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", textwrap.dedent(script), *map(str, args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, bufsize=1, env=_child_env(),
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)

@@ -1,0 +1,118 @@
+"""The exception tree: names, bases, codes, and construction as the Rust side does it."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import errors as E
+
+ALL = [getattr(E, name) for name in E.__all__]
+
+BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
+    (E.MQError, (Exception,)),
+    (E.MQClientError, (E.MQError,)),
+    (E.IllegalArgumentError, (E.MQClientError, ValueError)),
+    (E.InvalidTopicError, (E.IllegalArgumentError,)),
+    (E.InvalidQueueError, (E.IllegalArgumentError,)),
+    (E.InvalidMessageError, (E.IllegalArgumentError,)),
+    (E.MessageTooLargeError, (E.InvalidMessageError,)),
+    (E.PropertiesTooLargeError, (E.InvalidMessageError,)),
+    (E.InvalidBatchError, (E.IllegalArgumentError,)),
+    (E.InvalidConfigError, (E.IllegalArgumentError,)),
+    (E.IllegalStateError, (E.MQClientError, RuntimeError)),
+    (E.StoreClosedError, (E.IllegalStateError,)),
+    (E.StoreReadOnlyError, (E.IllegalStateError,)),
+    (E.StoreUsedAfterForkError, (E.IllegalStateError,)),
+    (E.TopicNotFoundError, (E.MQClientError, LookupError)),
+    (E.TopicNotWritableError, (E.MQClientError,)),
+    (E.MessageNotFoundError, (E.MQClientError, LookupError)),
+    (E.StoreError, (E.MQError,)),
+    (E.StoreLockedError, (E.StoreError,)),
+    (E.StoreFullError, (E.StoreError, OSError)),
+    (E.StorePoisonedError, (E.StoreError,)),
+    (E.CorruptedLogError, (E.StoreError,)),
+    (E.StoreIOError, (E.StoreError,)),
+    (E.OffsetOutOfRangeError, (E.MQError, LookupError)),
+    (E.MQTimeoutError, (E.MQError, TimeoutError)),
+    (E.FlushDiskTimeoutError, (E.MQTimeoutError,)),
+    (E.TransactionError, (E.MQError,)),
+]
+
+
+def test_every_class_is_listed_and_exported() -> None:
+    assert {cls for cls, _ in BASES} == set(ALL)
+    for cls in ALL:
+        assert getattr(mqlite, cls.__name__) is cls
+        assert cls.__name__ in mqlite.__all__
+        assert cls.__module__ == "mqlite.errors"
+
+
+@pytest.mark.parametrize(("cls", "bases"), BASES, ids=lambda v: getattr(v, "__name__", ""))
+def test_bases(cls: type[BaseException], bases: tuple[type[BaseException], ...]) -> None:
+    for base in bases:
+        assert issubclass(cls, base)
+    assert issubclass(cls, E.MQError)
+
+
+@pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
+def test_constructed_like_rust_does(cls: type[E.MQError]) -> None:
+    exc = cls("queue id 9 out of range [0, 4)")
+    assert str(exc) == "queue id 9 out of range [0, 4)"
+    assert exc.message == "queue id 9 out of range [0, 4)"
+    assert exc.args == ("queue id 9 out of range [0, 4)",)
+    assert exc.code == cls.default_code
+    assert isinstance(exc.retriable, bool)
+    exc.code = "FROM_RUST"
+    assert exc.code == "FROM_RUST"
+    with pytest.raises(cls) as info:
+        raise exc
+    assert info.value.code == "FROM_RUST"
+
+
+@pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
+def test_code_keyword_and_pickle(cls: type[E.MQError]) -> None:
+    exc = cls("boom", code="X1")
+    assert exc.code == "X1"
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is cls
+    assert (str(back), back.code) == ("boom", "X1")
+
+
+def test_default_codes_are_distinct_upper_snake() -> None:
+    codes = [cls.default_code for cls in ALL]
+    assert len(set(codes)) == len(codes)
+    for code in codes:
+        assert code.replace("_", "").isalpha() and code.isupper()
+
+
+def test_only_store_locked_is_retriable() -> None:
+    assert [cls for cls in ALL if cls.retriable] == [E.StoreLockedError]
+    assert E.StoreLockedError("held").retriable is True
+
+
+def test_builtin_catch_sites_work() -> None:
+    with pytest.raises(ValueError):
+        raise E.MessageTooLargeError("too big")
+    with pytest.raises(LookupError):
+        raise E.TopicNotFoundError("nope")
+    with pytest.raises(TimeoutError):
+        raise E.FlushDiskTimeoutError("slow disk")
+    with pytest.raises(OSError):
+        raise E.StoreFullError("ENOSPC")
+    with pytest.raises(RuntimeError):
+        raise E.StoreClosedError("closed")
+
+
+def test_errors_module_imports_nothing_from_the_extension() -> None:
+    tree = ast.parse(Path(E.__file__).read_text(encoding="utf-8"))
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    ]
+    assert set(imported) <= {"__future__"}

@@ -1,0 +1,99 @@
+"""Pure-Python pieces: Message, enums, TopicConfig, tag expressions, option checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import GetMessageStatus, InvalidConfigError, Message, MessageQueue, SendStatus, TopicConfig
+from mqlite.topic import parse_tags
+
+
+def test_message_defaults_and_slots() -> None:
+    m = Message("orders", b"x")
+    assert (m.topic, m.body, m.tags, m.keys, m.properties, m.flag) == ("orders", b"x", None, (), {}, 0)
+    assert not hasattr(m, "__dict__")
+    assert Message("t", b"y").properties is not m.properties
+    assert [f.name for f in dataclasses.fields(Message)] == [
+        "topic", "body", "tags", "keys", "properties", "flag"
+    ]
+
+
+def test_status_enums_have_rocketmq_names() -> None:
+    assert [s.name for s in SendStatus] == [
+        "SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"
+    ]
+    for name in ("FOUND", "NO_MESSAGE_IN_QUEUE", "OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_ONE",
+                 "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE", "OFFSET_FOUND_NULL"):
+        assert GetMessageStatus(name) == name
+        assert str(GetMessageStatus[name]) == name
+
+
+def test_message_queue_value_semantics() -> None:
+    a, b = MessageQueue("t", 1), MessageQueue("t", 1)
+    assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+    assert (a.topic, a.queue_id) == ("t", 1)
+    assert sorted([MessageQueue("t", 2), MessageQueue("s", 3), a]) == [
+        MessageQueue("s", 3), a, MessageQueue("t", 2)
+    ]
+    assert a != MessageQueue("t", 2)
+
+
+def test_topic_config_from_dict() -> None:
+    t = TopicConfig.from_dict(
+        {"topicName": "o", "readQueueNums": 8, "writeQueueNums": 4, "perm": 4, "order": True}
+    )
+    assert t == TopicConfig("o", 8, 4, 4, True)
+    assert t.readable and not t.writable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.perm = 6  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("expr", "tags"),
+    [
+        (None, None), ("", None), ("*", None), ("  *  ", None), ("A || *", None),
+        ("TagA", ["TagA"]), ("TagA || TagB", ["TagA", "TagB"]), (" TagA||TagB ||", ["TagA", "TagB"]),
+        ("A || A", ["A"]), (["A", "B"], ["A", "B"]), (("A",), ["A"]), ([], None),
+    ],
+)
+def test_parse_tags(expr: object, tags: list[str] | None) -> None:
+    assert parse_tags(expr) == tags  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("expr", [1, [b"A"], [None]])
+def test_parse_tags_rejects_non_strings(expr: object) -> None:
+    with pytest.raises(TypeError):
+        parse_tags(expr)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"flush": "fsync"}, {"flush": 5}, {"wait": -1}, {"wait": "1"}, {"wait": float("inf")},
+        {"wait": True}, {"read_only": "yes"}, {"auto_create_topics": 1},
+        {"commit_log_file_size": "big"}, {"commit_log_file_size": 0}, {"commit_log_file_size": 1.5},
+        {"consume_queue_file_units": -3}, {"max_message_size": True}, {"default_queues": 0},
+        {"file_mode": 0o1777}, {"dir_mode": -1}, {"retention_hours": 0}, {"retention_hours": float("nan")},
+        {"flush_interval_ms": 0}, {"sync_flush_timeout_ms": "5s"},
+    ],
+)
+def test_bad_options_raise_invalid_config_and_create_nothing(tmp_path: Path, options: dict[str, object]) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        mqlite.open(tmp_path / "store", **options)
+    assert info.value.code
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_option_is_a_type_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        mqlite.open(tmp_path / "store", no_such_option=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version_is_exported() -> None:
+    assert isinstance(mqlite.__version__, str) and mqlite.__version__
+    assert set(mqlite.__all__) <= set(dir(mqlite))

@@ -1,0 +1,93 @@
+"""Reopen, in-memory stores, and rolling across many commit-log and consume-queue files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from helpers import SMALL_FILES, read_all
+from mqlite import Message, MessageQueue
+
+
+def test_reopen_keeps_everything_and_offsets_continue(store_path: Path) -> None:
+    with mqlite.open(store_path) as s:
+        s.create_topic("orders", 2, order=True)
+        producer = s.producer()
+        singles = [producer.send(Message("orders", f"s{i}".encode(), tags="T", keys=f"k{i}",
+                                         properties={"i": str(i)})) for i in range(6)]
+        batch = producer.send_batch([b"b0", b"b1", b"b2"], topic="orders", queue_id=1)
+        before = {mq: s.offsets(mq) for mq in s.queues("orders")}
+        bodies = {mq: [m.body for m in read_all(s, mq)] for mq in s.queues("orders")}
+        topics = s.topics()
+    assert before[MessageQueue("orders", 1)] == (0, 6)
+
+    with mqlite.open(store_path) as s:
+        assert s.topics() == topics
+        assert {mq: s.offsets(mq) for mq in s.queues("orders")} == before
+        assert {mq: [m.body for m in read_all(s, mq)] for mq in s.queues("orders")} == bodies
+        m = s.get(singles[3].offset_msg_id)
+        assert (m.body, m.tags, m.keys, m.properties["i"]) == (b"s3", "T", ("k3",), "3")
+        assert s.get_by_offset(batch[2].commit_log_offset).body == b"b2"
+        r = s.producer().send(Message("orders", b"after"), queue_id=1)
+        assert r.queue_offset == 6
+        assert r.commit_log_offset > batch[-1].commit_log_offset
+        assert s.offsets(MessageQueue("orders", 1)) == (0, 7)
+
+
+def test_memory_store_works_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with mqlite.open(":memory:") as a, mqlite.open(":memory:") as b:
+        assert a.path == ":memory:" and not a.read_only
+        a.create_topic("only-in-a", 2)
+        r = a.producer().send(Message("only-in-a", b"hello", tags="T"), queue_id=1)
+        batch = a.producer().send_batch([b"x", b"y"], topic="only-in-a", queue_id=1)
+        assert [m.body for m in a.read(r.message_queue, 0)] == [b"hello", b"x", b"y"]
+        assert a.get(r.offset_msg_id).body == b"hello"
+        assert batch.first_queue_offset == 1
+        assert "only-in-a" not in [t.name for t in b.topics()]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rolls_many_files_and_reads_everything_back(store_path: Path) -> None:
+    body_size = 1000
+    total = 3000
+    with mqlite.open(store_path, **SMALL_FILES) as s:
+        s.create_topic("roll", 1)
+        producer = s.producer()
+        sent = 0
+        while sent < total:
+            if sent % 400 == 0:
+                producer.send(Message("roll", f"{sent:08d}".encode().ljust(body_size, b"s")))
+                sent += 1
+                continue
+            n = min(40, total - sent)
+            bodies = [f"{sent + i:08d}".encode().ljust(body_size, b"b") for i in range(n)]
+            res = producer.send_batch(bodies, topic="roll")
+            assert res.first_queue_offset == sent
+            sent += n
+        mq = MessageQueue("roll", 0)
+        assert s.offsets(mq) == (0, total)
+        got = read_all(s, mq)
+        assert [int(m.body[:8]) for m in got] == list(range(total))
+        assert [m.queue_offset for m in got] == list(range(total))
+        assert all(len(m.body) == body_size for m in got)
+        last = got[-1]
+
+    commit_log_files = list((store_path / "commitlog").iterdir())
+    cq_files = list((store_path / "consumequeue" / "roll" / "0").iterdir())
+    assert len(commit_log_files) >= 3, commit_log_files
+    assert len(cq_files) >= 3, cq_files
+
+    with mqlite.open(store_path, **SMALL_FILES) as s:
+        mq = MessageQueue("roll", 0)
+        assert s.offsets(mq) == (0, total)
+        got = read_all(s, mq)
+        assert [int(m.body[:8]) for m in got] == list(range(total))
+        assert s.get(last.offset_msg_id).queue_offset == total - 1
+        for offset in (0, 999, 1000, 1001, 1999, 2000, total - 1):
+            [m] = s.read(mq, offset, 1)
+            assert int(m.body[:8]) == offset
+        r = s.producer().send(Message("roll", b"next"))
+        assert r.queue_offset == total
