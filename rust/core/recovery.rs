@@ -5,9 +5,9 @@
 //! 1. take the writer lock; note whether the abort marker exists (abnormal shutdown);
 //! 2. read the checkpoint; load commit-log files; load and recover every consume queue (valid
 //!    prefix of units kept, the rest of the last file zeroed after an abnormal shutdown);
-//! 3. scan the commit log with CRC from a durable record boundary: the last file after a clean
-//!    shutdown, `min(checkpoint dispatched, checkpoint flushed)` after a crash (the oldest file
-//!    without a checkpoint); the first invalid record ends the log; the tail is cut and zeroed;
+//! 3. scan the commit log with CRC from a durable record boundary,
+//!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint);
+//!    the first invalid record ends the log; the tail is cut (and zeroed after a crash);
 //! 4. drop consume-queue units that point at or past the recovered end;
 //! 5. dispatch resumes at the checkpoint's dispatched offset, re-creating any missing unit
 //!    (dispatch is idempotent), before the store is handed to the caller.
@@ -58,16 +58,16 @@ pub fn recover(
             ..Default::default()
         });
     };
-    let from = if abnormal {
-        match checkpoint {
-            Some(c) => c
-                .logics_dispatched_offset
-                .min(c.confirm_phy_offset)
-                .max(min),
-            None => min,
-        }
-    } else {
-        last.from_offset().max(min)
+    // Both kinds of recovery start at the checkpoint's durable, dispatched record boundary
+    // (the oldest file without a checkpoint); they differ in what they do with the tail.
+    // Starting at the last file instead would be wrong: it may be a preallocated, still empty
+    // successor of the file where the data really ends.
+    let from = match checkpoint {
+        Some(c) => c
+            .logics_dispatched_offset
+            .min(c.confirm_phy_offset)
+            .max(min),
+        None => min,
     };
     let from = from.min(last.from_offset() + last.size());
     let scan = commit_log.scan(from, check_crc, durable, |_| Ok(()))?;

@@ -1,8 +1,7 @@
 //! Message ids (FORMAT.md §3): the offset id (store host + physical offset, 32 upper-case hex
 //! characters) and the client unique id (UNIQ_KEY) a producer attaches to every message.
 
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU16, Ordering};
 
 use super::codec::HostV4;
 
@@ -43,7 +42,10 @@ pub fn decode_offset_msg_id(id: &str) -> Option<(HostV4, u64)> {
 #[derive(Debug)]
 pub struct UniqueIdGenerator {
     prefix: String,
-    month: Mutex<(i64, i64)>, // (start of current month ms, start of next month ms), UTC
+    // Start of the current UTC month and of the next one, in ms; recomputed when `now` leaves
+    // the range (a benign race: every thread computes the same bounds).
+    month_start: AtomicI64,
+    month_end: AtomicI64,
     counter: AtomicU16,
 }
 
@@ -56,20 +58,21 @@ impl UniqueIdGenerator {
         push_hex(&mut prefix, &seed.to_be_bytes());
         UniqueIdGenerator {
             prefix,
-            month: Mutex::new((0, 0)),
+            month_start: AtomicI64::new(0),
+            month_end: AtomicI64::new(0),
             counter: AtomicU16::new(0),
         }
     }
 
     /// Next id at wall-clock `now_ms`.
     pub fn next(&self, now_ms: i64) -> String {
-        let start = {
-            let mut m = self.month.lock().unwrap_or_else(|p| p.into_inner());
-            if now_ms >= m.1 || now_ms < m.0 {
-                *m = month_bounds_utc(now_ms);
-            }
-            m.0
-        };
+        let mut start = self.month_start.load(Ordering::Relaxed);
+        if now_ms >= self.month_end.load(Ordering::Relaxed) || now_ms < start {
+            let (s, e) = month_bounds_utc(now_ms);
+            self.month_start.store(s, Ordering::Relaxed);
+            self.month_end.store(e, Ordering::Relaxed);
+            start = s;
+        }
         let since = u32::try_from((now_ms - start).max(0)).unwrap_or(u32::MAX);
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut s = String::with_capacity(32);

@@ -130,10 +130,19 @@ pub fn iter(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
 
 /// Value of `name` (the last occurrence wins, as with RocketMQ's map).
 pub fn get<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
-    iter(props)
-        .filter(|(k, _)| *k == name)
-        .last()
-        .map(|(_, v)| v)
+    // Byte-level scan: only the matching value is UTF-8 checked (this runs once per dispatched
+    // record to find TAGS).
+    let name = name.as_bytes();
+    let mut found = None;
+    for seg in props.split(|&b| b == PROPERTY_SEPARATOR) {
+        if seg.len() < 3 || seg.len() <= name.len() + 1 || !seg.starts_with(name) {
+            continue;
+        }
+        if seg.get(name.len()) == Some(&NAME_VALUE_SEPARATOR) && !name.is_empty() {
+            found = seg.get(name.len() + 1..);
+        }
+    }
+    found.and_then(|v| std::str::from_utf8(v).ok())
 }
 
 /// Decodes into an ordered list of pairs, later duplicates replacing earlier ones.

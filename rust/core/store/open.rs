@@ -187,6 +187,10 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         // Background preallocation of the next commit-log file; it exits when the store (the
         // sender's owner) is dropped.
         let (tx, rx) = mpsc::channel::<u64>();
+        if inner.commit_log.files().is_empty() && inner.root.is_some() {
+            // A new store: have the first file ready before the first send needs it.
+            let _ = tx.send(inner.commit_log.max_offset());
+        }
         inner.commit_log.set_preallocator(tx);
         let weak = Arc::downgrade(&inner.commit_log);
         threads.push(

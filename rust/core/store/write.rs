@@ -261,51 +261,65 @@ impl Store {
     }
 }
 
-/// Checks that `props` is a well-formed property string: `name\x01value\x02` pairs with
-/// non-empty names and values and no other separator bytes.
+/// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
+/// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes.
 pub fn check_encoded_properties(props: &[u8]) -> Result<()> {
     if props.is_empty() {
         return Ok(());
     }
-    if props.last() != Some(&properties::PROPERTY_SEPARATOR) {
-        return Err(Error::InvalidMessage {
-            reason: "properties must end with \\x02".into(),
-        });
+    let bad = |reason: &str| {
+        Err(Error::InvalidMessage {
+            reason: reason.to_owned(),
+        })
+    };
+    if std::str::from_utf8(props).is_err() {
+        return bad("properties are not UTF-8");
     }
-    for seg in props
-        .split(|&b| b == properties::PROPERTY_SEPARATOR)
-        .filter(|s| !s.is_empty())
-    {
-        let ones = seg
-            .iter()
-            .filter(|&&b| b == properties::NAME_VALUE_SEPARATOR)
-            .count();
-        let at = seg
-            .iter()
-            .position(|&b| b == properties::NAME_VALUE_SEPARATOR);
-        match at {
-            Some(i) if ones == 1 && i > 0 && i + 1 < seg.len() && !seg.contains(&0) => {}
-            _ => {
-                return Err(Error::InvalidMessage {
-                    reason: "malformed property (empty name or value, or a stray \\x00/\\x01 byte)"
-                        .into(),
-                })
+    // State per pair: bytes of the name seen, whether \x01 was seen, bytes of the value seen.
+    let (mut name_len, mut in_value, mut value_len) = (0usize, false, 0usize);
+    for &b in props {
+        match b {
+            properties::NAME_VALUE_SEPARATOR => {
+                if in_value || name_len == 0 {
+                    return bad("malformed property (empty name or a stray \\x01 byte)");
+                }
+                in_value = true;
             }
-        }
-        if std::str::from_utf8(seg).is_err() {
-            return Err(Error::InvalidMessage {
-                reason: "property is not UTF-8".into(),
-            });
+            properties::PROPERTY_SEPARATOR => {
+                if !in_value || value_len == 0 {
+                    return bad("malformed property (empty value or a missing \\x01 separator)");
+                }
+                (name_len, in_value, value_len) = (0, false, 0);
+            }
+            0 => return bad("property contains a NUL byte"),
+            _ if in_value => value_len += 1,
+            _ => name_len += 1,
         }
     }
-    if props
-        .windows(2)
-        .any(|w| w == [properties::PROPERTY_SEPARATOR; 2])
-        || props.first() == Some(&2)
-    {
-        return Err(Error::InvalidMessage {
-            reason: "empty property segment".into(),
-        });
+    if in_value || name_len != 0 {
+        return bad("properties must end with \\x02");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_encoded_properties;
+
+    #[test]
+    fn encoded_property_validation() {
+        assert!(check_encoded_properties(b"").is_ok());
+        assert!(check_encoded_properties(b"a\x01b\x02cc\x01dd\x02").is_ok());
+        for bad in [
+            &b"a\x01b"[..],
+            b"\x01b\x02",
+            b"a\x01\x02",
+            b"a\x02",
+            b"a\x01b\x01c\x02",
+            b"a\x00\x01b\x02",
+            b"\x02",
+        ] {
+            assert!(check_encoded_properties(bad).is_err(), "{bad:?}");
+        }
+    }
 }
