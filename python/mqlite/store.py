@@ -196,6 +196,12 @@ class Store:
         """Write dirty pages to disk now."""
         self._live().flush()
 
+    def delete_expired_files(self) -> int:
+        """Delete commit-log files older than ``retention_hours`` now (oldest first, never the
+        file being written) and the consume-queue files that only point into them. The store
+        also does this every 10 seconds. Returns the number of commit-log files deleted."""
+        return self._live().delete_expired_files()
+
     def stats(self) -> dict[str, Any]:
         """Counters and sizes, as plain data."""
         return self._live().stats()

@@ -97,7 +97,7 @@ impl StoreConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
         if !(64 << 10..=1 << 30).contains(&self.commit_log_file_size)
-            || self.commit_log_file_size % 4096 != 0
+            || !self.commit_log_file_size.is_multiple_of(4096)
         {
             return bad(
                 "commit_log_file_size",

@@ -23,6 +23,9 @@ use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
 use crate::util::clock::now_ms;
 
+/// How often expired files are looked for.
+const CLEAN_INTERVAL: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Default)]
 struct State {
     requested: u64,
@@ -39,6 +42,8 @@ pub struct FlushService {
     checkpoint: Option<Arc<Checkpoint>>,
     mode: FlushMode,
     interval: Duration,
+    /// Commit-log files older than this are deleted (oldest first, never the last file).
+    pub retention: Option<Duration>,
     state: Mutex<State>,
     requested: Condvar,
     done: Condvar,
@@ -64,6 +69,7 @@ impl FlushService {
             checkpoint,
             mode,
             interval,
+            retention: None,
             state: Mutex::new(State {
                 requested: flushed,
                 flushed,
@@ -161,6 +167,7 @@ impl FlushService {
     /// Body of the flush thread.
     pub fn run_thread(&self) {
         let mut last_logics = Instant::now();
+        let mut last_clean = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             {
                 let s = self.lock();
@@ -171,8 +178,8 @@ impl FlushService {
                 let pending = |s: &State| s.requested > s.flushed && s.poisoned.is_none();
                 if !(self.mode == FlushMode::Sync && pending(&s)) {
                     let r = self.requested.wait_timeout_while(s, wait, |s| {
-                        !self.stop.load(Ordering::Acquire)
-                            && !(self.mode == FlushMode::Sync && pending(s))
+                        !(self.stop.load(Ordering::Acquire)
+                            || (self.mode == FlushMode::Sync && pending(s)))
                     });
                     drop(r);
                 }
@@ -190,7 +197,36 @@ impl FlushService {
                 last_logics = Instant::now();
                 let _ = self.flush_logics_and_checkpoint();
             }
+            if last_clean.elapsed() >= CLEAN_INTERVAL {
+                last_clean = Instant::now();
+                // A failed deletion is retried at the next pass; it never blocks writes.
+                let _ = self.delete_expired();
+            }
         }
+    }
+
+    /// Deletes commit-log files whose last modification is older than the retention (oldest
+    /// first, at most 10 per pass, never the file being written, never past what dispatch has
+    /// read), then consume-queue files that only point below the commit log's new minimum.
+    pub fn delete_expired(&self) -> Result<usize> {
+        let Some(retention) = self.retention else {
+            return Ok(0);
+        };
+        let now = std::time::SystemTime::now();
+        let dispatched = self.reput.dispatched_offset();
+        let n = self.commit_log.files().delete_head_while(10, |f| {
+            let end = f.from_offset() + f.size();
+            let old = std::fs::metadata(f.path())
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age > retention);
+            old && end <= dispatched
+        })?;
+        if n > 0 {
+            self.cqs.delete_expired(self.commit_log.min_offset())?;
+        }
+        Ok(n)
     }
 
     /// Asks the thread to exit.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,37 @@ def test_rolls_many_files_and_reads_everything_back(store_path: Path) -> None:
             assert int(m.body[:8]) == offset
         r = s.producer().send(Message("roll", b"next"))
         assert r.queue_offset == total
+
+
+def test_expired_files_are_deleted_from_the_head(tmp_path: Path) -> None:
+    """Retention deletes whole commit-log files, oldest first, never the one being written;
+    reads below the new minimum report OFFSET_TOO_SMALL and everything kept stays readable."""
+    opts = dict(commit_log_file_size=256 << 10, max_message_size=32 << 10,
+                consume_queue_file_units=128, retention_hours=1e-7)
+    with mqlite.open(tmp_path / "s", **opts) as store:
+        store.create_topic("t", 1)
+        p = store.producer()
+        body = b"x" * 1000
+        for _ in range(20):
+            p.send_batch([body] * 50, topic="t", queue_id=0)
+        files_before = sorted((tmp_path / "s" / "commitlog").iterdir())
+        assert len(files_before) >= 4
+        time.sleep(0.05)
+        deleted = store.delete_expired_files()
+        files_after = sorted((tmp_path / "s" / "commitlog").iterdir())
+        assert deleted >= 1
+        assert len(files_after) == len(files_before) - deleted
+        assert files_after[-1] == files_before[-1]  # the file being written survives
+        mq = MessageQueue("t", 0)
+        lo, hi = store.offsets(mq)
+        assert hi == 1000
+        r = store.read_result(mq, 0, 10)
+        # every kept message is readable from wherever the consume queue now starts
+        kept = []
+        off = r.next_offset if r.status == "OFFSET_TOO_SMALL" else 0
+        while off < hi:
+            res = store.read_result(mq, off, 500)
+            kept.extend(res.messages)
+            off = res.next_offset
+        assert kept and all(m.body == body for m in kept)
+        assert kept[-1].queue_offset == 999

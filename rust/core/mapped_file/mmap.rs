@@ -141,7 +141,7 @@ impl MmapRegion {
     }
 
     fn atomic_u32(&self, pos: usize) -> Option<&AtomicU32> {
-        if pos % 4 != 0 || !self.check(pos, 4) {
+        if !pos.is_multiple_of(4) || !self.check(pos, 4) {
             return None;
         }
         // SAFETY: in bounds, 4-byte aligned (the mapping is page aligned), and AtomicU32 has the

@@ -156,6 +156,16 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes expired commit-log files now (the flush thread also does it every 10 s) and the
+    /// consume-queue files that only point into them. Returns how many commit-log files went.
+    pub fn delete_expired_files(&self) -> Result<usize> {
+        self.check_usable()?;
+        match &self.inner.flush {
+            Some(f) => f.delete_expired(),
+            None => Ok(0),
+        }
+    }
+
     /// Stops the threads, flushes everything, removes the abort marker and releases the lock.
     /// Idempotent.
     pub fn close(&self) -> Result<()> {

@@ -119,14 +119,18 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
                 a.set_queue_offset(cq.topic(), cq.queue_id(), cq.max_offset());
             }
         }
-        flush = Some(Arc::new(FlushService::new(
+        let mut service = FlushService::new(
             Arc::clone(&commit_log),
             Arc::clone(&cqs),
             Arc::clone(&r),
             checkpoint.clone(),
             config.flush_mode,
             config.flush_interval,
-        )));
+        );
+        if root.is_some() {
+            service.retention = Some(config.file_reserved_time);
+        }
+        flush = Some(Arc::new(service));
         reput = Some(r);
         if let Some(root) = root {
             lock::create_abort(root, config.file_mode)?;

@@ -330,6 +330,11 @@ impl PyStore {
             .map_err(|e| PyMqError(e).into())
     }
 
+    fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.store.delete_expired_files())
+            .map_err(|e| PyMqError(e).into())
+    }
+
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.store.flush())
             .map_err(|e| PyMqError(e).into())
