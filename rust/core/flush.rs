@@ -48,6 +48,7 @@ pub struct FlushService {
     requested: Condvar,
     done: Condvar,
     stop: AtomicBool,
+    poisoned_flag: AtomicBool,
     last_physic_ts: Mutex<i64>,
 }
 
@@ -78,6 +79,7 @@ impl FlushService {
             requested: Condvar::new(),
             done: Condvar::new(),
             stop: AtomicBool::new(false),
+            poisoned_flag: AtomicBool::new(false),
             last_physic_ts: Mutex::new(0),
         }
     }
@@ -136,6 +138,7 @@ impl FlushService {
                 self.commit_log.poison(reason.clone());
                 let mut s = self.lock();
                 s.poisoned.get_or_insert(reason);
+                self.poisoned_flag.store(true, Ordering::Release);
                 self.done.notify_all();
                 Err(e)
             }
@@ -238,6 +241,9 @@ impl FlushService {
 
     /// Why the store is poisoned, if it is.
     pub fn poisoned(&self) -> Option<String> {
+        if !self.poisoned_flag.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock().poisoned.clone()
     }
 }

@@ -40,6 +40,9 @@ pub struct CommitLog {
     // Start of the last file for which the next one was requested.
     prealloc_asked: AtomicU64,
     last_store_ts: AtomicI64,
+    // One past the last appended record, kept by the writer so readers need no file lookup;
+    // `u64::MAX` until recovery sets it (read-only stores read the files instead).
+    max: AtomicU64,
 }
 
 impl CommitLog {
@@ -52,6 +55,7 @@ impl CommitLog {
             prealloc: Mutex::new(None),
             prealloc_asked: AtomicU64::new(u64::MAX),
             last_store_ts: AtomicI64::new(0),
+            max: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -81,7 +85,14 @@ impl CommitLog {
 
     /// One past the last published byte (a record boundary).
     pub fn max_offset(&self) -> u64 {
-        self.files.max_offset()
+        match self.max.load(Ordering::Acquire) {
+            u64::MAX => self.files.max_offset(),
+            m => m,
+        }
+    }
+
+    pub(crate) fn set_max_offset(&self, end: u64) {
+        self.max.store(end, Ordering::Release);
     }
 
     /// Store timestamp of the newest appended record.
@@ -102,6 +113,8 @@ impl CommitLog {
     pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
         let mut a = self.lock_appender();
         let r = a.append_one(&self.files, p)?;
+        self.max
+            .store(r.physical_offset + u64::from(r.size), Ordering::Release);
         self.maybe_preallocate(&a);
         drop(a);
         self.last_store_ts
@@ -113,6 +126,12 @@ impl CommitLog {
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
         a.append_batch(&self.files, batch, out)?;
+        if let Some(last) = out.last() {
+            self.max.store(
+                last.physical_offset + u64::from(last.size),
+                Ordering::Release,
+            );
+        }
         self.maybe_preallocate(&a);
         drop(a);
         if let Some(last) = out.last() {

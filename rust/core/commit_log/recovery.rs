@@ -100,6 +100,7 @@ impl CommitLog {
                 a.writer = Some(w);
             }
         }
+        self.set_max_offset(end);
         drop(a);
         self.set_flushed_offset(end);
         Ok(())
