@@ -1,1 +1,149 @@
-fn main() {}
+//! Append throughput: single puts and 1000-message batches of 128 B / 1 KiB / 4 KiB bodies
+//! (flush mode async, default 32 MiB files, warmed mapped files), reported both as messages/s
+//! and bytes/s; plus file rolls with and without pre-faulted files.
+//!
+//! Each sample writes into fresh stores: a store is replaced (outside the timed region) once
+//! it holds `STORE_BYTES`, so the disk use stays bounded however many iterations run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use mqlite::{FlushMode, MessageRef, Store, StoreConfig};
+
+const SIZES: [usize; 3] = [128, 1024, 4096];
+const BATCH: usize = 1000;
+/// Bytes written into one store before it is replaced.
+const STORE_BYTES: u64 = 128 << 20;
+const TOPIC: &str = "Bench";
+
+fn async_config() -> StoreConfig {
+    StoreConfig {
+        flush_mode: FlushMode::Async,
+        warm_mapped_files: true,
+        ..Default::default()
+    }
+}
+
+fn label(size: usize) -> String {
+    if size >= 1024 {
+        format!("{}KiB", size / 1024)
+    } else {
+        format!("{size}B")
+    }
+}
+
+/// Runs `iters` calls of `op` over fresh stores, timing only the calls. `per_call` is the
+/// number of commit-log bytes one call writes (used to bound each store's size).
+fn run_fresh(
+    iters: u64,
+    config: &StoreConfig,
+    per_call: u64,
+    mut op: impl FnMut(&Store),
+) -> Duration {
+    let per_store = (STORE_BYTES / per_call.max(1)).max(1);
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), config.clone()).unwrap();
+        let n = left.min(per_store);
+        let t = Instant::now();
+        for _ in 0..n {
+            op(&store);
+        }
+        total += t.elapsed();
+        left -= n;
+        store.close().unwrap();
+    }
+    total
+}
+
+fn record_len(body: usize) -> u64 {
+    (91 + body + TOPIC.len()) as u64
+}
+
+fn single(c: &mut Criterion, unit: &str) {
+    let mut g = c.benchmark_group(format!("append_{unit}"));
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(10);
+    let config = async_config();
+    for size in SIZES {
+        let body = vec![0x5Au8; size];
+        g.throughput(if unit == "bytes" {
+            Throughput::Bytes(size as u64)
+        } else {
+            Throughput::Elements(1)
+        });
+        g.bench_function(BenchmarkId::new("single/async", label(size)), |b| {
+            b.iter_custom(|iters| {
+                run_fresh(iters, &config, record_len(size), |s| {
+                    black_box(s.put(&MessageRef::new(TOPIC, 0, &body)).unwrap());
+                })
+            })
+        });
+        let msgs: Vec<MessageRef<'_>> = (0..BATCH)
+            .map(|_| MessageRef::new(TOPIC, 0, &body))
+            .collect();
+        g.throughput(if unit == "bytes" {
+            Throughput::Bytes((size * BATCH) as u64)
+        } else {
+            Throughput::Elements(BATCH as u64)
+        });
+        g.bench_function(BenchmarkId::new("batch1000/async", label(size)), |b| {
+            let mut out = Vec::with_capacity(BATCH);
+            b.iter_custom(|iters| {
+                run_fresh(iters, &config, record_len(size) * BATCH as u64, |s| {
+                    out.clear();
+                    black_box(s.put_batch(&msgs, &mut out).unwrap());
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn append_elements(c: &mut Criterion) {
+    single(c, "elements");
+}
+
+fn append_bytes(c: &mut Criterion) {
+    single(c, "bytes");
+}
+
+/// Filling 1 MiB files with 4 KiB records (a roll every ~250 records), with pre-faulted
+/// (warmed) files and without.
+fn roll(c: &mut Criterion) {
+    let mut g = c.benchmark_group("roll");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(10);
+    let body = vec![0xA5u8; 4096];
+    let msgs: Vec<MessageRef<'_>> = (0..64).map(|_| MessageRef::new(TOPIC, 0, &body)).collect();
+    g.throughput(Throughput::Bytes((4096 * msgs.len()) as u64));
+    for warm in [true, false] {
+        let config = StoreConfig {
+            commit_log_file_size: 1 << 20,
+            max_message_size: 256 << 10,
+            warm_mapped_files: warm,
+            ..async_config()
+        };
+        let name = if warm { "prefaulted" } else { "lazy" };
+        g.bench_function(BenchmarkId::new("async/1MiB_files", name), |b| {
+            let mut out = Vec::with_capacity(msgs.len());
+            b.iter_custom(|iters| {
+                run_fresh(iters, &config, record_len(4096) * 64, |s| {
+                    out.clear();
+                    black_box(s.put_batch(&msgs, &mut out).unwrap());
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, append_elements, append_bytes, roll);
+criterion_main!(benches);

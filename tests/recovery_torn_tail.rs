@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{body, child_dir, child_ready_and_wait, commit_log_file, crash_child, settle};
+use mqlite::checkpoint::CheckpointData;
 use mqlite::{Error, MessageRef, Store, StoreConfig, TagFilter};
 
 const TOPIC: &str = "Crash";
@@ -297,28 +298,116 @@ fn forgotten_store_keeps_its_lock_in_this_process() {
     assert_eq!(read_queue(&ro, 0), vec![(0, b)]);
 }
 
-#[test]
-fn damage_below_durable_watermark_is_corruption() {
-    let dir = tempfile::tempdir().unwrap();
-    clean_prefix(dir.path());
-    let path = commit_log_file(dir.path(), 0);
-    // Flip a bit in the body of the first record (at commit-log offset 0).
+/// Rewrites both checkpoint slots.
+fn write_checkpoint(root: &Path, data: &CheckpointData) {
+    let slot = data.encode();
+    let path = root.join("checkpoint");
+    write_at(&path, 0, &slot);
+    write_at(&path, 2048, &slot);
+}
+
+fn flip_first_record_body_bit(root: &Path) -> u8 {
+    let path = commit_log_file(root, 0);
     let mut b = [0u8; 1];
     b[0] = std::fs::read(&path).unwrap()[88] ^ 0x01;
     write_at(&path, 88, &b);
-    let err = Store::open(dir.path(), config()).unwrap_err();
+    b[0]
+}
+
+#[test]
+fn damage_below_durable_watermark_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    clean_prefix(root);
+    let cp = {
+        let store = Store::open(root, config()).unwrap();
+        let cp = store.checkpoint().unwrap();
+        assert_eq!(cp.confirm_phy_offset, store.commit_log_range().1);
+        cp
+    };
+    assert!(cp.confirm_phy_offset > 0);
+    // A checkpoint whose dispatched offset lags the flushed one (the flush thread flushed the
+    // commit log before the consume queues caught up): recovery scans from the dispatched
+    // offset, and everything below confirmPhyOffset must be intact.
+    write_checkpoint(
+        root,
+        &CheckpointData {
+            logics_dispatched_offset: 0,
+            ..cp
+        },
+    );
+    let flipped = flip_first_record_body_bit(root);
+    let err = Store::open(root, config()).unwrap_err();
     match &err {
-        Error::Corrupted {
-            path: p, offset, ..
-        } => {
-            assert_eq!(p, &path, "the error names the commit-log file");
+        Error::Corrupted { path, offset, .. } => {
+            assert_eq!(
+                path,
+                &commit_log_file(root, 0),
+                "the error names the commit-log file"
+            );
             assert_eq!(*offset, 0);
         }
         other => panic!("expected Corrupted, got {other:?}"),
     }
     assert!(matches!(err, Error::Corrupted { .. }));
-    // Nothing was truncated: the damaged record is still on disk, for an operator to inspect.
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes[88], b[0]);
-    assert_ne!(&bytes[..4], &[0, 0, 0, 0]);
+    // Nothing was truncated: the damaged record is still on disk for an operator to inspect.
+    let bytes = std::fs::read(commit_log_file(root, 0)).unwrap();
+    assert_eq!(bytes[88], flipped);
+    assert_eq!(&bytes[4..8], &[0xDA, 0xA3, 0x20, 0xA7]);
+    assert!(
+        !root.join("abort").exists(),
+        "a failed open leaves no abort file"
+    );
+}
+
+#[test]
+fn end_below_durable_watermark_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    clean_prefix(root);
+    let end = {
+        let store = Store::open(root, config()).unwrap();
+        store.commit_log_range().1
+    };
+    // The checkpoint claims more durable bytes than the log holds (lost writes).
+    let cp = CheckpointData {
+        confirm_phy_offset: end + 500,
+        logics_dispatched_offset: 0,
+        ..Default::default()
+    };
+    write_checkpoint(root, &cp);
+    let err = Store::open(root, config()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { offset, .. } if *offset == end),
+        "{err:?}"
+    );
+}
+
+/// After a clean close recovery starts at the checkpoint (FORMAT.md §8 step 3), so damage to
+/// a record below it is not seen at open; reading that record by offset checks the CRC and
+/// refuses it.
+#[test]
+fn damage_below_checkpoint_start_is_caught_by_crc_on_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    clean_prefix(root);
+    flip_first_record_body_bit(root);
+    let store = Store::open(root, config()).unwrap();
+    let report = store.recovery_report();
+    assert!(!report.abnormal && !report.torn_tail, "{report:?}");
+    assert!(report.scanned_from > 0, "{report:?}");
+    assert!(matches!(
+        store.get_by_offset(0, |v| v.queue_offset()),
+        Err(Error::MessageNotFound { .. })
+    ));
+    // The second record is fine.
+    assert!(store.record_bytes(0).is_err());
+    let second = {
+        let got = store
+            .get_messages(TOPIC, 0, 1, 1, &TagFilter::all())
+            .unwrap();
+        let v = got.iter().next().unwrap();
+        (v.queue_offset(), v.body().to_vec())
+    };
+    assert_eq!(second, (1, body(1)));
 }

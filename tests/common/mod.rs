@@ -81,7 +81,7 @@ pub fn child_dir() -> Option<PathBuf> {
 /// Called by a crash child when its work is done: prints `READY <info>` and sleeps until the
 /// parent kills it with SIGKILL (no destructor, no close, no flush).
 pub fn child_ready_and_wait(info: &str) -> ! {
-    println!("{READY} {info}");
+    println!("\n{READY} {info}");
     use std::io::Write;
     std::io::stdout().flush().unwrap();
     loop {
@@ -94,7 +94,13 @@ pub fn child_ready_and_wait(info: &str) -> ! {
 pub fn crash_child(test_name: &str, dir: &Path) -> String {
     let exe = std::env::current_exe().unwrap();
     let mut child: Child = Command::new(exe)
-        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            test_name,
+            "--exact",
+            "--nocapture",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIR, dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -104,13 +110,15 @@ pub fn crash_child(test_name: &str, dir: &Path) -> String {
     let mut info = None;
     for line in BufReader::new(out).lines() {
         let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix(READY) {
-            info = Some(rest.trim().to_owned());
+        // libtest prints "test <name> ... " on the same line before the child's output.
+        if let Some(at) = line.find(READY) {
+            info = Some(line[at + READY.len()..].trim().to_owned());
             break;
         }
     }
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
+    let info = info.expect("the crash child exited before printing READY");
     assert!(!status.success(), "the child must die by the signal");
-    info.expect("the crash child exited before printing READY")
+    info
 }

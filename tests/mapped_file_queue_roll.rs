@@ -1,0 +1,232 @@
+//! MappedFileQueue: rolling files named by 20-digit offsets, finding files by offset,
+//! truncation, head deletion, and load-time repair of a crashed roll.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use mqlite::mapped_file_queue::{Backing, MappedFileQueue};
+use mqlite::Error;
+
+const SIZE: u64 = 4096;
+
+fn queue(dir: &Path) -> MappedFileQueue {
+    MappedFileQueue::new(
+        Backing::Dir {
+            dir: dir.to_path_buf(),
+            mode: 0o600,
+            populate: false,
+        },
+        SIZE,
+        true,
+    )
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Rolls `n` files, writing `fill` bytes tagged with the file index into each.
+fn roll_files(q: &MappedFileQueue, n: u64, fill: usize) {
+    for k in 0..n {
+        let mut w = q.roll(k * SIZE).unwrap();
+        assert_eq!(w.pos(), 0);
+        assert_eq!(w.remaining(), SIZE);
+        w.append_with(fill, |b| b.fill(k as u8 + 1)).unwrap();
+        w.publish();
+    }
+}
+
+#[test]
+fn roll_names_and_find() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    assert!(q.is_empty());
+    assert_eq!((q.min_offset(), q.max_offset()), (0, 0));
+    assert!(q.find(0).is_none());
+    roll_files(&q, 4, 100);
+    assert_eq!(q.len(), 4);
+    assert_eq!(
+        names(dir.path()),
+        vec![
+            "00000000000000000000",
+            "00000000000000004096",
+            "00000000000000008192",
+            "00000000000000012288"
+        ]
+    );
+    assert_eq!(q.min_offset(), 0);
+    assert_eq!(q.max_offset(), 3 * SIZE + 100);
+    for f in q.files() {
+        assert_eq!(std::fs::metadata(f.path()).unwrap().len(), SIZE);
+    }
+    for (offset, start) in [
+        (0, 0),
+        (4095, 0),
+        (4096, 4096),
+        (10_000, 8192),
+        (16_383, 12_288),
+    ] {
+        let f = q.find(offset).unwrap();
+        assert_eq!(f.from_offset(), start, "offset {offset}");
+        assert!(offset - f.from_offset() < SIZE);
+    }
+    assert!(q.find(4 * SIZE).is_none());
+    // Bytes written through the writer are readable (published) through the file.
+    let f = q.find(5000).unwrap();
+    assert_eq!(f.slice(0, 100).unwrap(), &[2u8; 100][..]);
+    assert!(
+        f.slice(0, 101).is_none(),
+        "unpublished bytes are not readable"
+    );
+    // A file's writer is unique.
+    assert!(q.take_last_writer().is_none());
+}
+
+#[test]
+fn drop_files_from_removes_tail_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    roll_files(&q, 5, 10);
+    q.drop_files_from(2 * SIZE + 1).unwrap();
+    assert_eq!(q.len(), 3);
+    assert_eq!(q.last_file().unwrap().from_offset(), 2 * SIZE);
+    assert_eq!(names(dir.path()).len(), 3);
+    q.drop_files_from(2 * SIZE).unwrap();
+    assert_eq!(q.len(), 2);
+    assert!(q.find(2 * SIZE).is_none());
+    assert!(!dir.path().join("00000000000000008192").exists());
+    q.destroy().unwrap();
+    assert!(q.is_empty());
+    assert!(names(dir.path()).is_empty());
+}
+
+#[test]
+fn delete_head_never_deletes_the_last_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    roll_files(&q, 4, 10);
+    // Limit respected.
+    assert_eq!(q.delete_head_while(1, |_| true).unwrap(), 1);
+    assert_eq!(q.min_offset(), SIZE);
+    // Stops at the first file that is not expired.
+    assert_eq!(
+        q.delete_head_while(usize::MAX, |f| f.from_offset() < 2 * SIZE)
+            .unwrap(),
+        1
+    );
+    assert_eq!(q.min_offset(), 2 * SIZE);
+    // Everything expired: the last file stays.
+    assert_eq!(q.delete_head_while(usize::MAX, |_| true).unwrap(), 1);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q.delete_head_while(usize::MAX, |_| true).unwrap(), 0);
+    assert_eq!(names(dir.path()), vec!["00000000000000012288"]);
+    // find works relative to the new head.
+    assert!(q.find(0).is_none());
+    assert_eq!(q.find(3 * SIZE + 5).unwrap().from_offset(), 3 * SIZE);
+}
+
+#[test]
+fn load_deletes_an_empty_last_file() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let q = queue(dir.path());
+        roll_files(&q, 2, 10);
+        q.flush().unwrap();
+    }
+    // A roll killed right after creating the file.
+    std::fs::write(dir.path().join("00000000000000008192"), b"").unwrap();
+    let q = queue(dir.path());
+    q.load().unwrap();
+    assert_eq!(q.len(), 2);
+    assert!(!dir.path().join("00000000000000008192").exists());
+    assert_eq!(q.last_file().unwrap().from_offset(), SIZE);
+    // Loaded data is intact (positions start at the file size; recovery sets the real end).
+    assert_eq!(q.find(SIZE).unwrap().slice(0, 10).unwrap(), &[2u8; 10][..]);
+    assert_eq!(q.max_offset(), 2 * SIZE);
+}
+
+#[test]
+fn load_re_preallocates_a_short_last_file() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let q = queue(dir.path());
+        roll_files(&q, 2, 10);
+        q.flush().unwrap();
+    }
+    let last = dir.path().join("00000000000000004096");
+    let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    f.set_len(1000).unwrap();
+    drop(f);
+    let q = queue(dir.path());
+    q.load().unwrap();
+    assert_eq!(q.len(), 2);
+    assert_eq!(std::fs::metadata(&last).unwrap().len(), SIZE);
+    let f = q.last_file().unwrap();
+    assert_eq!(f.slice(0, 10).unwrap(), &[2u8; 10][..]);
+    assert!(f
+        .slice(1000, (SIZE - 1000) as usize)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+}
+
+#[test]
+fn load_reports_a_short_middle_file_as_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let q = queue(dir.path());
+        roll_files(&q, 3, 10);
+    }
+    let middle = dir.path().join("00000000000000004096");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&middle)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let err = queue(dir.path()).load().unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { path, offset: 4096, .. } if *path == middle),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn load_reports_a_gap_as_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let q = queue(dir.path());
+        roll_files(&q, 3, 10);
+    }
+    std::fs::remove_file(dir.path().join("00000000000000004096")).unwrap();
+    let err = queue(dir.path()).load().unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupted { offset: 8192, .. }),
+        "{err:?}"
+    );
+    // Files whose names are not 20 digits are ignored; a misaligned start is corruption.
+    let dir2 = tempfile::tempdir().unwrap();
+    {
+        let q = queue(dir2.path());
+        roll_files(&q, 1, 10);
+    }
+    std::fs::write(dir2.path().join("notes.txt"), b"x").unwrap();
+    std::fs::write(dir2.path().join("0000000000000000100"), b"x").unwrap();
+    let q = queue(dir2.path());
+    q.load().unwrap();
+    assert_eq!(q.len(), 1);
+    std::fs::write(
+        dir2.path().join("00000000000000004097"),
+        vec![0u8; SIZE as usize],
+    )
+    .unwrap();
+    assert!(matches!(
+        queue(dir2.path()).load(),
+        Err(Error::Corrupted { offset: 4097, .. })
+    ));
+}
