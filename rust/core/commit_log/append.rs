@@ -33,6 +33,8 @@ pub struct Appender {
     /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
     pub(crate) queue_offsets: HashMap<String, Vec<u64>>,
     pub(crate) poisoned: Option<String>,
+    // Reused encoding buffer of batch appends.
+    scratch: Vec<u8>,
 }
 
 /// A record ready to be written: the message plus its precomputed size and body CRC (computed
@@ -211,6 +213,10 @@ impl Appender {
         let store_timestamp = now_ms();
         let mut physical_offset = w.file().from_offset() + w.pos();
         out.reserve(batch.len());
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(total as usize, 0);
+        let mut at = 0usize;
         for (i, p) in batch.iter().enumerate() {
             let m = &p.msg;
             let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
@@ -225,10 +231,9 @@ impl Appender {
                 reconsume_times: m.reconsume_times,
                 prepared_transaction_offset: m.prepared_transaction_offset,
             };
-            w.append_with(p.len, |buf| {
-                codec::encode(buf, &meta, p.crc, m.body, topic.as_bytes(), m.properties)
-            })
-            .ok_or(Error::Closed)?;
+            let buf = scratch.get_mut(at..at + p.len).ok_or(Error::Closed)?;
+            codec::encode(buf, &meta, p.crc, m.body, topic.as_bytes(), m.properties);
+            at += p.len;
             out.push(Appended {
                 physical_offset,
                 size: p.len as u32,
@@ -237,6 +242,14 @@ impl Appender {
             });
             physical_offset += p.len as u64;
         }
+        let w = self.writer.as_mut().ok_or(Error::Closed)?;
+        let written = w.append_bytes(&scratch);
+        self.scratch = scratch;
+        if let Err(e) = written {
+            out.truncate(out.len() - batch.len());
+            return Err(e);
+        }
+        let w = self.writer.as_mut().ok_or(Error::Closed)?;
         w.publish();
         if dispatched {
             self.bump_queue_offset(topic, queue_id, batch.len() as u64);

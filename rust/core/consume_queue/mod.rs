@@ -228,8 +228,12 @@ impl ConsumeQueue {
         }
         let mut guard = self.lock_writer();
         let expected_byte = queue_offset * UNIT_SIZE;
-        let mut end = self.files.max_offset();
-        if self.files.is_empty() {
+        // The writer's position is the end of the queue; without one, look at the files.
+        let mut end = match guard.as_ref() {
+            Some(w) => w.file().from_offset() + w.pos(),
+            None => self.files.max_offset(),
+        };
+        if guard.is_none() && self.files.is_empty() {
             end = expected_byte - expected_byte % self.files.file_size();
             self.min_logic.store(queue_offset, Ordering::Release);
         }

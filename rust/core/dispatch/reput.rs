@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::{DispatchRequest, Dispatcher};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
-use crate::message::codec::{self, RecordCheck, RecordView};
+use crate::message::codec::{self, Peek, RecordView};
 
 /// Wakes threads waiting for new data in any consume queue.
 #[derive(Debug, Default)]
@@ -169,44 +169,50 @@ impl Reput {
     fn run(&self, from: &mut u64) -> Result<()> {
         let target = self.confirm_offset();
         let start = *from;
+        // The file being read, kept across records: a lookup per record would take the file
+        // list's lock every time.
+        let mut current: Option<Arc<crate::mapped_file::MappedFile>> = None;
         while *from < target {
             let pos = *from;
-            let Some(file) = self.commit_log.file_at(pos) else {
-                // Expired below us: continue at the oldest stored byte.
-                let min = self.commit_log.min_offset();
-                if pos < min {
-                    *from = min;
-                    continue;
-                }
-                break;
+            let file = match current.take() {
+                Some(f) if pos >= f.from_offset() && pos < f.from_offset() + f.size() => f,
+                _ => match self.commit_log.file_at(pos) {
+                    Some(f) => f,
+                    None => {
+                        // Expired below us: continue at the oldest stored byte.
+                        let min = self.commit_log.min_offset();
+                        if pos < min {
+                            *from = min;
+                            continue;
+                        }
+                        break;
+                    }
+                },
             };
             let local = pos - file.from_offset();
             let Some(buf) = file.slice(local, (file.published() - local) as usize) else {
                 break;
             };
-            match codec::check(buf, false, None) {
-                RecordCheck::Record(n) => {
-                    let v = RecordView::parse(buf, false).map_err(|e| Error::Corrupted {
-                        path: file.path().to_path_buf(),
-                        offset: pos,
-                        reason: e.to_string(),
-                    })?;
+            let corrupted = |reason: String| Error::Corrupted {
+                path: file.path().to_path_buf(),
+                offset: pos,
+                reason,
+            };
+            match codec::peek(buf) {
+                Peek::End => break,
+                Peek::Blank => *from = self.commit_log.roll_next_file(pos),
+                Peek::Record => {
+                    // No CRC here (as in RocketMQ): the appender computed it, recovery and
+                    // reads verify it.
+                    let v = RecordView::parse(buf, false).map_err(|e| corrupted(e.to_string()))?;
                     let req = DispatchRequest::from_record(&v);
                     for d in &self.dispatchers {
                         d.dispatch(&req)?;
                     }
-                    *from = pos + u64::from(n);
-                }
-                RecordCheck::Blank => *from = self.commit_log.roll_next_file(pos),
-                RecordCheck::End => break,
-                RecordCheck::Invalid(e) => {
-                    return Err(Error::Corrupted {
-                        path: file.path().to_path_buf(),
-                        offset: pos,
-                        reason: e.to_string(),
-                    })
+                    *from = pos + u64::from(v.total_size());
                 }
             }
+            current = Some(file);
             self.dispatched.store(*from, Ordering::Release);
         }
         if *from != start {

@@ -269,6 +269,33 @@ impl FileWriter {
         self.file.size - self.pos
     }
 
+    /// Appends `data` at the write position with a positioned `write` to the file instead of
+    /// through the mapping (anonymous files: a copy into the mapping). Large appends go this
+    /// way: the kernel copies into the page cache without page faults, and writeback later has
+    /// no writable page-table entries to revoke. Readers still see the bytes through the
+    /// mapping (the page cache is shared) once they are published.
+    pub fn append_bytes(&mut self, data: &[u8]) -> Result<()> {
+        if self.pos + data.len() as u64 > self.file.size {
+            return Err(Error::InvalidArgument {
+                field: "append",
+                reason: "write past the end of the file".into(),
+            });
+        }
+        match &self.file.file {
+            Some(f) => {
+                use std::os::unix::fs::FileExt;
+                f.write_all_at(data, self.pos)
+                    .map_err(|e| Error::io("pwrite", &self.file.path, e))?;
+                self.pos += data.len() as u64;
+            }
+            None => {
+                self.append_with(data.len(), |b| b.copy_from_slice(data))
+                    .ok_or(Error::Closed)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Lends `[pos, pos+len)` to `fill` and advances the write position. The bytes become
     /// visible to readers at the next `publish`. `None` if they do not fit.
     pub fn append_with<R>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> Option<R> {

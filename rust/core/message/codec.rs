@@ -407,6 +407,26 @@ pub enum RecordCheck {
     Invalid(DecodeError),
 }
 
+/// What the first 8 bytes at a position announce, without validating a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peek {
+    /// Zeros (or too few bytes): no record starts here.
+    End,
+    /// The END_OF_FILE marker.
+    Blank,
+    /// Something else: parse it as a record.
+    Record,
+}
+
+/// Classifies the start of `buf` cheaply (the dispatcher's per-record check).
+pub fn peek(buf: &[u8]) -> Peek {
+    match (be_u32(buf, 0), be_u32(buf, 4)) {
+        (Some(0), Some(0)) | (None, _) | (_, None) => Peek::End,
+        (_, Some(BLANK_MAGIC)) => Peek::Blank,
+        _ => Peek::Record,
+    }
+}
+
 /// Classifies the bytes at the start of `buf` (the rest of the file from a position).
 pub fn check(buf: &[u8], check_crc: bool, expected_physical: Option<u64>) -> RecordCheck {
     let Some(total) = be_u32(buf, 0) else {
