@@ -383,31 +383,21 @@ fn end_below_durable_watermark_is_corruption() {
     );
 }
 
-/// After a clean close recovery starts at the checkpoint (FORMAT.md §8 step 3), so damage to
-/// a record below it is not seen at open; reading that record by offset checks the CRC and
-/// refuses it.
+/// After a clean close recovery scans the whole commit-log file holding the checkpoint
+/// (FORMAT.md §8 step 3), so damage to a record of that file below the durable offset is found
+/// at open and reported as corruption naming the file and offset, never served or truncated.
 #[test]
-fn damage_below_checkpoint_start_is_caught_by_crc_on_lookup() {
+fn damage_below_checkpoint_in_its_file_is_reported_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     clean_prefix(root);
     flip_first_record_body_bit(root);
-    let store = Store::open(root, config()).unwrap();
-    let report = store.recovery_report();
-    assert!(!report.abnormal && !report.torn_tail, "{report:?}");
-    assert!(report.scanned_from > 0, "{report:?}");
-    assert!(matches!(
-        store.get_by_offset(0, |v| v.queue_offset()),
-        Err(Error::MessageNotFound { .. })
-    ));
-    // The second record is fine.
-    assert!(store.record_bytes(0).is_err());
-    let second = {
-        let got = store
-            .get_messages(TOPIC, 0, 1, 1, &TagFilter::all())
-            .unwrap();
-        let v = got.iter().next().unwrap();
-        (v.queue_offset(), v.body().to_vec())
-    };
-    assert_eq!(second, (1, body(1)));
+    let err = Store::open(root, config()).unwrap_err();
+    match err {
+        Error::Corrupted { path, offset, .. } => {
+            assert!(path.ends_with("commitlog/00000000000000000000"), "{path:?}");
+            assert_eq!(offset, 0);
+        }
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
 }

@@ -62,13 +62,17 @@ pub fn recover(
     // (the oldest file without a checkpoint); they differ in what they do with the tail.
     // Starting at the last file instead would be wrong: it may be a preallocated, still empty
     // successor of the file where the data really ends.
-    let from = match checkpoint {
+    let boundary = match checkpoint {
         Some(c) => c
             .logics_dispatched_offset
             .min(c.confirm_phy_offset)
             .max(min),
         None => min,
     };
+    // Scan the whole file holding the boundary (RocketMQ checks its last files too): damage to
+    // records of that file below the durable offset is then found and reported, not served.
+    let file_size = commit_log.files().file_size();
+    let from = (boundary - boundary % file_size).max(min);
     let from = from.min(last.from_offset() + last.size());
     let scan = commit_log.scan(from, check_crc, durable, |_| Ok(()))?;
     if scan.end < durable {

@@ -230,11 +230,11 @@ impl Store {
             if u.is_placeholder() || !filter.code_matches(u.tags_code) {
                 continue;
             }
-            let mut got = self.copy_record(u.offset, u.size, filter, &mut out);
+            let mut got = self.copy_record(u.offset, u.size, filter, &mut out)?;
             if got.is_none() && self.inner.config.read_only && !refreshed {
                 refreshed = true;
                 let _ = self.inner.commit_log.files().refresh();
-                got = self.copy_record(u.offset, u.size, filter, &mut out);
+                got = self.copy_record(u.offset, u.size, filter, &mut out)?;
             }
             if got.is_none() && u.offset < self.inner.commit_log.min_offset() {
                 continue; // expired record
@@ -259,21 +259,36 @@ impl Store {
         size: u32,
         filter: &TagFilter,
         out: &mut GetResult,
-    ) -> Option<bool> {
-        self.inner
-            .commit_log
-            .with_bytes(offset, size, |b| match RecordView::parse(b, false) {
-                Ok(v) if v.physical_offset() == offset => {
-                    if !filter.record_matches(v.properties()) {
-                        return Some(false);
-                    }
-                    let start = out.buffer.len() as u32;
-                    out.buffer.extend_from_slice(b);
-                    out.records.push((start, size));
-                    Some(true)
+    ) -> Result<Option<bool>> {
+        let Some(file) = self.inner.commit_log.file_at(offset) else {
+            return Ok(None);
+        };
+        let local = offset - file.from_offset();
+        let Some(b) = file.slice(local, size as usize) else {
+            return Ok(None);
+        };
+        // Every read verifies the body CRC: a damaged record is an error, never a message.
+        match RecordView::parse(b, true) {
+            Ok(v) if v.physical_offset() == offset => {
+                if !filter.record_matches(v.properties()) {
+                    return Ok(Some(false));
                 }
-                _ => None,
-            })?
+                let start = out.buffer.len() as u32;
+                out.buffer.extend_from_slice(b);
+                out.records.push((start, size));
+                Ok(Some(true))
+            }
+            Ok(_) => Err(Error::Corrupted {
+                path: file.path().to_path_buf(),
+                offset,
+                reason: "consume-queue unit points at a record with another physical offset".into(),
+            }),
+            Err(e) => Err(Error::Corrupted {
+                path: file.path().to_path_buf(),
+                offset,
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// Decodes the message stored at commit-log `offset` and hands it to `f`.
