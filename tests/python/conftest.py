@@ -75,3 +75,13 @@ def spawn_py() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak tests run only with ``MQLITE_SOAK=1`` or when selected with ``-m soak``."""
+    if os.environ.get("MQLITE_SOAK") == "1" or "soak" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="soak test: set MQLITE_SOAK=1 or use -m soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
