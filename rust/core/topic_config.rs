@@ -132,6 +132,17 @@ impl TopicTable {
         })
     }
 
+    /// Re-reads the file (read-only stores follow topics the writer creates). Keeps the table
+    /// in memory if the file cannot be read.
+    pub fn reload(&self) {
+        let Some(p) = &self.path else { return };
+        if let Ok(Some(file)) =
+            fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())
+        {
+            *self.inner.write().unwrap_or_else(|p| p.into_inner()) = file;
+        }
+    }
+
     /// Config of `topic`.
     pub fn get(&self, topic: &str) -> Option<TopicConfig> {
         self.inner

@@ -66,6 +66,13 @@ impl UniqueIdGenerator {
 
     /// Next id at wall-clock `now_ms`.
     pub fn next(&self, now_ms: i64) -> String {
+        let mut s = String::with_capacity(32);
+        self.next_into(now_ms, &mut s);
+        s
+    }
+
+    /// Appends the next id at wall-clock `now_ms` to `out` (no allocation when `out` has room).
+    pub fn next_into(&self, now_ms: i64, out: &mut String) {
         let mut start = self.month_start.load(Ordering::Relaxed);
         if now_ms >= self.month_end.load(Ordering::Relaxed) || now_ms < start {
             let (s, e) = month_bounds_utc(now_ms);
@@ -75,11 +82,9 @@ impl UniqueIdGenerator {
         }
         let since = u32::try_from((now_ms - start).max(0)).unwrap_or(u32::MAX);
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let mut s = String::with_capacity(32);
-        s.push_str(&self.prefix);
-        push_hex(&mut s, &since.to_be_bytes());
-        push_hex(&mut s, &n.to_be_bytes());
-        s
+        out.push_str(&self.prefix);
+        push_hex(out, &since.to_be_bytes());
+        push_hex(out, &n.to_be_bytes());
     }
 }
 

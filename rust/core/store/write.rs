@@ -251,12 +251,18 @@ impl Store {
     /// Every topic's configuration.
     pub fn topics(&self) -> Result<Vec<TopicConfig>> {
         self.check_usable()?;
+        if self.inner.config.read_only {
+            self.inner.topics.reload();
+        }
         Ok(self.inner.topics.all())
     }
 
     /// One topic's configuration.
     pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
         self.check_usable()?;
+        if self.inner.config.read_only && self.inner.topics.get(topic).is_none() {
+            self.inner.topics.reload();
+        }
         Ok(self.inner.topics.get(topic))
     }
 }

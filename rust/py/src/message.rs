@@ -85,22 +85,18 @@ pub fn read_message<'py>(
     push_keys(&keys, props)?;
     properties::push(props, properties::UNIQ_KEY, uniq);
     let user = msg.getattr(intern!(py, "properties"))?;
-    if !user.is_none() {
+    if let Ok(d) = user.cast::<PyDict>() {
+        // The common case: a plain dict, often empty.
+        for (k, v) in d.iter() {
+            push_property(&k, &v, props)?;
+        }
+    } else if !user.is_none() {
         let items = user
             .call_method0(intern!(py, "items"))
             .map_err(|_| type_error("properties must be a mapping"))?;
         for item in items.try_iter()? {
-            let item = item?;
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-            let k = k
-                .cast::<PyString>()
-                .map_err(|_| type_error("property names must be str"))?;
-            let v = v
-                .cast::<PyString>()
-                .map_err(|_| type_error("property values must be str"))?;
-            let (k, v) = (k.to_str()?, v.to_str()?);
-            validate::check_property(k, v, false).map_err(|e| invalid_message(e.to_string()))?;
-            properties::push(props, k, v);
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            push_property(&k, &v, props)?;
         }
     }
     let flag_obj = msg.getattr(intern!(py, "flag"))?;
@@ -114,6 +110,19 @@ pub fn read_message<'py>(
         props: (start, props.len()),
         tags_code,
     })
+}
+
+fn push_property(k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
+    let k = k
+        .cast::<PyString>()
+        .map_err(|_| type_error("property names must be str"))?;
+    let v = v
+        .cast::<PyString>()
+        .map_err(|_| type_error("property values must be str"))?;
+    let (k, v) = (k.to_str()?, v.to_str()?);
+    validate::check_property(k, v, false).map_err(|e| invalid_message(e.to_string()))?;
+    properties::push(props, k, v);
+    Ok(())
 }
 
 fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {

@@ -114,8 +114,9 @@ impl PyProducer {
         let mut props: Vec<u8> = Vec::with_capacity(n * 44);
         let mut held: Vec<Held<'_>> = Vec::with_capacity(n);
         for item in seq.iter() {
-            let id = self.ids.next(now);
-            uniq.push_str(&id);
+            let at = uniq.len();
+            self.ids.next_into(now, &mut uniq);
+            let id = uniq.get(at..).unwrap_or("");
             match item.cast_into::<pyo3::types::PyBytes>() {
                 Ok(body) => {
                     let Some(t) = topic else {
@@ -127,7 +128,7 @@ impl PyProducer {
                     mqlite::message::properties::push(
                         &mut props,
                         mqlite::message::properties::UNIQ_KEY,
-                        &id,
+                        id,
                     );
                     let topic = t
                         .cast::<pyo3::types::PyString>()
@@ -141,7 +142,7 @@ impl PyProducer {
                         tags_code: 0,
                     });
                 }
-                Err(e) => held.push(read_message(&e.into_inner(), &mut props, &id)?),
+                Err(e) => held.push(read_message(&e.into_inner(), &mut props, id)?),
             }
         }
         let outs: Vec<Outgoing<'_>> = held.iter().map(Held::outgoing).collect::<PyResult<_>>()?;
