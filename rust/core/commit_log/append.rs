@@ -12,6 +12,7 @@ use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH};
 use crate::message::{sysflag, MessageRef};
 use crate::util::clock::now_ms;
+use crate::util::hash::FastBuild;
 
 /// Where one appended record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +32,7 @@ pub struct Appended {
 pub struct Appender {
     pub(crate) writer: Option<FileWriter>,
     /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
-    pub(crate) queue_offsets: HashMap<String, Vec<u64>>,
+    pub(crate) queue_offsets: QueueTable,
     pub(crate) poisoned: Option<String>,
     // Reused encoding buffer of batch appends.
     scratch: Vec<u8>,
@@ -59,6 +60,22 @@ impl<'a> Prepared<'a> {
             crc: codec::body_crc(msg.body),
         })
     }
+}
+
+/// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
+pub(crate) type QueueTable = HashMap<String, Vec<u64>, FastBuild>;
+
+/// The next-queue-offset slot of (topic, queue id), created at 0.
+fn queue_slot<'a>(map: &'a mut QueueTable, topic: &str, queue_id: u32) -> Option<&'a mut u64> {
+    if !map.contains_key(topic) {
+        map.insert(topic.to_owned(), Vec::new());
+    }
+    let v = map.get_mut(topic)?;
+    let i = queue_id as usize;
+    if v.len() <= i {
+        v.resize(i + 1, 0);
+    }
+    v.get_mut(i)
 }
 
 impl Appender {
@@ -139,16 +156,17 @@ impl Appender {
             });
         }
         let m = &p.msg;
-        let dispatched = sysflag::is_dispatched(m.sysflag);
-        let w = self.ensure_room(files, p.len as u64)?;
+        self.ensure_room(files, p.len as u64)?;
+        // One map lookup: the slot is read now and bumped only after the write succeeded.
+        let slot = if sysflag::is_dispatched(m.sysflag) {
+            queue_slot(&mut self.queue_offsets, m.topic, m.queue_id)
+        } else {
+            None
+        };
+        let queue_offset = slot.as_deref().copied().unwrap_or(0);
+        let w = self.writer.as_mut().ok_or(Error::Closed)?;
         let physical_offset = w.file().from_offset() + w.pos();
         let store_timestamp = now_ms();
-        let queue_offset = if dispatched {
-            // Read before bumping so a failed write assigns nothing.
-            self.next_queue_offset(m.topic, m.queue_id)
-        } else {
-            0
-        };
         let meta = RecordMeta {
             queue_id: m.queue_id,
             flag: m.flag,
@@ -160,14 +178,13 @@ impl Appender {
             reconsume_times: m.reconsume_times,
             prepared_transaction_offset: m.prepared_transaction_offset,
         };
-        let w = self.writer.as_mut().ok_or(Error::Closed)?;
         w.append_with(p.len, |buf| {
             codec::encode(buf, &meta, p.crc, m.body, m.topic.as_bytes(), m.properties)
         })
         .ok_or(Error::Closed)?;
         w.publish();
-        if dispatched {
-            self.bump_queue_offset(m.topic, m.queue_id, 1);
+        if let Some(s) = slot {
+            *s += 1;
         }
         Ok(Appended {
             physical_offset,

@@ -3,3 +3,4 @@
 pub mod clock;
 pub mod crc;
 pub mod fs;
+pub mod hash;
