@@ -534,4 +534,42 @@ mod tests {
         assert_eq!(check(&buf, true, None), RecordCheck::Blank);
         assert_eq!(&buf[..8], &[0, 0, 0, 64, 0xCB, 0xD4, 0x31, 0x94]);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_record_round_trips(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..2048),
+            topic in "[A-Za-z0-9_%|-]{1,300}",
+            props in proptest::collection::vec(("[a-zA-Z0-9]{1,8}", "[ -~]{1,16}"), 0..6),
+            queue_id in 0u32..1024,
+            queue_offset in 0u64..(1 << 40),
+            physical_offset in 0u64..(1 << 50),
+            flag in proptest::prelude::any::<i32>(),
+            born in 0i64..(1 << 42),
+        ) {
+            let encoded_props = crate::message::properties::encode(
+                props.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+            let n = encoded_len(body.len(), topic.len(), encoded_props.len()).unwrap();
+            let mut buf = vec![0u8; n];
+            let meta = RecordMeta {
+                queue_id, flag, queue_offset, physical_offset, sysflag: 0,
+                born_timestamp: born, store_timestamp: born + 1, reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            };
+            encode(&mut buf, &meta, body_crc(&body), &body, topic.as_bytes(), &encoded_props);
+            let v = RecordView::parse(&buf, true).unwrap();
+            proptest::prop_assert_eq!(v.total_size() as usize, n);
+            proptest::prop_assert_eq!(v.magic(), if topic.len() > 127 { MAGIC_V2 } else { MAGIC_V1 });
+            proptest::prop_assert_eq!(v.body(), body.as_slice());
+            proptest::prop_assert_eq!(v.topic(), topic.as_str());
+            proptest::prop_assert_eq!(v.properties(), encoded_props.as_slice());
+            proptest::prop_assert_eq!((v.queue_id(), v.queue_offset(), v.physical_offset()), (queue_id, queue_offset, physical_offset));
+            proptest::prop_assert_eq!((v.flag(), v.born_timestamp(), v.store_timestamp()), (flag, born, born + 1));
+            proptest::prop_assert_eq!(check(&buf, true, Some(physical_offset)), RecordCheck::Record(n as u32));
+            // Any truncation is detected, never a panic.
+            let cut = n / 2;
+            proptest::prop_assert!(RecordView::parse(&buf[..cut], true).is_err());
+        }
+    }
 }
