@@ -232,8 +232,7 @@ impl Appender {
         out.reserve(batch.len());
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        scratch.resize(total as usize, 0);
-        let mut at = 0usize;
+        scratch.reserve(total as usize);
         for (i, p) in batch.iter().enumerate() {
             let m = &p.msg;
             let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
@@ -248,9 +247,15 @@ impl Appender {
                 reconsume_times: m.reconsume_times,
                 prepared_transaction_offset: m.prepared_transaction_offset,
             };
-            let buf = scratch.get_mut(at..at + p.len).ok_or(Error::Closed)?;
-            codec::encode(buf, &meta, p.crc, m.body, topic.as_bytes(), m.properties);
-            at += p.len;
+            codec::encode_to_vec(
+                &mut scratch,
+                p.len,
+                &meta,
+                p.crc,
+                m.body,
+                topic.as_bytes(),
+                m.properties,
+            );
             out.push(Appended {
                 physical_offset,
                 size: p.len as u32,

@@ -90,8 +90,43 @@ pub fn encode(
     props: &[u8],
 ) {
     let total = out.len();
-    let v2 = topic.len() > 127;
     let mut w = Writer { buf: out, pos: 0 };
+    emit(total, meta, body_crc, body, topic, props, |b| w.bytes(b));
+}
+
+/// Appends one record to `out` (of `encoded_len(..)` = `total` bytes) without zero-filling
+/// first: the batch path encodes a whole batch into one buffer.
+pub fn encode_to_vec(
+    out: &mut Vec<u8>,
+    total: usize,
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+) {
+    emit(total, meta, body_crc, body, topic, props, |b| {
+        out.extend_from_slice(b)
+    });
+}
+
+/// The record as a sequence of byte runs: the fixed 88-byte header (built on the stack), then
+/// the body, topic and properties with their lengths.
+fn emit(
+    total: usize,
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+    mut put: impl FnMut(&[u8]),
+) {
+    let v2 = topic.len() > 127;
+    let mut h = [0u8; 88];
+    let mut w = Writer {
+        buf: &mut h,
+        pos: 0,
+    };
     w.u32(u32::try_from(total).unwrap_or(u32::MAX));
     w.u32(if v2 { MAGIC_V2 } else { MAGIC_V1 });
     w.u32(body_crc);
@@ -109,15 +144,16 @@ pub fn encode(
     w.i32(meta.reconsume_times);
     w.i64(meta.prepared_transaction_offset);
     w.u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
-    w.bytes(body);
+    put(&h);
+    put(body);
     if v2 {
-        w.bytes(&u16::try_from(topic.len()).unwrap_or(u16::MAX).to_be_bytes());
+        put(&u16::try_from(topic.len()).unwrap_or(u16::MAX).to_be_bytes());
     } else {
-        w.bytes(&[u8::try_from(topic.len()).unwrap_or(0)]);
+        put(&[u8::try_from(topic.len()).unwrap_or(0)]);
     }
-    w.bytes(topic);
-    w.bytes(&u16::try_from(props.len()).unwrap_or(0).to_be_bytes());
-    w.bytes(props);
+    put(topic);
+    put(&u16::try_from(props.len()).unwrap_or(0).to_be_bytes());
+    put(props);
 }
 
 /// Body CRC (masked IEEE CRC32).

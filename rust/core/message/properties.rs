@@ -130,17 +130,27 @@ pub fn iter(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
 
 /// Value of `name` (the last occurrence wins, as with RocketMQ's map).
 pub fn get<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
-    // Byte-level scan: only the matching value is UTF-8 checked (this runs once per dispatched
-    // record to find TAGS).
+    // Segment by segment with a word-at-a-time search; only the matching value is UTF-8
+    // checked (this runs once per dispatched record to find TAGS).
     let name = name.as_bytes();
+    if name.is_empty() {
+        return None;
+    }
     let mut found = None;
-    for seg in props.split(|&b| b == PROPERTY_SEPARATOR) {
-        if seg.len() < 3 || seg.len() <= name.len() + 1 || !seg.starts_with(name) {
-            continue;
-        }
-        if seg.get(name.len()) == Some(&NAME_VALUE_SEPARATOR) && !name.is_empty() {
+    let mut rest = props;
+    loop {
+        let end = crate::util::bytes::find_byte(rest, PROPERTY_SEPARATOR).unwrap_or(rest.len());
+        let seg = rest.get(..end).unwrap_or(&[]);
+        if seg.len() > name.len() + 1
+            && seg.starts_with(name)
+            && seg.get(name.len()) == Some(&NAME_VALUE_SEPARATOR)
+        {
             found = seg.get(name.len() + 1..);
         }
+        if end >= rest.len() {
+            break;
+        }
+        rest = rest.get(end + 1..).unwrap_or(&[]);
     }
     found.and_then(|v| std::str::from_utf8(v).ok())
 }

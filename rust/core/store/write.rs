@@ -7,6 +7,7 @@ use crate::config::FlushMode;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
+use crate::util::bytes;
 
 /// Outcome of a put that wrote the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,40 +271,34 @@ impl Store {
 /// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
 /// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes.
 pub fn check_encoded_properties(props: &[u8]) -> Result<()> {
-    if props.is_empty() {
-        return Ok(());
-    }
     let bad = |reason: &str| {
         Err(Error::InvalidMessage {
             reason: reason.to_owned(),
         })
     };
-    if std::str::from_utf8(props).is_err() {
+    if !props.is_ascii() && std::str::from_utf8(props).is_err() {
         return bad("properties are not UTF-8");
     }
-    // State per pair: bytes of the name seen, whether \x01 was seen, bytes of the value seen.
-    let (mut name_len, mut in_value, mut value_len) = (0usize, false, 0usize);
-    for &b in props {
-        match b {
-            properties::NAME_VALUE_SEPARATOR => {
-                if in_value || name_len == 0 {
-                    return bad("malformed property (empty name or a stray \\x01 byte)");
+    let mut rest = props;
+    while !rest.is_empty() {
+        // name, then \x01; value, then \x02 (the next byte below 3 must be exactly that)
+        for (sep, what) in [
+            (
+                properties::NAME_VALUE_SEPARATOR,
+                "malformed property (empty name, or a NUL or \\x02 before \\x01)",
+            ),
+            (
+                properties::PROPERTY_SEPARATOR,
+                "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
+            ),
+        ] {
+            match bytes::find_below(rest, 3) {
+                Some(i) if i > 0 && rest.get(i) == Some(&sep) => {
+                    rest = rest.get(i + 1..).unwrap_or(&[]);
                 }
-                in_value = true;
+                _ => return bad(what),
             }
-            properties::PROPERTY_SEPARATOR => {
-                if !in_value || value_len == 0 {
-                    return bad("malformed property (empty value or a missing \\x01 separator)");
-                }
-                (name_len, in_value, value_len) = (0, false, 0);
-            }
-            0 => return bad("property contains a NUL byte"),
-            _ if in_value => value_len += 1,
-            _ => name_len += 1,
         }
-    }
-    if in_value || name_len != 0 {
-        return bad("properties must end with \\x02");
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock.
 
+pub mod bytes;
 pub mod clock;
 pub mod crc;
 pub mod fs;

@@ -1,0 +1,84 @@
+//! Byte searches used on the per-message paths (property strings are scanned on every append
+//! and every dispatch), done eight bytes at a time.
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+#[inline]
+fn word(chunk: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(chunk);
+    u64::from_le_bytes(w)
+}
+
+/// Bit mask with the high bit set in every byte of `w` that is below `n` (n <= 128). Exact for
+/// bytes below 0x80; bytes of 0x80 and above never match.
+#[inline]
+fn below(w: u64, n: u8) -> u64 {
+    w.wrapping_sub(LO.wrapping_mul(u64::from(n))) & !w & HI
+}
+
+/// Index of the first byte of `hay` that is below `n` (n <= 128).
+#[inline]
+pub fn find_below(hay: &[u8], n: u8) -> Option<usize> {
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let m = below(word(c), n);
+        if m != 0 {
+            return Some(base + (m.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b < n)
+        .map(|i| base + i)
+}
+
+/// Index of the first `needle` in `hay`.
+#[inline]
+pub fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
+    let pattern = LO.wrapping_mul(u64::from(needle));
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let x = word(c) ^ pattern;
+        // A zero byte of x is a match; `below(x, 1)` is exact for zero bytes.
+        let m = x.wrapping_sub(LO) & !x & HI;
+        if m != 0 {
+            return Some(base + (m.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == needle)
+        .map(|i| base + i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn searches_agree_with_naive_scans() {
+        let mut data: Vec<u8> = (0..200u32).map(|i| (i * 37 % 251) as u8 | 0x03).collect();
+        for at in [0usize, 1, 7, 8, 9, 63, 64, 150, 199] {
+            for v in [0u8, 1, 2] {
+                let saved = data[at];
+                data[at] = v;
+                assert_eq!(find_below(&data, 3), data.iter().position(|&b| b < 3));
+                assert_eq!(find_byte(&data, v), data.iter().position(|&b| b == v));
+                data[at] = saved;
+            }
+        }
+        assert_eq!(find_below(&data, 3), None);
+        assert_eq!(find_byte(b"", 2), None);
+        // high bytes never count as "below"
+        assert_eq!(find_below(&[0x80, 0xFF, 0x81, 0x02], 3), Some(3));
+        assert_eq!(find_byte(&[0x80, 0xFF, 0x81, 0x02, 0xFF], 0xFF), Some(1));
+    }
+}
