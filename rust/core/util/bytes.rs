@@ -5,6 +5,11 @@ const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
 
 #[inline]
+#[expect(
+    clippy::little_endian_bytes,
+    reason = "in-memory search, not a format: the first byte must be the least significant so that \
+              trailing_zeros finds the first match (borrows only corrupt higher bytes)"
+)]
 fn word(chunk: &[u8]) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(chunk);
