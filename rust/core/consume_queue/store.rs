@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::message::sysflag;
 use crate::util::fs;
 
-type QueueMap = HashMap<String, Vec<Option<Arc<ConsumeQueue>>>>;
+/// A topic's queues by queue id.
+type ById = Vec<Option<Arc<ConsumeQueue>>>;
+type QueueMap = HashMap<String, ById, crate::util::hash::FastBuild>;
 
 /// All consume queues.
 #[derive(Debug)]
@@ -26,9 +28,9 @@ pub struct ConsumeQueueStore {
     dir_mode: u32,
     read_only: bool,
     queues: RwLock<QueueMap>,
-    // The queue the dispatcher used last: consecutive records mostly share a queue, and this
-    // saves hashing the topic for each of them.
-    last: std::sync::Mutex<Option<Arc<ConsumeQueue>>>,
+    // The queues of the topic the dispatcher used last, by queue id: consecutive records mostly
+    // share a topic (round robin over its queues), and this saves a map lookup per record.
+    last: std::sync::Mutex<Option<(String, ById)>>,
 }
 
 impl ConsumeQueueStore {
@@ -46,7 +48,7 @@ impl ConsumeQueueStore {
             file_mode,
             dir_mode,
             read_only,
-            queues: RwLock::new(HashMap::new()),
+            queues: RwLock::new(QueueMap::default()),
             last: std::sync::Mutex::new(None),
         }
     }
@@ -201,9 +203,22 @@ impl Dispatcher for ConsumeQueueStore {
             return Ok(());
         }
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let cq = match last.as_ref() {
-            Some(cq) if cq.queue_id() == req.queue_id && cq.topic() == req.topic => cq,
-            _ => last.insert(self.get_or_create(req.topic, req.queue_id)?),
+        if last.as_ref().is_none_or(|(t, _)| t != req.topic) {
+            *last = Some((req.topic.to_owned(), Vec::new()));
+        }
+        let Some((_, by_id)) = last.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let i = req.queue_id as usize;
+        if by_id.len() <= i {
+            by_id.resize(i + 1, None);
+        }
+        let Some(slot) = by_id.get_mut(i) else {
+            return Err(Error::Closed);
+        };
+        let cq = match slot {
+            Some(cq) => cq,
+            None => slot.insert(self.get_or_create(req.topic, req.queue_id)?),
         };
         cq.put(
             req.queue_offset,

@@ -71,12 +71,20 @@ impl Notifier {
     }
 }
 
+/// Where dispatch continues, and the commit-log file holding that offset (kept across records
+/// and runs: looking the file up each time would take the file list's lock).
+#[derive(Debug)]
+struct Cursor {
+    offset: u64,
+    file: Option<Arc<crate::mapped_file::MappedFile>>,
+}
+
 /// The reput service.
 #[derive(Debug)]
 pub struct Reput {
     commit_log: Arc<CommitLog>,
     dispatchers: Vec<Arc<dyn Dispatcher>>,
-    from: Mutex<u64>,
+    from: Mutex<Cursor>,
     dispatched: AtomicU64,
     only_flushed: bool,
     notifier: Arc<Notifier>,
@@ -97,7 +105,10 @@ impl Reput {
         Reput {
             commit_log,
             dispatchers,
-            from: Mutex::new(from),
+            from: Mutex::new(Cursor {
+                offset: from,
+                file: None,
+            }),
             dispatched: AtomicU64::new(from),
             only_flushed,
             notifier,
@@ -166,12 +177,16 @@ impl Reput {
         self.run(&mut from)
     }
 
-    fn run(&self, from: &mut u64) -> Result<()> {
+    fn run(&self, cursor: &mut Cursor) -> Result<()> {
         let target = self.confirm_offset();
+        if cursor.offset >= target {
+            return Ok(());
+        }
+        let Cursor {
+            offset: from,
+            file: current,
+        } = cursor;
         let start = *from;
-        // The file being read, kept across records: a lookup per record would take the file
-        // list's lock every time.
-        let mut current: Option<Arc<crate::mapped_file::MappedFile>> = None;
         while *from < target {
             let pos = *from;
             let file = match current.take() {
@@ -212,7 +227,7 @@ impl Reput {
                     *from = pos + u64::from(v.total_size());
                 }
             }
-            current = Some(file);
+            *current = Some(file);
             self.dispatched.store(*from, Ordering::Release);
         }
         if *from != start {

@@ -194,7 +194,8 @@ pub fn send_status(py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
 #[pyclass(frozen, module = "mqlite._core", name = "SendResult")]
 #[derive(Debug)]
 pub struct PySendResult {
-    pub topic: Arc<str>,
+    /// The message's own topic object (no copy per send).
+    pub topic: Py<PyString>,
     pub queue_id: u32,
     pub ok: bool,
     pub appended: Appended,
@@ -216,11 +217,11 @@ impl PySendResult {
         msg_id::offset_msg_id(&STORE_HOST, self.appended.physical_offset)
     }
     #[getter]
-    fn message_queue(&self) -> PyMessageQueue {
-        PyMessageQueue {
-            topic: self.topic.to_string(),
+    fn message_queue(&self, py: Python<'_>) -> PyResult<PyMessageQueue> {
+        Ok(PyMessageQueue {
+            topic: self.topic.bind(py).to_str()?.to_owned(),
             queue_id: self.queue_id,
-        }
+        })
     }
     #[getter]
     fn queue_offset(&self) -> u64 {
@@ -230,12 +231,12 @@ impl PySendResult {
     fn commit_log_offset(&self) -> u64 {
         self.appended.physical_offset
     }
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",
             if self.ok { "SEND_OK" } else { "FLUSH_DISK_TIMEOUT" },
             self.uniq,
-            self.topic,
+            self.topic.bind(py).to_string_lossy(),
             self.queue_id,
             self.appended.queue_offset
         )
@@ -246,7 +247,7 @@ impl PySendResult {
 #[pyclass(frozen, sequence, module = "mqlite._core", name = "SendBatchResult")]
 #[derive(Debug)]
 pub struct PySendBatchResult {
-    pub topic: Arc<str>,
+    pub topic: Py<PyString>,
     pub queue_id: u32,
     pub ok: bool,
     pub appended: Vec<Appended>,
@@ -255,11 +256,11 @@ pub struct PySendBatchResult {
 }
 
 impl PySendBatchResult {
-    fn item(&self, i: usize) -> Option<PySendResult> {
+    fn item(&self, py: Python<'_>, i: usize) -> Option<PySendResult> {
         let a = *self.appended.get(i)?;
         let uniq = self.uniq.get(i * 32..i * 32 + 32)?.to_owned();
         Some(PySendResult {
-            topic: Arc::clone(&self.topic),
+            topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,
             ok: self.ok,
             appended: a,
@@ -271,11 +272,11 @@ impl PySendBatchResult {
 #[pymethods]
 impl PySendBatchResult {
     #[getter]
-    fn message_queue(&self) -> PyMessageQueue {
-        PyMessageQueue {
-            topic: self.topic.to_string(),
+    fn message_queue(&self, py: Python<'_>) -> PyResult<PyMessageQueue> {
+        Ok(PyMessageQueue {
+            topic: self.topic.bind(py).to_str()?.to_owned(),
             queue_id: self.queue_id,
-        }
+        })
     }
     #[getter]
     fn first_queue_offset(&self) -> u64 {
@@ -288,7 +289,7 @@ impl PySendBatchResult {
     fn __len__(&self) -> usize {
         self.appended.len()
     }
-    fn __getitem__(&self, index: isize) -> PyResult<PySendResult> {
+    fn __getitem__(&self, py: Python<'_>, index: isize) -> PyResult<PySendResult> {
         let n = self.appended.len() as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
@@ -296,13 +297,13 @@ impl PySendBatchResult {
                 "SendBatchResult index out of range",
             ));
         }
-        self.item(i as usize)
+        self.item(py, i as usize)
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("index out of range"))
     }
     fn __iter__(slf: PyRef<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let items: Vec<PySendResult> = (0..slf.appended.len())
-            .filter_map(|i| slf.item(i))
+            .filter_map(|i| slf.item(py, i))
             .collect();
         let list = pyo3::types::PyList::new(
             py,
@@ -313,10 +314,10 @@ impl PySendBatchResult {
         )?;
         Ok(list.try_iter()?.into_any().unbind())
     }
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "SendBatchResult(topic={:?}, queue_id={}, count={})",
-            self.topic,
+            self.topic.bind(py).to_string_lossy(),
             self.queue_id,
             self.appended.len()
         )

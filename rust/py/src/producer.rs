@@ -75,7 +75,7 @@ impl PyProducer {
         });
         let (q, put) = result.map_err(PyMqError)?;
         Ok(PySendResult {
-            topic: Arc::from(out.topic),
+            topic: held.topic.clone().unbind(),
             queue_id: q,
             ok: put.status == PutStatus::PutOk,
             appended: put.appended,
@@ -170,7 +170,10 @@ impl PyProducer {
         });
         let (q, status, appended) = result.map_err(PyMqError)?;
         Ok(PySendBatchResult {
-            topic: Arc::from(topic0),
+            topic: held
+                .first()
+                .map(|h| h.topic.clone().unbind())
+                .ok_or_else(|| crate::errors::InvalidBatchError::new_err("empty batch"))?,
             queue_id: q,
             ok: status == PutStatus::PutOk,
             appended,
