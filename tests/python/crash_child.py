@@ -1,0 +1,117 @@
+"""Child process of the kill -9 loop (reliability plan B.a); run as a script, never imported by
+the store code.
+
+    python -u crash_child.py STORE MODE CYCLE SEED PRODUCERS
+
+Protocol on stdout (one line per ``os.write``, so each line is atomic on the pipe):
+
+- ``O``                         about to open the store (recovery of the previous crash starts)
+- ``R <open_ms> <abnormal>``    open returned
+- ``A <topic> <queue> <queue_offset> <commit_log_offset> <cycle> <producer> <seq>``
+                                one line per message, written only after ``send`` or
+                                ``send_batch`` returned: the parent's record of acknowledgements
+
+The child sends until it is SIGKILLed. Bodies encode ``(cycle, producer, seq)`` plus random
+padding and an 8-byte BLAKE2b digest of everything before it, so the parent can tell a
+damaged body from a good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import threading
+import time
+
+import mqlite
+
+# Small files so that commit-log and consume-queue files roll every few hundred messages.
+CONFIG = {
+    "commit_log_file_size": 256 << 10,
+    "max_message_size": 16 << 10,
+    "consume_queue_file_units": 256,
+}
+TOPICS = ("crashA", "crashB")
+QUEUES = 4
+HEADER = 26  # b"%08d%02d%010d%05d|": 8 + 2 + 10 + 5 + 1
+DIGEST = 8
+
+
+def make_body(cycle: int, producer: int, seq: int, rng: random.Random) -> bytes:
+    pad = rng.choice((0, rng.randrange(0, 64), rng.randrange(0, 2048)))
+    head = b"%08d%02d%010d%05d|" % (cycle, producer, seq, pad)
+    payload = head + rng.randbytes(pad)
+    return payload + hashlib.blake2b(payload, digest_size=DIGEST).digest()
+
+
+def parse_body(body: bytes) -> tuple[int, int, int]:
+    """``(cycle, producer, seq)``; raises ``ValueError`` if the body is damaged."""
+    if len(body) < HEADER + DIGEST:
+        raise ValueError(f"body too short: {len(body)}")
+    payload, digest = body[:-DIGEST], body[-DIGEST:]
+    if hashlib.blake2b(payload, digest_size=DIGEST).digest() != digest:
+        raise ValueError("body digest mismatch")
+    head = payload[:HEADER]
+    pad = int(head[20:25])
+    if head[25:26] != b"|" or len(payload) != HEADER + pad:
+        raise ValueError("body header inconsistent")
+    return int(head[0:8]), int(head[8:10]), int(head[10:20])
+
+
+def main() -> None:
+    path, mode, cycle, seed, producers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    out_lock = threading.Lock()
+
+    def emit(text: str) -> None:
+        data = text.encode()
+        with out_lock:
+            os.write(1, data)
+
+    emit("O\n")
+    t0 = time.perf_counter()
+    store = mqlite.open(path, flush=mode, **CONFIG)
+    open_ms = (time.perf_counter() - t0) * 1000
+    emit(f"R {open_ms:.3f} {int(bool(store.stats()['recovery_abnormal']))}\n")
+    for topic in TOPICS:
+        store.create_topic(topic, QUEUES)
+
+    def run(producer_id: int) -> None:
+        rng = random.Random(seed * 1000 + producer_id)
+        producer = store.producer()
+        seq = 0
+        while True:
+            topic = rng.choice(TOPICS)
+            queue = rng.randrange(QUEUES)
+            if rng.random() < 0.3:
+                n = rng.randint(1, 8)
+                bodies = [make_body(cycle, producer_id, seq + k, rng) for k in range(n)]
+                result = producer.send_batch(bodies, topic=topic, queue_id=queue)
+                lines = "".join(
+                    f"A {topic} {queue} {r.queue_offset} {r.commit_log_offset} {cycle} {producer_id} {seq + k}\n"
+                    for k, r in enumerate(result)
+                )
+                seq += n
+            else:
+                body = make_body(cycle, producer_id, seq, rng)
+                r = producer.send(mqlite.Message(topic, body), queue_id=queue)
+                lines = f"A {topic} {queue} {r.queue_offset} {r.commit_log_offset} {cycle} {producer_id} {seq}\n"
+                seq += 1
+            # Each write stays below PIPE_BUF (4096) so it is atomic on the pipe.
+            while lines:
+                cut = lines.rfind("\n", 0, 4000) + 1 if len(lines) > 4000 else len(lines)
+                emit(lines[:cut])
+                lines = lines[cut:]
+
+    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in range(producers)]
+    for t in threads:
+        t.start()
+    # Never returns normally: the parent kills the process.
+    for t in threads:
+        t.join()
+    os._exit(3)  # a producer thread died: the parent sees rc 3 and the traceback on stderr
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""Kill -9 crash loop (reliability plan B.a).
+
+Each cycle starts ``crash_child.py`` in a fresh interpreter on the same store; the child opens
+the store (recovering the previous crash), sends from 1 or 2 producer threads (``send`` and
+``send_batch`` to 8 queues of 2 topics, async or sync flush) and prints one line per
+acknowledged message. The parent SIGKILLs it at a random moment:
+
+- usually 5-50 ms after open returned (under full send load),
+- with probability 0.20 during ``open`` itself (recovery of the previous crash),
+- with probability 0.10 right after an acknowledgement that moved to a new commit-log file
+  (the roll path: new file, preallocation of the next one).
+
+After each kill the parent copies the crashed store, opens the copy (recovery), and checks:
+every acknowledged message present exactly once at its acknowledged queue offset and
+commit-log offset; every queue contiguous from 0 with no duplicate (cycle, producer, seq);
+queue order = commit-log order = send order per producer; every body's digest intact; no read
+raises; the open reports an abnormal recovery. The original stays crashed for the next child, so
+kills land inside recovery and damage accumulates. A new store starts every ``EPOCH`` cycles to
+bound the verification cost.
+
+CI: 300 cycles. Soak (``MQLITE_SOAK=1`` or ``-m soak``): 1,000 cycles. The figures are printed
+and written as JSON to ``$MQLITE_RELIABILITY_DIR/crash_loop[_soak].json`` when that is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from crash_child import CONFIG, QUEUES, TOPICS, parse_body
+from mqlite import MessageQueue
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "crash_child.py"
+EPOCH = 12  # cycles per store
+FILE_SIZE = CONFIG["commit_log_file_size"]
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    pkg = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, str(HERE), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@dataclass
+class Ack:
+    topic: str
+    queue: int
+    queue_offset: int
+    commit_log_offset: int
+    cycle: int
+    producer: int
+    seq: int
+
+
+class ChildRun:
+    """One child process and a thread collecting its complete stdout lines."""
+
+    def __init__(self, store: Path, mode: str, cycle: int, seed: int, producers: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", str(CHILD), str(store), mode, str(cycle), str(seed), str(producers)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
+        )
+        self.lines: list[str] = []
+        self.opening = threading.Event()
+        self.opened = threading.Event()
+        self.roll = threading.Event()
+        self.open_ms: float | None = None
+        self.child_abnormal: bool | None = None
+        self._last_file: int | None = None
+        self.err = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf = b""
+        while True:
+            chunk = self.proc.stdout.read1(65536)
+            if not chunk:
+                break
+            buf += chunk
+            *complete, buf = buf.split(b"\n")
+            for raw in complete:
+                line = raw.decode()
+                self.lines.append(line)
+                if line == "O":
+                    self.opening.set()
+                elif line.startswith("R "):
+                    _, ms, abnormal = line.split()
+                    self.open_ms, self.child_abnormal = float(ms), abnormal == "1"
+                    self.opened.set()
+                elif line.startswith("A "):
+                    file_no = int(line.split()[4]) // FILE_SIZE
+                    if self._last_file is not None and file_no != self._last_file:
+                        self.roll.set()
+                    self._last_file = file_no
+        # A partial last line (no "\n") was never an acknowledgement the parent received.
+
+    def wait_for(self, event: threading.Event, timeout: float = 30.0) -> bool:
+        """Wait for ``event``; False if the child exited or the time ran out first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if event.wait(0.01):
+                return True
+            if self.proc.poll() is not None:
+                return event.is_set()
+        return False
+
+    def kill(self) -> int:
+        self.proc.send_signal(signal.SIGKILL)
+        rc = self.proc.wait(timeout=30)
+        self._reader.join(timeout=30)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.proc.stdout.close()
+        self.err = self.proc.stderr.read().decode(errors="replace")
+        self.proc.stderr.close()
+        return rc
+
+    def stderr(self) -> str:
+        return self.err
+
+    def acks(self) -> list[Ack]:
+        out = []
+        for line in self.lines:
+            if line.startswith("A "):
+                _, topic, q, qo, clo, cyc, p, seq = line.split()
+                out.append(Ack(topic, int(q), int(qo), int(clo), int(cyc), int(p), int(seq)))
+        return out
+
+
+@dataclass
+class Figures:
+    cycles: int = 0
+    epochs: int = 0
+    sync_cycles: int = 0
+    async_cycles: int = 0
+    kills_during_open: int = 0
+    kills_after_roll: int = 0
+    acked_messages_received: int = 0
+    acked_messages_checked: int = 0
+    stored_messages_checked: int = 0
+    unacked_messages_found: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+    gaps: int = 0
+    corrupt_records: int = 0
+    opens_that_raised: int = 0
+    not_abnormal_after_kill: int = 0
+    bad_exit_codes: int = 0
+    torn_tails: int = 0
+    recovery_ms: list[float] = field(default_factory=list)
+    child_open_ms: list[float] = field(default_factory=list)
+    records_scanned: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        if len(self.problems) < 50:
+            self.problems.append(text)
+
+    def summary(self) -> dict[str, Any]:
+        def pct(xs: list[float], q: float) -> float:
+            if not xs:
+                return 0.0
+            s = sorted(xs)
+            return round(s[min(len(s) - 1, int(q * len(s)))], 3)
+
+        d = {k: v for k, v in self.__dict__.items() if not isinstance(v, list)}
+        d["recovery_ms_p50"] = pct(self.recovery_ms, 0.50)
+        d["recovery_ms_p99"] = pct(self.recovery_ms, 0.99)
+        d["recovery_ms_max"] = round(max(self.recovery_ms, default=0.0), 3)
+        d["child_open_ms_p50"] = pct(self.child_open_ms, 0.50)
+        d["child_open_ms_p99"] = pct(self.child_open_ms, 0.99)
+        d["records_scanned_p50"] = int(statistics.median(self.records_scanned)) if self.records_scanned else 0
+        d["records_scanned_max"] = max(self.records_scanned, default=0)
+        d["problems"] = self.problems
+        return d
+
+
+def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> None:
+    """Recover ``copy`` (a crashed store) and check the B.a oracle against ``acked``."""
+    t0 = time.perf_counter()
+    try:
+        store = mqlite.open(copy, **CONFIG)
+    except Exception as exc:  # noqa: BLE001 - any exception here is the failure being counted
+        fig.opens_that_raised += 1
+        fig.problem(f"open after kill raised {type(exc).__name__}: {exc}")
+        return
+    fig.recovery_ms.append((time.perf_counter() - t0) * 1000)
+    try:
+        stats = store.stats()
+        if not stats["recovery_abnormal"]:
+            fig.not_abnormal_after_kill += 1
+            fig.problem(f"recovery_abnormal False after SIGKILL: {stats}")
+        fig.torn_tails += bool(stats["recovery_torn_tail"])
+        fig.records_scanned.append(int(stats["recovery_records_scanned"]))
+        seen: set[tuple[int, int, int]] = set()
+        highs: dict[tuple[str, int], int] = {}
+        for topic in TOPICS:
+            for q in range(QUEUES):
+                mq = MessageQueue(topic, q)
+                try:
+                    low, high = store.offsets(mq)
+                except mqlite.TopicNotFoundError:
+                    low, high = 0, 0
+                if low != 0:
+                    fig.gaps += 1
+                    fig.problem(f"{topic}/{q} min offset {low} != 0")
+                offset, last_clo = low, -1
+                last_seq: dict[tuple[int, int], int] = {}
+                last_cycle = -1
+                while offset < high:
+                    res = store.read_result(mq, offset, 64)
+                    if not res.messages:
+                        fig.gaps += 1
+                        fig.problem(f"{topic}/{q}: read at {offset} < max {high} gave {res.status}")
+                        break
+                    for m in res.messages:
+                        fig.stored_messages_checked += 1
+                        if m.queue_offset != offset:
+                            fig.gaps += 1
+                            fig.problem(f"{topic}/{q}: expected offset {offset}, got {m.queue_offset}")
+                        if m.commit_log_offset <= last_clo:
+                            fig.reordered += 1
+                            fig.problem(f"{topic}/{q}@{offset}: commit-log offset not increasing")
+                        last_clo = m.commit_log_offset
+                        try:
+                            ident = parse_body(m.body)
+                        except ValueError as exc:
+                            fig.corrupt_records += 1
+                            fig.problem(f"{topic}/{q}@{m.queue_offset}: {exc}")
+                            offset = m.queue_offset + 1
+                            continue
+                        if ident in seen:
+                            fig.duplicated += 1
+                            fig.problem(f"{topic}/{q}@{m.queue_offset}: duplicate {ident}")
+                        seen.add(ident)
+                        cyc, prod, seq = ident
+                        if cyc < last_cycle or seq <= last_seq.get((cyc, prod), -1):
+                            fig.reordered += 1
+                            fig.problem(f"{topic}/{q}@{m.queue_offset}: {ident} out of send order")
+                        last_cycle = cyc
+                        last_seq[(cyc, prod)] = seq
+                        ack = acked.get((topic, q, m.queue_offset))
+                        if ack is None:
+                            fig.unacked_messages_found += 1
+                        elif (ack.cycle, ack.producer, ack.seq) != ident or ack.commit_log_offset != m.commit_log_offset:
+                            fig.lost += 1
+                            fig.problem(f"{topic}/{q}@{m.queue_offset}: acked {ack} but found {ident}")
+                        offset = m.queue_offset + 1
+                    offset = max(offset, res.next_offset)
+                highs[(topic, q)] = high
+        # every acknowledged message is below its queue's recovered max offset (the ones below
+        # were compared with what is stored while scanning)
+        for (t, q, qo), ack in acked.items():
+            if qo >= highs.get((t, q), 0):
+                fig.lost += 1
+                fig.problem(f"lost acked message {ack} (queue max {highs.get((t, q), 0)})")
+        fig.acked_messages_checked += len(acked)
+    finally:
+        store.close()
+
+
+def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
+    rng = random.Random(seed)
+    fig = Figures()
+    acked: dict[tuple[str, int, int], Ack] = {}
+    store = tmp_path / "store-0"
+    copy = tmp_path / "copy"
+    open_estimate = 3.0
+    for cycle in range(cycles):
+        if cycle % EPOCH == 0:
+            if store.exists():
+                shutil.rmtree(store)
+            store = tmp_path / f"store-{cycle // EPOCH}"
+            acked.clear()
+            fig.epochs += 1
+        mode = "sync" if rng.random() < 2 / 3 else "async"
+        fig.sync_cycles += mode == "sync"
+        fig.async_cycles += mode == "async"
+        producers = rng.choice((1, 1, 2))
+        child = ChildRun(store, mode, cycle, rng.randrange(1 << 30), producers)
+        roll = rng.random()
+        try:
+            if roll < 0.20 and cycle % EPOCH != 0:
+                # Kill inside open: recovery of the previous crash.
+                if child.wait_for(child.opening):
+                    time.sleep(rng.uniform(0, open_estimate) / 1000)
+            elif roll < 0.30:
+                if child.wait_for(child.opened):
+                    child.roll.wait(2.0)
+            elif child.wait_for(child.opened):
+                time.sleep(rng.uniform(0.005, 0.050))
+        finally:
+            rc = child.kill()
+        if rc != -signal.SIGKILL:
+            fig.bad_exit_codes += 1
+            if child.open_ms is None:
+                fig.opens_that_raised += 1
+            fig.problem(f"cycle {cycle} ({mode}, epoch cycle {cycle % EPOCH}): child rc {rc}: {child.stderr()[-3000:]}")
+            if os.environ.get("MQLITE_CRASH_KEEP"):
+                shutil.copytree(store, Path(os.environ["MQLITE_CRASH_KEEP"]) / f"cycle-{cycle}", symlinks=True)
+        if child.open_ms is None:
+            fig.kills_during_open += 1
+        else:
+            fig.child_open_ms.append(child.open_ms)
+            open_estimate = statistics.median(fig.child_open_ms[-20:])
+            if child.roll.is_set() and 0.20 <= roll < 0.30:
+                fig.kills_after_roll += 1
+        for ack in child.acks():
+            fig.acked_messages_received += 1
+            key = (ack.topic, ack.queue, ack.queue_offset)
+            if key in acked:
+                fig.duplicated += 1
+                fig.problem(f"queue offset {key} acknowledged twice: {acked[key]} and {ack}")
+            acked[key] = ack
+        if copy.exists():
+            shutil.rmtree(copy)
+        if not store.exists():
+            fig.problem(f"cycle {cycle}: the child never created the store")
+            fig.cycles += 1
+            continue
+        shutil.copytree(store, copy, symlinks=True)
+        # a lock file copied from a dead holder is not locked: flock dies with the process
+        verify(copy, acked, fig)
+        fig.cycles += 1
+    return fig
+
+
+def report(name: str, fig: Figures) -> dict[str, Any]:
+    summary = fig.summary()
+    print(f"\n{name}: " + json.dumps(summary, indent=1))
+    out = os.environ.get("MQLITE_RELIABILITY_DIR")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def check(fig: Figures, cycles: int) -> None:
+    s = fig.summary()
+    assert fig.cycles == cycles
+    for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
+                "not_abnormal_after_kill", "bad_exit_codes"):
+        assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
+    assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0
+    assert fig.kills_during_open > 0, "no kill landed inside open"
+    assert fig.sync_cycles > 0 and fig.async_cycles > 0
+
+
+@pytest.mark.timeout(600)
+def test_kill9_loop(tmp_path: Path) -> None:
+    cycles = int(os.environ.get("MQLITE_CRASH_CYCLES", "300"))
+    fig = crash_loop(tmp_path, cycles, seed=int(os.environ.get("MQLITE_CRASH_SEED", "20240604")))
+    report("crash_loop", fig)
+    check(fig, cycles)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+def test_kill9_loop_soak(tmp_path: Path) -> None:
+    cycles = int(os.environ.get("MQLITE_SOAK_CRASH_CYCLES", "1000"))
+    fig = crash_loop(tmp_path, cycles, seed=int(time.time()))
+    report("crash_loop_soak", fig)
+    check(fig, cycles)

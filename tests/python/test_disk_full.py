@@ -1,0 +1,172 @@
+"""Disk full and file-size limits (reliability plan B.g, real ENOSPC / EFBIG).
+
+1. A 3 MiB tmpfs mounted in a private user+mount namespace (``unshare -rm``, no root needed):
+   the child opens a store on it, fills the rest of the file system with a filler file and sends
+   until a send fails. The failure must be ``StoreFullError`` (never SIGBUS: the child's exit
+   code is checked), every acknowledged message stays readable while the disk is full, sends
+   resume in the same process once the filler is deleted, and a reopen shows every
+   acknowledged message. Skipped where ``unshare``/tmpfs mounts are not permitted.
+2. ``RLIMIT_FSIZE`` below the commit-log file size, set after open (``SIGXFSZ`` ignored): the
+   roll to a new file fails with EFBIG -> ``StoreFullError``; raising the limit lets sends
+   resume. Works everywhere.
+
+Both run in async and sync flush mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import mqlite
+
+CHILD = r"""
+import json, os, resource, signal, sys
+import mqlite
+from mqlite import Message, MessageQueue
+
+root, mode, how = sys.argv[1], sys.argv[2], sys.argv[3]
+cfg = dict(commit_log_file_size=256 << 10, consume_queue_file_units=64, max_message_size=16 << 10,
+           flush=mode)
+out = {"how": how, "mode": mode}
+store = mqlite.open(os.path.join(root, "store"), **cfg)
+producer = store.producer()
+acked = []  # (queue, queue_offset, body)
+store.create_topic("full", 4)  # topics.json and the queues exist before the disk fills
+
+def send_until_error(limit, tag):
+    for i in range(limit):
+        body = b"%s-%06d-" % (tag, i) + os.urandom(1500)
+        q = i % 4
+        try:
+            r = producer.send(Message("full", body), queue_id=q)
+        except mqlite.MQError as exc:
+            return exc
+        acked.append((q, r.queue_offset, body))
+    return None
+
+send_until_error(8, b"w")
+
+if how == "tmpfs":
+    filler = os.path.join(root, "filler")
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as exc:
+            out["filler_errno"] = exc.errno
+    out["filler_bytes"] = os.path.getsize(filler)
+else:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (128 << 10, hard))
+
+err = send_until_error(5000, b"a")
+out["error"] = None if err is None else [type(err).__name__, getattr(err, "code", ""), str(err)]
+out["acked_before_full"] = len(acked)
+
+# reads keep working while full
+def read_all():
+    got = {}
+    for q in range(4):
+        mq = MessageQueue("full", q)
+        lo, hi = store.offsets(mq)
+        off = lo
+        while off < hi:
+            res = store.read_result(mq, off, 64)
+            for m in res.messages:
+                got[(q, m.queue_offset)] = m.body
+            off = res.next_offset
+    return got
+
+got = read_all()
+out["readable_while_full"] = all(got.get((q, o)) == b for q, o, b in acked)
+err2 = send_until_error(3, b"b")
+out["still_full_error"] = None if err2 is None else type(err2).__name__
+
+# space comes back
+if how == "tmpfs":
+    os.remove(filler)
+else:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+n0 = len(acked)
+err3 = send_until_error(400, b"c")
+out["resume_error"] = None if err3 is None else [type(err3).__name__, str(err3)]
+out["acked_after_space_returned"] = len(acked) - n0
+store.close()
+
+store = mqlite.open(os.path.join(root, "store"), **cfg)
+got = read_all()
+out["reopen_all_acked_present"] = all(got.get((q, o)) == b for q, o, b in acked)
+out["reopen_total"] = len(got)
+out["acked_total"] = len(acked)
+store.close()
+print(json.dumps(out))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    pkg = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _unshare_tmpfs_works(where: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs '{where}'"],
+        capture_output=True, timeout=30, check=False,
+    )
+    return probe.returncode == 0
+
+
+def _check(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert done.returncode == 0, f"child rc {done.returncode} (135/-7 = SIGBUS): {done.stderr[-3000:]}"
+    out: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(out)
+    err = out["error"]
+    assert err is not None, "the disk never filled up"
+    assert isinstance(err, list)
+    assert err[0] == "StoreFullError", f"expected StoreFullError, got {err}"
+    assert isinstance(out["acked_before_full"], int) and out["acked_before_full"] > 0
+    assert out["readable_while_full"] is True
+    assert out["still_full_error"] == "StoreFullError"
+    assert out["resume_error"] is None, f"sends did not resume after space returned: {out['resume_error']}"
+    assert out["acked_after_space_returned"] == 400
+    assert out["reopen_all_acked_present"] is True
+    return out
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_enospc_on_a_small_tmpfs(tmp_path: Path, mode: str) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if not _unshare_tmpfs_works(mnt):
+        pytest.skip("unshare -rm with a tmpfs mount is not permitted here")
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    cmd = (f"mount -t tmpfs -o size=3m tmpfs '{mnt}' && "
+           f"exec '{sys.executable}' '{script}' '{mnt}' {mode} tmpfs")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
+                          timeout=120, env=_env(), check=False)
+    out = _check(done)
+    assert out["filler_errno"] == 28  # ENOSPC
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_file_size_limit(tmp_path: Path, mode: str) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), mode, "rlimit"],
+                          capture_output=True, text=True, timeout=120, env=_env(), check=False)
+    _check(done)

@@ -1,0 +1,172 @@
+"""Stateful property test against an in-memory model (reliability plan B.c).
+
+A Hypothesis ``RuleBasedStateMachine`` drives the public Python API on a store with tiny files
+(commit-log rolls within a few steps) and keeps a model: per (topic, queue) the list of bodies.
+Rules: send, send_batch, read (any offset and count), flush, close-and-reopen, crash-and-reopen
+(a child interpreter opens the store, sends, prints its acknowledgements and SIGKILLs itself,
+and the model takes exactly the acknowledged messages), and bad calls that must raise their
+typed error and change nothing. After every step each queue's offsets equal the model's.
+
+CI: 300 examples x 50 steps. Soak (``MQLITE_SOAK=1``): 5,000 examples.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import mqlite
+from mqlite import Message, MessageQueue
+from mqlite import errors as E
+
+TOPICS = ("sa", "sb")
+QUEUES = 2
+CONFIG = {
+    "commit_log_file_size": 64 << 10,
+    "consume_queue_file_units": 64,
+    "max_message_size": 8 << 10,
+    "default_queues": QUEUES,
+}
+SOAK = os.environ.get("MQLITE_SOAK") == "1"
+
+CRASH_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import mqlite
+    from mqlite import Message
+    path, mode, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    store = mqlite.open(path, flush=mode, **{cfg})
+    p = store.producer()
+    for i in range(n):
+        topic, q = ("sa", "sb")[(seed + i) % 2], (seed // 2 + i) % {queues}
+        body = b"crash-%d-%d-" % (seed, i) + b"z" * ((seed * 7 + i * 13) % 3000)
+        r = p.send(Message(topic, body), queue_id=q)
+        os.write(1, b"%s %d %d %s\\n" % (topic.encode(), q, r.queue_offset, body.hex().encode()))
+    os.kill(os.getpid(), signal.SIGKILL)
+""").replace("{cfg}", repr(CONFIG)).replace("{queues}", str(QUEUES))
+
+bodies = st.binary(min_size=1, max_size=3000)
+topics = st.sampled_from(TOPICS)
+queues = st.integers(0, QUEUES - 1)
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    pkg = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="mqlite-sm-")
+        self.path = os.path.join(self.dir, "store")
+        self.mode = "async"
+        self.model: dict[tuple[str, int], list[bytes]] = {(t, q): [] for t in TOPICS for q in range(QUEUES)}
+        self.crashes = 0
+        self.store = mqlite.open(self.path, flush=self.mode, **CONFIG)
+        self.producer = self.store.producer()
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _reopen(self, mode: str) -> None:
+        self.mode = mode
+        self.store = mqlite.open(self.path, flush=mode, **CONFIG)
+        self.producer = self.store.producer()
+
+    @rule(topic=topics, queue=queues, body=bodies)
+    def send(self, topic: str, queue: int, body: bytes) -> None:
+        r = self.producer.send(Message(topic, body), queue_id=queue)
+        q = self.model[(topic, queue)]
+        assert r.queue_offset == len(q)
+        q.append(body)
+        event(f"send {self.mode}")
+
+    @rule(topic=topics, queue=queues, batch=st.lists(bodies, min_size=1, max_size=6))
+    def send_batch(self, topic: str, queue: int, batch: list[bytes]) -> None:
+        r = self.producer.send_batch(batch, topic=topic, queue_id=queue)
+        q = self.model[(topic, queue)]
+        assert [x.queue_offset for x in r] == list(range(len(q), len(q) + len(batch)))
+        q.extend(batch)
+        event("send_batch")
+
+    @rule(topic=topics, queue=queues, offset=st.integers(0, 60), count=st.integers(1, 70))
+    def read(self, topic: str, queue: int, offset: int, count: int) -> None:
+        want = self.model[(topic, queue)]
+        res = self.store.read_result(MessageQueue(topic, queue), offset, count)
+        got = [(m.queue_offset, m.body) for m in res.messages]
+        assert got == [(offset + i, b) for i, b in enumerate(want[offset:offset + count])]
+        event("read hit" if got else f"read {res.status}")
+
+    @rule()
+    def flush(self) -> None:
+        self.store.flush()
+        event("flush")
+
+    @rule(mode=st.sampled_from(["async", "sync"]))
+    def close_and_reopen(self, mode: str) -> None:
+        self.store.close()
+        self._reopen(mode)
+        assert self.store.stats()["recovery_abnormal"] is False
+        event("close_and_reopen")
+
+    @precondition(lambda self: self.crashes < (3 if SOAK else 1))
+    @rule(mode=st.sampled_from(["async", "sync"]), n=st.integers(0, 40), seed=st.integers(0, 10**6))
+    def crash_and_reopen(self, mode: str, n: int, seed: int) -> None:
+        self.crashes += 1
+        self.store.close()
+        done = subprocess.run([sys.executable, "-c", CRASH_CHILD, self.path, mode, str(n), str(seed)],
+                              capture_output=True, timeout=60, env=_child_env(), check=False)
+        assert done.returncode == -9, done.stderr.decode(errors="replace")[-2000:]
+        for line in done.stdout.decode().splitlines():
+            topic, q, qo, hexbody = line.split()
+            model = self.model[(topic, int(q))]
+            assert int(qo) == len(model), (line, len(model))
+            model.append(bytes.fromhex(hexbody))
+        self._reopen(mode)
+        assert self.store.stats()["recovery_abnormal"] is True
+        event("crash_and_reopen")
+
+    @rule(case=st.sampled_from(["empty body", "bad topic", "bad queue", "empty batch", "bad max", "neg offset"]))
+    def bad_call(self, case: str) -> None:
+        calls = {
+            "empty body": (lambda: self.producer.send(Message("sa", b""), queue_id=0), E.InvalidMessageError),
+            "bad topic": (lambda: self.producer.send(Message("../x", b"x")), E.InvalidTopicError),
+            "bad queue": (lambda: self.producer.send(Message("sa", b"x"), queue_id=QUEUES), E.InvalidQueueError),
+            "empty batch": (lambda: self.producer.send_batch([], topic="sa", queue_id=0), E.InvalidBatchError),
+            "bad max": (lambda: self.store.read(MessageQueue("sa", 0), 0, 0), E.IllegalArgumentError),
+            "neg offset": (lambda: self.store.read(MessageQueue("sa", 0), -1), E.IllegalArgumentError),
+        }
+        call, exc = calls[case]
+        with pytest.raises(exc):
+            call()
+        event("bad_call")
+
+    @invariant()
+    def offsets_match_the_model(self) -> None:
+        for (topic, q), msgs in self.model.items():
+            try:
+                lo, hi = self.store.offsets(MessageQueue(topic, q))
+            except E.TopicNotFoundError:
+                lo, hi = 0, 0
+            assert (lo, hi) == (0, len(msgs)), (topic, q)
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=5000 if SOAK else int(os.environ.get("MQLITE_SM_EXAMPLES", "300")),
+    stateful_step_count=50,
+    deadline=None,
+)
+test_store_state_machine = pytest.mark.timeout(3600 if SOAK else 600)(StoreMachine.TestCase)
