@@ -604,7 +604,7 @@ fn t6_zeroed_record_below_watermark_in_an_older_file_is_reported() {
 /// data) below confirmPhyOffset and fails the open, but the error names the *last* commit-log
 /// file instead of the file holding the offset (recovery.rs: `path: last.path()`).
 #[test]
-#[ignore = "bug: 'commit log ends at X but N bytes were confirmed durable' names the last commit-log file, not the file holding offset X"]
+
 fn t6_zeroed_record_below_watermark_in_the_boundary_file_names_its_file() {
     zero_record_below_w(PREFIX as usize - 2, "T6 zeroed record, boundary file");
 }
@@ -751,7 +751,7 @@ fn t7_damaged_last_consume_queue_file_is_rebuilt() {
 /// 512-byte sector): the file is cut 11 bytes into the unit, the size word keeps 3 of its 4
 /// bytes. The unit lies above the dispatched watermark, so recovery must drop or rebuild it.
 #[test]
-#[ignore = "bug: a consume-queue unit torn inside its size word above the dispatched watermark is trusted at recovery; reading that message then fails with Corrupted 'record truncated' although the commit-log record is intact"]
+
 fn t7_unit_torn_inside_its_size_word_is_rebuilt() {
     let img = build();
     // a queue whose last record size has a non-zero low byte, so losing that byte matters
@@ -777,7 +777,7 @@ fn t7_unit_torn_inside_its_size_word_is_rebuilt() {
 /// queue): it points at a valid record of the right queue, but with the wrong queue offset.
 /// Recovery must not serve that record twice.
 #[test]
-#[ignore = "bug: consume-queue recovery accepts any unit with a non-zero size; a stale copy of an earlier unit after the last one is served as one more message (queue max offset +1, duplicate delivery)"]
+
 fn t7_stale_duplicate_unit_after_the_tail_is_not_served() {
     let img = build();
     let q = 0;

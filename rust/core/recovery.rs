@@ -8,7 +8,9 @@
 //! 3. scan the commit log with CRC from a durable record boundary,
 //!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint);
 //!    the first invalid record ends the log; the tail is cut (and zeroed after a crash);
-//! 4. drop consume-queue units that point at or past the recovered end;
+//! 4. drop consume-queue units that point at or past the recovered end, and cut each queue at
+//!    the first unit written after the checkpoint that does not index exactly its record (a
+//!    torn or stale unit);
 //! 5. dispatch resumes at the checkpoint's dispatched offset, re-creating any missing unit
 //!    (dispatch is idempotent), before the store is handed to the caller.
 
@@ -16,6 +18,7 @@ use crate::checkpoint::CheckpointData;
 use crate::commit_log::CommitLog;
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::error::{Error, Result};
+use crate::message::RecordView;
 
 /// What recovery found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,8 +79,9 @@ pub fn recover(
     let from = from.min(last.from_offset() + last.size());
     let scan = commit_log.scan(from, check_crc, durable, |_| Ok(()))?;
     if scan.end < durable {
+        let file = commit_log.file_at(scan.end).unwrap_or(last);
         return Err(Error::Corrupted {
-            path: last.path().to_path_buf(),
+            path: file.path().to_path_buf(),
             offset: scan.end,
             reason: format!(
                 "commit log ends at {} but {durable} bytes were confirmed durable",
@@ -91,6 +95,22 @@ pub fn recover(
         Some(c) => c.logics_dispatched_offset.clamp(min, scan.end),
         None => min,
     };
+    // Units past the durable dispatch point may be torn or stale copies: keep only those that
+    // point at exactly the record they claim to index.
+    for cq in cqs.all() {
+        cq.verify_tail(reput_from, |unit, k| {
+            commit_log
+                .with_bytes(unit.offset, unit.size, |b| {
+                    RecordView::parse(b, false).is_ok_and(|v| {
+                        v.physical_offset() == unit.offset
+                            && v.queue_offset() == k
+                            && v.queue_id() == cq.queue_id()
+                            && v.topic() == cq.topic()
+                    })
+                })
+                .unwrap_or(false)
+        })?;
+    }
     // A queue whose units reach past the dispatched offset shows dispatch got further than the
     // checkpoint says; re-dispatching from the checkpoint is still correct (idempotent).
     Ok(RecoveryReport {

@@ -134,8 +134,6 @@ def test_symlink_at_a_store_file_name_is_refused(tmp_path: Path, canary: Path, n
     assert canary.stat().st_mode == mode_before
 
 
-@pytest.mark.xfail(strict=True, reason="config/topics.json is read through a planted symlink (the "
-                   "open succeeds and the link target's content is parsed); plan B.h wants it refused")
 def test_symlink_at_topics_json_is_refused(tmp_path: Path, canary: Path) -> None:
     root = tmp_path / "store"
     with mqlite.open(root, **SMALL) as store:

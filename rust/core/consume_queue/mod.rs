@@ -141,6 +141,40 @@ impl ConsumeQueue {
         if cut == max {
             return Ok(());
         }
+        self.cut_at(cut)
+    }
+
+    /// Recovery: checks the units that index records at or after `from_phy` (written after the
+    /// last durable checkpoint, so possibly torn or stale) with `indexes(unit, k)`, which says
+    /// whether the unit really points at the record whose queue offset is `k`. The queue is cut
+    /// at the first unit that does not; dispatch then re-creates the rest.
+    pub fn verify_tail(
+        &self,
+        from_phy: u64,
+        indexes: impl Fn(&CqUnit, u64) -> bool,
+    ) -> Result<bool> {
+        let (min, max) = (self.min_offset(), self.max_offset());
+        let mut k = max;
+        while k > min {
+            match self.unit(k - 1) {
+                Some(u) if u.is_placeholder() || u.offset >= from_phy => k -= 1,
+                _ => break,
+            }
+        }
+        while k < max {
+            match self.unit(k) {
+                Some(u) if u.is_placeholder() || indexes(&u, k) => k += 1,
+                _ => {
+                    self.cut_at(k)?;
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Removes every unit at logical offset `cut` and after.
+    fn cut_at(&self, cut: u64) -> Result<()> {
         let byte = cut * UNIT_SIZE;
         let mut guard = self.lock_writer();
         let file_size = self.files.file_size();

@@ -151,15 +151,23 @@ pub fn read_with_backup<T>(path: &Path, parse: impl Fn(&[u8]) -> Option<T>) -> R
         std::path::PathBuf::from(s)
     };
     for p in [path, bak.as_path()] {
-        match std::fs::read(p) {
+        // O_NOFOLLOW: a symlink planted at a config name is refused (ELOOP), never followed.
+        let read = open_ro(p).and_then(|mut f| {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)
+                .map_err(|e| Error::io("read", p, e))?;
+            Ok(bytes)
+        });
+        match read {
             Ok(bytes) if !bytes.is_empty() => {
                 if let Some(v) = parse(&bytes) {
                     return Ok(Some(v));
                 }
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("read", p, e)),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(None)
