@@ -571,7 +571,6 @@ fn t6_flipped_body_bit_below_watermark_fails_the_open() {
 /// message whose stored queue offset disagrees with the offset it was read at. Desired:
 /// `Corrupted`.
 #[test]
-#[ignore = "bug: a flipped QUEUEOFFSET bit below the watermark is served as a valid message (no header checksum; reads check only the body CRC and PHYSICALOFFSET)"]
 fn t6_flipped_header_bit_below_watermark_is_reported() {
     let img = build();
     let victim = img.msgs[5].clone();

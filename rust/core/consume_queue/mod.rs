@@ -274,6 +274,25 @@ impl ConsumeQueue {
         if expected_byte < end {
             return Ok(false);
         }
+        if expected_byte - end > self.files.file_size() {
+            // A record claims a queue offset far past the queue's end: its header is damaged
+            // (a legitimate gap only precedes a queue's very first unit). Filling the gap
+            // with placeholders could take the whole disk.
+            return Err(Error::Corrupted {
+                path: self
+                    .files
+                    .last_file()
+                    .map(|f| f.path().to_path_buf())
+                    .unwrap_or_default(),
+                offset: unit.offset,
+                reason: format!(
+                    "record for {}:{} claims queue offset {queue_offset}, the queue ends at {}",
+                    self.topic,
+                    self.queue_id,
+                    end / UNIT_SIZE
+                ),
+            });
+        }
         while end < expected_byte {
             self.append_unit(&mut guard, end, CqUnit::placeholder())?;
             end += UNIT_SIZE;

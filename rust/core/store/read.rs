@@ -230,11 +230,12 @@ impl Store {
             if u.is_placeholder() || !filter.code_matches(u.tags_code) {
                 continue;
             }
-            let mut got = self.copy_record(u.offset, u.size, filter, &mut out)?;
+            let mut got =
+                self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
             if got.is_none() && self.inner.config.read_only && !refreshed {
                 refreshed = true;
                 let _ = self.inner.commit_log.files().refresh();
-                got = self.copy_record(u.offset, u.size, filter, &mut out)?;
+                got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
             }
             if got.is_none() && u.offset < self.inner.commit_log.min_offset() {
                 continue; // expired record
@@ -257,6 +258,7 @@ impl Store {
         &self,
         offset: u64,
         size: u32,
+        expect: (&str, u32, u64),
         filter: &TagFilter,
         out: &mut GetResult,
     ) -> Result<Option<bool>> {
@@ -269,7 +271,11 @@ impl Store {
         };
         // Every read verifies the body CRC: a damaged record is an error, never a message.
         match RecordView::parse(b, true) {
-            Ok(v) if v.physical_offset() == offset => {
+            // The header must agree with the unit that led here (the body CRC does not cover it).
+            Ok(v)
+                if v.physical_offset() == offset
+                    && (v.topic(), v.queue_id(), v.queue_offset()) == expect =>
+            {
                 if !filter.record_matches(v.properties()) {
                     return Ok(Some(false));
                 }
@@ -281,7 +287,10 @@ impl Store {
             Ok(_) => Err(Error::Corrupted {
                 path: file.path().to_path_buf(),
                 offset,
-                reason: "consume-queue unit points at a record with another physical offset".into(),
+                reason: format!(
+                    "record header disagrees with its consume-queue unit {}:{}:{}",
+                    expect.0, expect.1, expect.2
+                ),
             }),
             Err(e) => Err(Error::Corrupted {
                 path: file.path().to_path_buf(),
