@@ -13,8 +13,9 @@ use mqlite::{Appended, MessageRef, Store, StoreConfig, TagFilter};
 
 const FILE: u64 = 64 << 10;
 const TOPIC: &str = "Pad";
-/// Record size = FIXED + body for topic "Pad" and no properties.
-const FIXED: u64 = 91 + 3;
+/// Record size = FIXED + body for topic "Pad" and no user properties: 91 fixed bytes, the
+/// topic, and the store's 20-byte whole-record CRC property.
+const FIXED: u64 = 91 + 3 + codec::RECORD_CRC_LEN as u64;
 const MAX_BODY: usize = 16 << 10;
 
 fn config() -> StoreConfig {

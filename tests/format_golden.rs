@@ -150,13 +150,32 @@ fn small_config() -> StoreConfig {
 
 /// The fixture with the fields the store chooses (queue offset, physical offset, store time)
 /// replaced.
+/// The golden record as the store writes it: the fixture's bytes with the assigned offsets and
+/// store time, TOTALSIZE and PROPLEN grown by 20, then the whole-record CRC property
+/// (`__CRC32#`, FORMAT.md §1.6): the masked CRC32 of everything before it, as 10 decimal digits
+/// written least significant first.
 fn expected_on_disk(queue_offset: u64, physical_offset: u64, store_ts: i64) -> Vec<u8> {
     let mut b = fixture("record_v1.hex");
+    let props_len_at = b.len() - PROPS.len() - 2;
+    let total = (b.len() + 20) as u32;
+    b[0..4].copy_from_slice(&total.to_be_bytes());
     b[20..28].copy_from_slice(&queue_offset.to_be_bytes());
     b[28..36].copy_from_slice(&physical_offset.to_be_bytes());
     b[56..64].copy_from_slice(&store_ts.to_be_bytes());
+    b[props_len_at..props_len_at + 2].copy_from_slice(&((PROPS.len() + 20) as u16).to_be_bytes());
+    let crc = crc32fast::hash(&b) & 0x7FFF_FFFF;
+    b.extend_from_slice(b"__CRC32#\x01");
+    let mut v = crc;
+    for _ in 0..10 {
+        b.push(b'0' + (v % 10) as u8);
+        v /= 10;
+    }
+    b.push(0x02);
     b
 }
+
+/// Size of the golden record as the store writes it (112 + the 20-byte CRC property).
+const REC: u32 = 132;
 
 #[test]
 fn store_writes_the_golden_layout_to_disk() {
@@ -171,11 +190,11 @@ fn store_writes_the_golden_layout_to_disk() {
     let second = store.put(&msg).unwrap().appended;
     assert_eq!(
         (first.physical_offset, first.size, first.queue_offset),
-        (0, 112, 0)
+        (0, REC, 0)
     );
     assert_eq!(
         (second.physical_offset, second.size, second.queue_offset),
-        (112, 112, 1)
+        (REC as u64, REC, 1)
     );
     store.close().unwrap();
 
@@ -183,8 +202,8 @@ fn store_writes_the_golden_layout_to_disk() {
     assert_eq!(log.len(), 128 << 10);
     for a in [first, second] {
         let at = a.physical_offset as usize;
-        let rec = &log[at..at + 112];
-        assert_eq!(be_u32(rec, 0), 112, "TOTALSIZE at 0");
+        let rec = &log[at..at + REC as usize];
+        assert_eq!(be_u32(rec, 0), REC, "TOTALSIZE at 0");
         assert_eq!(be_u32(rec, 4), 0xDAA3_20A7, "magic at 4");
         assert_eq!(be_u32(rec, 8), 0x3610_A686, "body CRC at 8");
         assert_eq!(be_u32(rec, 12), 3, "queue id at 12");
@@ -202,7 +221,7 @@ fn store_writes_the_golden_layout_to_disk() {
         );
     }
     // Nothing written after the second record.
-    assert!(log[224..].iter().all(|&b| b == 0));
+    assert!(log[2 * REC as usize..].iter().all(|&b| b == 0));
 
     // The consume-queue units on disk are the golden unit layout.
     let cq = std::fs::read(
@@ -213,12 +232,12 @@ fn store_writes_the_golden_layout_to_disk() {
     assert_eq!(cq.len(), 64 * 20);
     let unit0 = CqUnit {
         offset: 0,
-        size: 112,
+        size: REC,
         tags_code: 65,
     };
     let unit1 = CqUnit {
-        offset: 112,
-        size: 112,
+        offset: REC as u64,
+        size: REC,
         tags_code: 65,
     };
     assert_eq!(&cq[..20], unit0.encode().as_slice());
@@ -232,6 +251,6 @@ fn store_writes_the_golden_layout_to_disk() {
         .unwrap();
     let recs: Vec<_> = got.iter().map(|v| v.bytes().to_vec()).collect();
     assert_eq!(recs.len(), 2);
-    assert_eq!(recs[0], &log[0..112]);
-    assert_eq!(recs[1], &log[112..224]);
+    assert_eq!(recs[0], &log[0..REC as usize]);
+    assert_eq!(recs[1], &log[REC as usize..2 * REC as usize]);
 }

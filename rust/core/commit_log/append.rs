@@ -50,10 +50,13 @@ pub struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     /// Sizes and checksums `msg`; fails if a field length cannot be encoded.
     pub fn new(msg: MessageRef<'a>) -> Result<Self> {
-        let len = codec::encoded_len(msg.body.len(), msg.topic.len(), msg.properties.len())
-            .ok_or_else(|| Error::InvalidMessage {
+        // Every record ends with the whole-record CRC property (FORMAT.md §1.6).
+        let props = msg.properties.len() + codec::RECORD_CRC_LEN;
+        let len = codec::encoded_len(msg.body.len(), msg.topic.len(), props).ok_or_else(|| {
+            Error::InvalidMessage {
                 reason: "record fields too long".into(),
-            })?;
+            }
+        })?;
         Ok(Prepared {
             msg,
             len,
@@ -179,7 +182,14 @@ impl Appender {
             prepared_transaction_offset: m.prepared_transaction_offset,
         };
         w.append_with(p.len, |buf| {
-            codec::encode(buf, &meta, p.crc, m.body, m.topic.as_bytes(), m.properties)
+            codec::encode_with_record_crc(
+                buf,
+                &meta,
+                p.crc,
+                m.body,
+                m.topic.as_bytes(),
+                m.properties,
+            )
         })
         .ok_or(Error::Closed)?;
         w.publish();

@@ -194,7 +194,7 @@ impl CommitLog {
         if !(codec::FIXED_V1_IPV4 as u32..=1 << 30).contains(&size) {
             return Err(self.not_found(offset));
         }
-        self.with_bytes(offset, size, |b| match RecordView::parse(b, true) {
+        self.with_bytes(offset, size, |b| match RecordView::parse_verified(b) {
             Ok(v) if v.physical_offset() == offset => Ok(f(&v)),
             _ => Err(self.not_found(offset)),
         })

@@ -52,7 +52,7 @@ impl CommitLog {
                     torn: false,
                 });
             };
-            match codec::check(buf, check_crc, Some(pos)) {
+            match codec::check_stored(buf, check_crc, Some(pos)) {
                 RecordCheck::Record(n) => {
                     if let Ok(v) = RecordView::parse(buf, false) {
                         on_record(&v)?;

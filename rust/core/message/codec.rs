@@ -16,6 +16,10 @@ pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
 pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
 /// Fixed bytes of a v1 record with IPv4 hosts, excluding body, topic and properties.
 pub const FIXED_V1_IPV4: usize = 91;
+/// Name of RocketMQ 5's whole-record CRC property (`enabledAppendPropCRC`).
+pub const RECORD_CRC_NAME: &[u8] = b"__CRC32#";
+/// Bytes the whole-record CRC property takes: name, `\x01`, 10 digits, `\x02`.
+pub const RECORD_CRC_LEN: usize = 20;
 /// Byte offset of the store timestamp with an IPv4 born host.
 pub const STORE_TIMESTAMP_POS: usize = 56;
 /// Byte offset of QUEUEOFFSET.
@@ -91,11 +95,32 @@ pub fn encode(
 ) {
     let total = out.len();
     let mut w = Writer { buf: out, pos: 0 };
-    emit(total, meta, body_crc, body, topic, props, |b| w.bytes(b));
+    emit(total, meta, body_crc, body, topic, props, false, |b| {
+        w.bytes(b)
+    });
 }
 
-/// Appends one record to `out` (of `encoded_len(..)` = `total` bytes) without zero-filling
-/// first: the batch path encodes a whole batch into one buffer.
+/// Like [`encode`], and ends the properties with the whole-record CRC property
+/// (`__CRC32#`, FORMAT.md §1.6): `out` must be `encoded_len(body, topic, props + 20)` bytes
+/// and `props` empty or ending with `\x02`.
+pub fn encode_with_record_crc(
+    out: &mut [u8],
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+) {
+    let total = out.len();
+    let mut w = Writer { buf: out, pos: 0 };
+    emit(total, meta, body_crc, body, topic, props, true, |b| {
+        w.bytes(b)
+    });
+}
+
+/// Appends one record with the whole-record CRC property to `out` (of `total` =
+/// `encoded_len(body, topic, props + 20)` bytes) without zero-filling first: the batch path
+/// encodes a whole batch into one buffer.
 pub fn encode_to_vec(
     out: &mut Vec<u8>,
     total: usize,
@@ -105,13 +130,14 @@ pub fn encode_to_vec(
     topic: &[u8],
     props: &[u8],
 ) {
-    emit(total, meta, body_crc, body, topic, props, |b| {
+    emit(total, meta, body_crc, body, topic, props, true, |b| {
         out.extend_from_slice(b)
     });
 }
 
 /// The record as a sequence of byte runs: the fixed 88-byte header (built on the stack), then
 /// the body, topic and properties with their lengths.
+#[allow(clippy::too_many_arguments)]
 fn emit(
     total: usize,
     meta: &RecordMeta,
@@ -119,7 +145,8 @@ fn emit(
     body: &[u8],
     topic: &[u8],
     props: &[u8],
-    mut put: impl FnMut(&[u8]),
+    record_crc: bool,
+    mut sink: impl FnMut(&[u8]),
 ) {
     let v2 = topic.len() > 127;
     let mut h = [0u8; 88];
@@ -144,6 +171,13 @@ fn emit(
     w.i32(meta.reconsume_times);
     w.i64(meta.prepared_transaction_offset);
     w.u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
+    let mut hasher = record_crc.then(crc32fast::Hasher::new);
+    let mut put = |b: &[u8]| {
+        if let Some(h) = hasher.as_mut() {
+            h.update(b);
+        }
+        sink(b);
+    };
     put(&h);
     put(body);
     if v2 {
@@ -152,8 +186,45 @@ fn emit(
         put(&[u8::try_from(topic.len()).unwrap_or(0)]);
     }
     put(topic);
-    put(&u16::try_from(props.len()).unwrap_or(0).to_be_bytes());
+    let props_len = props.len() + if record_crc { RECORD_CRC_LEN } else { 0 };
+    put(&u16::try_from(props_len).unwrap_or(0).to_be_bytes());
     put(props);
+    if let Some(h) = hasher {
+        sink(&record_crc_property(h.finalize() & 0x7FFF_FFFF));
+    }
+}
+
+/// `__CRC32#\x01` + the CRC's 10 decimal digits, least significant first + `\x02`.
+fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
+    let mut p = [0u8; RECORD_CRC_LEN];
+    p[..8].copy_from_slice(RECORD_CRC_NAME);
+    p[8] = super::properties::NAME_VALUE_SEPARATOR;
+    let mut v = crc;
+    for d in p[9..19].iter_mut() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    p[19] = super::properties::PROPERTY_SEPARATOR;
+    p
+}
+
+/// The value of a trailing whole-record CRC property, if `props` ends with a well-formed one.
+fn trailing_record_crc(props: &[u8]) -> Option<u32> {
+    let tail = props.get(props.len().checked_sub(RECORD_CRC_LEN)?..)?;
+    if !tail.starts_with(RECORD_CRC_NAME)
+        || tail.get(8) != Some(&super::properties::NAME_VALUE_SEPARATOR)
+        || tail.get(19) != Some(&super::properties::PROPERTY_SEPARATOR)
+    {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in tail.get(9..19)?.iter().rev() {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + u64::from(d - b'0');
+    }
+    u32::try_from(v).ok()
 }
 
 /// Body CRC (masked IEEE CRC32).
@@ -214,6 +285,8 @@ pub enum DecodeError {
     CrcMismatch { stored: u32, computed: u32 },
     /// The topic is not UTF-8.
     BadTopic,
+    /// A record of a store written by mqlite lacks its whole-record CRC property.
+    MissingRecordCrc,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -229,6 +302,7 @@ impl std::fmt::Display for DecodeError {
                 )
             }
             DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
+            DecodeError::MissingRecordCrc => write!(f, "whole-record CRC property missing"),
         }
     }
 }
@@ -341,8 +415,28 @@ impl<'a> RecordView<'a> {
             if stored != computed {
                 return Err(DecodeError::CrcMismatch { stored, computed });
             }
+            // Records written by mqlite also carry a CRC of everything before it (header,
+            // topic and properties included); records without one are checked by body only.
+            if let Some(stored) = trailing_record_crc(view.properties_raw()) {
+                let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
+                let computed = crc::body_crc(covered);
+                if stored != computed {
+                    return Err(DecodeError::CrcMismatch { stored, computed });
+                }
+            }
         }
         Ok(view)
+    }
+
+    /// Parses a record of an mqlite store: both CRCs are checked and the whole-record CRC
+    /// property must be present (every record the store writes has one, so a damaged or
+    /// missing one cannot switch the header check off).
+    pub fn parse_verified(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let v = Self::parse(buf, true)?;
+        if trailing_record_crc(v.properties_raw()).is_none() {
+            return Err(DecodeError::MissingRecordCrc);
+        }
+        Ok(v)
     }
 
     /// The record's bytes.
@@ -422,11 +516,20 @@ impl<'a> RecordView<'a> {
     pub fn topic(&self) -> &'a str {
         std::str::from_utf8(self.topic_bytes()).unwrap_or("")
     }
-    /// Encoded properties.
-    pub fn properties(&self) -> &'a [u8] {
+    /// Encoded properties as stored, including a trailing whole-record CRC property.
+    pub fn properties_raw(&self) -> &'a [u8] {
         self.buf
             .get(self.props_at..self.props_at + self.props_len)
             .unwrap_or(&[])
+    }
+
+    /// Encoded properties without the store's whole-record CRC property.
+    pub fn properties(&self) -> &'a [u8] {
+        let raw = self.properties_raw();
+        match trailing_record_crc(raw) {
+            Some(_) => raw.get(..raw.len() - RECORD_CRC_LEN).unwrap_or(raw),
+            None => raw,
+        }
     }
 }
 
@@ -460,6 +563,18 @@ pub fn peek(buf: &[u8]) -> Peek {
         (Some(0), Some(0)) | (None, _) | (_, None) => Peek::End,
         (_, Some(BLANK_MAGIC)) => Peek::Blank,
         _ => Peek::Record,
+    }
+}
+
+/// Like [`check`] for a store's own commit log: with `verify`, the record must also carry a
+/// correct whole-record CRC property ([`RecordView::parse_verified`]).
+pub fn check_stored(buf: &[u8], verify: bool, expected_physical: Option<u64>) -> RecordCheck {
+    match check(buf, false, expected_physical) {
+        RecordCheck::Record(n) if verify => match RecordView::parse_verified(buf) {
+            Ok(_) => RecordCheck::Record(n),
+            Err(e) => RecordCheck::Invalid(e),
+        },
+        other => other,
     }
 }
 
@@ -560,6 +675,50 @@ mod tests {
             Err(DecodeError::CrcMismatch { .. })
         ));
         assert!(RecordView::parse(&buf, false).is_ok());
+    }
+
+    #[test]
+    fn record_crc_property_covers_the_header() {
+        let props = b"TAGS\x01A\x02";
+        let n = encoded_len(5, 9, props.len() + RECORD_CRC_LEN).unwrap();
+        let mut buf = vec![0u8; n];
+        encode_with_record_crc(
+            &mut buf,
+            &meta(),
+            body_crc(b"hello"),
+            b"hello",
+            b"TopicTest",
+            props,
+        );
+        let v = RecordView::parse(&buf, true).unwrap();
+        assert_eq!(v.properties(), props);
+        let raw = v.properties_raw();
+        assert!(raw.ends_with(b"\x02") && raw.len() == props.len() + RECORD_CRC_LEN);
+        // digits are the masked CRC of everything before the property, least significant first
+        let crc = crc::body_crc(&buf[..n - RECORD_CRC_LEN]);
+        let digits: String = crc.to_string().chars().rev().collect();
+        let tail = std::str::from_utf8(&raw[raw.len() - 11..raw.len() - 1]).unwrap();
+        assert_eq!(tail.trim_end_matches('0'), digits.trim_end_matches('0'));
+        // the same vec encoding gives the same bytes
+        let mut v2 = Vec::new();
+        encode_to_vec(
+            &mut v2,
+            n,
+            &meta(),
+            body_crc(b"hello"),
+            b"hello",
+            b"TopicTest",
+            props,
+        );
+        assert_eq!(v2, buf);
+        // a flipped header bit (QUEUEOFFSET) is caught; without the check it parses
+        let mut bad = buf.clone();
+        bad[QUEUE_OFFSET_POS + 7] ^= 1;
+        assert!(matches!(
+            RecordView::parse(&bad, true),
+            Err(DecodeError::CrcMismatch { .. })
+        ));
+        assert!(RecordView::parse(&bad, false).is_ok());
     }
 
     #[test]

@@ -100,10 +100,12 @@ pub fn check_sizes(body_len: usize, props_len: usize, max_body: usize) -> Result
             limit: max_body,
         });
     }
-    if props_len > MAX_PROPERTIES_LEN {
+    // The store appends its 20-byte whole-record CRC property to every record.
+    let limit = MAX_PROPERTIES_LEN - crate::message::codec::RECORD_CRC_LEN;
+    if props_len > limit {
         return Err(Error::PropertiesTooLarge {
             size: props_len,
-            limit: MAX_PROPERTIES_LEN,
+            limit,
         });
     }
     Ok(())
@@ -183,7 +185,8 @@ mod tests {
             check_sizes(1, 32_768, 10),
             Err(Error::PropertiesTooLarge { .. })
         ));
-        assert!(check_sizes(10, 32_767, 10).is_ok());
+        assert!(check_sizes(10, 32_747, 10).is_ok());
+        assert!(check_sizes(10, 32_748, 10).is_err());
         assert!(check_tag("a||b").is_err());
         assert!(check_key("a b").is_err());
     }

@@ -270,7 +270,7 @@ impl Store {
             return Ok(None);
         };
         // Every read verifies the body CRC: a damaged record is an error, never a message.
-        match RecordView::parse(b, true) {
+        match RecordView::parse_verified(b) {
             // The header must agree with the unit that led here (the body CRC does not cover it).
             Ok(v)
                 if v.physical_offset() == offset
