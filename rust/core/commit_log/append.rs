@@ -50,7 +50,7 @@ pub struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     /// Sizes and checksums `msg`; fails if a field length cannot be encoded.
     pub fn new(msg: MessageRef<'a>) -> Result<Self> {
-        // Every record ends with the whole-record CRC property (FORMAT.md §1.6).
+        // Every record ends with the whole-record CRC property (FORMAT.md §1.5).
         let props = msg.properties.len() + codec::RECORD_CRC_LEN;
         let len = codec::encoded_len(msg.body.len(), msg.topic.len(), props).ok_or_else(|| {
             Error::InvalidMessage {

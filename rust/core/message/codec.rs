@@ -101,7 +101,7 @@ pub fn encode(
 }
 
 /// Like [`encode`], and ends the properties with the whole-record CRC property
-/// (`__CRC32#`, FORMAT.md §1.6): `out` must be `encoded_len(body, topic, props + 20)` bytes
+/// (`__CRC32#`, FORMAT.md §1.5): `out` must be `encoded_len(body, topic, props + 20)` bytes
 /// and `props` empty or ending with `\x02`.
 pub fn encode_with_record_crc(
     out: &mut [u8],
