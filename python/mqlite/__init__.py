@@ -8,12 +8,17 @@
 """
 
 from mqlite.errors import (
+    ClientClosedError,
+    ClientIdInUseError,
+    ConsumerGroupActiveError,
     CorruptedLogError,
+    FilterExpressionError,
     FlushDiskTimeoutError,
     IllegalArgumentError,
     IllegalStateError,
     InvalidBatchError,
     InvalidConfigError,
+    InvalidGroupError,
     InvalidMessageError,
     InvalidQueueError,
     InvalidTopicError,
@@ -24,6 +29,7 @@ from mqlite.errors import (
     MQTimeoutError,
     OffsetOutOfRangeError,
     PropertiesTooLargeError,
+    QueueNotAssignedError,
     StoreClosedError,
     StoreError,
     StoreFullError,
@@ -37,6 +43,11 @@ from mqlite.errors import (
     TransactionError,
 )
 from mqlite import _core
+from mqlite.allocate import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueStrategy,
+)
 from mqlite.message import (
     GetMessageStatus,
     Message,
@@ -46,7 +57,12 @@ from mqlite.message import (
     SendResult,
     SendStatus,
 )
-from mqlite.producer import Producer
+from mqlite.offsets import QueueProgress
+from mqlite.producer import MessageQueueSelector, Producer, SendCallback
+from mqlite.pull import PullConsumer
+from mqlite.push import PushConsumer
+from mqlite.selector import MessageSelector
+from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
 from mqlite.store import Store, open
 from mqlite.topic import TopicConfig
 
@@ -57,6 +73,19 @@ __all__ = [
     "open",
     "Store",
     "Producer",
+    "MessageQueueSelector",
+    "SendCallback",
+    "PullConsumer",
+    "PushConsumer",
+    "MessageSelector",
+    "ConsumeStatus",
+    "ConsumeOrderlyStatus",
+    "ConsumeFromWhere",
+    "MessageModel",
+    "AllocateMessageQueueStrategy",
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "QueueProgress",
     "Message",
     "MessageQueue",
     "MessageExt",
@@ -75,10 +104,16 @@ __all__ = [
     "PropertiesTooLargeError",
     "InvalidBatchError",
     "InvalidConfigError",
+    "InvalidGroupError",
+    "FilterExpressionError",
     "IllegalStateError",
     "StoreClosedError",
     "StoreReadOnlyError",
     "StoreUsedAfterForkError",
+    "ClientClosedError",
+    "ClientIdInUseError",
+    "QueueNotAssignedError",
+    "ConsumerGroupActiveError",
     "TopicNotFoundError",
     "TopicNotWritableError",
     "MessageNotFoundError",

@@ -17,10 +17,16 @@ __all__ = [
     "PropertiesTooLargeError",
     "InvalidBatchError",
     "InvalidConfigError",
+    "InvalidGroupError",
+    "FilterExpressionError",
     "IllegalStateError",
     "StoreClosedError",
     "StoreReadOnlyError",
     "StoreUsedAfterForkError",
+    "ClientClosedError",
+    "ClientIdInUseError",
+    "QueueNotAssignedError",
+    "ConsumerGroupActiveError",
     "TopicNotFoundError",
     "TopicNotWritableError",
     "MessageNotFoundError",
@@ -108,6 +114,18 @@ class InvalidConfigError(IllegalArgumentError):
     default_code = "INVALID_CONFIG"
 
 
+class InvalidGroupError(IllegalArgumentError):
+    """Group name empty, longer than 255 characters or outside ``[%|A-Za-z0-9_-]``."""
+
+    default_code = "INVALID_GROUP"
+
+
+class FilterExpressionError(IllegalArgumentError):
+    """A tag or SQL92 filter expression does not parse."""
+
+    default_code = "FILTER_EXPRESSION"
+
+
 class IllegalStateError(MQClientError, RuntimeError):
     """The object cannot do this now."""
 
@@ -130,6 +148,30 @@ class StoreUsedAfterForkError(IllegalStateError):
     """A store opened in a parent process was used in a forked child."""
 
     default_code = "STORE_USED_AFTER_FORK"
+
+
+class ClientClosedError(IllegalStateError):
+    """A consumer or producer was used after ``close()`` / ``shutdown()``."""
+
+    default_code = "CLIENT_CLOSED"
+
+
+class ClientIdInUseError(IllegalStateError):
+    """Another live consumer of the group already uses this ``client_id``."""
+
+    default_code = "CLIENT_ID_IN_USE"
+
+
+class QueueNotAssignedError(IllegalStateError, LookupError):
+    """The queue is not (or no longer) assigned to this consumer: seek, commit, pause."""
+
+    default_code = "QUEUE_NOT_ASSIGNED"
+
+
+class ConsumerGroupActiveError(IllegalStateError):
+    """An offset reset while live consumers of the group hold the topic's queues."""
+
+    default_code = "CONSUMER_GROUP_ACTIVE"
 
 
 class TopicNotFoundError(MQClientError, LookupError):

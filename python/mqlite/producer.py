@@ -1,30 +1,108 @@
-"""The ``Producer``: a thin, fast wrapper over the Rust producer."""
+"""The ``Producer``: a thin, fast wrapper over the Rust producer, plus queue selection
+(sharding key, custom selector) and asynchronous / one-way sends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import queue
+import threading
+import weakref
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mqlite import _core
-from mqlite.errors import MQError, StoreClosedError
-from mqlite.message import Message, SendBatchResult, SendResult
+from mqlite.errors import IllegalArgumentError, MQError, StoreClosedError, TopicNotFoundError
+from mqlite.message import Message, MessageQueue, SendBatchResult, SendResult
 
 if TYPE_CHECKING:
     from mqlite.store import Store
 
-__all__ = ["Producer"]
+__all__ = ["MessageQueueSelector", "Producer", "SendCallback"]
+
+log = logging.getLogger("mqlite.producer")
+
+MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+"""RocketMQ's ``MessageQueueSelector``: ``fn(queues, msg, arg) -> one of queues``."""
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+"""Called as ``callback(result, None)`` or ``callback(None, exc)`` when an async send ends."""
+
+_Item = tuple["Future[SendResult] | None", "SendCallback | None", Message, dict[str, Any]]
+
+
+class _AsyncSender:
+    """One worker thread that performs a producer's async and one-way sends in order."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = weakref.ref(producer)
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self.pending = 0
+        self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
+        self._thread.start()
+
+    def put(self, item: _Item) -> None:
+        with self._cond:
+            self.pending += 1
+        self._queue.put(item)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, callback, msg, kw = item
+            result: SendResult | None = None
+            error: BaseException | None = None
+            try:
+                producer = self._producer()
+                if producer is None:
+                    raise StoreClosedError("producer was garbage-collected with sends pending")
+                result = producer.send(msg, **kw)
+                del producer
+            except BaseException as exc:  # noqa: BLE001 - handed to the future / callback
+                error = exc
+            if fut is not None:
+                if error is None:
+                    fut.set_result(result)  # type: ignore[arg-type]
+                else:
+                    fut.set_exception(error)
+            elif error is not None and callback is None:
+                log.warning("one-way send to %r failed: %s", msg.topic, error)
+            if callback is not None:
+                try:
+                    callback(result, error)
+                except Exception:
+                    log.exception("send callback failed")
+            with self._cond:
+                self.pending -= 1
+                if self.pending == 0:
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self.pending == 0, timeout)
+            return self.pending
+
+    def stop(self, join: bool = True) -> None:
+        self._queue.put(None)
+        if join and threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 class Producer:
     """Sends messages to a store; get one from ``Store.producer()``."""
 
-    __slots__ = ("_ok", "_p", "_store", "__weakref__")
+    __slots__ = ("_ok", "_p", "_store", "_sender", "_sender_lock", "__weakref__")
 
     def __init__(self, store: Store, core: _core.Producer) -> None:
         self._store = store
         self._p = core
         self._ok = True
+        self._sender: _AsyncSender | None = None
+        self._sender_lock = threading.Lock()
 
     @property
     def group(self) -> str:
@@ -41,11 +119,123 @@ class Producer:
             return self._store._dead()
         return StoreClosedError(f"producer {self._p.group!r} is closed")
 
-    def send(self, msg: Message, *, queue_id: int | None = None) -> SendResult:
-        """Append one message; round robin over the topic's write queues unless ``queue_id``."""
+    def send(
+        self,
+        msg: Message,
+        *,
+        queue_id: int | None = None,
+        sharding_key: str | bytes | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> SendResult:
+        """Append one message.
+
+        The queue is round robin over the topic's write queues, unless ``queue_id`` names it,
+        ``sharding_key`` hashes to it (CRC32 modulo the queue count: one key keeps to one queue,
+        hence in order) or ``selector(queues, msg, arg)`` returns it.
+        """
         if not self._ok:
             raise self._dead()
-        return self._p.send(msg, queue_id)
+        if sharding_key is None and selector is None:
+            return self._p.send(msg, queue_id)
+        return self._p.send(msg, self._select(msg, queue_id, sharding_key, selector, arg))
+
+    def _select(
+        self,
+        msg: Message,
+        queue_id: int | None,
+        sharding_key: str | bytes | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+    ) -> int:
+        if sum(x is not None for x in (queue_id, sharding_key, selector)) > 1:
+            raise IllegalArgumentError("give at most one of queue_id, sharding_key and selector")
+        topic = getattr(msg, "topic", None)
+        if not isinstance(topic, str):
+            raise IllegalArgumentError("queue selection needs a Message with a topic")
+        core = self._store._live()
+        try:
+            count = core.queue_count(topic)
+        except TopicNotFoundError:
+            if not self._store._auto_create:
+                raise
+            core.create_topic(topic, self._store._default_queues, exist_ok=True)
+            count = core.queue_count(topic)
+        if count <= 0:
+            raise IllegalArgumentError(f"topic {topic!r} has no write queues")
+        if sharding_key is not None:
+            if isinstance(sharding_key, str):
+                key = sharding_key.encode()
+            elif isinstance(sharding_key, (bytes, bytearray, memoryview)):
+                key = bytes(sharding_key)
+            else:
+                raise IllegalArgumentError(
+                    f"sharding_key must be str or bytes, not {type(sharding_key).__name__}"
+                )
+            return zlib.crc32(key) % count
+        assert selector is not None
+        mqs = [MessageQueue(topic, i) for i in range(count)]
+        chosen = selector(mqs, msg, arg)
+        if not isinstance(chosen, MessageQueue) or chosen not in mqs:
+            raise IllegalArgumentError(
+                f"selector must return one of the {count} queues of {topic!r}, got {chosen!r}"
+            )
+        return chosen.queue_id
+
+    def _async(self) -> _AsyncSender:
+        sender = self._sender
+        if sender is None:
+            with self._sender_lock:
+                if self._sender is None:
+                    self._sender = _AsyncSender(self)
+                sender = self._sender
+        return sender
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        queue_id: int | None = None,
+        sharding_key: str | bytes | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> Future[SendResult]:
+        """Send on this producer's background thread (in call order); returns a Future.
+
+        ``callback(result, exc)`` runs on that thread when the send ends. ``flush()`` waits for
+        every pending send.
+        """
+        if not self._ok:
+            raise self._dead()
+        fut: Future[SendResult] = Future()
+        kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
+        self._async().put((fut, callback, msg, kw))
+        return fut
+
+    def send_oneway(
+        self,
+        msg: Message,
+        *,
+        queue_id: int | None = None,
+        sharding_key: str | bytes | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        """Send without waiting or reporting the result (a failure is only logged)."""
+        if not self._ok:
+            raise self._dead()
+        kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
+        self._async().put((None, None, msg, kw))
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for pending async and one-way sends; returns how many are still pending."""
+        sender = self._sender
+        if sender is None:
+            return 0
+        if timeout is not None and timeout < 0:
+            raise IllegalArgumentError(f"timeout must be >= 0 or None, got {timeout!r}")
+        return sender.flush(timeout)
 
     def send_batch(
         self,
@@ -63,8 +253,14 @@ class Producer:
         items = msgs if isinstance(msgs, (list, tuple)) else list(msgs)
         return self._p.send_batch(items, topic, queue_id)
 
-    def close(self) -> None:
-        """Stop using this producer; the store stays open. Idempotent."""
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for pending async sends (up to ``timeout``), then stop; the store stays open.
+        Idempotent."""
+        sender = self._sender
+        if sender is not None:
+            sender.flush(timeout)
+            sender.stop()
+            self._sender = None
         self._ok = False
 
     def __enter__(self) -> Producer:
@@ -74,6 +270,11 @@ class Producer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        sender = getattr(self, "_sender", None)
+        if sender is not None:
+            sender.stop(join=False)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

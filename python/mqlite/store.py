@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
 from mqlite.config import store_options
-from mqlite.errors import MQError, StoreClosedError, StoreUsedAfterForkError
+from mqlite.errors import (
+    ConsumerGroupActiveError,
+    IllegalArgumentError,
+    MQError,
+    StoreClosedError,
+    StoreUsedAfterForkError,
+)
+from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.producer import Producer
+from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.topic import TopicConfig, parse_tags
+
+if TYPE_CHECKING:
+    from mqlite.pull import PullConsumer
+    from mqlite.push import PushConsumer
 
 __all__ = ["Store", "open"]
 
@@ -84,6 +99,10 @@ class Store:
         self._ok = True
         self._forked = False
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        self._scratch: Path | None = None
+        # What sends with a sharding key or selector need to auto-create a topic as the core does.
+        self._auto_create = auto_create_topics
+        self._default_queues = 4 if default_queues is None else default_queues
         _OPEN.add(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -253,6 +272,89 @@ class Store:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
         return self._live().wait_for(queues, timeout)
+
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def _client_root(self) -> Path:
+        """Where consumer offsets and group locks live: the store directory, or for
+        ``":memory:"`` a private temporary directory removed with the handle."""
+        if self._path != ":memory:":
+            return Path(self._path)
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
+            weakref.finalize(self, shutil.rmtree, self._scratch, True)
+        return self._scratch
+
+    def pull_consumer(self, group: str, **options: Any) -> PullConsumer:
+        """A ``PullConsumer`` in ``group``; see ``PullConsumer`` for the options."""
+        from mqlite.pull import PullConsumer
+
+        return PullConsumer(self, group, **options)
+
+    def push_consumer(self, group: str, **options: Any) -> PushConsumer:
+        """A ``PushConsumer`` in ``group``; see ``PushConsumer`` for the options."""
+        from mqlite.push import PushConsumer
+
+        return PushConsumer(self, group, **options)
+
+    def consumer_progress(self, group: str) -> list[QueueProgress]:
+        """The clustering group's committed offset, max offset and lag per queue."""
+        check_group(group)
+        core = self._live()
+        suffix = "@" + group
+        out: list[QueueProgress] = []
+        for key, queues in group_offsets(self._client_root()).load().items():
+            if not key.endswith(suffix):
+                continue
+            topic = key[: -len(suffix)]
+            for qid, committed in queues.items():
+                out.append(QueueProgress(topic, qid, committed, core.offsets(topic, qid)[1]))
+        return sorted(out, key=lambda p: (p.topic, p.queue_id))
+
+    def reset_offset(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: int | Literal["earliest", "latest"] | datetime,
+        force: bool = False,
+    ) -> dict[MessageQueue, int]:
+        """Set the clustering group's offsets of every queue of ``topic``.
+
+        ``to`` is an offset (clamped to each queue's range), ``"earliest"``, ``"latest"`` or a
+        time. Live consumers of the group would overwrite the reset with their own positions, so
+        this raises ConsumerGroupActiveError while any is subscribed, unless ``force``.
+        """
+        check_group(group)
+        core = self._live()
+        root = self._client_root()
+        alive = live_members(root, group, topic)
+        if alive and not force:
+            raise ConsumerGroupActiveError(
+                f"group {group!r} has {len(alive)} live consumer(s) of {topic!r}: "
+                f"{', '.join(alive)}; stop them or pass force=True"
+            )
+        result: dict[MessageQueue, int] = {}
+        for mq in self.queues(topic):
+            low, high = core.offsets(topic, mq.queue_id)
+            if to == "earliest":
+                offset = low
+            elif to == "latest":
+                offset = high
+            elif isinstance(to, datetime):
+                offset = self.offset_for_timestamp(mq, to)
+            elif isinstance(to, int) and not isinstance(to, bool):
+                offset = min(max(to, low), high)
+            else:
+                raise IllegalArgumentError(
+                    f"to must be an int offset, 'earliest', 'latest' or a datetime, got {to!r}"
+                )
+            result[mq] = offset
+        group_offsets(root, durable=self._path != ":memory:").update(
+            offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True
+        )
+        return result
 
 
 def open(path: str | os.PathLike[str], **config: Any) -> Store:  # noqa: A001 - mirrors sqlite3.connect

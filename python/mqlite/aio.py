@@ -1,0 +1,231 @@
+"""asyncio clients: ``AsyncProducer`` and ``AsyncPullConsumer``.
+
+Each client runs its blocking calls on one dedicated worker thread, in call order, so the event
+loop never blocks (a sync-flush send or a long poll waits on that thread). Cancelling an awaited
+``poll`` never loses messages: what the cancelled poll fetched is returned by the next one.
+Cancelling an awaited ``send`` does not unsend it: the send completes on the worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, SendResult
+from mqlite.producer import MessageQueueSelector
+from mqlite.pull import PullConsumer, RebalanceCallback
+from mqlite.selector import MessageSelector
+
+if TYPE_CHECKING:
+    from mqlite.store import Store
+
+__all__ = ["AsyncProducer", "AsyncPullConsumer"]
+
+T = TypeVar("T")
+
+
+class _Worker:
+    """A single-thread executor bridged to the running event loop."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kw: Any) -> Future[T]:
+        return self._executor.submit(functools.partial(fn, *args, **kw))
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        return await asyncio.wrap_future(self.submit(fn, *args, **kw))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False)
+
+
+class AsyncProducer:
+    """``await producer.send(msg)`` without blocking the event loop."""
+
+    def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
+        self._producer = store.producer(group)
+        self._worker = _Worker("mqlite-aio-producer")
+
+    @property
+    def group(self) -> str:
+        """The producer group."""
+        return self._producer.group
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue_id: int | None = None,
+        sharding_key: str | bytes | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> SendResult:
+        """Send one message (see ``Producer.send``)."""
+        return await self._worker.run(
+            self._producer.send, msg, queue_id=queue_id, sharding_key=sharding_key,
+            selector=selector, arg=arg,
+        )
+
+    async def send_batch(
+        self, msgs: Iterable[Message | bytes], *, topic: str | None = None, queue_id: int | None = None
+    ) -> SendBatchResult:
+        """Send a batch to one queue (see ``Producer.send_batch``)."""
+        items = list(msgs)
+        return await self._worker.run(self._producer.send_batch, items, topic=topic, queue_id=queue_id)
+
+    async def close(self) -> None:
+        """Wait for queued sends, then stop. Idempotent."""
+        await self._worker.run(self._producer.close)
+        self._worker.shutdown()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class AsyncPullConsumer:
+    """``PullConsumer`` for asyncio: ``async with``, ``async for``, ``await poll/commit``.
+
+    Options are those of ``PullConsumer``.
+    """
+
+    def __init__(self, store: Store, group: str, **options: Any) -> None:
+        self._consumer = PullConsumer(store, group, **options)
+        self._worker = _Worker("mqlite-aio-consumer")
+        self._stash: list[MessageExt] = []
+
+    @property
+    def consumer(self) -> PullConsumer:
+        """The underlying PullConsumer (use it only through this object's methods)."""
+        return self._consumer
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return self._consumer.group
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close()``."""
+        return self._consumer.closed
+
+    async def subscribe(
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None:
+        """See ``PullConsumer.subscribe`` (callbacks run on the worker thread)."""
+        await self._worker.run(
+            self._consumer.subscribe, topic, expression, on_assign=on_assign, on_revoke=on_revoke
+        )
+
+    async def unsubscribe(self, topic: str) -> None:
+        """See ``PullConsumer.unsubscribe``."""
+        await self._worker.run(self._consumer.unsubscribe, topic)
+
+    async def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """See ``PullConsumer.assign``."""
+        await self._worker.run(self._consumer.assign, list(queues))
+
+    async def assignment(self) -> list[MessageQueue]:
+        """See ``PullConsumer.assignment``."""
+        return await self._worker.run(self._consumer.assignment)
+
+    def _keep(self, fut: Future[list[MessageExt]]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            self._stash.extend(fut.result())
+
+    def _take_stash(self) -> list[MessageExt]:
+        out, self._stash = self._stash, []
+        return out
+
+    async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """See ``PullConsumer.poll``; waits on the worker thread."""
+        if self._stash:
+            return self._take_stash()
+        fut = self._worker.submit(self._consumer.poll, timeout, max_messages)
+        try:
+            got = await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._keep)
+            raise
+        return self._take_stash() + got if self._stash else got
+
+    async def commit(
+        self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
+    ) -> None:
+        """See ``PullConsumer.commit``."""
+        await self._worker.run(self._consumer.commit, offsets, message=message)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """See ``PullConsumer.committed``."""
+        return await self._worker.run(self._consumer.committed, mq)
+
+    async def position(self, mq: MessageQueue) -> int:
+        """See ``PullConsumer.position``."""
+        return await self._worker.run(self._consumer.position, mq)
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        """See ``PullConsumer.seek``."""
+        await self._worker.run(self._consumer.seek, mq, offset)
+
+    async def seek_to_begin(self, mq: MessageQueue | None = None) -> None:
+        """See ``PullConsumer.seek_to_begin``."""
+        await self._worker.run(self._consumer.seek_to_begin, mq)
+
+    async def seek_to_end(self, mq: MessageQueue | None = None) -> None:
+        """See ``PullConsumer.seek_to_end``."""
+        await self._worker.run(self._consumer.seek_to_end, mq)
+
+    async def seek_to_timestamp(self, ts: datetime | int, mq: MessageQueue | None = None) -> None:
+        """See ``PullConsumer.seek_to_timestamp``."""
+        await self._worker.run(self._consumer.seek_to_timestamp, ts, mq)
+
+    async def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """See ``PullConsumer.pause``."""
+        await self._worker.run(self._consumer.pause, list(queues))
+
+    async def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """See ``PullConsumer.resume``."""
+        await self._worker.run(self._consumer.resume, list(queues))
+
+    async def close(self) -> None:
+        """See ``PullConsumer.close``. Idempotent."""
+        await self._worker.run(self._consumer.close)
+        self._worker.shutdown()
+
+    async def _messages(self) -> AsyncIterator[MessageExt]:
+        while not self._consumer.closed:
+            batch = await self.poll(0.5)
+            done = 0
+            try:
+                for msg in batch:
+                    done += 1
+                    yield msg
+            finally:
+                if done < len(batch) and not self._consumer.closed:
+                    self._consumer._rewind(batch[done:])
+
+    def __aiter__(self) -> AsyncIterator[MessageExt]:
+        return self._messages()
+
+    async def __aenter__(self) -> AsyncPullConsumer:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,657 @@
+"""``PullConsumer``: subscribe or assign, ``poll``, ``commit``, ``seek`` (RocketMQ's lite pull
+consumer with Kafka's verbs).
+
+Offsets are the **next** offset to consume. ``poll`` returns messages and moves the position past
+them; with ``auto_commit`` the positions reached by earlier polls are committed every
+``auto_commit_interval`` seconds (checked in ``poll``), when a queue is revoked and on ``close``,
+so a message counts as consumed once the next ``poll`` is called (at-least-once: a crash re-delivers
+what was polled since the last commit). Group rebalancing also runs inside ``poll`` (every
+``rebalance_interval`` seconds, also while ``poll`` waits) and in ``subscribe``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from mqlite import _core
+from mqlite._files import open_lock, try_flock
+from mqlite.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from mqlite.errors import (
+    ClientClosedError,
+    ClientIdInUseError,
+    IllegalArgumentError,
+    IllegalStateError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    QueueNotAssignedError,
+    TopicNotFoundError,
+)
+from mqlite.group import GroupMember, check_client_id, check_group, new_client_id
+from mqlite.message import MessageExt, MessageQueue
+from mqlite.offsets import OffsetFile, broadcast_offsets, group_offsets, offset_key
+from mqlite.selector import MessageSelector
+from mqlite.status import ConsumeFromWhere, MessageModel
+
+if TYPE_CHECKING:
+    from mqlite.store import Store
+
+__all__ = ["PullConsumer", "RebalanceCallback"]
+
+log = logging.getLogger("mqlite.consumer")
+
+RebalanceCallback = Callable[["PullConsumer", list[MessageQueue]], None]
+
+# Read statuses after which the position moves forward to ``next_offset`` with no messages.
+_SKIP = frozenset({"NO_MATCHED_MESSAGE", "OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING"})
+_WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
+_MAX_POLL = 65_536
+
+
+class _Queue:
+    """Per assigned queue state, kept flat for the poll loop."""
+
+    __slots__ = ("mq", "topic", "queue_id", "position", "tags", "sql", "committed")
+
+    def __init__(self, mq: MessageQueue, position: int, sub: _Subscription | None) -> None:
+        self.mq = mq
+        self.topic = mq.topic
+        self.queue_id = mq.queue_id
+        self.position = position
+        self.tags = sub.selector.tags if sub is not None else None
+        self.sql = sub.selector if sub is not None and sub.selector.type == "SQL92" else None
+        self.committed: int | None = None
+
+
+class _Subscription:
+    __slots__ = ("topic", "selector", "on_assign", "on_revoke")
+
+    def __init__(
+        self,
+        topic: str,
+        selector: MessageSelector,
+        on_assign: RebalanceCallback | None,
+        on_revoke: RebalanceCallback | None,
+    ) -> None:
+        self.topic = topic
+        self.selector = selector
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+
+
+def _selector(expression: str | MessageSelector) -> MessageSelector:
+    if isinstance(expression, MessageSelector):
+        return expression
+    if isinstance(expression, str):
+        return MessageSelector.by_tag(expression)
+    raise TypeError(f"expression must be a str or MessageSelector, not {type(expression).__name__}")
+
+
+def _positive(name: str, value: object, *, integer: bool = False) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        kind = "an int" if integer else "a number"
+        raise InvalidConfigError(f"{name} must be {kind} > 0, got {value!r}")
+
+
+def _timestamp_ms(ts: datetime | int) -> int:
+    if isinstance(ts, datetime):
+        return int(ts.timestamp() * 1000)
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return ts
+    raise TypeError(f"timestamp must be a datetime or int milliseconds, not {type(ts).__name__}")
+
+
+class PullConsumer:
+    """Polls messages for a consumer group; see the module docstring for the offset semantics.
+
+    ``subscribe`` joins the group: in CLUSTERING mode the topic's queues are shared among the
+    group's live consumers (threads or processes on this machine), each queue owned by exactly one
+    of them; in BROADCASTING mode every consumer reads every queue and keeps its own offsets.
+    ``assign`` instead takes explicit queues with no group coordination.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        group: str,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        consume_from: ConsumeFromWhere | datetime | int = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: datetime | int | None = None,
+        max_poll_messages: int = 32,
+        client_id: str | None = None,
+        allocate_strategy: AllocateMessageQueueStrategy | None = None,
+        rebalance_interval: float = 0.5,
+    ) -> None:
+        self._group = check_group(group)
+        if not isinstance(message_model, MessageModel):
+            raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
+        if not isinstance(auto_commit, bool):
+            raise InvalidConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
+        _positive("auto_commit_interval", auto_commit_interval)
+        _positive("rebalance_interval", rebalance_interval)
+        _positive("max_poll_messages", max_poll_messages, integer=True)
+        if max_poll_messages > _MAX_POLL:
+            raise InvalidConfigError(f"max_poll_messages must be <= {_MAX_POLL}")
+        if not isinstance(consume_from, (ConsumeFromWhere, datetime)) and (
+            isinstance(consume_from, bool) or not isinstance(consume_from, int)
+        ):
+            raise InvalidConfigError(
+                f"consume_from must be a ConsumeFromWhere, datetime or int ms, got {consume_from!r}"
+            )
+        strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        if not callable(getattr(strategy, "allocate", None)):
+            raise InvalidConfigError("allocate_strategy must have an allocate() method")
+        self._store = store
+        self._core = store._live()
+        self._model = message_model
+        self._auto_commit = auto_commit
+        self._commit_interval = float(auto_commit_interval)
+        self._consume_from = consume_from
+        self._consume_timestamp = consume_timestamp
+        self._max_poll = max_poll_messages
+        self._client_id = check_client_id(client_id) if client_id is not None else new_client_id()
+        self._strategy = strategy
+        self._rebalance_interval = float(rebalance_interval)
+        root = store._client_root()
+        durable = store.path != ":memory:"
+        self._root: Path = root
+        self._offsets: OffsetFile = (
+            group_offsets(root, durable=durable)
+            if message_model is MessageModel.CLUSTERING
+            else broadcast_offsets(root, self._group, self._client_id, durable=durable)
+        )
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._subs: dict[str, _Subscription] = {}
+        self._queues: dict[MessageQueue, _Queue] = {}
+        self._paused: set[MessageQueue] = set()
+        self._active: list[_Queue] = []
+        self._rr = 0
+        self._manual: bool | None = None
+        self._member: GroupMember | None = None
+        self._bcast_lock: int | None = None
+        self._next_rebalance = 0.0
+        self._next_commit = time.monotonic() + self._commit_interval
+        self._closed = False
+        self._pid = os.getpid()
+        self._internal_assign: list[RebalanceCallback] = []
+        self._internal_revoke: list[RebalanceCallback] = []
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return self._group
+
+    @property
+    def client_id(self) -> str:
+        """This consumer's id in the group (file names under ``consumer_groups/``)."""
+        return self._client_id
+
+    @property
+    def message_model(self) -> MessageModel:
+        """CLUSTERING or BROADCASTING."""
+        return self._model
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close()``."""
+        return self._closed
+
+    def subscription(self) -> dict[str, MessageSelector]:
+        """Subscribed topics and their filters."""
+        with self._lock:
+            return {t: s.selector for t, s in self._subs.items()}
+
+    # -- subscribe / assign ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"consumer {self._client_id!r} of group {self._group!r} is closed")
+        if not self._store._ok:
+            raise self._store._dead()
+
+    def subscribe(
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None:
+        """Subscribe to ``topic`` with a tag expression (``"TagA || TagB"``) or a selector.
+
+        Subscribing again replaces the topic's filter. ``on_assign``/``on_revoke`` are called with
+        the queues gained or lost at each rebalance (``on_revoke`` before their offsets are
+        released, so it may still ``commit`` them).
+        """
+        if not isinstance(topic, str) or not topic:
+            raise IllegalArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        selector = _selector(expression)
+        with self._lock:
+            self._check_open()
+            if self._manual:
+                raise IllegalStateError("subscribe() after assign(): use one or the other")
+            self._manual = False
+            old = self._subs.get(topic)
+            if old is not None and old.selector != selector:
+                self._revoke([mq for mq in self._queues if mq.topic == topic])
+            self._subs[topic] = _Subscription(topic, selector, on_assign, on_revoke)
+            if self._model is MessageModel.CLUSTERING:
+                if self._member is None:
+                    self._member = GroupMember(self._root, self._group, self._client_id)
+                self._member.join(topic)
+            elif self._bcast_lock is None:
+                self._lock_broadcast_id()
+            self._rebalance()
+
+    def _lock_broadcast_id(self) -> None:
+        fd = open_lock(self._offsets.path.with_name(f".{self._client_id}.member.lock"))
+        if not try_flock(fd):
+            os.close(fd)
+            raise ClientIdInUseError(
+                f"client id {self._client_id!r} is already used by a live broadcasting consumer "
+                f"of group {self._group!r}"
+            )
+        self._bcast_lock = fd
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``: commit (with auto_commit) and give its queues up."""
+        with self._lock:
+            self._check_open()
+            if topic not in self._subs:
+                return
+            self._revoke([mq for mq in self._queues if mq.topic == topic])
+            del self._subs[topic]
+            if self._member is not None:
+                self._member.leave(topic)
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Consume exactly these queues, with no group coordination (replaces any assignment)."""
+        wanted = list(dict.fromkeys(queues))
+        for mq in wanted:
+            if not isinstance(mq, MessageQueue):
+                raise TypeError(f"expected MessageQueue items, not {type(mq).__name__}")
+        with self._lock:
+            self._check_open()
+            if self._manual is False:
+                raise IllegalStateError("assign() after subscribe(): use one or the other")
+            self._manual = True
+            self._revoke([mq for mq in self._queues if mq not in wanted])
+            self._add([mq for mq in wanted if mq not in self._queues], commit_initial=False)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer currently reads, sorted."""
+        with self._lock:
+            return sorted(self._queues)
+
+    # -- rebalance ------------------------------------------------------------------------------
+
+    def _queue_count(self, topic: str) -> int:
+        try:
+            return self._core.queue_count(topic)
+        except TopicNotFoundError:
+            return 0
+
+    def _rebalance(self) -> None:
+        """Recompute this member's queues (lock held)."""
+        self._next_rebalance = time.monotonic() + self._rebalance_interval
+        if self._manual is not False:
+            return
+        for topic in list(self._subs):
+            mqs = [MessageQueue(topic, i) for i in range(self._queue_count(topic))]
+            if self._member is not None:
+                self._member.check(topic)
+                cids = self._member.live_members(topic)
+                mine = set(self._strategy.allocate(self._group, self._client_id, mqs, cids))
+            else:
+                mine = set(mqs)
+            owned = {mq for mq in self._queues if mq.topic == topic}
+            self._revoke(sorted(owned - mine))
+            gained = sorted(mine - owned)
+            if self._member is not None:
+                gained = [mq for mq in gained if self._member.try_acquire(mq)]
+            self._add(gained, commit_initial=True)
+
+    def _initial_offset(self, mq: MessageQueue) -> int:
+        low, high = self._core.offsets(mq.topic, mq.queue_id)
+        cf = self._consume_from
+        if cf is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return low
+        if cf is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+            return high
+        if cf is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            ts = self._consume_timestamp
+            if ts is None:
+                ts = datetime.now() - timedelta(minutes=30)
+            return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(ts))
+        assert isinstance(cf, (datetime, int))
+        return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(cf))
+
+    def _add(self, mqs: list[MessageQueue], *, commit_initial: bool) -> None:
+        if not mqs:
+            return
+        table = self._offsets.load()
+        fresh: dict[MessageQueue, int] = {}
+        for mq in mqs:
+            stored = table.get(offset_key(mq.topic, self._group), {}).get(mq.queue_id)
+            if stored is None:
+                position = self._initial_offset(mq)
+                fresh[mq] = position
+            else:
+                position = min(stored, self._core.offsets(mq.topic, mq.queue_id)[1])
+            q = _Queue(mq, position, self._subs.get(mq.topic))
+            q.committed = stored
+            self._queues[mq] = q
+        if commit_initial and fresh:
+            # Pin the starting point so a later owner continues from here, not from "last".
+            self._write(fresh)
+        self._refresh_active()
+        self._callbacks(mqs, assign=True)
+
+    def _revoke(self, mqs: list[MessageQueue]) -> None:
+        mqs = [mq for mq in mqs if mq in self._queues]
+        if not mqs:
+            return
+        if self._auto_commit:
+            changed = {mq: self._queues[mq].position for mq in mqs}
+            self._write({mq: p for mq, p in changed.items() if p != self._queues[mq].committed})
+        self._callbacks(mqs, assign=False)
+        for mq in mqs:
+            del self._queues[mq]
+            self._paused.discard(mq)
+            if self._member is not None:
+                self._member.release(mq)
+        self._refresh_active()
+
+    def _callbacks(self, mqs: list[MessageQueue], *, assign: bool) -> None:
+        by_topic: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_topic.setdefault(mq.topic, []).append(mq)
+        internal = self._internal_assign if assign else self._internal_revoke
+        for fn in internal:
+            fn(self, sorted(mqs))
+        for topic, group in by_topic.items():
+            sub = self._subs.get(topic)
+            fn2 = None if sub is None else (sub.on_assign if assign else sub.on_revoke)
+            if fn2 is None:
+                continue
+            try:
+                fn2(self, group)
+            except Exception:
+                log.exception("%s callback of consumer %s failed", "on_assign" if assign else "on_revoke", self._client_id)
+
+    def _refresh_active(self) -> None:
+        self._active = [q for mq, q in sorted(self._queues.items()) if mq not in self._paused]
+        self._rr = 0
+        self._wake.set()
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def _fetch(self, core: _core.Store, n: int) -> list[MessageExt]:
+        active = self._active
+        k = len(active)
+        out: list[MessageExt] = []
+        start = self._rr
+        for i in range(k):
+            q = active[(start + i) % k]
+            res = core.read(q.topic, q.queue_id, q.position, n - len(out), q.tags)
+            msgs = res.messages
+            if msgs:
+                q.position = res.next_offset
+                if q.sql is not None:
+                    match = q.sql.matches
+                    msgs = [m for m in msgs if match(m.properties)]
+                out.extend(msgs)
+                if len(out) >= n:
+                    self._rr = (start + i + 1) % k
+                    return out
+            elif res.status in _SKIP or (res.status == "OFFSET_OVERFLOW_BADLY" and res.max_offset > 0):
+                q.position = res.next_offset
+        self._rr = (start + 1) % k if k else 0
+        return out
+
+    def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin).
+
+        Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
+        soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
+        """
+        n = self._max_poll if max_messages is None else max_messages
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _MAX_POLL:
+            raise IllegalArgumentError(f"max_messages must be an int in [1, {_MAX_POLL}], got {n!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise IllegalArgumentError(f"timeout must be a number >= 0 or None, got {timeout!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first = True
+        while True:
+            with self._lock:
+                if not first and self._closed:
+                    return []
+                self._check_open()
+                first = False
+                core = self._store._live()
+                now = time.monotonic()
+                if now >= self._next_rebalance:
+                    self._rebalance()
+                if self._auto_commit and now >= self._next_commit:
+                    self._commit_positions()
+                self._wake.clear()
+                msgs = self._fetch(core, n) if self._active else []
+                if msgs:
+                    return msgs
+                waits = [(q.topic, q.queue_id, q.position) for q in self._active]
+            left = _WAIT_SLICE
+            if deadline is not None:
+                left = min(left, deadline - time.monotonic())
+                if left <= 0:
+                    return []
+            if waits:
+                core.wait_for(waits, left)
+            else:
+                self._wake.wait(left)
+
+    def __iter__(self) -> Iterator[MessageExt]:
+        """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest."""
+        while not self._closed:
+            batch = self.poll(_WAIT_SLICE * 5)
+            done = 0
+            try:
+                for msg in batch:
+                    done += 1
+                    yield msg
+            finally:
+                if done < len(batch) and not self._closed:
+                    self._rewind(batch[done:])
+
+    def _rewind(self, rest: list[MessageExt]) -> None:
+        firsts: dict[MessageQueue, int] = {}
+        for m in rest:
+            firsts.setdefault(m.message_queue, m.queue_offset)
+        with self._lock:
+            for mq, offset in firsts.items():
+                q = self._queues.get(mq)
+                if q is not None and offset < q.position:
+                    q.position = offset
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def _owned(self, mq: MessageQueue) -> _Queue:
+        if not isinstance(mq, MessageQueue):
+            raise TypeError(f"expected a MessageQueue, not {type(mq).__name__}")
+        q = self._queues.get(mq)
+        if q is None:
+            raise QueueNotAssignedError(
+                f"{mq} is not assigned to consumer {self._client_id!r} of group {self._group!r}"
+            )
+        return q
+
+    def _write(self, offsets: Mapping[MessageQueue, int]) -> None:
+        if not offsets:
+            return
+        by_topic: dict[str, dict[int, int]] = {}
+        for mq, off in offsets.items():
+            by_topic.setdefault(mq.topic, {})[mq.queue_id] = off
+        for topic, table in by_topic.items():
+            self._offsets.update(offset_key(topic, self._group), table)
+        for mq, off in offsets.items():
+            q = self._queues.get(mq)
+            if q is not None:
+                q.committed = off
+
+    def _commit_positions(self) -> None:
+        self._next_commit = time.monotonic() + self._commit_interval
+        changed = {mq: q.position for mq, q in self._queues.items() if q.position != q.committed}
+        if changed:
+            self._write(changed)
+
+    def commit(
+        self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
+    ) -> None:
+        """Durably store offsets (the next offset to consume) for the group.
+
+        With no arguments: the current position of every assigned queue. ``message=m`` commits
+        ``m.queue_offset + 1`` for its queue. An offset is clamped to the queue's max offset, so a
+        committed offset is never ahead of the data. Raises QueueNotAssignedError for a queue
+        this consumer does not own (it may have moved to another member).
+        """
+        with self._lock:
+            self._check_open()
+            if offsets is None and message is None:
+                self._commit_positions()
+                return
+            wanted: dict[MessageQueue, int] = {}
+            if message is not None:
+                wanted[message.message_queue] = message.queue_offset + 1
+            for mq, off in (offsets or {}).items():
+                if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                    raise IllegalArgumentError(f"offset for {mq} must be an int >= 0, got {off!r}")
+                wanted[mq] = off
+            for mq in wanted:
+                self._owned(mq)
+            clamped = {
+                mq: min(off, self._core.offsets(mq.topic, mq.queue_id)[1]) for mq, off in wanted.items()
+            }
+            self._write(clamped)
+
+    commit_sync = commit
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        """The group's stored offset for ``mq`` (None if never committed)."""
+        if not isinstance(mq, MessageQueue):
+            raise TypeError(f"expected a MessageQueue, not {type(mq).__name__}")
+        return self._offsets.get(offset_key(mq.topic, self._group)).get(mq.queue_id)
+
+    def position(self, mq: MessageQueue) -> int:
+        """The offset the next poll reads from in ``mq``."""
+        with self._lock:
+            return self._owned(mq).position
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Move the position of an assigned queue; OffsetOutOfRangeError outside [min, max]."""
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise IllegalArgumentError(f"offset must be an int, got {offset!r}")
+        with self._lock:
+            self._check_open()
+            q = self._owned(mq)
+            low, high = self._core.offsets(mq.topic, mq.queue_id)
+            if not low <= offset <= high:
+                raise OffsetOutOfRangeError(f"offset {offset} of {mq} is outside [{low}, {high}]")
+            q.position = offset
+            self._wake.set()
+
+    def _targets(self, mq: MessageQueue | None) -> list[MessageQueue]:
+        with self._lock:
+            return sorted(self._queues) if mq is None else [self._owned(mq).mq]
+
+    def seek_to_begin(self, mq: MessageQueue | None = None) -> None:
+        """Move to the oldest stored message of ``mq`` (all assigned queues when None)."""
+        for q in self._targets(mq):
+            self.seek(q, self._core.offsets(q.topic, q.queue_id)[0])
+
+    def seek_to_end(self, mq: MessageQueue | None = None) -> None:
+        """Move past the newest message of ``mq`` (all assigned queues when None)."""
+        for q in self._targets(mq):
+            self.seek(q, self._core.offsets(q.topic, q.queue_id)[1])
+
+    def offset_for_timestamp(self, mq: MessageQueue, ts: datetime | int) -> int:
+        """The first offset of ``mq`` stored at or after ``ts`` (datetime or epoch ms)."""
+        return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(ts))
+
+    def seek_to_timestamp(self, ts: datetime | int, mq: MessageQueue | None = None) -> None:
+        """Move to the first message stored at or after ``ts`` (all assigned queues when None)."""
+        for q in self._targets(mq):
+            self.seek(q, self.offset_for_timestamp(q, ts))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop fetching from these assigned queues until ``resume``."""
+        with self._lock:
+            for mq in queues:
+                self._owned(mq)
+                self._paused.add(mq)
+            self._refresh_active()
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """Fetch again from paused queues."""
+        with self._lock:
+            for mq in queues:
+                self._paused.discard(mq)
+            self._refresh_active()
+
+    def paused(self) -> list[MessageQueue]:
+        """The paused queues, sorted."""
+        with self._lock:
+            return sorted(self._paused)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit (with auto_commit), give every queue up and leave the group. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            if os.getpid() != self._pid:
+                self._closed = True  # forked child: the locks belong to the parent
+                return
+            try:
+                self._revoke(sorted(self._queues))
+            finally:
+                self._closed = True
+                self._queues.clear()
+                self._active = []
+                if self._member is not None:
+                    self._member.close()
+                if self._bcast_lock is not None:
+                    os.close(self._bcast_lock)
+                    self._bcast_lock = None
+                self._wake.set()
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        member = getattr(self, "_member", None)
+        if member is not None and not self._closed and os.getpid() == self._pid:
+            member.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._queues)} queues"
+        return f"<mqlite.PullConsumer group={self._group!r} client_id={self._client_id!r} {state}>"
+

@@ -1,0 +1,466 @@
+"""``PushConsumer``: background threads call a listener (RocketMQ's DefaultMQPushConsumer).
+
+Threads work leader/follower: one idle thread at a time polls (and wakes the moment a message is
+stored), then processes what it got itself, handing the rest of the batch to the next idle
+thread; so a message reaches the listener after a single thread hand-off.
+
+Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception) keeps the
+messages for local redelivery after ``retry_delay`` seconds, doubling up to ``max_retry_delay``;
+the committed offset of a queue never passes its oldest unacknowledged message, so a failed
+message is neither lost nor acknowledged (redelivery through ``%RETRY%`` topics comes with
+scheduled delivery). Orderly mode: a queue is consumed by one thread at a time, in queue order;
+``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an exception) re-delivers the same messages to the same
+queue after ``suspend_time`` seconds.
+
+Offsets are committed every ``commit_interval`` seconds, when a queue moves to another member
+(after its running batches finish) and on ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Union
+
+from mqlite.allocate import AllocateMessageQueueStrategy
+from mqlite.errors import IllegalArgumentError, IllegalStateError, InvalidConfigError, MQError
+from mqlite.message import MessageExt, MessageQueue
+from mqlite.pull import PullConsumer, _positive
+from mqlite.selector import MessageSelector
+from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+
+if TYPE_CHECKING:
+    from mqlite.store import Store
+
+__all__ = ["MessageListener", "PushConsumer"]
+
+log = logging.getLogger("mqlite.consumer")
+
+MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrderlyStatus]]
+_SUCCESS = (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+_POLL_SLICE = 0.1
+
+
+class _ProcessQueue:
+    """Messages of one owned queue between poll and acknowledgement."""
+
+    __slots__ = (
+        "mq", "unacked", "acked", "position", "running", "backlog", "queued",
+        "suspended_until", "dropped", "paused", "committed", "attempts",
+    )
+
+    def __init__(self, mq: MessageQueue, position: int, committed: int | None) -> None:
+        self.mq = mq
+        self.unacked: list[int] = []  # min-heap of dispatched, unacknowledged offsets
+        self.acked: set[int] = set()  # acknowledged offsets still inside ``unacked``
+        self.position = position  # offset after the last polled one
+        self.running = 0
+        self.backlog: deque[MessageExt] = deque()  # orderly: polled, not yet consumed
+        self.queued = False
+        self.suspended_until = 0.0
+        self.dropped = False
+        self.paused = False
+        self.committed = committed
+        self.attempts: dict[int, int] = {}
+
+    def ack(self, msgs: Sequence[MessageExt]) -> None:
+        for m in msgs:
+            self.acked.add(m.queue_offset)
+            self.attempts.pop(m.queue_offset, None)
+        heap, acked = self.unacked, self.acked
+        while heap and heap[0] in acked:
+            acked.discard(heapq.heappop(heap))
+
+    def commit_offset(self) -> int:
+        """The next offset to consume as far as the group is concerned: the oldest unacked."""
+        return self.unacked[0] if self.unacked else self.position
+
+    @property
+    def buffered(self) -> int:
+        return len(self.unacked) - len(self.acked)
+
+
+class PushConsumer:
+    """Calls a registered listener with the messages of its subscriptions, on ``threads`` threads.
+
+    Group semantics (CLUSTERING/BROADCASTING, rebalancing across threads and processes) are those
+    of ``PullConsumer``, which this class drives.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        group: str,
+        *,
+        orderly: bool = False,
+        threads: int = 4,
+        batch_size: int = 1,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere | datetime | int = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: datetime | int | None = None,
+        client_id: str | None = None,
+        allocate_strategy: AllocateMessageQueueStrategy | None = None,
+        pull_batch_size: int = 32,
+        max_buffered_per_queue: int = 1000,
+        suspend_time: float = 1.0,
+        retry_delay: float = 1.0,
+        max_retry_delay: float = 60.0,
+        commit_interval: float = 5.0,
+        rebalance_interval: float = 0.5,
+        revoke_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(orderly, bool):
+            raise InvalidConfigError(f"orderly must be a bool, got {orderly!r}")
+        for name, value in (("threads", threads), ("batch_size", batch_size),
+                            ("pull_batch_size", pull_batch_size),
+                            ("max_buffered_per_queue", max_buffered_per_queue)):
+            _positive(name, value, integer=True)
+        for name, fvalue in (("suspend_time", suspend_time), ("retry_delay", retry_delay),
+                             ("max_retry_delay", max_retry_delay), ("commit_interval", commit_interval),
+                             ("revoke_timeout", revoke_timeout)):
+            _positive(name, fvalue)
+        self._consumer = PullConsumer(
+            store, group, message_model=message_model, auto_commit=False,
+            consume_from=consume_from, consume_timestamp=consume_timestamp,
+            max_poll_messages=pull_batch_size, client_id=client_id,
+            allocate_strategy=allocate_strategy, rebalance_interval=rebalance_interval,
+        )
+        self._consumer._internal_assign.append(self._on_assign)
+        self._consumer._internal_revoke.append(self._on_revoke)
+        self._orderly = orderly
+        self._threads_n = threads
+        self._batch = batch_size
+        self._pull_batch = pull_batch_size
+        self._max_buffered = max_buffered_per_queue
+        self._suspend_time = float(suspend_time)
+        self._retry_delay = float(retry_delay)
+        self._max_retry_delay = float(max_retry_delay)
+        self._commit_interval = float(commit_interval)
+        self._revoke_timeout = float(revoke_timeout)
+        self._listener: MessageListener | None = None
+        self._subs: dict[str, str | MessageSelector] = {}
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._token = threading.Lock()
+        self._pqs: dict[MessageQueue, _ProcessQueue] = {}
+        self._ready: deque[tuple[_ProcessQueue, list[MessageExt]]] = deque()
+        self._ready_queues: deque[_ProcessQueue] = deque()
+        self._timers: list[tuple[float, int, _ProcessQueue, list[MessageExt] | None]] = []
+        self._seq = itertools.count()
+        self._workers: list[threading.Thread] = []
+        self._state = "created"
+        self._next_commit = 0.0
+
+    # -- configuration --------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return self._consumer.group
+
+    @property
+    def client_id(self) -> str:
+        """This consumer's id in the group."""
+        return self._consumer.client_id
+
+    @property
+    def orderly(self) -> bool:
+        """Whether queues are consumed one thread at a time, in order."""
+        return self._orderly
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``shutdown()``."""
+        return self._state == "running"
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer currently owns."""
+        return self._consumer.assignment()
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume ``topic`` filtered by a tag expression or selector (before or after start)."""
+        if self._state == "stopped":
+            raise IllegalStateError("subscribe() after shutdown()")
+        if isinstance(expression, str):
+            MessageSelector.by_tag(expression)
+        elif not isinstance(expression, MessageSelector):
+            raise TypeError(f"expression must be a str or MessageSelector, not {type(expression).__name__}")
+        if not isinstance(topic, str) or not topic:
+            raise IllegalArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        self._subs[topic] = expression
+        if self._state == "running":
+            self._consumer.subscribe(topic, expression)
+
+    def register_message_listener(self, listener: MessageListener) -> None:
+        """Set the function called with each batch; it returns a ConsumeStatus (concurrent) or a
+        ConsumeOrderlyStatus (orderly). An exception counts as a failure."""
+        if not callable(listener):
+            raise TypeError("listener must be callable")
+        if self._state != "created":
+            raise IllegalStateError("register the listener before start()")
+        self._listener = listener
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Join the group and start the consuming threads."""
+        if self._state != "created":
+            raise IllegalStateError(f"start() on a consumer that is {self._state}")
+        if self._listener is None:
+            raise IllegalStateError("register_message_listener() before start()")
+        if not self._subs:
+            raise IllegalStateError("subscribe() to at least one topic before start()")
+        self._state = "running"
+        self._next_commit = time.monotonic() + self._commit_interval
+        try:
+            for topic, expression in self._subs.items():
+                self._consumer.subscribe(topic, expression)
+        except BaseException:
+            self._state = "stopped"
+            self._consumer.close()
+            raise
+        for i in range(self._threads_n):
+            t = threading.Thread(target=self._worker, name=f"mqlite-push-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the threads (running listeners finish), commit and leave the group. Idempotent."""
+        if self._state != "running":
+            self._state = "stopped"
+            return
+        with self._cond:
+            self._state = "stopping"
+            self._cond.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._workers:
+            if t is not threading.current_thread():
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._token:
+            self._consumer.close()  # revokes every queue: commits the oldest unacked offsets
+        self._state = "stopped"
+
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        mode = "orderly" if self._orderly else "concurrent"
+        return f"<mqlite.PushConsumer group={self.group!r} {mode} {self._state}>"
+
+    # -- rebalance callbacks (called by the polling thread inside PullConsumer.poll) ------------
+
+    def _on_assign(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
+        with self._lock:
+            for mq in mqs:
+                q = consumer._queues[mq]
+                self._pqs[mq] = _ProcessQueue(mq, q.position, q.committed)
+
+    def _on_revoke(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
+        with self._cond:
+            pqs = [pq for mq in mqs if (pq := self._pqs.get(mq)) is not None]
+            for pq in pqs:
+                pq.dropped = True
+            if not self._cond.wait_for(lambda: all(pq.running == 0 for pq in pqs), self._revoke_timeout):
+                log.warning("revoking %s while listeners still run; they will be re-delivered", mqs)
+            offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.committed}
+            for pq in pqs:
+                del self._pqs[pq.mq]
+        if offsets:
+            consumer._write(offsets)  # offsets come from reads: never ahead of the data
+
+    # -- the worker loop ------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while self._state == "running":
+            work = self._take()
+            if work is None:
+                with self._token:
+                    if self._state != "running":
+                        return
+                    work = self._take()
+                    if work is None:
+                        try:
+                            self._poll_once()
+                        except MQError as exc:
+                            if self._state == "running":
+                                log.error("poll failed: %s", exc)
+                                time.sleep(_POLL_SLICE)
+                            continue
+                        work = self._take()
+            if work is not None:
+                if self._orderly:
+                    self._run_orderly(*work)
+                else:
+                    self._run_concurrent(*work)
+
+    def _take(self) -> tuple[_ProcessQueue, list[MessageExt]] | None:
+        """A batch ready to run, marked running; None when there is nothing."""
+        with self._lock:
+            timers = self._timers
+            if timers and timers[0][0] <= time.monotonic():
+                self._fire_timers()
+            if self._orderly:
+                while self._ready_queues:
+                    pq = self._ready_queues.popleft()
+                    pq.queued = False
+                    if pq.dropped or pq.running or not pq.backlog:
+                        continue
+                    pq.running = 1
+                    return pq, list(itertools.islice(pq.backlog, self._batch))
+                return None
+            while self._ready:
+                pq, msgs = self._ready.popleft()
+                if pq.dropped:
+                    continue
+                pq.running += 1
+                return pq, msgs
+            return None
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, pq, msgs = heapq.heappop(timers)
+            if pq.dropped:
+                continue
+            if msgs is None:
+                pq.suspended_until = 0.0
+                self._queue_orderly(pq)
+            else:
+                self._ready.append((pq, msgs))
+
+    def _queue_orderly(self, pq: _ProcessQueue) -> None:
+        if not pq.queued and not pq.running and pq.backlog and pq.suspended_until == 0.0:
+            pq.queued = True
+            self._ready_queues.append(pq)
+
+    def _poll_once(self) -> None:
+        """Poll once (holding the token) and spread the messages into ready work."""
+        now = time.monotonic()
+        wait = _POLL_SLICE
+        with self._lock:
+            if self._timers:
+                wait = max(0.0, min(wait, self._timers[0][0] - now))
+        if now >= self._next_commit:
+            self._commit()
+        msgs = self._consumer.poll(wait, self._pull_batch)
+        if not msgs:
+            return
+        to_pause: list[MessageQueue] = []
+        positions = self._consumer._queues
+        with self._lock:
+            start = 0
+            n = len(msgs)
+            while start < n:
+                mq = msgs[start].message_queue
+                end = start + 1
+                while end < n and msgs[end].queue_id == mq.queue_id and msgs[end].topic == mq.topic:
+                    end += 1
+                pq = self._pqs.get(mq)
+                run = msgs[start:end]
+                start = end
+                if pq is None:
+                    continue
+                q = positions.get(mq)
+                if q is not None:
+                    pq.position = q.position
+                for m in run:
+                    heapq.heappush(pq.unacked, m.queue_offset)
+                if self._orderly:
+                    pq.backlog.extend(run)
+                    self._queue_orderly(pq)
+                else:
+                    b = self._batch
+                    for i in range(0, len(run), b):
+                        self._ready.append((pq, run[i : i + b]))
+                if not pq.paused and pq.buffered >= self._max_buffered:
+                    pq.paused = True
+                    to_pause.append(mq)
+        if to_pause:
+            self._consumer.pause(to_pause)
+
+    def _commit(self) -> None:
+        self._next_commit = time.monotonic() + self._commit_interval
+        with self._lock:
+            offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
+                       if pq.commit_offset() != pq.committed}
+        if offsets:
+            self._consumer._write(offsets)
+            with self._lock:
+                for mq, off in offsets.items():
+                    pq = self._pqs.get(mq)
+                    if pq is not None:
+                        pq.committed = off
+
+    def _call(self, msgs: list[MessageExt]) -> bool:
+        listener = self._listener
+        assert listener is not None
+        try:
+            status = listener(msgs)
+        except Exception:
+            log.exception("message listener failed on %d message(s) of %s", len(msgs), msgs[0].message_queue)
+            return False
+        if status in _SUCCESS:
+            return True
+        if status not in (ConsumeStatus.RECONSUME_LATER, ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT):
+            log.warning("message listener returned %r; treated as a failure", status)
+        return False
+
+    def _after(self, pq: _ProcessQueue) -> MessageQueue | None:
+        """Resume bookkeeping (lock held): the queue to resume, if it drained enough."""
+        if pq.paused and pq.buffered <= self._max_buffered // 2 and not pq.dropped:
+            pq.paused = False
+            return pq.mq
+        return None
+
+    def _resume(self, mq: MessageQueue | None) -> None:
+        if mq is not None:
+            self._consumer.resume([mq])
+
+    def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
+        ok = self._call(msgs)
+        with self._cond:
+            if ok:
+                pq.ack(msgs)
+            else:
+                first = msgs[0].queue_offset
+                tries = pq.attempts.get(first, 0) + 1
+                pq.attempts[first] = tries
+                delay = min(self._retry_delay * 2 ** (tries - 1), self._max_retry_delay)
+                heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), pq, msgs))
+            pq.running -= 1
+            resume = self._after(pq)
+            self._cond.notify_all()
+        self._resume(resume)
+
+    def _run_orderly(self, pq: _ProcessQueue, batch: list[MessageExt]) -> None:
+        while True:
+            ok = self._call(batch)
+            with self._cond:
+                if ok:
+                    for _ in batch:
+                        pq.backlog.popleft()
+                    pq.ack(batch)
+                else:
+                    pq.suspended_until = time.monotonic() + self._suspend_time
+                    heapq.heappush(self._timers, (pq.suspended_until, next(self._seq), pq, None))
+                if not ok or pq.dropped or self._state != "running" or not pq.backlog:
+                    pq.running = 0
+                    resume = self._after(pq)
+                    self._cond.notify_all()
+                    break
+                batch = list(itertools.islice(pq.backlog, self._batch))
+        self._resume(resume)

@@ -1,0 +1,348 @@
+"""Message filters: RocketMQ tag expressions and a SQL92 subset over message properties.
+
+The SQL subset (RocketMQ's ``MessageSelector.bySql``): comparisons ``= <> != < <= > >=``,
+``AND``/``OR``/``NOT``, parentheses, ``[NOT] BETWEEN a AND b``, ``[NOT] IN (...)``,
+``IS [NOT] NULL``, ``[NOT] CONTAINS | STARTSWITH | ENDSWITH 'text'``, string literals in single
+quotes (``''`` escapes a quote), integer and decimal literals, ``TRUE``/``FALSE``. Identifiers
+name message properties (including the system ones, such as ``TAGS`` and ``KEYS``). Logic is
+three-valued as in SQL: a comparison with a missing property, or a numeric comparison with a
+value that is not a number, is unknown, and a message matches only when the whole expression is
+true. The expression is parsed into closures; nothing is ever evaluated as Python code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from mqlite.errors import FilterExpressionError
+from mqlite.topic import parse_tags
+
+__all__ = ["MessageSelector", "compile_sql"]
+
+Value = Union[str, int, float, bool, None]
+Props = Mapping[str, str]
+Predicate = Callable[[Props], Union[bool, None]]
+Operand = Callable[[Props], Value]
+
+_KEYWORDS = frozenset(
+    "AND OR NOT BETWEEN IN IS NULL TRUE FALSE CONTAINS STARTSWITH ENDSWITH".split()
+)
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?![A-Za-z0-9_$])
+    | (?P<str>'(?:[^']|'')*')
+    | (?P<op><>|!=|>=|<=|=|<|>|\(|\)|,)
+    | (?P<id>[A-Za-z_$][A-Za-z0-9_$.]*)
+    )""",
+    re.VERBOSE,
+)
+_CMP_OPS = frozenset(("=", "<>", "!=", "<", "<=", ">", ">="))
+
+
+def _number(text: str) -> int | float | None:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _coerce(a: Value, b: Value) -> tuple[Value, Value] | None:
+    """Bring two non-null values to one comparable type; None when they cannot be."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        a2 = a if isinstance(a, bool) else ({"true": True, "false": False}.get(str(a).lower()))
+        b2 = b if isinstance(b, bool) else ({"true": True, "false": False}.get(str(b).lower()))
+        return None if a2 is None or b2 is None else (a2, b2)
+    if isinstance(a, str) and isinstance(b, str):
+        return a, b
+    a3 = _number(a) if isinstance(a, str) else a
+    b3 = _number(b) if isinstance(b, str) else b
+    return None if a3 is None or b3 is None else (a3, b3)
+
+
+def _compare(op: str, a: Value, b: Value) -> bool | None:
+    if a is None or b is None:
+        return None
+    pair = _coerce(a, b)
+    if pair is None:
+        return None
+    x, y = pair
+    if op == "=":
+        return x == y
+    if op in ("<>", "!="):
+        return x != y
+    if isinstance(x, str) or isinstance(x, bool):
+        # Ordering of two property strings: only numbers order.
+        nx, ny = _number(str(x)), _number(str(y))
+        if nx is None or ny is None or isinstance(x, bool):
+            return None
+        x, y = nx, ny
+    assert not isinstance(x, str) and not isinstance(y, str) and x is not None and y is not None
+    if op == "<":
+        return x < y
+    if op == "<=":
+        return x <= y
+    if op == ">":
+        return x > y
+    return x >= y
+
+
+class _Parser:
+    """Recursive descent over the token list; builds closures."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise FilterExpressionError(f"unexpected character at {pos} in {text!r}")
+            group = m.lastgroup or ""
+            kind, value, at = group, m.group(group), m.start(group)
+            if kind == "id" and value.upper() in _KEYWORDS:
+                kind, value = "kw", value.upper()
+            self.tokens.append((kind, value, at))
+            pos = m.end()
+        self.i = 0
+
+    def _fail(self, what: str) -> FilterExpressionError:
+        if self.i < len(self.tokens):
+            _, value, at = self.tokens[self.i]
+            return FilterExpressionError(f"{what}, found {value!r} at {at} in {self.text!r}")
+        return FilterExpressionError(f"{what}, found the end of {self.text!r}")
+
+    def _peek(self) -> tuple[str, str]:
+        if self.i < len(self.tokens):
+            kind, value, _ = self.tokens[self.i]
+            return kind, value
+        return "", ""
+
+    def _accept(self, kind: str, value: str | None = None) -> str | None:
+        k, v = self._peek()
+        if k == kind and (value is None or v == value):
+            self.i += 1
+            return v
+        return None
+
+    def _expect(self, kind: str, value: str | None = None, what: str = "") -> str:
+        got = self._accept(kind, value)
+        if got is None:
+            raise self._fail(f"expected {what or value or kind}")
+        return got
+
+    def parse(self) -> Predicate:
+        if not self.tokens:
+            raise FilterExpressionError("empty SQL92 expression")
+        pred = self._or()
+        if self.i != len(self.tokens):
+            raise self._fail("expected AND, OR or the end")
+        return pred
+
+    def _or(self) -> Predicate:
+        parts = [self._and()]
+        while self._accept("kw", "OR"):
+            parts.append(self._and())
+        if len(parts) == 1:
+            return parts[0]
+
+        def any_of(p: Props) -> bool | None:
+            unknown = False
+            for part in parts:
+                r = part(p)
+                if r:
+                    return True
+                unknown = unknown or r is None
+            return None if unknown else False
+
+        return any_of
+
+    def _and(self) -> Predicate:
+        parts = [self._not()]
+        while self._accept("kw", "AND"):
+            parts.append(self._not())
+        if len(parts) == 1:
+            return parts[0]
+
+        def all_of(p: Props) -> bool | None:
+            unknown = False
+            for part in parts:
+                r = part(p)
+                if r is False:
+                    return False
+                unknown = unknown or r is None
+            return None if unknown else True
+
+        return all_of
+
+    def _not(self) -> Predicate:
+        if self._accept("kw", "NOT"):
+            inner = self._not()
+            return lambda p: None if (r := inner(p)) is None else not r
+        return self._predicate()
+
+    def _literal(self) -> Value:
+        kind, value = self._peek()
+        if kind == "num":
+            self.i += 1
+            num = _number(value)
+            assert num is not None
+            return num
+        if kind == "str":
+            self.i += 1
+            return value[1:-1].replace("''", "'")
+        if kind == "kw" and value in ("TRUE", "FALSE"):
+            self.i += 1
+            return value == "TRUE"
+        raise self._fail("expected a literal")
+
+    def _operand(self) -> tuple[Operand, Value, bool]:
+        """(getter, literal value, is_literal)."""
+        kind, value = self._peek()
+        if kind == "id":
+            self.i += 1
+            name = value
+            return (lambda p: p.get(name)), None, False
+        lit = self._literal()
+        return (lambda p: lit), lit, True
+
+    def _predicate(self) -> Predicate:
+        if self._accept("op", "("):
+            inner = self._or()
+            self._expect("op", ")")
+            return inner
+        left, lit, is_lit = self._operand()
+        kind, value = self._peek()
+        if kind == "op" and value in _CMP_OPS:
+            self.i += 1
+            right, rlit, r_is_lit = self._operand()
+            if value not in ("=", "<>", "!=") and any(
+                isinstance(v, (str, bool)) for v, flag in ((lit, is_lit), (rlit, r_is_lit)) if flag
+            ):
+                raise FilterExpressionError(
+                    f"{value} needs numbers; strings and booleans compare only with = and <> "
+                    f"in {self.text!r}"
+                )
+            op = value
+            return lambda p: _compare(op, left(p), right(p))
+        if self._accept("kw", "IS"):
+            negate = bool(self._accept("kw", "NOT"))
+            self._expect("kw", "NULL")
+            return (lambda p: left(p) is not None) if negate else (lambda p: left(p) is None)
+        negate = bool(self._accept("kw", "NOT"))
+        if self._accept("kw", "BETWEEN"):
+            low = self._literal()
+            self._expect("kw", "AND")
+            high = self._literal()
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
+                raise FilterExpressionError(f"BETWEEN needs numeric bounds in {self.text!r}")
+
+            def between(p: Props) -> bool | None:
+                lo, hi = _compare(">=", left(p), low), _compare("<=", left(p), high)
+                if lo is None or hi is None:
+                    return None
+                return (lo and hi) != negate
+
+            return between
+        if self._accept("kw", "IN"):
+            self._expect("op", "(")
+            items = [self._literal()]
+            while self._accept("op", ","):
+                items.append(self._literal())
+            self._expect("op", ")")
+
+            def in_list(p: Props) -> bool | None:
+                v = left(p)
+                if v is None:
+                    return None
+                hit = any(_compare("=", v, item) for item in items)
+                return hit != negate
+
+            return in_list
+        for word, test in (
+            ("CONTAINS", str.__contains__),
+            ("STARTSWITH", str.startswith),
+            ("ENDSWITH", str.endswith),
+        ):
+            if self._accept("kw", word):
+                needle = self._literal()
+                if not isinstance(needle, str):
+                    raise FilterExpressionError(f"{word} needs a string literal in {self.text!r}")
+                return self._text_test(left, test, needle, negate)
+        raise self._fail("expected a comparison, IS, BETWEEN, IN or CONTAINS")
+
+    @staticmethod
+    def _text_test(
+        left: Operand, test: Callable[[str, str], bool], needle: str, negate: bool
+    ) -> Predicate:
+        def run(p: Props) -> bool | None:
+            v = left(p)
+            if not isinstance(v, str):
+                return None
+            return test(v, needle) != negate
+
+        return run
+
+
+def compile_sql(expression: str) -> Callable[[Props], bool]:
+    """Compile a SQL92 filter into ``fn(properties) -> bool``; raises FilterExpressionError."""
+    if not isinstance(expression, str):
+        raise FilterExpressionError(f"a SQL92 expression must be a str, not {type(expression).__name__}")
+    pred = _Parser(expression).parse()
+    return lambda props: pred(props) is True
+
+
+@dataclass(frozen=True)
+class MessageSelector:
+    """A subscription filter: ``by_tag("TagA || TagB")`` or ``by_sql("a > 5 AND b = 'x'")``."""
+
+    type: Literal["TAG", "SQL92"]
+    expression: str
+    _tags: list[str] | None = field(init=False, repr=False, compare=False)
+    _sql: Callable[[Props], bool] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.type == "TAG":
+            if not isinstance(self.expression, str):
+                raise FilterExpressionError(
+                    f"a tag expression must be a str, not {type(self.expression).__name__}"
+                )
+            object.__setattr__(self, "_tags", parse_tags(self.expression))
+            object.__setattr__(self, "_sql", None)
+        elif self.type == "SQL92":
+            object.__setattr__(self, "_tags", None)
+            object.__setattr__(self, "_sql", compile_sql(self.expression))
+        else:
+            raise FilterExpressionError(f"selector type must be 'TAG' or 'SQL92', got {self.type!r}")
+
+    @staticmethod
+    def by_tag(expression: str = "*") -> MessageSelector:
+        """Match messages whose tag is one of ``"TagA || TagB"``; ``"*"`` matches all."""
+        return MessageSelector("TAG", expression)
+
+    @staticmethod
+    def by_sql(expression: str) -> MessageSelector:
+        """Match messages whose properties satisfy the SQL92 expression."""
+        return MessageSelector("SQL92", expression)
+
+    @property
+    def tags(self) -> list[str] | None:
+        """The tag list of a TAG selector (None: every tag, or a SQL92 selector)."""
+        return self._tags
+
+    def matches(self, properties: Mapping[str, str], tags: str | None = None) -> bool:
+        """Whether a message with these properties (and tag) passes the filter."""
+        if self._sql is not None:
+            return self._sql(properties)
+        if self._tags is None:
+            return True
+        tag = tags if tags is not None else properties.get("TAGS")
+        return tag in self._tags

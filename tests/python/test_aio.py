@@ -1,0 +1,91 @@
+"""mqlite.aio: AsyncProducer and AsyncPullConsumer never block the event loop and lose nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import mqlite
+from mqlite import ConsumeFromWhere, Message, MessageExt, MessageQueue
+from mqlite.aio import AsyncProducer, AsyncPullConsumer
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def test_produce_and_consume(store: mqlite.Store) -> None:
+    store.create_topic("t", 2)
+
+    async def main() -> list[int]:
+        async with AsyncProducer(store) as p:
+            results = [await p.send(Message("t", str(i).encode()), sharding_key=str(i)) for i in range(20)]
+            assert all(r.send_status is mqlite.SendStatus.SEND_OK for r in results)
+            batch = await p.send_batch([b"20", b"21"], topic="t", queue_id=0)
+            assert len(batch) == 2
+        got: list[int] = []
+        async with AsyncPullConsumer(store, "g", consume_from=FIRST) as c:
+            await c.subscribe("t")
+            assert len(await c.assignment()) == 2
+            async for m in c:
+                got.append(int(m.body))
+                if len(got) == 22:
+                    break
+            await c.commit()
+            mq = MessageQueue("t", 0)
+            assert await c.committed(mq) == await c.position(mq)
+        return got
+
+    assert sorted(asyncio.run(main())) == list(range(22))
+
+
+def test_poll_does_not_block_the_loop_and_wakes(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+
+    async def main() -> tuple[int, list[MessageExt], float]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        async with AsyncPullConsumer(store, "g") as c, AsyncProducer(store) as p:
+            await c.subscribe("t")
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.3, lambda: asyncio.ensure_future(p.send(Message("t", b"x"))))
+            start = time.monotonic()
+            got = await c.poll(5)
+            waited = time.monotonic() - start
+        t.cancel()
+        return ticks, got, waited
+
+    ticks, got, waited = asyncio.run(main())
+    assert [m.body for m in got] == [b"x"]
+    assert 0.25 < waited < 1.0
+    assert ticks >= 15  # the loop kept running while poll waited
+
+
+def test_cancelled_poll_loses_nothing(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+
+    async def main() -> list[bytes]:
+        async with AsyncPullConsumer(store, "g") as c:
+            await c.subscribe("t")
+            task = asyncio.create_task(c.poll(2))
+            await asyncio.sleep(0.1)
+            task.cancel()  # the worker thread is still inside poll()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            assert task.cancelled()
+            store.producer().send(Message("t", b"first"))  # fetched by the cancelled poll
+            await asyncio.sleep(0.05)
+            store.producer().send(Message("t", b"second"))
+            out: list[bytes] = []
+            while len(out) < 2:
+                out += [m.body for m in await c.poll(1)]
+            return out
+
+    assert asyncio.run(main()) == [b"first", b"second"]

@@ -1,0 +1,282 @@
+"""PullConsumer: subscribe, poll, commit, seek, pause, iteration, consume-from, filters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import (
+    ConsumeFromWhere,
+    Message,
+    MessageQueue,
+    MessageSelector,
+    PullConsumer,
+)
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def fill(store: mqlite.Store, topic: str = "t", n: int = 20, queues: int = 2) -> None:
+    store.create_topic(topic, queues)
+    p = store.producer()
+    for i in range(n):
+        tag = "A" if i % 2 else "B"
+        p.send(Message(topic, f"{i}".encode(), tags=tag, properties={"n": str(i)}), queue_id=i % queues)
+
+
+def drain(c: PullConsumer, timeout: float = 0.05) -> list[mqlite.MessageExt]:
+    out: list[mqlite.MessageExt] = []
+    while batch := c.poll(timeout):
+        out.extend(batch)
+    return out
+
+
+def bodies(msgs: list[mqlite.MessageExt]) -> list[int]:
+    return sorted(int(m.body) for m in msgs)
+
+
+def test_subscribe_poll_everything_once(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        assert c.assignment() == [MessageQueue("t", 0), MessageQueue("t", 1)]
+        got = drain(c)
+    assert bodies(got) == list(range(20))
+    per_queue = {q: [m.queue_offset for m in got if m.queue_id == q] for q in (0, 1)}
+    assert all(offs == sorted(offs) for offs in per_queue.values())
+
+
+def test_close_commits_and_next_consumer_resumes(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        first = c.poll(1, max_messages=5)
+        assert len(first) == 5
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        rest = drain(c)
+    assert sorted(bodies(first) + bodies(rest)) == list(range(20))
+    assert not set(bodies(first)) & set(bodies(rest))
+    progress = {p.queue_id: p for p in store.consumer_progress("g")}
+    assert all(p.committed == p.max_offset == 10 and p.lag == 0 for p in progress.values())
+
+
+def test_consume_from_last_skips_history_but_sees_new(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        assert c.poll(0.05) == []
+        store.producer().send(Message("t", b"new"))
+        assert [m.body for m in c.poll(1)] == [b"new"]
+
+
+def test_consume_from_timestamp(store: mqlite.Store) -> None:
+    fill(store, n=4)
+    time.sleep(0.02)
+    cut = datetime.now()
+    time.sleep(0.02)
+    p = store.producer()
+    p.send(Message("t", b"100"), queue_id=0)
+    with store.pull_consumer("g", consume_from=cut) as c:
+        c.subscribe("t")
+        assert bodies(drain(c)) == [100]
+    with store.pull_consumer(
+        "g2", consume_from=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+        consume_timestamp=cut - timedelta(hours=1),
+    ) as c:
+        c.subscribe("t")
+        assert bodies(drain(c)) == [0, 1, 2, 3, 100]
+
+
+def test_poll_blocks_then_wakes_at_once(store: mqlite.Store) -> None:
+    store.create_topic("t", 2)
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        start = time.monotonic()
+        assert c.poll(0.2) == []
+        assert 0.18 <= time.monotonic() - start < 1.0
+        timer = threading.Timer(0.3, lambda: store.producer().send(Message("t", b"x")))
+        timer.start()
+        start = time.monotonic()
+        got = c.poll(5)
+        waited = time.monotonic() - start
+        timer.join()
+    assert [m.body for m in got] == [b"x"]
+    assert 0.25 <= waited < 0.45
+
+
+def test_tag_expression_and_sql_selector(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("tags", consume_from=FIRST) as c:
+        c.subscribe("t", "A || C")
+        assert bodies(drain(c)) == list(range(1, 20, 2))
+    with store.pull_consumer("sql", consume_from=FIRST) as c:
+        c.subscribe("t", MessageSelector.by_sql("n >= 5 AND n < 9 OR n IN (15, 17)"))
+        assert bodies(drain(c)) == [5, 6, 7, 8, 15, 17]
+        # filtered messages still move the position: nothing is left behind
+        assert all(c.position(mq) == 10 for mq in c.assignment())
+
+
+def test_manual_commit_and_committed(store: mqlite.Store) -> None:
+    fill(store)
+    mq = MessageQueue("t", 0)
+    with store.pull_consumer("g", consume_from=FIRST, auto_commit=False) as c:
+        c.subscribe("t")
+        # the starting point is pinned at assignment so a later owner starts there too
+        assert c.committed(mq) == 0
+        msgs = [m for m in drain(c) if m.queue_id == 0]
+        c.commit(message=msgs[2])
+        assert c.committed(mq) == 3
+        c.commit({mq: 1000})  # clamped: never ahead of the data
+        assert c.committed(mq) == 10
+        c.commit({mq: 4})
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        assert c.position(mq) == 4
+
+
+def test_seek_variants(store: mqlite.Store) -> None:
+    fill(store)
+    mq = MessageQueue("t", 1)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.assign([mq])
+        assert c.assignment() == [mq]
+        c.seek(mq, 7)
+        assert [m.queue_offset for m in c.poll(1)] == [7, 8, 9]
+        c.seek_to_begin(mq)
+        assert c.position(mq) == 0
+        c.seek_to_end()
+        assert c.position(mq) == 10
+        ts = store.read(mq, 4, 1)[0].store_timestamp
+        assert c.offset_for_timestamp(mq, ts) <= 4
+        c.seek_to_timestamp(ts + 10_000)
+        assert c.position(mq) == 10
+        with pytest.raises(mqlite.OffsetOutOfRangeError):
+            c.seek(mq, 11)
+        with pytest.raises(mqlite.QueueNotAssignedError):
+            c.seek(MessageQueue("t", 0), 0)
+        with pytest.raises(mqlite.QueueNotAssignedError):
+            c.commit({MessageQueue("t", 0): 1})
+
+
+def test_pause_and_resume(store: mqlite.Store) -> None:
+    fill(store)
+    q0, q1 = MessageQueue("t", 0), MessageQueue("t", 1)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        c.pause([q0])
+        assert c.paused() == [q0]
+        assert {m.queue_id for m in drain(c)} == {1}
+        c.resume([q0])
+        assert {m.queue_id for m in drain(c)} == {0}
+        assert c.position(q1) == 10
+
+
+def test_iteration_and_early_break_redelivers(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        seen = []
+        for m in c:
+            seen.append(int(m.body))
+            if len(seen) == 3:
+                break
+        assert seen == [0, 1, 2]
+        assert c.position(MessageQueue("t", 0)) == 3
+        rest = drain(c)
+    assert bodies(rest) == list(range(3, 20))
+
+
+def test_iteration_ends_on_close_from_another_thread(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    c = store.pull_consumer("g")
+    c.subscribe("t")
+    threading.Timer(0.2, c.close).start()
+    start = time.monotonic()
+    assert list(c) == []
+    assert time.monotonic() - start < 2
+    with pytest.raises(mqlite.ClientClosedError):
+        c.poll(0)
+
+
+def test_subscribe_and_assign_do_not_mix(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        with pytest.raises(mqlite.IllegalStateError):
+            c.assign([MessageQueue("t", 0)])
+    with store.pull_consumer("g2") as c:
+        c.assign([MessageQueue("t", 0)])
+        with pytest.raises(mqlite.IllegalStateError):
+            c.subscribe("t")
+
+
+def test_bad_arguments(store: mqlite.Store) -> None:
+    with pytest.raises(mqlite.InvalidGroupError):
+        store.pull_consumer("bad group!")
+    with pytest.raises(mqlite.InvalidConfigError):
+        store.pull_consumer("g", max_poll_messages=0)
+    with pytest.raises(mqlite.InvalidConfigError):
+        store.pull_consumer("g", client_id="a/b")
+    with store.pull_consumer("g") as c:
+        with pytest.raises(mqlite.FilterExpressionError):
+            c.subscribe("t", MessageSelector.by_sql("a >"))
+        with pytest.raises(mqlite.IllegalArgumentError):
+            c.poll(-1)
+        with pytest.raises(mqlite.IllegalArgumentError):
+            c.poll(0, max_messages=0)
+
+
+def test_subscribe_unknown_topic_picks_it_up_later(store: mqlite.Store) -> None:
+    with store.pull_consumer("g", rebalance_interval=0.05, consume_from=FIRST) as c:
+        c.subscribe("later")
+        assert c.assignment() == []
+        store.create_topic("later", 2)
+        store.producer().send(Message("later", b"hi"))
+        deadline = time.monotonic() + 3
+        got: list[mqlite.MessageExt] = []
+        while not got and time.monotonic() < deadline:
+            got = c.poll(0.1)
+        assert [m.body for m in got] == [b"hi"]
+        assert len(c.assignment()) == 2
+
+
+def test_unsubscribe_gives_queues_back(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        c.unsubscribe("t")
+        assert c.assignment() == [] and c.subscription() == {}
+
+
+def test_memory_store_consumers(mem_store: mqlite.Store) -> None:
+    fill(mem_store)
+    with mem_store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        assert len(drain(c)) == 20
+    assert [p.committed for p in mem_store.consumer_progress("g")] == [10, 10]
+
+
+def test_read_only_process_consumes(store_path: Path, run_py: object) -> None:
+    with mqlite.open(store_path) as s:
+        fill(s, n=6)
+        script = """
+import sys, mqlite
+with mqlite.open(sys.argv[1], read_only=True) as s:
+    c = s.pull_consumer("ro", consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    c.subscribe("t")
+    got = []
+    while batch := c.poll(0.1):
+        got += [int(m.body) for m in batch]
+    c.close()
+    print(sorted(got))
+"""
+        out = run_py(script, store_path)  # type: ignore[operator]
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str(list(range(6)))
+        assert [p.committed for p in s.consumer_progress("ro")] == [3, 3]

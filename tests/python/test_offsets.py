@@ -1,0 +1,115 @@
+"""config/consumerOffset.json: shape, atomic writes, .bak, fastjson keys, progress and reset."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import ConsumeFromWhere, Message, MessageModel, MessageQueue
+from mqlite.offsets import OffsetFile, group_offsets
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def fill(store: mqlite.Store, n: int = 10) -> None:
+    store.create_topic("t", 2)
+    p = store.producer()
+    for i in range(n):
+        p.send(Message("t", str(i).encode()), queue_id=i % 2)
+
+
+def test_file_shape_is_rocketmq(store: mqlite.Store, store_path: Path) -> None:
+    fill(store)
+    with store.pull_consumer("billing", consume_from=FIRST) as c:
+        c.subscribe("t")
+        while c.poll(0.05):
+            pass
+    data = json.loads((store_path / "config" / "consumerOffset.json").read_text())
+    assert data["offsetTable"] == {"t@billing": {"0": 5, "1": 5}}
+    assert set(data["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
+    assert data["dataVersion"]["counter"] >= 1
+    assert (store_path / "config" / "consumerOffset.json.bak").exists()
+    assert not list((store_path / "config").glob(".*.tmp"))
+
+
+def test_reader_accepts_fastjson_unquoted_keys_and_falls_back_to_bak(tmp_path: Path) -> None:
+    f = OffsetFile(tmp_path / "consumerOffset.json", tmp_path / ".lock")
+    f.path.write_text('{"offsetTable":{"t@g":{0:250,1:7},"%RETRY%g@g":{0:3}}}')
+    assert f.load() == {"t@g": {0: 250, 1: 7}, "%RETRY%g@g": {0: 3}}
+    f.update("t@g", {1: 9})
+    assert f.get("t@g") == {0: 250, 1: 9}
+    f.path.write_text("{ torn")
+    assert f.get("t@g") == {0: 250, 1: 7}  # the previous version, from .bak
+    f.path.unlink()
+    assert f.get("t@g") == {0: 250, 1: 7}
+
+
+def test_commits_from_several_writers_merge(tmp_path: Path) -> None:
+    a = group_offsets(tmp_path)
+    b = group_offsets(tmp_path)
+    a.update("t@g1", {0: 1})
+    b.update("t@g2", {0: 2})
+    a.update("t@g1", {1: 5})
+    assert a.load() == {"t@g1": {0: 1, 1: 5}, "t@g2": {0: 2}}
+    b.update("t@g1", {0: 9}, replace=True)
+    assert b.get("t@g1") == {0: 9}
+
+
+def test_progress_and_lag(store: mqlite.Store) -> None:
+    fill(store)
+    with store.pull_consumer("g", consume_from=FIRST, auto_commit=False) as c:
+        c.subscribe("t")
+        c.commit({MessageQueue("t", 0): 2})
+    progress = store.consumer_progress("g")
+    assert [(p.message_queue, p.committed, p.max_offset, p.lag) for p in progress] == [
+        (MessageQueue("t", 0), 2, 5, 3),
+        (MessageQueue("t", 1), 0, 5, 5),
+    ]
+    assert store.consumer_progress("nobody") == []
+
+
+def test_reset_offset(store: mqlite.Store) -> None:
+    fill(store)
+    c = store.pull_consumer("g", consume_from=FIRST)
+    c.subscribe("t")
+    with pytest.raises(mqlite.ConsumerGroupActiveError):
+        store.reset_offset("g", "t", to="latest")
+    c.close()
+    assert store.reset_offset("g", "t", to="latest") == {MessageQueue("t", 0): 5, MessageQueue("t", 1): 5}
+    assert store.reset_offset("g", "t", to=3) == {MessageQueue("t", 0): 3, MessageQueue("t", 1): 3}
+    assert store.reset_offset("g", "t", to=99)[MessageQueue("t", 0)] == 5
+    past = datetime.now() - timedelta(hours=1)
+    assert set(store.reset_offset("g", "t", to=past).values()) == {0}
+    store.reset_offset("g", "t", to="earliest")
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        got = []
+        while batch := c.poll(0.05):
+            got += batch
+    assert len(got) == 10
+    with pytest.raises(mqlite.IllegalArgumentError):
+        store.reset_offset("g", "t", to="middle")  # type: ignore[arg-type]
+
+
+def test_broadcast_offsets_are_per_consumer(store: mqlite.Store, store_path: Path) -> None:
+    fill(store)
+    for cid in ("one", "two"):
+        with store.pull_consumer(
+            "b", message_model=MessageModel.BROADCASTING, client_id=cid, consume_from=FIRST
+        ) as c:
+            c.subscribe("t")
+            got = []
+            while batch := c.poll(0.05):
+                got += batch
+            assert len(got) == 10
+    for cid in ("one", "two"):
+        data = json.loads((store_path / "config" / "broadcast" / "b" / f"{cid}.json").read_text())
+        assert data["offsetTable"] == {"t@b": {"0": 5, "1": 5}}
+    assert store.consumer_progress("b") == []  # not in the shared clustering file
+    with store.pull_consumer("b", message_model=MessageModel.BROADCASTING, client_id="one") as c:
+        c.subscribe("t")
+        assert c.poll(0.05) == []  # resumes where "one" stopped

@@ -1,0 +1,100 @@
+"""Producer queue selection (sharding key, selector), async and one-way sends, flush."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import mqlite
+from mqlite import Message, MessageQueue, SendResult
+
+
+def test_sharding_key_keeps_a_key_on_one_queue(mem_store: mqlite.Store) -> None:
+    mem_store.create_topic("t", 4)
+    p = mem_store.producer()
+    queues: dict[str, set[int]] = {}
+    for i in range(40):
+        key = f"order-{i % 5}"
+        r = p.send(Message("t", str(i).encode(), keys=[key, "x"]), sharding_key=key)
+        queues.setdefault(key, set()).add(r.message_queue.queue_id)
+        assert r.message_queue.queue_id == zlib.crc32(key.encode()) % 4
+    assert all(len(q) == 1 for q in queues.values())
+    assert p.send(Message("t", b"b"), sharding_key=b"order-1").message_queue.queue_id == next(
+        iter(queues["order-1"])
+    )
+    m = mem_store.read(MessageQueue("t", zlib.crc32(b"order-0") % 4), 0, 1)[0]
+    assert m.properties["KEYS"] == "order-0 x"
+
+
+def test_default_is_round_robin(mem_store: mqlite.Store) -> None:
+    mem_store.create_topic("t", 3)
+    p = mem_store.producer()
+    ids = [p.send(Message("t", b"x")).message_queue.queue_id for _ in range(6)]
+    assert sorted(ids) == [0, 0, 1, 1, 2, 2]
+
+
+def test_selector(mem_store: mqlite.Store) -> None:
+    mem_store.create_topic("t", 4)
+    p = mem_store.producer()
+    calls: list[tuple[int, Any]] = []
+
+    def pick(mqs: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        calls.append((len(mqs), arg))
+        return mqs[int(arg) % len(mqs)]
+
+    assert p.send(Message("t", b"x"), selector=pick, arg=7).message_queue == MessageQueue("t", 3)
+    assert calls == [(4, 7)]
+    with pytest.raises(mqlite.IllegalArgumentError, match="selector"):
+        p.send(Message("t", b"x"), selector=lambda mqs, m, a: MessageQueue("t", 9))
+    with pytest.raises(mqlite.IllegalArgumentError, match="at most one"):
+        p.send(Message("t", b"x"), queue_id=1, sharding_key="k")
+    with pytest.raises(mqlite.IllegalArgumentError):
+        p.send(Message("t", b"x"), sharding_key=5)  # type: ignore[arg-type]
+    # a sharded send auto-creates the topic as a plain send does, unless that is off
+    assert p.send(Message("auto", b"x"), sharding_key="k").message_queue.topic == "auto"
+    assert len(mem_store.queues("auto")) == 4
+    with mqlite.open(":memory:", auto_create_topics=False) as strict:
+        with pytest.raises(mqlite.TopicNotFoundError):
+            strict.producer().send(Message("nope", b"x"), sharding_key="k")
+
+
+def test_send_async_future_and_callback(mem_store: mqlite.Store) -> None:
+    mem_store.create_topic("t", 2)
+    p = mem_store.producer()
+    results: list[tuple[SendResult | None, BaseException | None]] = []
+    done = threading.Event()
+
+    def callback(result: SendResult | None, exc: BaseException | None) -> None:
+        results.append((result, exc))
+        if len(results) == 2:
+            done.set()
+
+    f1 = p.send_async(Message("t", b"a"), callback, sharding_key="k")
+    f2 = p.send_async(Message("", b"bad"), callback)
+    assert f1.result(5).send_status is mqlite.SendStatus.SEND_OK
+    with pytest.raises(mqlite.InvalidTopicError):
+        f2.result(5)
+    assert done.wait(5)
+    assert results[0][0] is not None and results[0][1] is None
+    assert results[1][0] is None and isinstance(results[1][1], mqlite.InvalidTopicError)
+
+
+def test_oneway_and_flush(mem_store: mqlite.Store) -> None:
+    mem_store.create_topic("t", 1)
+    p = mem_store.producer()
+    assert p.flush() == 0
+    for i in range(500):
+        p.send_oneway(Message("t", str(i).encode()))
+    assert p.flush(10) == 0
+    assert mem_store.offsets(MessageQueue("t", 0)) == (0, 500)
+    bodies = [m.body for m in mem_store.read(MessageQueue("t", 0), 0, 500)]
+    assert bodies == [str(i).encode() for i in range(500)]  # one worker: call order kept
+    with p:
+        futures = [p.send_async(Message("t", b"x")) for _ in range(50)]
+    assert all(f.done() for f in futures)  # close() flushed
+    with pytest.raises(mqlite.StoreClosedError):
+        p.send_async(Message("t", b"x"))

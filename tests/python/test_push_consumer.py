@@ -1,0 +1,233 @@
+"""PushConsumer: concurrent and orderly listeners, failures kept for redelivery, offsets, groups."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import mqlite
+from mqlite import (
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MessageQueue,
+    PushConsumer,
+)
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def send(store: mqlite.Store, n: int, queues: int = 4, start: int = 0) -> None:
+    store.create_topic("t", queues, exist_ok=True)
+    p = store.producer()
+    for i in range(start, start + n):
+        p.send(Message("t", str(i).encode()), sharding_key=f"k{i % 7}")
+
+
+def test_concurrent_consumes_everything_and_commits(store: mqlite.Store) -> None:
+    send(store, 200)
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        with lock:
+            seen.extend(int(m.body) for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=3, batch_size=4, consume_from=FIRST)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        assert c.running
+        wait_until(lambda: len(seen) >= 200)
+        send(store, 50, start=200)
+        wait_until(lambda: len(seen) >= 250)
+    assert not c.running
+    assert sorted(seen) == list(range(250))
+    assert all(p.lag == 0 for p in store.consumer_progress("g"))
+
+
+def test_wakes_promptly(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    got = threading.Event()
+    c = store.push_consumer("g", threads=2)
+    c.subscribe("t")
+    c.register_message_listener(lambda msgs: got.set() or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    with c:
+        time.sleep(0.1)
+        start = time.monotonic()
+        store.producer().send(Message("t", b"x"))
+        assert got.wait(2)
+        assert time.monotonic() - start < 0.05
+
+
+def test_reconsume_later_and_exceptions_are_redelivered_not_acknowledged(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(5):
+        p.send(Message("t", str(i).encode()))
+    attempts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        n = int(msgs[0].body)
+        with lock:
+            attempts[n] = attempts.get(n, 0) + 1
+            tries = attempts[n]
+        if n == 1 and tries < 3:
+            return ConsumeStatus.RECONSUME_LATER
+        if n == 3 and tries < 2:
+            raise RuntimeError("boom")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=2, consume_from=FIRST, retry_delay=0.05, commit_interval=0.05)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    mq = MessageQueue("t", 0)
+    with c:
+        # while 1 is failing the committed offset stays at 1 (the oldest unacknowledged)
+        wait_until(lambda: attempts.get(4, 0) >= 1)
+        offsets = group_offset(store, mq)
+        assert offsets is None or offsets <= 1
+        wait_until(lambda: attempts.get(1, 0) >= 3 and attempts.get(3, 0) >= 2)
+        wait_until(lambda: group_offset(store, mq) == 5)
+    assert attempts == {0: 1, 1: 3, 2: 1, 3: 2, 4: 1}
+
+
+def group_offset(store: mqlite.Store, mq: MessageQueue) -> int | None:
+    for p in store.consumer_progress("g"):
+        if p.message_queue == mq:
+            return p.committed
+    return None
+
+
+def test_failed_message_survives_shutdown(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(3):
+        p.send(Message("t", str(i).encode()))
+    c = store.push_consumer("g", consume_from=FIRST, retry_delay=10)
+    c.subscribe("t")
+    c.register_message_listener(
+        lambda msgs: ConsumeStatus.RECONSUME_LATER if msgs[0].body == b"1" else ConsumeStatus.CONSUME_SUCCESS
+    )
+    c.start()
+    wait_until(lambda: group_offset(store, MessageQueue("t", 0)) is not None)
+    time.sleep(0.2)
+    c.shutdown()
+    assert group_offset(store, MessageQueue("t", 0)) == 1
+    again: list[bytes] = []
+    c2 = store.push_consumer("g")
+    c2.subscribe("t")
+    c2.register_message_listener(lambda msgs: again.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    with c2:
+        wait_until(lambda: len(again) >= 2)
+    assert again == [b"1", b"2"]
+
+
+def test_orderly_keeps_queue_order_one_thread_per_queue(store: mqlite.Store) -> None:
+    send(store, 400, queues=4)
+    per_queue: dict[int, list[int]] = {}
+    active: dict[int, int] = {}
+    overlap = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        q = msgs[0].queue_id
+        with lock:
+            active[q] = active.get(q, 0) + 1
+            if active[q] > 1:
+                overlap.append(q)
+        time.sleep(0.0005)
+        with lock:
+            per_queue.setdefault(q, []).extend(m.queue_offset for m in msgs)
+            active[q] -= 1
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = store.push_consumer("g", orderly=True, threads=4, batch_size=3, consume_from=FIRST)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: sum(len(v) for v in per_queue.values()) >= 400)
+    assert not overlap
+    assert sum(len(v) for v in per_queue.values()) == 400
+    assert all(offs == list(range(len(offs))) for offs in per_queue.values())
+
+
+def test_orderly_suspend_redelivers_same_messages_in_order(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(6):
+        p.send(Message("t", str(i).encode()))
+    log: list[int] = []
+    failed = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        n = int(msgs[0].body)
+        if n == 2 and not failed.is_set():
+            failed.set()
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        log.append(n)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = store.push_consumer("g", orderly=True, consume_from=FIRST, suspend_time=0.1)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: len(log) >= 6)
+    assert log == [0, 1, 2, 3, 4, 5]
+
+
+def test_two_push_consumers_split_the_queues(store: mqlite.Store) -> None:
+    send(store, 0)
+    seen: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+
+    def make(name: str) -> PushConsumer:
+        c = store.push_consumer("g", client_id=name, consume_from=FIRST, rebalance_interval=0.05)
+        c.subscribe("t")
+        c.register_message_listener(
+            lambda msgs: seen[name].extend((m.queue_id, m.queue_offset) for m in msgs)  # type: ignore[func-returns-value]
+            or ConsumeStatus.CONSUME_SUCCESS
+        )
+        return c
+
+    with make("a") as a, make("b") as b:
+        wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        send(store, 100)
+        wait_until(lambda: len(seen["a"]) + len(seen["b"]) >= 100)
+    assert {q for q, _ in seen["a"]}.isdisjoint({q for q, _ in seen["b"]})
+    allkeys = seen["a"] + seen["b"]
+    assert len(allkeys) == len(set(allkeys)) == 100
+
+
+def test_lifecycle_errors(store: mqlite.Store) -> None:
+    c = store.push_consumer("g")
+    with pytest.raises(mqlite.IllegalStateError):
+        c.start()  # no listener
+    c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    with pytest.raises(mqlite.IllegalStateError):
+        c.start()  # no subscription
+    with pytest.raises(mqlite.InvalidConfigError):
+        store.push_consumer("g", threads=0)
+    with pytest.raises(TypeError):
+        c.register_message_listener("nope")  # type: ignore[arg-type]
+    c.subscribe("t")
+    c.start()
+    with pytest.raises(mqlite.IllegalStateError):
+        c.start()
+    c.shutdown()
+    c.shutdown()
+    with pytest.raises(mqlite.IllegalStateError):
+        c.subscribe("t")
