@@ -112,10 +112,18 @@ pub fn encode_with_record_crc(
     props: &[u8],
 ) {
     let total = out.len();
-    let mut w = Writer { buf: out, pos: 0 };
+    let Some(covered_len) = total.checked_sub(RECORD_CRC_LEN) else {
+        return;
+    };
+    let (covered, tail) = out.split_at_mut(covered_len);
+    let mut w = Writer {
+        buf: covered,
+        pos: 0,
+    };
     emit(total, meta, body_crc, body, topic, props, true, |b| {
         w.bytes(b)
     });
+    tail.copy_from_slice(&record_crc_property(crc::body_crc(covered)));
 }
 
 /// Appends one record with the whole-record CRC property to `out` (of `total` =
@@ -130,9 +138,13 @@ pub fn encode_to_vec(
     topic: &[u8],
     props: &[u8],
 ) {
+    let start = out.len();
     emit(total, meta, body_crc, body, topic, props, true, |b| {
         out.extend_from_slice(b)
     });
+    // One CRC pass over the contiguous record (cheaper than hashing its pieces).
+    let crc = crc::body_crc(out.get(start..).unwrap_or(&[]));
+    out.extend_from_slice(&record_crc_property(crc));
 }
 
 /// The record as a sequence of byte runs: the fixed 88-byte header (built on the stack), then
@@ -146,7 +158,7 @@ fn emit(
     topic: &[u8],
     props: &[u8],
     record_crc: bool,
-    mut sink: impl FnMut(&[u8]),
+    sink: impl FnMut(&[u8]),
 ) {
     let v2 = topic.len() > 127;
     let mut h = [0u8; 88];
@@ -171,13 +183,7 @@ fn emit(
     w.i32(meta.reconsume_times);
     w.i64(meta.prepared_transaction_offset);
     w.u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
-    let mut hasher = record_crc.then(crc32fast::Hasher::new);
-    let mut put = |b: &[u8]| {
-        if let Some(h) = hasher.as_mut() {
-            h.update(b);
-        }
-        sink(b);
-    };
+    let mut put = sink;
     put(&h);
     put(body);
     if v2 {
@@ -186,12 +192,10 @@ fn emit(
         put(&[u8::try_from(topic.len()).unwrap_or(0)]);
     }
     put(topic);
+    // With `record_crc` the caller appends the 20-byte CRC property, which PROPLEN counts.
     let props_len = props.len() + if record_crc { RECORD_CRC_LEN } else { 0 };
     put(&u16::try_from(props_len).unwrap_or(0).to_be_bytes());
     put(props);
-    if let Some(h) = hasher {
-        sink(&record_crc_property(h.finalize() & 0x7FFF_FFFF));
-    }
 }
 
 /// `__CRC32#\x01` + the CRC's 10 decimal digits, least significant first + `\x02`.
@@ -526,9 +530,18 @@ impl<'a> RecordView<'a> {
     /// Encoded properties without the store's whole-record CRC property.
     pub fn properties(&self) -> &'a [u8] {
         let raw = self.properties_raw();
-        match trailing_record_crc(raw) {
-            Some(_) => raw.get(..raw.len() - RECORD_CRC_LEN).unwrap_or(raw),
-            None => raw,
+        let Some(at) = raw.len().checked_sub(RECORD_CRC_LEN) else {
+            return raw;
+        };
+        // Shape check only (name and separators); `parse` verified the digits when asked.
+        let tail = raw.get(at..).unwrap_or(&[]);
+        if tail.starts_with(RECORD_CRC_NAME)
+            && tail.get(8) == Some(&super::properties::NAME_VALUE_SEPARATOR)
+            && tail.last() == Some(&super::properties::PROPERTY_SEPARATOR)
+        {
+            raw.get(..at).unwrap_or(raw)
+        } else {
+            raw
         }
     }
 }

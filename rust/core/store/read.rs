@@ -139,6 +139,18 @@ const MAX_FILTER_SCAN: usize = 16_000;
 pub const MAX_MESSAGES_PER_READ: usize = 65_536;
 
 impl Store {
+    /// Read-your-writes: dispatches whatever was appended but not yet indexed (batches leave it
+    /// to the reput thread) before a read looks at the consume queues. One atomic comparison
+    /// when dispatch is caught up.
+    fn catch_up(&self) {
+        if let Some(r) = &self.inner.reput {
+            if r.dispatched_offset() < r.confirm_offset() {
+                // A failure stays recorded in the reput service, which retries it.
+                let _ = r.dispatch_all();
+            }
+        }
+    }
+
     fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
         let cq = self.inner.cqs.get(topic, queue_id)?;
         if self.inner.config.read_only {
@@ -151,6 +163,7 @@ impl Store {
     /// (min, max) logical offsets of a queue; max is the next offset to be written.
     pub fn queue_offsets(&self, topic: &str, queue_id: u32) -> Result<(u64, u64)> {
         self.check_usable()?;
+        self.catch_up();
         Ok(self
             .queue(topic, queue_id)
             .map(|cq| (cq.min_offset(), cq.max_offset()))
@@ -167,6 +180,7 @@ impl Store {
         filter: &TagFilter,
     ) -> Result<GetResult> {
         self.check_usable()?;
+        self.catch_up();
         if max == 0 || max > MAX_MESSAGES_PER_READ {
             return Err(Error::InvalidArgument {
                 field: "max_messages",
@@ -327,6 +341,7 @@ impl Store {
     /// The first logical offset whose store timestamp is >= `ts_ms` (the max offset if none).
     pub fn offset_for_timestamp(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.check_usable()?;
+        self.catch_up();
         let Some(cq) = self.queue(topic, queue_id) else {
             return Ok(0);
         };
@@ -361,6 +376,7 @@ impl Store {
         timeout: Option<Duration>,
     ) -> Result<bool> {
         self.check_usable()?;
+        self.catch_up();
         let ready = || {
             queues
                 .iter()

@@ -40,7 +40,8 @@ impl Store {
         self.check_topic_queue(msg.topic, msg.queue_id)?;
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
-        let status = self.after_append(appended.physical_offset + u64::from(appended.size))?;
+        let status =
+            self.after_append(appended.physical_offset + u64::from(appended.size), true)?;
         Ok(PutResult { status, appended })
     }
 
@@ -72,16 +73,24 @@ impl Store {
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         match out.get(start..).and_then(|s| s.last()) {
-            Some(last) => self.after_append(last.physical_offset + u64::from(last.size)),
+            Some(last) => self.after_append(last.physical_offset + u64::from(last.size), false),
             None => Ok(PutStatus::PutOk),
         }
     }
 
-    fn after_append(&self, end: u64) -> Result<PutStatus> {
+    /// Durability wait and dispatch after an append ending at `end`. Single puts dispatch
+    /// inline (a consumer blocked in `poll` wakes without a thread hop); batches leave dispatch
+    /// to the reput thread so it overlaps the producer's next batch on another core. Either
+    /// way reads stay read-your-writes: a read first catches dispatch up (`Store::catch_up`).
+    fn after_append(&self, end: u64, inline: bool) -> Result<PutStatus> {
         match self.inner.config.flush_mode {
             FlushMode::Async => {
                 if let Some(r) = &self.inner.reput {
-                    r.try_dispatch();
+                    if inline {
+                        r.try_dispatch();
+                    } else {
+                        r.kick_thread();
+                    }
                 }
                 Ok(PutStatus::PutOk)
             }
