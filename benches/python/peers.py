@@ -729,7 +729,7 @@ class MqlitePeer(Peer):
 
     name = "mqlite"
     durability = "mmap commit log, async flush (msync every 500 ms); send_batch of 1000"
-    latency_capable = False
+    latency_capable = True
     topic = "bench"
     queues = 4
 
@@ -785,6 +785,31 @@ class MqlitePeer(Peer):
         if seg[2] <= 0:
             self.segments.popleft()
         return out
+
+    def latency_pair(self, workdir, args):
+        # Producer thread: Producer.send of one message to a one-queue topic. Consumer thread:
+        # PullConsumer.poll, which blocks in the store and is woken by notification.
+        import mqlite
+        store = mqlite.open(os.path.join(workdir, "lat-store"), flush="async")
+        store.create_topic("lat", queues=1)
+        producer = store.producer()
+        consumer = store.pull_consumer(
+            "lat", consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        )
+        consumer.subscribe("lat")
+        Message = mqlite.Message
+
+        def send(body):
+            producer.send(Message("lat", body), queue_id=0)
+
+        def recv():
+            return [m.body for m in consumer.poll(1.0)]
+
+        def close():
+            consumer.close()
+            store.close()
+
+        return send, recv, close
 
     def teardown(self):
         store = getattr(self, "store", None)
