@@ -35,8 +35,12 @@ impl Notifier {
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        *s += 1;
+        {
+            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+            *s += 1;
+        }
+        // Notified after the lock is released, so a woken waiter does not block on it at once.
+        // No wake-up is lost: the waiter re-checks `ready()` under the lock before sleeping.
         self.cv.notify_all();
     }
 
