@@ -24,6 +24,9 @@ else
     cargo test --workspace --exclude mqlite-py --no-fail-fast
 fi
 
+mq_step "cargo test --features fault-injection --test flush_failure (failed flush poisons the store)"
+cargo test --features fault-injection --test flush_failure
+
 mq_step "cargo test --doc"
 cargo test --doc
 

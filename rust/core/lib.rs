@@ -41,6 +41,8 @@ pub mod mapped_file_queue;
 pub mod message;
 pub mod recovery;
 pub mod store;
+#[cfg(feature = "fault-injection")]
+pub mod testing;
 pub mod topic_config;
 pub mod util;
 

@@ -230,6 +230,8 @@ impl MappedFile {
                 usize::try_from(from).unwrap_or(0),
                 usize::try_from(target).unwrap_or(0),
             );
+            #[cfg(feature = "fault-injection")]
+            crate::testing::flush_fault().map_err(|e| Error::io("msync", &self.path, e))?;
             self.region
                 .flush(s, e)
                 .map_err(|e| Error::io("msync", &self.path, e))?;
