@@ -36,6 +36,8 @@ __all__ = [
     "StorePoisonedError",
     "CorruptedLogError",
     "StoreIOError",
+    "StoreNotADirectoryError",
+    "StoreNotFoundError",
     "OffsetOutOfRangeError",
     "MQTimeoutError",
     "FlushDiskTimeoutError",
@@ -223,10 +225,22 @@ class CorruptedLogError(StoreError):
     default_code = "CORRUPTED_LOG"
 
 
-class StoreIOError(StoreError):
-    """An operating-system I/O error."""
+class StoreIOError(StoreError, OSError):
+    """An operating-system I/O error; ``errno`` and ``filename`` are set when known."""
 
     default_code = "STORE_IO_ERROR"
+
+
+class StoreNotFoundError(StoreIOError, FileNotFoundError):
+    """A path the store needs does not exist (e.g. a read-only open of a missing store)."""
+
+    default_code = "STORE_NOT_FOUND"
+
+
+class StoreNotADirectoryError(StoreIOError, NotADirectoryError):
+    """The store path (or a parent) is not a directory."""
+
+    default_code = "STORE_NOT_A_DIRECTORY"
 
 
 class OffsetOutOfRangeError(MQError, LookupError):

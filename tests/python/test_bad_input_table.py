@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import errno
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -241,16 +242,16 @@ def test_store_path_is_a_symlink_is_refused(tmp_path: Path) -> None:
     assert list(real.iterdir()) == [], "nothing written through the link"
 
 
-@pytest.mark.xfail(strict=True, reason="plan B.f: path errors should also be the matching OSError "
-                   "(FileNotFoundError / NotADirectoryError) with errno set; StoreIOError is not an "
-                   "OSError subclass")
 def test_store_path_errors_are_os_errors(tmp_path: Path) -> None:
     p = tmp_path / "afile"
     p.write_bytes(b"")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(NotADirectoryError) as nd:
         mqlite.open(p)
-    with pytest.raises(FileNotFoundError):
+    assert isinstance(nd.value, E.StoreIOError) and nd.value.errno == errno.ENOTDIR
+    assert nd.value.filename == str(p)
+    with pytest.raises(FileNotFoundError) as nf:
         mqlite.open(tmp_path / "missing", read_only=True)
+    assert isinstance(nf.value, E.StoreIOError) and nf.value.errno == errno.ENOENT
 
 
 # ---- topic-name fuzz ------------------------------------------------------------------------

@@ -45,10 +45,8 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
             return Err(Error::io(
                 "open",
                 root,
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "store directory does not exist",
-                ),
+                // ENOENT, so callers (and Python's FileNotFoundError) see the errno.
+                std::io::Error::from_raw_os_error(libc::ENOENT),
             ));
         }
     }

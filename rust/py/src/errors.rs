@@ -9,6 +9,8 @@ use pyo3::prelude::*;
 
 pyo3::import_exception!(mqlite.errors, MQError);
 pyo3::import_exception!(mqlite.errors, StoreIOError);
+pyo3::import_exception!(mqlite.errors, StoreNotFoundError);
+pyo3::import_exception!(mqlite.errors, StoreNotADirectoryError);
 pyo3::import_exception!(mqlite.errors, StoreFullError);
 pyo3::import_exception!(mqlite.errors, StoreLockedError);
 pyo3::import_exception!(mqlite.errors, StoreClosedError);
@@ -49,6 +51,12 @@ impl From<PyMqError> for PyErr {
 pub fn to_pyerr(e: &Error) -> PyErr {
     let msg = e.to_string();
     let err = match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            StoreNotFoundError::new_err(msg)
+        }
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotADirectory => {
+            StoreNotADirectoryError::new_err(msg)
+        }
         Error::Io { .. } => StoreIOError::new_err(msg),
         Error::StoreFull { .. } => StoreFullError::new_err(msg),
         Error::StoreLocked { .. } => StoreLockedError::new_err(msg),
@@ -72,8 +80,18 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         _ => MQError::new_err(msg),
     };
     Python::attach(|py| {
-        // Best effort: an exception object that refuses attributes keeps its default code.
-        let _ = err.value(py).setattr("code", e.kind());
+        // Best effort: an exception object that refuses attributes keeps its defaults.
+        let value = err.value(py);
+        let _ = value.setattr("code", e.kind());
+        // OSError subclasses (StoreIOError, StoreFullError) carry errno and the path.
+        if let Error::Io { source, path, .. } | Error::StoreFull { source, path } = e {
+            if let Some(code) = source.raw_os_error() {
+                // OSError's str() is built from errno, strerror and filename once errno is set.
+                let _ = value.setattr("errno", code);
+                let _ = value.setattr("strerror", e.to_string());
+            }
+            let _ = value.setattr("filename", path.to_string_lossy().as_ref());
+        }
     });
     err
 }
