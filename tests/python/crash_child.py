@@ -35,6 +35,7 @@ CONFIG = {
 }
 TOPICS = ("crashA", "crashB")
 QUEUES = 4
+GROUP = "crash-group"  # the child's consumer group; it commits offsets while being killed
 HEADER = 26  # b"%08d%02d%010d%05d|": 8 + 2 + 10 + 5 + 1
 DIGEST = 8
 
@@ -104,7 +105,21 @@ def main() -> None:
                 emit(lines[:cut])
                 lines = lines[cut:]
 
+    def consume() -> None:
+        # Commits often, so kills land before, during and after offset writes.
+        consumer = store.pull_consumer(
+            GROUP,
+            auto_commit=False,
+            consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        )
+        for topic in TOPICS:
+            consumer.subscribe(topic)
+        while True:
+            if consumer.poll(0.005, 64):
+                consumer.commit()
+
     threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in range(producers)]
+    threads.append(threading.Thread(target=consume, daemon=True))
     for t in threads:
         t.start()
     # Never returns normally: the parent kills the process.

@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 import mqlite
-from crash_child import CONFIG, QUEUES, TOPICS, parse_body
+from crash_child import CONFIG, GROUP, QUEUES, TOPICS, parse_body
 from mqlite import MessageQueue
 
 HERE = Path(__file__).resolve().parent
@@ -165,6 +165,8 @@ class Figures:
     not_abnormal_after_kill: int = 0
     bad_exit_codes: int = 0
     torn_tails: int = 0
+    consumer_offsets_checked: int = 0
+    offsets_past_data: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
     records_scanned: list[int] = field(default_factory=list)
@@ -273,6 +275,13 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
                 fig.lost += 1
                 fig.problem(f"lost acked message {ack} (queue max {highs.get((t, q), 0)})")
         fig.acked_messages_checked += len(acked)
+        # Committed consumer offsets (the child's consumer group commits while it is killed)
+        # never point past the recovered data.
+        for p in store.consumer_progress(GROUP):
+            fig.consumer_offsets_checked += 1
+            if not 0 <= p.committed <= p.max_offset:
+                fig.offsets_past_data += 1
+                fig.problem(f"{p.topic}/{p.queue_id}: committed {p.committed} > max {p.max_offset}")
     finally:
         store.close()
 
@@ -357,9 +366,10 @@ def check(fig: Figures, cycles: int) -> None:
     s = fig.summary()
     assert fig.cycles == cycles
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
-                "not_abnormal_after_kill", "bad_exit_codes"):
+                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data"):
         assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
     assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0
+    assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     assert fig.kills_during_open > 0, "no kill landed inside open"
     assert fig.sync_cycles > 0 and fig.async_cycles > 0
 
