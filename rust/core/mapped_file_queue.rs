@@ -129,10 +129,13 @@ impl MappedFileQueue {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
         };
-        let last = self.last_file().map(|f| f.from_offset());
         let mut names = list_offsets(dir)?;
         names.sort_unstable();
-        let mut new_files = Vec::new();
+        let mut files = self.write_files();
+        // Files the writer expired are gone from the directory: forget them (our mappings stay
+        // valid for whoever still holds them), so the list never has a hole in it.
+        files.retain(|f| names.binary_search(&f.from_offset()).is_ok());
+        let last = files.last().map(|f| f.from_offset());
         for start in names {
             if last.is_some_and(|l| start <= l) {
                 continue;
@@ -142,16 +145,23 @@ impl MappedFileQueue {
                 Ok(m) if m.len() == self.file_size => {}
                 _ => break, // being created by the writer; try again later
             }
-            new_files.push(Arc::new(MappedFile::open_existing(
+            files.push(Arc::new(MappedFile::open_existing(
                 &path,
                 start,
                 self.file_size,
                 false,
             )?));
         }
-        if !new_files.is_empty() {
-            self.write_files().extend(new_files);
-        }
+        // `find` indexes the list arithmetically: keep only the contiguous run at its end.
+        let size = self.file_size;
+        let keep_from = (1..files.len())
+            .rev()
+            .find(|&i| match (files.get(i - 1), files.get(i)) {
+                (Some(a), Some(b)) => a.from_offset() + size != b.from_offset(),
+                _ => false,
+            })
+            .unwrap_or(0);
+        files.drain(..keep_from);
         Ok(())
     }
 

@@ -300,8 +300,6 @@ def test_read_only_processes_tail_a_rolling_expiring_writer(store_path: Path, sp
           f"readers saw {seen_total} (the rest expired before they got there); 0 corrupt, 0 out of order")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 3: a read-only store that lags behind expiry gets a gap in its "
-                   "commit-log file list and cannot read any newer message (OFFSET_FOUND_NULL forever)")
 def test_read_only_store_reads_past_files_expired_before_it_mapped_them(store_path: Path) -> None:
     writer = mqlite.open(store_path, **TAIL_CONFIG)
     writer.create_topic("tail", 1)
