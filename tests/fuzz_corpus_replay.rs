@@ -857,7 +857,6 @@ fn replay_topics_json() {
 }
 
 #[test]
-#[ignore = "bug: seeded mutations of consume-queue files hit bugs 1, 2 and 4 (see the tests below)"]
 fn replay_recover_mutated_commit_log_mutations() {
     replay("recover_mutated_commit_log", false, 25);
 }
@@ -919,7 +918,6 @@ fn template_layout_is_stable() {
 /// `max_physical_offset`, so every later record of the queue is taken as "already indexed":
 /// puts return Ok but their messages never reach the queue.
 #[test]
-#[ignore = "bug: a garbage CQ unit after the tail pointing below the dispatched offset survives recovery and swallows later puts"]
 fn stale_unit_after_the_tail_pointing_below_the_checkpoint_is_dropped() {
     let t = template();
     let root = fresh_dir("bug1").join("store");
@@ -969,7 +967,6 @@ fn template_with_unit(cq_file: &str, unit_index: u64, unit: [u8; 20]) -> Store {
 /// message at that queue offset (intact in the commit log) is never returned and no
 /// `Corrupted` error is raised, so consumers lose it without notice.
 #[test]
-#[ignore = "bug: a CQ unit pointing past the commit-log end is skipped silently by reads"]
 fn unit_pointing_past_the_log_is_reported_not_skipped() {
     let unit = CqUnit {
         offset: 1_000_000,
@@ -1000,7 +997,6 @@ fn unit_pointing_past_the_log_is_reported_not_skipped() {
 /// every read at that offset with `OFFSET_FOUND_NULL` and `next_offset` unchanged: no error,
 /// and a consumer never gets past it (the following 44 messages are unreachable).
 #[test]
-#[ignore = "bug: a zeroed CQ unit below the checkpoint stalls reads at OFFSET_FOUND_NULL without an error"]
 fn zeroed_unit_below_the_checkpoint_is_reported_not_a_silent_stall() {
     let store = template_with_unit("consumequeue/FuzzA/0/00000000000000000000", 45, [0; 20]);
     assert_eq!(store.queue_offsets(T_A, 0).unwrap(), (0, 90));
@@ -1022,7 +1018,6 @@ fn zeroed_unit_below_the_checkpoint_is_reported_not_a_silent_stall() {
 /// after it are never re-indexed. The queue silently shrinks from 90 to 64 messages, and the
 /// next put is given queue offset 64 again: two records in the commit log claim FuzzA/0:64.
 #[test]
-#[ignore = "bug: a zeroed unit in the last CQ file below the checkpoint silently cuts the queue; the next put reuses its queue offsets"]
 fn zeroed_unit_in_the_last_cq_file_does_not_cut_the_queue() {
     // FuzzA/0 unit 64 is the first unit of its second (last) file.
     let store = template_with_unit("consumequeue/FuzzA/0/00000000000000001280", 0, [0; 20]);

@@ -97,8 +97,13 @@ pub fn recover(
     };
     // Units past the durable dispatch point may be torn or stale copies: keep only those that
     // point at exactly the record they claim to index.
+    let log_min = commit_log.min_offset();
+    let mut reput_from = reput_from;
     for cq in cqs.all() {
         cq.verify_tail(reput_from, |unit, k| {
+            if unit.offset < log_min {
+                return true; // the record expired: nothing to check it against
+            }
             commit_log
                 .with_bytes(unit.offset, unit.size, |b| {
                     RecordView::parse(b, false).is_ok_and(|v| {
@@ -110,6 +115,11 @@ pub fn recover(
                 })
                 .unwrap_or(false)
         })?;
+        // A damaged unit cut this queue short below the checkpoint: the records its lost
+        // units indexed are dispatched again from the end of its last good unit.
+        if cq.was_cut_short() {
+            reput_from = reput_from.min(cq.max_physical_offset().max(log_min));
+        }
     }
     // A queue whose units reach past the dispatched offset shows dispatch got further than the
     // checkpoint says; re-dispatching from the checkpoint is still correct (idempotent).

@@ -40,6 +40,8 @@ pub struct ConsumeQueue {
     max_physical: AtomicU64,
     min_logic: AtomicU64,
     read_only: bool,
+    // Set by recovery when a damaged unit cut the queue short (see `recover`).
+    damaged: std::sync::atomic::AtomicBool,
 }
 
 impl ConsumeQueue {
@@ -68,6 +70,7 @@ impl ConsumeQueue {
             max_physical: AtomicU64::new(0),
             min_logic: AtomicU64::new(0),
             read_only,
+            damaged: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -99,6 +102,16 @@ impl ConsumeQueue {
             return Ok(0);
         };
         let end_in_file = first_invalid_unit(&last);
+        // Valid-looking units after the first invalid one mean a damaged unit cut the queue
+        // short: the records those units indexed must be dispatched again (`damaged`).
+        let mut pos = end_in_file + UNIT_SIZE;
+        while pos + UNIT_SIZE <= last.size() {
+            if read_unit(&last, pos).is_some() {
+                self.damaged.store(true, Ordering::Release);
+                break;
+            }
+            pos += UNIT_SIZE;
+        }
         let mut w = last.writer().ok_or(Error::ReadOnly)?;
         let zero_until = if zero_tail { last.size() } else { end_in_file };
         w.truncate_to(end_in_file, zero_until);
@@ -154,6 +167,19 @@ impl ConsumeQueue {
         indexes: impl Fn(&CqUnit, u64) -> bool,
     ) -> Result<bool> {
         let (min, max) = (self.min_offset(), self.max_offset());
+        // A garbage unit can sit right after the real tail whatever it points at: drop tail
+        // units that do not index their record before looking at the post-checkpoint range.
+        let mut end = max;
+        while end > min {
+            match self.unit(end - 1) {
+                Some(u) if u.is_placeholder() || indexes(&u, end - 1) => break,
+                _ => end -= 1,
+            }
+        }
+        if end < max {
+            self.cut_at(end)?;
+            return self.verify_tail(from_phy, indexes).map(|_| true);
+        }
         let mut k = max;
         while k > min {
             match self.unit(k - 1) {
@@ -215,6 +241,12 @@ impl ConsumeQueue {
             last.published()
         };
         (last.from_offset() + end) / UNIT_SIZE
+    }
+
+    /// True when recovery found this queue cut short by a damaged unit: every record after
+    /// `max_physical_offset()` must be dispatched again.
+    pub fn was_cut_short(&self) -> bool {
+        self.damaged.load(Ordering::Acquire)
     }
 
     /// Highest commit-log end referenced (dispatch idempotence).

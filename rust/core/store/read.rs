@@ -225,14 +225,24 @@ impl Store {
         };
         let mut units = Vec::with_capacity(scan.min(4096));
         cq.units(offset, scan, &mut units);
+        if units.is_empty() {
+            // Below the queue's end every slot holds a unit: an empty or malformed one is
+            // damage, reported rather than left as a read that never advances.
+            return Err(damaged_unit(
+                &cq,
+                offset,
+                "empty or malformed unit below the queue's end",
+            ));
+        }
         let mut out = GetResult::empty(GetStatus::OffsetFoundNull, offset, min, maxo);
+        let cap = crate::config::max_record_len(self.inner.config.max_message_size);
         out.buffer.reserve(
             units
                 .iter()
                 .take(max)
-                .map(|(_, u)| u.size as usize)
+                .map(|(_, u)| (u.size as usize).min(cap))
                 .sum::<usize>()
-                .min(64 << 20),
+                .min(16 << 20),
         );
         let mut next = offset;
         let mut refreshed = false;
@@ -240,8 +250,8 @@ impl Store {
             if out.records.len() >= max {
                 break;
             }
-            next = k + 1;
             if u.is_placeholder() || !filter.code_matches(u.tags_code) {
+                next = k + 1;
                 continue;
             }
             let mut got =
@@ -251,9 +261,19 @@ impl Store {
                 let _ = self.inner.commit_log.files().refresh();
                 got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
             }
-            if got.is_none() && u.offset < self.inner.commit_log.min_offset() {
-                continue; // expired record
+            if got.is_none() && u.offset >= self.inner.commit_log.min_offset() {
+                // Not expired, yet nothing there: the unit is damaged. Hand out what was read
+                // before it; the next read starts at it and reports the damage.
+                if !out.records.is_empty() {
+                    break;
+                }
+                return Err(damaged_unit(
+                    &cq,
+                    k,
+                    "unit points past the end of the commit log",
+                ));
             }
+            next = k + 1;
         }
         out.next_offset = next;
         out.status = if !out.records.is_empty() {
@@ -403,4 +423,18 @@ fn store_timestamp(b: &[u8]) -> Option<i64> {
     b.get(STORE_TIMESTAMP_POS..STORE_TIMESTAMP_POS + 8)
         .and_then(|s| s.try_into().ok())
         .map(i64::from_be_bytes)
+}
+
+/// `Corrupted` naming the consume-queue file and byte position of unit `k`.
+fn damaged_unit(cq: &ConsumeQueue, k: u64, reason: &str) -> Error {
+    let byte = k * crate::consume_queue::unit::UNIT_SIZE;
+    let file = cq.files().find(byte);
+    Error::Corrupted {
+        path: file
+            .as_ref()
+            .map(|f| f.path().to_path_buf())
+            .unwrap_or_default(),
+        offset: file.map(|f| byte - f.from_offset()).unwrap_or(byte),
+        reason: format!("{}:{} unit {k}: {reason}", cq.topic(), cq.queue_id()),
+    }
 }
