@@ -400,27 +400,35 @@ class PullConsumer:
 
     # -- polling --------------------------------------------------------------------------------
 
-    def _fetch(self, core: _core.Store, n: int) -> list[MessageExt]:
+    def _apply(self, q: _Queue, res: _core.GetResult) -> list[MessageExt]:
+        """Advances ``q`` past one read's result and returns its (SQL-filtered) messages."""
+        msgs = res.messages
+        if msgs:
+            q.position = res.next_offset
+            if q.sql is not None:
+                match = q.sql.matches
+                msgs = [m for m in msgs if match(m.properties)]
+            return msgs
+        if res.status in _SKIP or (res.status == "OFFSET_OVERFLOW_BADLY" and res.max_offset > 0):
+            q.position = res.next_offset
+        return []
+
+    def _rotation(self) -> list[_Queue]:
+        """The active queues, starting at the round-robin cursor."""
         active = self._active
         k = len(active)
+        start = self._rr % k if k else 0
+        return active[start:] + active[:start]
+
+    def _fetch(self, core: _core.Store, n: int) -> list[MessageExt]:
         out: list[MessageExt] = []
-        start = self._rr
-        for i in range(k):
-            q = active[(start + i) % k]
-            res = core.read(q.topic, q.queue_id, q.position, n - len(out), q.tags)
-            msgs = res.messages
-            if msgs:
-                q.position = res.next_offset
-                if q.sql is not None:
-                    match = q.sql.matches
-                    msgs = [m for m in msgs if match(m.properties)]
-                out.extend(msgs)
-                if len(out) >= n:
-                    self._rr = (start + i + 1) % k
-                    return out
-            elif res.status in _SKIP or (res.status == "OFFSET_OVERFLOW_BADLY" and res.max_offset > 0):
-                q.position = res.next_offset
-        self._rr = (start + 1) % k if k else 0
+        order = self._rotation()
+        for i, q in enumerate(order):
+            out.extend(self._apply(q, core.read(q.topic, q.queue_id, q.position, n - len(out), q.tags)))
+            if len(out) >= n:
+                self._rr = (self._rr + i + 1) % len(order)
+                return out
+        self._rr = (self._rr + 1) % len(order) if order else 0
         return out
 
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
@@ -452,16 +460,27 @@ class PullConsumer:
                 msgs = self._fetch(core, n) if self._active else []
                 if msgs:
                     return msgs
-                waits = [(q.topic, q.queue_id, q.position) for q in self._active]
+                order = self._rotation()
+                reqs = [(q.topic, q.queue_id, q.position, q.tags) for q in order]
             left = _WAIT_SLICE
             if deadline is not None:
                 left = min(left, deadline - time.monotonic())
                 if left <= 0:
                     return []
-            if waits:
-                core.wait_for(waits, left)
-            else:
+            if not reqs:
                 self._wake.wait(left)
+                continue
+            # Wait and read in one call (one GIL hand-off when a message arrives), then apply
+            # the results to the queues that nobody moved (seek, rebalance) meanwhile.
+            results = core.wait_and_read(reqs, n, left)
+            with self._lock:
+                active = set(map(id, self._active))
+                for (q, req), res in zip(zip(order, reqs), results):
+                    if id(q) in active and q.position == req[2]:
+                        msgs.extend(self._apply(q, res))
+                if msgs:
+                    self._rr = (self._rr + 1) % len(order)
+                    return msgs
 
     def __iter__(self) -> Iterator[MessageExt]:
         """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest."""
