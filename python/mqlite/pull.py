@@ -420,17 +420,6 @@ class PullConsumer:
         start = self._rr % k if k else 0
         return active[start:] + active[:start]
 
-    def _fetch(self, core: _core.Store, n: int) -> list[MessageExt]:
-        out: list[MessageExt] = []
-        order = self._rotation()
-        for i, q in enumerate(order):
-            out.extend(self._apply(q, core.read(q.topic, q.queue_id, q.position, n - len(out), q.tags)))
-            if len(out) >= n:
-                self._rr = (self._rr + i + 1) % len(order)
-                return out
-        self._rr = (self._rr + 1) % len(order) if order else 0
-        return out
-
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin).
 
@@ -457,22 +446,21 @@ class PullConsumer:
                 if self._auto_commit and now >= self._next_commit:
                     self._commit_positions()
                 self._wake.clear()
-                msgs = self._fetch(core, n) if self._active else []
-                if msgs:
-                    return msgs
                 order = self._rotation()
                 reqs = [(q.topic, q.queue_id, q.position, q.tags) for q in order]
             left = _WAIT_SLICE
             if deadline is not None:
-                left = min(left, deadline - time.monotonic())
+                left = max(0.0, min(left, deadline - time.monotonic()))
+            if not reqs:
                 if left <= 0:
                     return []
-            if not reqs:
                 self._wake.wait(left)
                 continue
-            # Wait and read in one call (one GIL hand-off when a message arrives), then apply
-            # the results to the queues that nobody moved (seek, rebalance) meanwhile.
+            # Read, and if nothing is there wait and read again, all in one call (one GIL
+            # hand-off when a message arrives); then apply the results to the queues nobody
+            # moved (seek, rebalance) meanwhile.
             results = core.wait_and_read(reqs, n, left)
+            msgs: list[MessageExt] = []
             with self._lock:
                 active = set(map(id, self._active))
                 for (q, req), res in zip(zip(order, reqs), results):
@@ -481,6 +469,8 @@ class PullConsumer:
                 if msgs:
                     self._rr = (self._rr + 1) % len(order)
                     return msgs
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
 
     def __iter__(self) -> Iterator[MessageExt]:
         """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest."""
