@@ -103,25 +103,6 @@ impl Appender {
         }
     }
 
-    fn bump_queue_offset(&mut self, topic: &str, queue_id: u32, by: u64) -> u64 {
-        let i = queue_id as usize;
-        let v = match self.queue_offsets.get_mut(topic) {
-            Some(v) => v,
-            None => self.queue_offsets.entry(topic.to_owned()).or_default(),
-        };
-        if v.len() <= i {
-            v.resize(i + 1, 0);
-        }
-        match v.get_mut(i) {
-            Some(slot) => {
-                let at = *slot;
-                *slot += by;
-                at
-            }
-            None => 0,
-        }
-    }
-
     /// Makes sure the current file can take `len` more bytes plus the 8-byte blank reserve,
     /// writing the END_OF_FILE marker and rolling when it cannot.
     fn ensure_room(&mut self, files: &MappedFileQueue, len: u64) -> Result<&mut FileWriter> {
@@ -284,7 +265,9 @@ impl Appender {
         let w = self.writer.as_mut().ok_or(Error::Closed)?;
         w.publish();
         if dispatched {
-            self.bump_queue_offset(topic, queue_id, batch.len() as u64);
+            if let Some(slot) = queue_slot(&mut self.queue_offsets, topic, queue_id) {
+                *slot += batch.len() as u64;
+            }
         }
         Ok(())
     }

@@ -87,10 +87,6 @@ impl ConsumeQueue {
         &self.files
     }
 
-    fn units_per_file(&self) -> u64 {
-        self.files.file_size() / UNIT_SIZE
-    }
-
     /// Loads files and finds the end of valid units (writers zero the rest of the last file
     /// when `zero_tail`). Returns the max offset.
     pub fn recover(&self, zero_tail: bool) -> Result<u64> {
@@ -371,11 +367,6 @@ impl ConsumeQueue {
     /// Re-reads the directory for new files (read-only followers).
     pub fn refresh(&self) -> Result<()> {
         self.files.refresh()
-    }
-
-    /// Units in one file.
-    pub fn file_units(&self) -> u64 {
-        self.units_per_file()
     }
 
     /// Deletes head files whose every unit points below `phy_min` (commit log expired).

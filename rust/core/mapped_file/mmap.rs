@@ -193,21 +193,6 @@ impl MmapRegion {
             Err(io::Error::last_os_error())
         }
     }
-
-    /// Hints the kernel that pages below `end` will not be needed soon (after consumption).
-    pub fn advise_dontneed(&self, end: usize) {
-        let end = end.min(self.len);
-        let page = page_size();
-        let end = end - end % page;
-        if end == 0 || self.writable {
-            // MADV_DONTNEED on a shared writable mapping is safe but would drop dirty state
-            // bookkeeping for nothing; only read-only views use it.
-            return;
-        }
-        // SAFETY: page-aligned range inside the mapping; DONTNEED on a shared file mapping only
-        // drops this process's page-table entries, the data stays in the file / page cache.
-        unsafe { libc::madvise(self.ptr.as_ptr().cast(), end, libc::MADV_DONTNEED) };
-    }
 }
 
 impl Drop for MmapRegion {
@@ -229,11 +214,6 @@ pub fn page_size() -> usize {
 pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
     // SAFETY: plain syscall on a descriptor; no memory is passed.
     unsafe { libc::posix_fallocate(fd, 0, len) }
-}
-
-/// The calling process id.
-pub fn current_pid() -> u32 {
-    std::process::id()
 }
 
 static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

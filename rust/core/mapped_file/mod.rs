@@ -247,12 +247,6 @@ impl MappedFile {
             None => Ok(()),
         }
     }
-
-    /// Drops this process's page mappings below `end` (read-only views only).
-    pub fn release_pages(&self, end: u64) {
-        self.region
-            .advise_dontneed(usize::try_from(end).unwrap_or(0));
-    }
 }
 
 impl FileWriter {

@@ -7,10 +7,8 @@
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
 //! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory.
 
-use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -178,11 +176,6 @@ pub fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path)
         .map(|m| m.file_type().is_symlink())
         .unwrap_or(false)
-}
-
-/// `CString` of a path, for libc calls.
-pub fn c_path(path: &Path) -> Option<CString> {
-    CString::new(path.as_os_str().as_bytes()).ok()
 }
 
 /// The 20-digit zero-padded file name RocketMQ gives a file starting at `offset`.
