@@ -14,6 +14,8 @@ flush="async".  Each workload runs --repeat times (default 3) and the median is 
   send_batch(Message) Producer.send_batch(list_of_Message) in batches of --batch
   read                Store.read(MessageQueue(topic, q), offset, --read-batch) over every queue
                       of the send_batch(bytes) store, touching every body
+  poll x256, poll()   PullConsumer.poll(max_messages=256) and poll() (its default, 32) over the
+                      same store, each in its own consumer group from the first offset
   reopen              mqlite.open() of that store after a clean close, median of 5 (ms)
 
 msgs/s and MB/s count payload bytes only (MB = 1e6 bytes).  Produce timings stop when the last
@@ -21,15 +23,23 @@ send returns: with flush="async" the data is then in the kernel's page cache and
 process crash; the interval msync (every 500 ms) is not waited for.  The time of one explicit
 Store.flush() after each produce workload is reported alongside.
 
+With --sync, also: flush="sync" (group commit; a send returns after the msync covering it)
+with 1, 4 and 8 threads each calling the blocking Producer.send for --sync-seconds, and 8
+threads each keeping a window of up to 256 outstanding Producer.send_async futures (waiting on
+the oldest when the window is full), with one Producer shared by the threads and with one
+Producer per thread.
+
 Usage:
     python benches/python/bench.py                      # N=200000, 128 B, median of 3
     python benches/python/bench.py --n 50000 --size 1024 --repeat 5 --json out.json
     python benches/python/bench.py --raw-only           # baseline only (no mqlite needed)
+    python benches/python/bench.py --sync               # plus the sync-durability workloads
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import json
 import os
@@ -39,6 +49,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -58,6 +69,17 @@ TOPIC = "bench"
 RAW_DURABILITY = "page cache; write() per 100 records; one fdatasync at end (timed)"
 RAW_READ_DURABILITY = "1 MiB read() calls from the page cache"
 MQ_DURABILITY = "mmap commit log, async flush (msync every 500 ms, not awaited)"
+MQ_SYNC_DURABILITY = "mmap commit log, sync flush: acknowledged after the msync (group commit)"
+
+# What a crash loses, as (process crash, machine crash); for reads: what happens to the position.
+RAW_CRASH = ("nothing", "all since the last fdatasync")
+MQ_CRASH = ("nothing", "up to 500 ms")
+MQ_SYNC_CRASH = ("nothing", "nothing acknowledged")
+READ_CRASH = {
+    "raw_read": ("position in memory, saved at the end", "same, not fsynced"),
+    "read": ("no position kept (the caller tracks offsets)", "same"),
+    "poll": ("offsets auto-committed every 5 s: re-delivered", "same"),
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,6 +286,189 @@ def mq_reopen(mqlite: Any, path: str, queues: int, n: int, times: int = 5) -> Li
     return out
 
 
+def mq_poll_all(mqlite: Any, store: Any, n: int, max_messages: Optional[int],
+                group: str) -> tuple[float, int]:
+    """PullConsumer.poll over the whole topic from the first offset, touching every body;
+    returns (seconds, messages).  The consumer joins the group before the clock starts."""
+    consumer = store.pull_consumer(
+        group, consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    try:
+        consumer.subscribe(TOPIC)
+        poll = consumer.poll
+        count = 0
+        total = 0
+        gc.collect()
+        t0 = time.perf_counter()
+        while count < n:
+            msgs = poll(1.0, max_messages)
+            if not msgs:
+                raise SystemExit(f"error: poll returned nothing after {count} of {n} messages")
+            for m in msgs:
+                total += len(m.body)
+            count += len(msgs)
+        dt = time.perf_counter() - t0
+    finally:
+        consumer.close()
+    if count != n:
+        raise SystemExit(f"error: poll returned {count} messages, expected {n}")
+    return dt, count
+
+
+# ----------------------------------------------------------------------------------------------
+# Sync durability (flush="sync"): group commit with concurrent senders
+# ----------------------------------------------------------------------------------------------
+
+
+def _sync_run(mqlite: Any, path: str, size: int, threads: int, seconds: float,
+              body_fn: Any, queues: int) -> dict:
+    """Run `threads` workers calling body_fn(producer_or_None, msg, stop) -> (count, not_ok)
+    for `seconds`; returns counts and the rate over the time until every worker returned."""
+    store = mqlite.open(path, flush="sync")
+    try:
+        store.create_topic(TOPIC, queues=queues)
+        msg = mqlite.Message(TOPIC, os.urandom(size))
+        stop = threading.Event()
+        start = threading.Barrier(threads + 1)
+        counts = [0] * threads
+        not_ok = [0] * threads
+        errors: List[str] = []
+
+        def worker(i: int) -> None:
+            try:
+                start.wait()
+                counts[i], not_ok[i] = body_fn(store, msg, stop)
+            except BaseException as e:  # reported, never hidden
+                errors.append(f"{type(e).__name__}: {e}")
+
+        ths = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+        for t in ths:
+            t.start()
+        gc.collect()
+        start.wait()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for t in ths:
+            t.join()
+        dt = time.perf_counter() - t0
+    finally:
+        store.close()
+    total = sum(counts)
+    res = {"threads": threads, "secs": dt, "count": total, "msgs_per_s": total / dt,
+           "not_send_ok": sum(not_ok)}
+    if errors:
+        res["errors"] = errors[:3]
+    return res
+
+
+def sync_send_threads(mqlite: Any, path: str, size: int, threads: int, seconds: float,
+                      queues: int = 4) -> dict:
+    """`threads` threads, one Producer each, each calling the blocking send() in a loop."""
+    ok_status = mqlite.SendStatus.SEND_OK
+
+    def body(store: Any, msg: Any, stop: threading.Event) -> tuple[int, int]:
+        send = store.producer().send
+        n = bad = 0
+        while not stop.is_set():
+            if send(msg).send_status is not ok_status:
+                bad += 1
+            n += 1
+        return n, bad
+
+    return _sync_run(mqlite, path, size, threads, seconds, body, queues)
+
+
+def sync_send_async_window(mqlite: Any, path: str, size: int, threads: int, window: int,
+                           seconds: float, shared_producer: bool, queues: int = 4) -> dict:
+    """`threads` threads each calling send_async() and keeping at most `window` futures
+    outstanding (waiting on the oldest when full); a send counts once its future resolved."""
+    ok_status = mqlite.SendStatus.SEND_OK
+    shared: Dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def body(store: Any, msg: Any, stop: threading.Event) -> tuple[int, int]:
+        if shared_producer:
+            with lock:
+                if "p" not in shared:
+                    shared["p"] = store.producer()
+                producer = shared["p"]
+        else:
+            producer = store.producer()
+        send_async = producer.send_async
+        pending: collections.deque = collections.deque()
+        n = bad = 0
+        while not stop.is_set():
+            if len(pending) >= window:
+                if pending.popleft().result().send_status is not ok_status:
+                    bad += 1
+                n += 1
+            pending.append(send_async(msg))
+        while pending:
+            if pending.popleft().result().send_status is not ok_status:
+                bad += 1
+            n += 1
+        return n, bad
+
+    res = _sync_run(mqlite, path, size, threads, seconds, body, queues)
+    res["window"] = window
+    res["shared_producer"] = shared_producer
+    return res
+
+
+SYNC_WORKLOADS = [
+    # key, label, kind, threads, shared producer
+    ("sync_send_1", "send(), 1 thread", "send", 1, False),
+    ("sync_send_4", "send(), 4 threads", "send", 4, False),
+    ("sync_send_8", "send(), 8 threads", "send", 8, False),
+    ("sync_async_8x256", "send_async(), 8 threads x window 256, one shared Producer",
+     "async", 8, True),
+    ("sync_async_8x256_own", "send_async(), 8 threads x window 256, one Producer per thread",
+     "async", 8, False),
+]
+
+
+def run_sync(mqlite: Any, base: str, size: int, seconds: float, rep: int,
+             window: int = 256) -> List[dict]:
+    """Every SYNC_WORKLOADS row once (a fresh store each); returns result rows."""
+    rows = []
+    for key, label, kind, threads, shared in SYNC_WORKLOADS:
+        work = tempfile.mkdtemp(prefix=f"mq-{key}-", dir=base)
+        try:
+            path = os.path.join(work, "store")
+            if kind == "send":
+                r = sync_send_threads(mqlite, path, size, threads, seconds)
+            else:
+                r = sync_send_async_window(mqlite, path, size, threads, window, seconds, shared)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        r.update({"run": rep, "key": key, "workload": label, "size": size,
+                  "durability": MQ_SYNC_DURABILITY, "process_crash": MQ_SYNC_CRASH[0],
+                  "machine_crash": MQ_SYNC_CRASH[1]})
+        rows.append(r)
+        print(f"  [run {rep}] sync {label:<58} {fmt_rate(r['msgs_per_s']):>8} msgs/s"
+              + (f"  ERRORS {r['errors']}" if r.get("errors") else ""), flush=True)
+    return rows
+
+
+def summarize_sync(results: List[dict]) -> List[dict]:
+    groups: Dict[tuple, List[dict]] = {}
+    for r in results:
+        groups.setdefault((r["size"], r["key"]), []).append(r)
+    out = []
+    for (size, key), rs in groups.items():
+        rates = [r["msgs_per_s"] for r in rs]
+        s = {k: rs[0][k] for k in ("key", "workload", "size", "durability", "process_crash",
+                                   "machine_crash", "threads")}
+        s.update({"runs": len(rs), "msgs_per_s": statistics.median(rates), "min": min(rates),
+                  "max": max(rates), "not_send_ok": sum(r["not_send_ok"] for r in rs),
+                  "errors": [e for r in rs for e in r.get("errors", [])]})
+        if "window" in rs[0]:
+            s["window"] = rs[0]["window"]
+            s["shared_producer"] = rs[0]["shared_producer"]
+        out.append(s)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Runner
 # ----------------------------------------------------------------------------------------------
@@ -274,13 +479,14 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
     n, size = len(bodies), len(bodies[0])
     rows: List[dict] = []
 
-    def record(workload: str, kind: str, secs: float, count: int, durability: str,
-               extra: Optional[dict] = None) -> None:
+    def record(key: str, workload: str, kind: str, secs: float, count: int, durability: str,
+               crash: tuple, extra: Optional[dict] = None) -> None:
         rate = count / secs if secs > 0 else 0.0
         mbps = count * size / secs / 1e6 if secs > 0 else 0.0
-        r: Dict[str, Any] = {"run": rep, "workload": workload, "kind": kind, "secs": secs,
-                             "count": count, "msgs_per_s": rate, "mb_per_s": mbps,
-                             "durability": durability}
+        r: Dict[str, Any] = {"run": rep, "key": key, "workload": workload, "kind": kind,
+                             "size": size, "secs": secs, "count": count, "msgs_per_s": rate,
+                             "mb_per_s": mbps, "durability": durability,
+                             "process_crash": crash[0], "machine_crash": crash[1]}
         r.update(extra or {})
         rows.append(r)
         extra_txt = ""
@@ -295,8 +501,9 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
         tp, tc, got = raw_run(work, bodies)
         if got != bodies:
             raise SystemExit("error: raw baseline read back different bodies")
-        record("raw-file append", "produce", tp, n, RAW_DURABILITY)
-        record("raw-file read", "consume", tc, len(got), RAW_READ_DURABILITY)
+        record("raw_append", "raw-file append", "produce", tp, n, RAW_DURABILITY, RAW_CRASH)
+        record("raw_read", "raw-file read", "consume", tc, len(got), RAW_READ_DURABILITY,
+               READ_CRASH["raw_read"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -311,7 +518,7 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
     try:
         extra: dict = {"message_build_s": build_s}
         secs = mq_send_each(mqlite, os.path.join(work, "store"), msgs, args.queues, extra)
-        record("send(Message)", "produce", secs, n, MQ_DURABILITY, extra)
+        record("send", "send(Message)", "produce", secs, n, MQ_DURABILITY, MQ_CRASH, extra)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -322,18 +529,27 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
         extra = {}
         secs, store = mq_send_batch(mqlite, path, bodies, args.batch, args.queues, extra,
                                     topic=TOPIC, keep_open=True)
-        record(f"send_batch(bytes) x{args.batch}", "produce", secs, n, MQ_DURABILITY, extra)
+        record("send_batch_bytes", f"send_batch(bytes) x{args.batch}", "produce", secs, n,
+               MQ_DURABILITY, MQ_CRASH, extra)
         try:
             secs, got = mq_read_all(mqlite, store, args.queues, args.read_batch)
+            if len(got) != n or sorted(got) != sorted(bodies):
+                raise SystemExit(f"error: mqlite read back {len(got)} bodies that differ from "
+                                 f"the {n} sent")
+            del got
+            record("read", f"read x{args.read_batch}", "consume", secs, n,
+                   f"Store.read over {args.queues} queues", READ_CRASH["read"])
+            for key, label, k in (("poll_256", "poll(max_messages=256)", 256),
+                                  ("poll_default", "poll() (default 32)", None)):
+                secs, count = mq_poll_all(mqlite, store, n, k, f"bench-{key}")
+                record(key, label, "consume", secs, count,
+                       "PullConsumer over the same store, auto_commit every 5 s",
+                       READ_CRASH["poll"])
         finally:
             store.close()
-        if len(got) != n or sorted(got) != sorted(bodies):
-            raise SystemExit(f"error: mqlite read back {len(got)} bodies that differ from the "
-                             f"{n} sent")
-        record(f"read x{args.read_batch}", "consume", secs, len(got),
-               f"Store.read over {args.queues} queues")
         opens = mq_reopen(mqlite, path, args.queues, n)
-        rows.append({"run": rep, "workload": "reopen after clean close", "kind": "reopen",
+        rows.append({"run": rep, "key": "reopen", "size": size,
+                     "workload": "reopen after clean close", "kind": "reopen",
                      "reopen_ms": [s * 1e3 for s in opens],
                      "median_ms": statistics.median(opens) * 1e3})
         print(f"  [run {rep}] {'reopen (clean close)':<26} "
@@ -347,40 +563,46 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
         extra = {}
         secs, _ = mq_send_batch(mqlite, os.path.join(work, "store"), msgs, args.batch,
                                 args.queues, extra, topic=None)
-        record(f"send_batch(Message) x{args.batch}", "produce", secs, n, MQ_DURABILITY, extra)
+        record("send_batch_msg", f"send_batch(Message) x{args.batch}", "produce", secs, n,
+               MQ_DURABILITY, MQ_CRASH, extra)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
 def summarize(results: List[dict]) -> List[dict]:
-    groups: Dict[str, List[dict]] = {}
+    """Median per (size, workload) across repetitions; ratios against the raw-file row of the
+    same kind and size."""
+    groups: Dict[tuple, List[dict]] = {}
     for r in results:
-        groups.setdefault(r["workload"], []).append(r)
+        groups.setdefault((r["size"], r["key"]), []).append(r)
     summary = []
-    for workload, rs in groups.items():
-        s: Dict[str, Any] = {"workload": workload, "kind": rs[0]["kind"], "runs": len(rs)}
+    for (size, key), rs in groups.items():
+        s: Dict[str, Any] = {"key": key, "size": size, "workload": rs[0]["workload"],
+                             "kind": rs[0]["kind"], "runs": len(rs)}
         if rs[0]["kind"] == "reopen":
             s["median_ms"] = statistics.median(r["median_ms"] for r in rs)
         else:
             rates = [r["msgs_per_s"] for r in rs]
             s.update({
                 "durability": rs[0]["durability"],
+                "process_crash": rs[0]["process_crash"],
+                "machine_crash": rs[0]["machine_crash"],
                 "msgs_per_s": statistics.median(rates),
                 "min": min(rates),
                 "max": max(rates),
                 "mb_per_s": statistics.median(r["mb_per_s"] for r in rs),
             })
-            for key in ("flush_s", "dispatch_wait_s", "message_build_s"):
-                vals = [r[key] for r in rs if r.get(key) is not None]
+            for k in ("flush_s", "dispatch_wait_s", "message_build_s"):
+                vals = [r[k] for r in rs if r.get(k) is not None]
                 if vals:
-                    s[key] = statistics.median(vals)
+                    s[k] = statistics.median(vals)
         summary.append(s)
     order = {"produce": 0, "consume": 1, "reopen": 2}
-    summary.sort(key=lambda s: order[s["kind"]])  # stable: run order within a kind
-    base = {s["kind"]: s for s in summary if s["workload"].startswith("raw-file")}
+    summary.sort(key=lambda s: (s["size"], order[s["kind"]]))  # stable: run order within a kind
+    base = {(s["size"], s["kind"]): s for s in summary if s["key"] in ("raw_append", "raw_read")}
     for s in summary:
-        b = base.get(s["kind"])
+        b = base.get((s["size"], s["kind"]))
         if b and "msgs_per_s" in s and b["msgs_per_s"]:
             s["ratio_vs_raw"] = s["msgs_per_s"] / b["msgs_per_s"]
     return summary
@@ -415,6 +637,21 @@ def report(summary: List[dict], args: argparse.Namespace, n: int) -> None:
                          f"{s['flush_s'] * 1e3:.1f} ms (not included).")
     for line in notes:
         print("note:", line)
+
+
+def report_sync(summary: List[dict], seconds: float) -> None:
+    rows = [[s["workload"], f"{s['size']}",
+             f"{fmt_rate(s['msgs_per_s'])} ({fmt_rate(s['min'])}-{fmt_rate(s['max'])})",
+             str(s["not_send_ok"]), "; ".join(s["errors"])[:60]] for s in summary]
+    print_table(f"flush=\"sync\" (acknowledged after the msync), {seconds:g} s per run, "
+                "median (min-max)", ["workload", "body B", "msgs/s", "not SEND_OK", "errors"],
+                rows)
+
+
+def make_bodies(n: int, size: int) -> List[bytes]:
+    """n random bodies of `size` bytes (slices of one random blob)."""
+    blob = os.urandom(n * size)
+    return [blob[i * size:(i + 1) * size] for i in range(n)]
 
 
 def fmt_rate(x: float) -> str:
@@ -466,6 +703,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", default="", help="write raw results and the summary to this file")
     ap.add_argument("--raw-only", action="store_true",
                     help="measure only the raw-file baseline (mqlite need not be installed)")
+    ap.add_argument("--sync", action="store_true",
+                    help="also run the flush=\"sync\" workloads (threads x blocking send, "
+                         "8 threads x window of 256 send_async)")
+    ap.add_argument("--sync-seconds", type=float, default=2.0,
+                    help="duration of each sync workload run")
     args = ap.parse_args(argv)
     if args.n < 1 or args.size < 1 or args.repeat < 1 or args.batch < 1 or args.read_batch < 1:
         ap.error("--n, --size, --repeat, --batch and --read-batch must be positive")
@@ -484,22 +726,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(base, exist_ok=True)
     env = environment(mqlite)
     print("environment:", json.dumps(env))
-    blob = os.urandom(args.n * args.size)
-    bodies = [blob[i * args.size:(i + 1) * args.size] for i in range(args.n)]
-    del blob
+    bodies = make_bodies(args.n, args.size)
     results: List[dict] = []
+    sync_results: List[dict] = []
     try:
         for rep in range(args.repeat):
             results.extend(one_repetition(args, bodies, mqlite, base, rep))
+            if args.sync and mqlite is not None:
+                sync_results.extend(run_sync(mqlite, base, args.size, args.sync_seconds, rep))
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
     summary = summarize(results)
     report(summary, args, args.n)
+    out: Dict[str, Any] = {"env": env, "argv": sys.argv, "args": vars(args), "results": results,
+                           "summary": summary}
+    if sync_results:
+        out["sync_results"] = sync_results
+        out["sync_summary"] = summarize_sync(sync_results)
+        report_sync(out["sync_summary"], args.sync_seconds)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"env": env, "argv": sys.argv, "args": vars(args), "results": results,
-                       "summary": summary}, f, indent=1)
+            json.dump(out, f, indent=1)
         print(f"wrote {args.json}")
     return 0
 

@@ -99,8 +99,13 @@ class Peer:
     """
 
     name = "abstract"
+    label = ""  # display name in reports
     durability = ""  # honest one-line description of what "produced" means on disk
+    process_crash = ""  # what a crash of the producing process loses (short)
+    machine_crash = ""  # what a crash of the machine (OS crash, power loss) loses (short)
+    consume_mode = ""  # how the consume phase acknowledges (what a crash re-delivers or loses)
     latency_capable = False
+    throughput_capable = True
 
     def setup(self, workdir: str, args: argparse.Namespace) -> None:
         self.workdir = workdir
@@ -129,6 +134,14 @@ class Peer:
     def latency_pair(self, workdir: str, args: argparse.Namespace):
         raise NotImplementedError
 
+    # push-style latency mode (used instead of latency_pair when latency_push is True):
+    # return (send(body), close()); the peer calls deliver(list of bodies) on its own threads.
+    latency_push = False
+
+    def latency_listener(self, workdir: str, args: argparse.Namespace,
+                         deliver: Callable[[List[bytes]], None]):
+        raise NotImplementedError
+
 
 def dir_bytes(path: str) -> int:
     total = 0
@@ -146,7 +159,11 @@ def dir_bytes(path: str) -> int:
 
 class SimpleQueuePeer(Peer):
     name = "simplequeue"
+    label = "queue.SimpleQueue (in memory)"
     durability = "none: in-memory queue.SimpleQueue (upper bound for pure-Python hand-off)"
+    process_crash = "everything"
+    machine_crash = "everything"
+    consume_mode = "get_nowait() per message"
     latency_capable = True
 
     def setup(self, workdir, args):
@@ -180,8 +197,12 @@ class RawFilePeer(Peer):
     """Length-prefixed records, one os.write per batch of `batch` records."""
 
     name = "raw-file"
+    label = "raw file append, write() per 100 records"
     durability = ("page cache: one write() per 100 length-prefixed records; "
                   "one fdatasync at end of produce (timed)")
+    process_crash = "nothing"
+    machine_crash = "all since the last fdatasync"
+    consume_mode = "1 MiB read() calls; position saved at the end"
     batch = 100
     fsync_each_batch = False
 
@@ -247,7 +268,9 @@ class RawFilePeer(Peer):
 
 class RawFileFsyncPeer(RawFilePeer):
     name = "raw-file-fsync"
+    label = "raw file append, fdatasync per 100 records"
     durability = "disk: one write()+fdatasync per 100 records (group-commit floor)"
+    machine_crash = "up to 100 records"
     fsync_each_batch = True
 
 
@@ -255,7 +278,11 @@ class RawMmapPeer(Peer):
     """Per-message pack_into + slice store into a pre-sized mmap (one Python->C call pair per msg)."""
 
     name = "raw-mmap"
+    label = "raw mmap, slice store per record"
     durability = "page cache via mmap, one call pair per message; msync (flush) at end of produce (timed)"
+    process_crash = "nothing"
+    machine_crash = "all since the last msync"
+    consume_mode = "slices of the mapping; position in memory"
 
     def setup(self, workdir, args):
         super().setup(workdir, args)
@@ -312,6 +339,7 @@ class RawMmapPrefaultPeer(RawMmapPeer):
     block-allocation cost from the append path."""
 
     name = "raw-mmap-prefault"
+    label = "raw mmap, pre-faulted"
     durability = ("as raw-mmap, segment posix_fallocate'd + every page pre-touched before "
                   "the timed phase (setup cost not counted); msync at end of produce (timed)")
 
@@ -334,8 +362,12 @@ class RawMmapPrefaultPeer(RawMmapPeer):
 
 class QueuelibPeer(Peer):
     name = "queuelib-fifo"
+    label = "queuelib FifoDiskQueue"
     durability = ("page cache: one unbuffered os.write per push, no fsync; queue state "
                   "(info.json) is only written by close() -- a crash loses the head/tail pointers")
+    process_crash = "all since the last close()"
+    machine_crash = "all since the last close()"
+    consume_mode = "pop() per message; pointers saved by close()"
 
     def setup(self, workdir, args):
         super().setup(workdir, args)
@@ -372,6 +404,10 @@ class QueuelibPeer(Peer):
 
 class PQFilePeer(Peer):
     name = "pq-file"
+    label = "persist-queue Queue (files)"
+    process_crash = "nothing"
+    machine_crash = "up to 100 puts (fsync per chunk)"
+    consume_mode = "get() + task_done() per message"
     durability = ("persistqueue.Queue defaults: each put = pickle+write+flush and an info file "
                   "rewritten via tempfile+rename (no fsync); fsync only when a 100-item chunk "
                   "rolls; consume = get()+task_done() per message (info rewritten each ack)")
@@ -418,6 +454,10 @@ class PQFilePeer(Peer):
 
 class PQSqlitePeer(Peer):
     name = "pq-sqlite"
+    label = "persist-queue SQLiteQueue"
+    process_crash = "nothing"
+    machine_crash = "nothing (fsync per commit)"
+    consume_mode = "get() per message (one DELETE transaction)"
     durability = ("persistqueue.SQLiteQueue(auto_commit=True): one SQLite transaction per put and "
                   "per get (row DELETE); WAL, synchronous=FULL (SQLite default) => WAL fsync per commit")
     latency_capable = True
@@ -461,6 +501,8 @@ class PQSqlitePeer(Peer):
 
 class PQSqliteAckPeer(PQSqlitePeer):
     name = "pq-sqlite-ack"
+    label = "persist-queue SQLiteAckQueue"
+    consume_mode = "get() + ack() per message (two transactions)"
     durability = ("persistqueue.SQLiteAckQueue: one transaction per put, per get (status->unack) "
                   "and per ack (status->acked); WAL, synchronous=FULL; acked rows stay until "
                   "clear_acked_data()")
@@ -490,6 +532,10 @@ class PQSqliteAckPeer(PQSqlitePeer):
 
 class LiteQueuePeer(Peer):
     name = "litequeue"
+    label = "litequeue (SQLite)"
+    process_crash = "nothing"
+    machine_crash = "commits since the last WAL sync"
+    consume_mode = "pop() + done() per message"
     durability = ("litequeue.LiteQueue: autocommit statement per put/pop/done; WAL, "
                   "synchronous=NORMAL => no fsync per commit (survives process crash, not power loss)")
 
@@ -523,6 +569,10 @@ class LiteQueuePeer(Peer):
 
 class DiskcacheDequePeer(Peer):
     name = "diskcache-deque"
+    label = "diskcache Deque (SQLite)"
+    process_crash = "nothing"
+    machine_crash = "commits since the last WAL sync"
+    consume_mode = "popleft() per message"
     durability = ("diskcache.Deque defaults: one SQLite transaction per append/popleft; WAL, "
                   "synchronous=NORMAL => no fsync per commit")
 
@@ -570,7 +620,7 @@ class RedisServer:
     def __init__(self, workdir: str):
         exe = shutil.which("redis-server")
         if not exe:
-            raise PeerUnavailable("redis-server binary not found (apt-get install redis-server)")
+            raise PeerUnavailable("redis-server not installed")
         try:
             import redis  # noqa: F401  (client library needed before we start a server)
         except ImportError as e:
@@ -614,6 +664,10 @@ class RedisServer:
 
 class RedisStreamPeer(Peer):
     name = "redis-xadd"
+    label = "Redis Streams XADD (redis-py)"
+    process_crash = "nothing (the server holds it)"
+    machine_crash = "up to 1 s (AOF everysec)"
+    consume_mode = "XREADGROUP COUNT 1 + XACK per message"
     durability = ("Redis 7 Stream on a private local server, AOF appendfsync everysec (up to ~1 s "
                   "of acked writes lost on power loss); produce = one XADD round-trip per message; "
                   "consume = XREADGROUP COUNT 1 + XACK per message")
@@ -707,6 +761,8 @@ class RedisStreamPeer(Peer):
 
 class RedisStreamPipePeer(RedisStreamPeer):
     name = "redis-xadd-pipe100"
+    label = "Redis Streams XADD, pipelined 100"
+    consume_mode = "XREADGROUP COUNT 100 + one XACK per 100"
     durability = ("as redis-xadd, but XADD pipelined 100 per round-trip; consume = XREADGROUP "
                   "COUNT 100 + one XACK of those 100 ids")
     latency_capable = False
@@ -728,7 +784,11 @@ class MqlitePeer(Peer):
     """
 
     name = "mqlite"
+    label = "mqlite send_batch(bytes) x1000 / Store.read"
     durability = "mmap commit log, async flush (msync every 500 ms); send_batch of 1000"
+    process_crash = "nothing"
+    machine_crash = "up to 500 ms"
+    consume_mode = "Store.read (the caller tracks offsets)"
     latency_capable = True
     topic = "bench"
     queues = 4
@@ -817,6 +877,117 @@ class MqlitePeer(Peer):
             store.close()
 
 
+class MqliteSendPeer(Peer):
+    """mqlite one message at a time: `Producer.send(Message(topic, body))` per message into a
+    one-queue topic (so the order is the send order), consumed with `PullConsumer.poll()` at
+    its default batch (32), offsets committed at the end of the consume phase."""
+
+    name = "mqlite-send"
+    label = "mqlite send(Message) / PullConsumer.poll()"
+    durability = "mmap commit log, async flush (msync every 500 ms); one send per message"
+    process_crash = "nothing"
+    machine_crash = "up to 500 ms"
+    consume_mode = "poll() (32 per call); offsets committed every 5 s and at the end"
+    topic = "bench1"
+
+    def setup(self, workdir, args):
+        super().setup(workdir, args)
+        try:
+            import mqlite
+        except ImportError as e:
+            raise PeerUnavailable(f"mqlite not importable ({e})")
+        self.mqlite = mqlite
+        self.store = mqlite.open(os.path.join(workdir, "store"), flush="async")
+        self.store.create_topic(self.topic, queues=1)
+        self.producer = self.store.producer()
+        self.sent = 0
+        self.consumer = None
+
+    def produce_chunk(self, bodies):
+        send = self.producer.send
+        Message = self.mqlite.Message
+        topic = self.topic
+        for b in bodies:
+            send(Message(topic, b))
+        self.sent += len(bodies)
+
+    def finish_produce(self):
+        # as MqlitePeer: wait (timed) until dispatch made every message visible to readers
+        mq = self.mqlite.MessageQueue(self.topic, 0)
+        deadline = time.monotonic() + 60
+        while self.store.offsets(mq)[1] < self.sent:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dispatch did not reach offset {self.sent}")
+            time.sleep(0.0005)
+
+    def consume_chunk(self, k):
+        if self.consumer is None:
+            self.consumer = self.store.pull_consumer(
+                "bench", consume_from=self.mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            self.consumer.subscribe(self.topic)
+        out = []
+        poll = self.consumer.poll
+        while len(out) < k:
+            msgs = poll(0.5, min(32, k - len(out)))
+            if not msgs:
+                break
+            out.extend([m.body for m in msgs])
+        return out
+
+    def finish_consume(self):
+        if self.consumer is not None:
+            self.consumer.commit()
+
+    def teardown(self):
+        if getattr(self, "consumer", None) is not None:
+            self.consumer.close()
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.close()
+
+
+class MqlitePushPeer(Peer):
+    """Latency only: `Producer.send` in the producer thread, a `PushConsumer` (concurrent mode,
+    its default 4 threads) calls the listener, which records the arrival."""
+
+    name = "mqlite-push"
+    label = "mqlite send -> PushConsumer listener"
+    durability = "mmap commit log, async flush (msync every 500 ms)"
+    process_crash = "nothing"
+    machine_crash = "up to 500 ms"
+    latency_capable = True
+    throughput_capable = False
+    latency_push = True
+
+    def latency_listener(self, workdir, args, deliver):
+        import mqlite
+
+        store = mqlite.open(os.path.join(workdir, "lat-store"), flush="async")
+        store.create_topic("lat", queues=1)
+        producer = store.producer()
+        consumer = store.push_consumer(
+            "lat", consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe("lat")
+        success = mqlite.ConsumeStatus.CONSUME_SUCCESS
+
+        def listener(msgs):
+            deliver([m.body for m in msgs])
+            return success
+
+        consumer.register_message_listener(listener)
+        consumer.start()
+        Message = mqlite.Message
+
+        def send(body):
+            producer.send(Message("lat", body), queue_id=0)
+
+        def close():
+            consumer.shutdown()
+            store.close()
+
+        return send, close
+
+
 PEER_CLASSES = [
     SimpleQueuePeer,
     RawFilePeer,
@@ -832,6 +1003,8 @@ PEER_CLASSES = [
     RedisStreamPeer,
     RedisStreamPipePeer,
     MqlitePeer,
+    MqliteSendPeer,
+    MqlitePushPeer,
 ]
 PEERS = {c.name: c for c in PEER_CLASSES}
 
@@ -849,7 +1022,7 @@ def make_bodies(n: int, size: int, seed_bytes: Optional[bytes] = None) -> List[b
 def run_throughput_once(cls, bodies: List[bytes], args, base: str) -> dict:
     n = len(bodies)
     size = len(bodies[0])
-    res = {"peer": cls.name, "size": size, "n": n, "durability": cls.durability}
+    res = {"peer": cls.name, "size": size, "n": n, **peer_info(cls)}
     workdir = tempfile.mkdtemp(prefix=f"{cls.name}-", dir=base)
     peer = cls()
     try:
@@ -903,6 +1076,13 @@ def run_throughput_once(cls, bodies: List[bytes], args, base: str) -> dict:
     return res
 
 
+def peer_info(cls) -> dict:
+    """The descriptive fields of a peer class, copied into every result row."""
+    return {"label": cls.label or cls.name, "durability": cls.durability,
+            "process_crash": cls.process_crash, "machine_crash": cls.machine_crash,
+            "consume_mode": cls.consume_mode}
+
+
 def phase(count: int, size: int, secs: float, partial: bool) -> dict:
     return {
         "count": count,
@@ -920,7 +1100,9 @@ def summarize(results: List[dict]) -> List[dict]:
         groups.setdefault((r["peer"], r["size"]), []).append(r)
     out = []
     for (peer, size), rs in groups.items():
-        s = {"peer": peer, "size": size, "runs": len(rs), "durability": rs[0].get("durability", "")}
+        s = {"peer": peer, "size": size, "runs": len(rs),
+             **{k: rs[0].get(k, "") for k in ("label", "durability", "process_crash",
+                                              "machine_crash", "consume_mode")}}
         ok = [r for r in rs if "produce" in r and "error" not in r]
         if not ok:
             s["note"] = rs[0].get("skipped") or rs[0].get("error") or "no result"
@@ -1020,63 +1202,92 @@ def report_throughput(summary: List[dict], n: int) -> None:
 LAT_HDR = struct.Struct("<qq")  # seq, send perf_counter_ns
 
 
+def paced_send(send: Callable[[bytes], None], total: int, rate: float, size: int) -> float:
+    """Send `total` bodies (seq, perf_counter_ns timestamp, padding to `size`) at `rate`/s
+    (0 = flat out); the timestamp is taken just before send() is called. Returns seconds."""
+    pad = b"\0" * max(0, size - LAT_HDR.size)
+    pack = LAT_HDR.pack
+    now_ns = time.perf_counter_ns
+    interval = 1.0 / rate if rate > 0 else 0.0
+    t_start = time.perf_counter()
+    next_t = t_start
+    for seq in range(total):
+        if interval:
+            next_t += interval
+            while True:
+                d = next_t - time.perf_counter()
+                if d <= 0:
+                    break
+                time.sleep(d if d > 0.0002 else 0)
+        send(pack(seq, now_ns()) + pad)
+    return time.perf_counter() - t_start
+
+
 def run_latency_once(cls, args, base: str) -> dict:
+    """One latency run: a producer thread (this one) sends warmup + m paced messages; the
+    consumer side (a thread calling recv(), or the peer's own listener threads) records the
+    arrival time of each. Pull-style peers are also checked for order."""
     rate = args.rate_map.get(cls.name, args.rate)
     res = {"peer": cls.name, "m": args.m, "rate": rate, "size": args.size}
     workdir = tempfile.mkdtemp(prefix=f"lat-{cls.name}-", dir=base)
     peer = cls()
     close = None
     try:
+        warm = args.warmup
+        total = warm + args.m
+        lat: List[int] = []
+        errors: List[str] = []
+        done = threading.Event()
+        seen = [0]
+        lock = threading.Lock()
+
+        def deliver(bodies: List[bytes]) -> None:  # push style: called on the peer's threads
+            now = time.perf_counter_ns()
+            with lock:
+                for b in bodies:
+                    seq, ts = LAT_HDR.unpack_from(b, 0)
+                    if seq >= warm:
+                        lat.append(now - ts)
+                seen[0] += len(bodies)
+                if seen[0] >= total:
+                    done.set()
+
         try:
-            send, recv, close = peer.latency_pair(workdir, args)
+            if cls.latency_push:
+                send, close = peer.latency_listener(workdir, args, deliver)
+            else:
+                send, recv, close = peer.latency_pair(workdir, args)
         except PeerUnavailable as e:
             res["skipped"] = str(e)
             return res
-        warm = args.warmup
-        total = warm + args.m
-        pad = b"\0" * max(0, args.size - LAT_HDR.size)
-        lat = []
-        errors = []
-        done = threading.Event()
 
-        def consumer():
-            try:
-                seen = 0
-                expect = 0
-                while seen < total:
-                    for b in recv():
-                        now = time.perf_counter_ns()
-                        seq, ts = LAT_HDR.unpack_from(b, 0)
-                        if seq != expect:
-                            errors.append(f"order: got {seq} expected {expect}")
-                            expect = seq
-                        expect += 1
-                        if seq >= warm:
-                            lat.append(now - ts)
-                        seen += 1
-            except Exception as e:  # pragma: no cover
-                errors.append(f"{type(e).__name__}: {e}")
-            finally:
-                done.set()
+        if not cls.latency_push:
+            def consumer():
+                try:
+                    expect = 0
+                    while seen[0] < total:
+                        for b in recv():
+                            now = time.perf_counter_ns()
+                            seq, ts = LAT_HDR.unpack_from(b, 0)
+                            if seq != expect:
+                                errors.append(f"order: got {seq} expected {expect}")
+                                expect = seq
+                            expect += 1
+                            if seq >= warm:
+                                lat.append(now - ts)
+                            seen[0] += 1
+                except Exception as e:  # pragma: no cover
+                    errors.append(f"{type(e).__name__}: {e}")
+                finally:
+                    done.set()
 
-        th = threading.Thread(target=consumer, daemon=True)
-        th.start()
-        interval = 1.0 / rate if rate > 0 else 0.0
-        t_start = time.perf_counter()
-        next_t = t_start
-        for seq in range(total):
-            if interval:
-                next_t += interval
-                while True:
-                    d = next_t - time.perf_counter()
-                    if d <= 0:
-                        break
-                    time.sleep(d if d > 0.0002 else 0)
-            send(LAT_HDR.pack(seq, time.perf_counter_ns()) + pad)
-        send_secs = time.perf_counter() - t_start
+            th = threading.Thread(target=consumer, daemon=True)
+            th.start()
+        send_secs = paced_send(send, total, rate, args.size)
         if not done.wait(args.budget):
             errors.append(f"consumer did not finish in {args.budget}s (got {len(lat)} samples)")
-        lat.sort()
+        with lock:
+            lat = sorted(lat)
         res["send_rate"] = total / send_secs
         res["samples"] = len(lat)
         if lat:
@@ -1105,27 +1316,47 @@ def pct(sorted_vals, p):
     return sorted_vals[k]
 
 
-def report_latency(results: List[dict]) -> List[dict]:
+def summarize_latency(results: List[dict]) -> List[dict]:
+    """Median of each percentile per (peer, size) across runs."""
     groups = {}
     for r in results:
-        groups.setdefault(r["peer"], []).append(r)
-    rows = []
+        groups.setdefault((r["peer"], r.get("size")), []).append(r)
     summary = []
-    for peer, rs in groups.items():
+    for (peer, size), rs in groups.items():
+        info = peer_info(PEERS[peer]) if peer in PEERS else {}
         ok = [r for r in rs if "p50_us" in r]
+        errs = [e for r in rs for e in r.get("errors", [])] + [r["error"] for r in rs if "error" in r]
         if not ok:
-            note = rs[0].get("skipped") or rs[0].get("error") or str(rs[0].get("errors"))
-            rows.append([peer, "-", "-", "-", "-", "-", note[:70]])
-            summary.append({"peer": peer, "note": note})
+            skipped = rs[0].get("skipped")
+            note = skipped or rs[0].get("error") or str(rs[0].get("errors"))
+            summary.append({"peer": peer, "size": size, **info,
+                            "status": "skipped" if skipped else "error", "note": note,
+                            "errors": errs})
             continue
-        med = {k: statistics.median([r[k] for r in ok]) for k in ("p50_us", "p99_us", "p999_us", "max_us", "send_rate")}
-        errs = sum(len(r.get("errors", [])) for r in rs)
-        rows.append([peer, f"{med['p50_us']:.1f}", f"{med['p99_us']:.1f}", f"{med['p999_us']:.1f}",
-                     f"{med['max_us']:.0f}", f"{ok[0]['rate']:.0f} / {med['send_rate']:.0f}",
-                     f"runs={len(ok)}" + (f"; {errs} errors" if errs else "")])
-        summary.append({"peer": peer, "runs": len(ok), **med})
-    print_table(f"End-to-end latency (us), producer thread -> consumer thread, median of runs",
-                ["peer", "p50", "p99", "p99.9", "max", "target / achieved msg/s", "notes"], rows)
+        med = {k: statistics.median([r[k] for r in ok])
+               for k in ("p50_us", "p99_us", "p999_us", "max_us", "send_rate")}
+        summary.append({"peer": peer, "size": size, **info, "status": "ok", "runs": len(ok),
+                        "rate": ok[0]["rate"], "m": ok[0]["m"],
+                        "samples": min(r["samples"] for r in ok), **med, "errors": errs})
+    return summary
+
+
+def report_latency(results: List[dict]) -> List[dict]:
+    summary = summarize_latency(results)
+    rows = []
+    for s in summary:
+        if s["status"] != "ok":
+            rows.append([s["peer"], str(s["size"]), "-", "-", "-", "-", "-",
+                         f"{s['status']}: {s['note']}"[:70]])
+            continue
+        errs = len(s["errors"])
+        rows.append([s["peer"], str(s["size"]), f"{s['p50_us']:.1f}", f"{s['p99_us']:.1f}",
+                     f"{s['p999_us']:.1f}", f"{s['max_us']:.0f}",
+                     f"{s['rate']:.0f} / {s['send_rate']:.0f}",
+                     f"runs={s['runs']}" + (f"; {errs} errors" if errs else "")])
+    print_table("End-to-end latency (us), producer thread -> consumer thread, median of runs",
+                ["peer", "body B", "p50", "p99", "p99.9", "max", "target / achieved msg/s",
+                 "notes"], rows)
     return summary
 
 
@@ -1341,6 +1572,7 @@ def main(argv=None) -> int:
             out["latency_results"] = results
             out["latency_summary"] = report_latency(results)
         else:
+            classes = [c for c in classes if c.throughput_capable]
             bodies = make_bodies(args.n, args.size)
             results = []
             for rep in range(args.repeat):

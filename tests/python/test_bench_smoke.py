@@ -1,0 +1,133 @@
+"""The benchmark report runs end to end (tiny sizes) and writes what the README relies on, so
+the bench code cannot rot: ``benches/python/report.py --smoke`` in a fresh interpreter."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "benches" / "python" / "report.py"
+
+BENCH_KEYS = {"raw_append", "raw_read", "send", "send_batch_bytes", "send_batch_msg", "read",
+              "poll_256", "poll_default"}
+PEER_KEYS = {f"{p}:{ph}" for p in ("mqlite", "mqlite-send", "raw-mmap", "simplequeue")
+             for ph in ("produce", "consume")}
+SYNC_KEYS = {"sync_send_1", "sync_send_4", "sync_send_8", "sync_async_8x256",
+             "sync_async_8x256_own"}
+LATENCY_PEERS = {"simplequeue", "mqlite", "mqlite-push"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any], float]:
+    base = tmp_path_factory.mktemp("bench-smoke")
+    out, work = base / "out", base / "work"
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(REPORT), "--smoke", "--out", str(out), "--workdir", str(work)],
+        capture_output=True, text=True, timeout=110, env=env, check=False,
+    )
+    elapsed = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    return out, work, data, elapsed
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
+def test_smoke_is_fast(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    assert smoke[3] < 30, f"report.py --smoke took {smoke[3]:.1f} s"
+
+
+def test_run_metadata(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    _, _, data, _ = smoke
+    assert data["schema"] == 1 and data["profile"] == "smoke"
+    assert data["command"].startswith("python benches/python/report.py --smoke")
+    assert "--smoke" in data["argv"]
+    m = data["machine"]
+    assert _positive(m["cpus"]) and m["python"] and m["mqlite"] == mqlite.__version__
+    assert data["config"]["sizes"] == [128, 1024]
+    assert _positive(data["elapsed_s"])
+
+
+def test_throughput_rows(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    _, _, data, _ = smoke
+    for size in ("128", "1024"):
+        block = data["summary"]["throughput"][size]
+        rows = {r["key"]: r for r in block["rows"]}
+        assert BENCH_KEYS | PEER_KEYS <= set(rows), sorted(rows)
+        for key in BENCH_KEYS | PEER_KEYS:
+            r = rows[key]
+            assert r["status"] == "ok", r
+            assert _positive(r["msgs_per_s"]) and _positive(r["ratio_to_baseline"]), r
+            assert r["process_crash"] and r["machine_crash"] and r["phase"] in ("produce",
+                                                                                 "consume")
+            assert not r.get("mismatches"), r
+        assert rows["raw_append"]["baseline"] and rows["raw_read"]["baseline"]
+        assert rows["raw_append"]["ratio_to_baseline"] == 1.0
+        assert rows["send"]["mqlite"] and not rows["simplequeue:produce"]["mqlite"]
+        assert _positive(block["reopen_ms"])
+
+
+def test_sync_rows(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    _, _, data, _ = smoke
+    for size in ("128", "1024"):
+        rows = {r["key"]: r for r in data["summary"]["sync"][size]}
+        assert set(rows) == SYNC_KEYS
+        for r in rows.values():
+            assert _positive(r["msgs_per_s"]) and not r["errors"], r
+            assert r["machine_crash"] == "nothing acknowledged"
+        assert rows["sync_async_8x256"]["window"] == 256
+        assert rows["sync_async_8x256"]["threads"] == 8
+
+
+def test_latency_rows(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    _, _, data, _ = smoke
+    m = data["config"]["lat_m"]
+    for size in ("128", "1024"):
+        block = data["summary"]["latency"][size]
+        rows = {r["peer"]: r for r in block["rows"]}
+        assert set(rows) == LATENCY_PEERS
+        for r in rows.values():
+            assert r["status"] == "ok" and not r["errors"], r
+            assert r["samples"] == m
+            assert 0 < r["p50_us"] <= r["p99_us"] <= r["p999_us"]
+        assert set(block["ratios_to_simplequeue"]) == {"mqlite", "mqlite-push"}
+        assert all(_positive(v) for v in block["ratios_to_simplequeue"]["mqlite"].values())
+
+
+def test_rss(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    _, _, data, _ = smoke
+    rss = data["rss"]
+    assert rss["status"] == "ok", rss
+    assert rss["consumed_messages"] == rss["messages"] > 0
+    assert 0 < rss["rss_start_kib"] <= rss["rss_max_kib"]
+    assert len(rss["series"]) >= 2 and _positive(rss["rss_end_kib"])
+
+
+def test_outputs(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
+    out, work, _, _ = smoke
+    tables = (out / "tables.md").read_text()
+    for heading in ("## Throughput, 128 B bodies", "## Throughput, 1 KiB bodies",
+                    "## End-to-end latency", "## RSS while consuming a big store",
+                    "| workload | durability | msgs/s | ratio to baseline |"):
+        assert heading in tables
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "chart.png").stat().st_size > 0
+        assert (out / "rss.png").stat().st_size > 0
+    assert list(work.iterdir()) == [], "report.py left stores behind"
