@@ -1,8 +1,10 @@
 # Hand-written stub of the private extension module `mqlite._core` (checked by mypy.stubtest).
 # The public API lives in the `mqlite` package; this module is thin: it converts, releases the
 # GIL, calls the Rust core and maps errors to the classes of `mqlite.errors`.
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, final
+
+from typing_extensions import Self
 
 __version__: str
 __all__ = [
@@ -117,10 +119,22 @@ class GetResult:
 @final
 class Producer:
     """Sends messages; queue selection is round robin over the topic's write queues unless a
-    queue id is given."""
+    queue id, sharding key or selector decides."""
+    def __new__(cls, store: Store, group: str = "DEFAULT_PRODUCER") -> Self: ...
     @property
     def group(self) -> str: ...
-    def send(self, msg: Any, queue_id: int | None = None) -> SendResult: ...
+    @property
+    def closed(self) -> bool: ...
+    def _mark_closed(self) -> None: ...
+    def send(
+        self,
+        msg: Any,
+        queue_id: int | None = None,
+        *,
+        sharding_key: str | bytes | None = None,
+        selector: Callable[..., Any] | None = None,
+        arg: Any = None,
+    ) -> SendResult: ...
     def send_batch(
         self, msgs: Sequence[Any], topic: str | None = None, queue_id: int | None = None
     ) -> SendBatchResult: ...

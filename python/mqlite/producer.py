@@ -92,53 +92,29 @@ class _AsyncSender:
             self._thread.join()
 
 
-class Producer:
-    """Sends messages to a store; get one from ``Store.producer()``."""
+class Producer(_core.Producer):
+    """Sends messages to a store; get one from ``Store.producer()``.
 
-    __slots__ = ("_ok", "_p", "_store", "_sender", "_sender_lock", "__weakref__")
+    ``send`` is the native method itself (no Python frame per message): it picks the queue
+    round robin over the topic's write queues, unless ``queue_id`` names it, ``sharding_key``
+    hashes to it (CRC32 modulo the queue count: one key keeps to one queue, hence in order) or
+    ``selector(queues, msg, arg)`` returns it.
+    """
 
-    def __init__(self, store: Store, core: _core.Producer) -> None:
+    __slots__ = ("_store", "_sender", "_sender_lock", "__weakref__")
+
+    def __new__(cls, store: Store, group: str = "DEFAULT_PRODUCER") -> Producer:
+        return super().__new__(cls, store._live(), group)
+
+    def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
         self._store = store
-        self._p = core
-        self._ok = True
         self._sender: _AsyncSender | None = None
         self._sender_lock = threading.Lock()
-
-    @property
-    def group(self) -> str:
-        """The producer group name."""
-        return self._p.group
-
-    @property
-    def closed(self) -> bool:
-        """True after ``close()`` or once the store is closed."""
-        return not self._ok
 
     def _dead(self) -> MQError:
         if not self._store._ok:
             return self._store._dead()
-        return StoreClosedError(f"producer {self._p.group!r} is closed")
-
-    def send(
-        self,
-        msg: Message,
-        *,
-        queue_id: int | None = None,
-        sharding_key: str | bytes | None = None,
-        selector: MessageQueueSelector | None = None,
-        arg: Any = None,
-    ) -> SendResult:
-        """Append one message.
-
-        The queue is round robin over the topic's write queues, unless ``queue_id`` names it,
-        ``sharding_key`` hashes to it (CRC32 modulo the queue count: one key keeps to one queue,
-        hence in order) or ``selector(queues, msg, arg)`` returns it.
-        """
-        if not self._ok:
-            raise self._dead()
-        if sharding_key is None and selector is None:
-            return self._p.send(msg, queue_id)
-        return self._p.send(msg, self._select(msg, queue_id, sharding_key, selector, arg))
+        return StoreClosedError(f"producer {self.group!r} is closed")
 
     def _select(
         self,
@@ -206,7 +182,7 @@ class Producer:
         ``callback(result, exc)`` runs on that thread when the send ends. ``flush()`` waits for
         every pending send.
         """
-        if not self._ok:
+        if self.closed:
             raise self._dead()
         fut: Future[SendResult] = Future()
         kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
@@ -223,7 +199,7 @@ class Producer:
         arg: Any = None,
     ) -> None:
         """Send without waiting or reporting the result (a failure is only logged)."""
-        if not self._ok:
+        if self.closed:
             raise self._dead()
         kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
         self._async().put((None, None, msg, kw))
@@ -248,10 +224,10 @@ class Producer:
 
         Items are ``Message`` objects of one topic, or bodies (``bytes``) sent to ``topic``.
         """
-        if not self._ok:
+        if self.closed:
             raise self._dead()
         items = msgs if isinstance(msgs, (list, tuple)) else list(msgs)
-        return self._p.send_batch(items, topic, queue_id)
+        return super().send_batch(items, topic, queue_id)
 
     def close(self, timeout: float | None = None) -> None:
         """Wait for pending async sends (up to ``timeout``), then stop; the store stays open.
@@ -261,7 +237,7 @@ class Producer:
             sender.flush(timeout)
             sender.stop()
             self._sender = None
-        self._ok = False
+        self._mark_closed()
 
     def __enter__(self) -> Producer:
         return self
@@ -278,4 +254,4 @@ class Producer:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<mqlite.Producer group={self._p.group!r} {state}>"
+        return f"<mqlite.Producer group={self.group!r} {state}>"

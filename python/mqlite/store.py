@@ -115,7 +115,7 @@ class Store:
     def _set_dead(self) -> None:
         self._ok = False
         for producer in list(self._producers):
-            producer._ok = False
+            producer._mark_closed()
 
     def _dead(self) -> MQError:
         if self._pid != os.getpid() and not self._forked:
@@ -174,7 +174,7 @@ class Store:
 
     def producer(self, group: str = "DEFAULT_PRODUCER") -> Producer:
         """A producer in ``group``; sends go round robin over a topic's write queues."""
-        producer = Producer(self, self._live().producer(group))
+        producer = Producer(self, group)
         self._producers.add(producer)
         return producer
 

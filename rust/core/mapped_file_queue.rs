@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Error, Result};
+use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
 use crate::util::fs;
 
@@ -32,6 +33,9 @@ pub enum Backing {
     /// Anonymous memory (`:memory:` stores).
     Memory,
 }
+
+/// How far ahead of the write position the commit log's pages are faulted in.
+pub const WARM_AHEAD: u64 = 4 << 20;
 
 /// The ordered files of one commit log, consume queue or timer log.
 #[derive(Debug)]
@@ -263,8 +267,28 @@ impl MappedFileQueue {
             return Ok(());
         }
         let f = self.make_file(start)?;
+        // The first pages are written right after the roll: fault them in here, off the
+        // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
+        let _ = f.advise(0, WARM_AHEAD, Advice::PopulateWrite);
         *self.lock_ready() = Some(f);
         Ok(())
+    }
+
+    /// Faults in, writable, the bytes `[from, to)` (commit-log offsets) of existing files, so
+    /// the appender's first writes to those pages do not stop for page allocation and zeroing.
+    /// Best effort: errors are ignored (advice is an optimisation).
+    pub fn warm(&self, from: u64, to: u64) {
+        let mut at = from;
+        while at < to {
+            let Some(f) = self.find(at) else { return };
+            let end = (f.from_offset() + f.size()).min(to);
+            let _ = f.advise(
+                at - f.from_offset(),
+                end - f.from_offset(),
+                Advice::PopulateWrite,
+            );
+            at = end;
+        }
     }
 
     fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<MappedFile>> {

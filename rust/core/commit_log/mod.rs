@@ -30,15 +30,29 @@ use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordView};
 use append::{Appended, Appender, Prepared};
 
+/// Work for the background preparer thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepare {
+    /// Create (preallocate, map) the file starting at this offset.
+    File(u64),
+    /// Fault in the pages of `[from, to)` so the appender does not stop on them.
+    Warm(u64, u64),
+}
+
+/// Warm-ahead is re-requested each time the write position has advanced this far.
+const WARM_STEP: u64 = 1 << 20;
+
 /// The commit log.
 #[derive(Debug)]
 pub struct CommitLog {
     files: MappedFileQueue,
     appender: Mutex<Appender>,
     flushed: AtomicU64,
-    prealloc: Mutex<Option<Sender<u64>>>,
+    prealloc: Mutex<Option<Sender<Prepare>>>,
     // Start of the last file for which the next one was requested.
     prealloc_asked: AtomicU64,
+    // Pages below this commit-log offset were asked to be faulted in (warm-ahead).
+    warm_to: AtomicU64,
     last_store_ts: AtomicI64,
     // One past the last appended record, kept by the writer so readers need no file lookup;
     // `u64::MAX` until recovery sets it (read-only stores read the files instead).
@@ -54,13 +68,14 @@ impl CommitLog {
             flushed: AtomicU64::new(0),
             prealloc: Mutex::new(None),
             prealloc_asked: AtomicU64::new(u64::MAX),
+            warm_to: AtomicU64::new(0),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
         }
     }
 
     /// Sends "please create the file starting at X" requests to a background allocator.
-    pub fn set_preallocator(&self, tx: Sender<u64>) {
+    pub fn set_preallocator(&self, tx: Sender<Prepare>) {
         *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
@@ -113,9 +128,10 @@ impl CommitLog {
     pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
         let mut a = self.lock_appender();
         let r = a.append_one(&self.files, p)?;
-        self.max
-            .store(r.physical_offset + u64::from(r.size), Ordering::Release);
+        let end = r.physical_offset + u64::from(r.size);
+        self.max.store(end, Ordering::Release);
         self.maybe_preallocate(&a);
+        self.maybe_warm(end);
         drop(a);
         self.last_store_ts
             .store(r.store_timestamp, Ordering::Relaxed);
@@ -127,10 +143,9 @@ impl CommitLog {
         let mut a = self.lock_appender();
         a.append_batch(&self.files, batch, out)?;
         if let Some(last) = out.last() {
-            self.max.store(
-                last.physical_offset + u64::from(last.size),
-                Ordering::Release,
-            );
+            let end = last.physical_offset + u64::from(last.size);
+            self.max.store(end, Ordering::Release);
+            self.maybe_warm(end);
         }
         self.maybe_preallocate(&a);
         drop(a);
@@ -157,7 +172,27 @@ impl CommitLog {
             .as_ref()
         {
             // A closed allocator only means the next roll creates the file synchronously.
-            let _ = tx.send(f.from_offset() + f.size());
+            let _ = tx.send(Prepare::File(f.from_offset() + f.size()));
+        }
+    }
+
+    /// Keeps the pages ahead of `end` (the new write position) faulted in: every `WARM_STEP`
+    /// bytes, the preparer thread is asked to fault in up to `WARM_AHEAD` past `end`, so page
+    /// allocation and zeroing happen on that thread rather than inside the appender's writes.
+    fn maybe_warm(&self, end: u64) {
+        let warmed = self.warm_to.load(Ordering::Relaxed);
+        if end + crate::mapped_file_queue::WARM_AHEAD < warmed + WARM_STEP {
+            return;
+        }
+        let to = end + crate::mapped_file_queue::WARM_AHEAD;
+        self.warm_to.store(to, Ordering::Relaxed);
+        if let Some(tx) = self
+            .prealloc
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(Prepare::Warm(warmed.max(end), to));
         }
     }
 

@@ -95,6 +95,8 @@ pub struct Reput {
     wake: (Mutex<bool>, Condvar),
     stop: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// `last_error` is set (checked without its lock on every dispatch).
+    has_error: AtomicBool,
 }
 
 impl Reput {
@@ -119,6 +121,7 @@ impl Reput {
             wake: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            has_error: AtomicBool::new(false),
         }
     }
 
@@ -164,8 +167,7 @@ impl Reput {
             let result = self.run(&mut from);
             drop(from);
             if let Err(e) = result {
-                *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                self.kick_thread();
+                self.record_error(&e);
                 return;
             }
             fence(Ordering::SeqCst);
@@ -173,6 +175,49 @@ impl Reput {
                 return;
             }
         }
+    }
+
+    /// Inline dispatch by the producer of the record `req` describes, just published: when it
+    /// is the next record to dispatch, the dispatchers get `req` without the record being
+    /// decoded again from the file; otherwise (lock busy, a gap before it) this is
+    /// `try_dispatch`.
+    pub fn try_dispatch_known(&self, req: &DispatchRequest<'_>) {
+        fence(Ordering::SeqCst);
+        let mut cursor = match self.from.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let end = req.commit_log_offset + u64::from(req.size);
+        if cursor.offset == req.commit_log_offset && end <= self.confirm_offset() {
+            if let Err(e) = self.dispatchers.iter().try_for_each(|d| d.dispatch(req)) {
+                drop(cursor);
+                self.record_error(&e);
+                return;
+            }
+            cursor.offset = end;
+            self.dispatched.store(end, Ordering::Release);
+            if self.has_error.load(Ordering::Relaxed) {
+                self.clear_error();
+            }
+            self.notifier.notify();
+        }
+        drop(cursor);
+        fence(Ordering::SeqCst);
+        if self.confirm_offset() > self.dispatched_offset() {
+            self.try_dispatch();
+        }
+    }
+
+    fn record_error(&self, e: &Error) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        self.has_error.store(true, Ordering::Relaxed);
+        self.kick_thread();
+    }
+
+    fn clear_error(&self) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.has_error.store(false, Ordering::Relaxed);
     }
 
     /// Dispatches everything available, waiting for the lock (recovery, shutdown).
@@ -236,7 +281,9 @@ impl Reput {
         }
         if *from != start {
             self.dispatched.store(*from, Ordering::Release);
-            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            if self.has_error.load(Ordering::Relaxed) {
+                self.clear_error();
+            }
             self.notifier.notify();
         }
         Ok(())

@@ -26,6 +26,19 @@ pub struct MmapRegion {
     ptr: NonNull<u8>,
     len: usize,
     writable: bool,
+    /// A shared mapping of a file (not anonymous memory): dropping its pages loses nothing.
+    file_backed: bool,
+}
+
+/// Page advice for a range of a mapping (see `MmapRegion::advise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// Fault the pages in, writable, now (`MADV_POPULATE_WRITE`): the page allocation and
+    /// zeroing a first write would cost happen on the calling thread instead.
+    PopulateWrite,
+    /// Drop the process's page-table entries for the pages (`MADV_DONTNEED`); the data stays in
+    /// the page cache and the file, and a later access faults it back in. File mappings only.
+    DontNeed,
 }
 
 // SAFETY: the region is plain memory; concurrent access is governed by the contract above, and
@@ -57,7 +70,7 @@ impl MmapRegion {
         // is checked for MAP_FAILED before use.
         let ptr =
             unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
-        Self::from_raw(ptr, len, writable)
+        Self::from_raw(ptr, len, writable, true)
     }
 
     /// Maps `len` bytes of zeroed anonymous memory (the `:memory:` store).
@@ -79,15 +92,60 @@ impl MmapRegion {
                 0,
             )
         };
-        Self::from_raw(ptr, len, true)
+        Self::from_raw(ptr, len, true, false)
     }
 
-    fn from_raw(ptr: *mut libc::c_void, len: usize, writable: bool) -> io::Result<Self> {
+    fn from_raw(
+        ptr: *mut libc::c_void,
+        len: usize,
+        writable: bool,
+        file_backed: bool,
+    ) -> io::Result<Self> {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("null mapping"))?;
-        Ok(MmapRegion { ptr, len, writable })
+        Ok(MmapRegion {
+            ptr,
+            len,
+            writable,
+            file_backed,
+        })
+    }
+
+    /// Applies `advice` to the pages overlapping `[start, end)` (clamped to the mapping).
+    /// Content never changes: `DontNeed` is refused on anonymous memory (where it would zero
+    /// the pages) and `PopulateWrite` on read-only mappings. Kernels without
+    /// `MADV_POPULATE_WRITE` (before 5.14) report `EINVAL`; callers treat advice as optional.
+    pub fn advise(&self, start: usize, end: usize, advice: Advice) -> io::Result<()> {
+        let refused = match advice {
+            Advice::DontNeed => !self.file_backed,
+            Advice::PopulateWrite => !self.writable,
+        };
+        if refused {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        let end = end.min(self.len);
+        let page = page_size();
+        let aligned = start - start % page;
+        if aligned >= end {
+            return Ok(());
+        }
+        let flag = match advice {
+            Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+            Advice::DontNeed => libc::MADV_DONTNEED,
+        };
+        // SAFETY: the range lies inside this mapping (clamped) and starts on a page boundary.
+        // Neither advice changes what the memory holds: populating only faults pages in, and
+        // dropping the PTEs of a shared file mapping re-reads the same file bytes on the next
+        // access (anonymous mappings are refused above), so outstanding slices stay valid.
+        let rc =
+            unsafe { libc::madvise(self.ptr.as_ptr().add(aligned).cast(), end - aligned, flag) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     /// Length of the mapping in bytes.

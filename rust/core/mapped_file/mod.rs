@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::util::fs;
-use mmap::MmapRegion;
+use mmap::{Advice, MmapRegion};
 
 /// One mapped file.
 #[derive(Debug)]
@@ -174,6 +174,16 @@ impl MappedFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Applies page `advice` to the file's bytes `[from, to)` (positions within the file).
+    /// Advice is an optimisation: callers may ignore the error (old kernel, anonymous memory).
+    pub fn advise(&self, from: u64, to: u64, advice: Advice) -> Result<()> {
+        let clamp = |v: u64| usize::try_from(v.min(self.size)).unwrap_or(usize::MAX);
+        self.region
+            .advise(clamp(from), clamp(to), advice)
+            .map_err(|e| Error::io("madvise", &self.path, e))
+    }
+
     /// Global offset of the file's first byte.
     pub fn from_offset(&self) -> u64 {
         self.from_offset

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Inner, Store};
 use crate::checkpoint::Checkpoint;
-use crate::commit_log::CommitLog;
+use crate::commit_log::{CommitLog, Prepare};
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::dispatch::reput::{Notifier, Reput};
@@ -188,22 +188,30 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
     if inner.reput.is_some() {
         // Background preallocation of the next commit-log file; it exits when the store (the
         // sender's owner) is dropped.
-        let (tx, rx) = mpsc::channel::<u64>();
+        let (tx, rx) = mpsc::channel::<Prepare>();
         if inner.commit_log.files().is_empty() && inner.root.is_some() {
             // A new store: have the first file ready before the first send needs it.
-            let _ = tx.send(inner.commit_log.max_offset());
+            let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
         }
         inner.commit_log.set_preallocator(tx);
         let weak = Arc::downgrade(&inner.commit_log);
+        // Pages are faulted in ahead of the writer unless whole files are populated anyway.
+        let warm = !inner.config.warm_mapped_files;
         threads.push(
             std::thread::Builder::new()
                 .name("mqlite-prealloc".into())
                 .spawn(move || {
-                    while let Ok(start) = rx.recv() {
+                    while let Ok(job) = rx.recv() {
                         let Some(cl) = weak.upgrade() else { break };
-                        // A failure here only means the roll creates the file itself and
-                        // reports the error to the producer.
-                        let _ = cl.files().prepare(start);
+                        match job {
+                            // A failure here only means the roll creates the file itself and
+                            // reports the error to the producer.
+                            Prepare::File(start) => {
+                                let _ = cl.files().prepare(start);
+                            }
+                            Prepare::Warm(from, to) if warm => cl.files().warm(from, to),
+                            Prepare::Warm(..) => {}
+                        }
                     }
                 })
                 .map_err(spawn_err)?,

@@ -1,9 +1,12 @@
 //! The write path: validation (bad input writes nothing), topic auto-creation, append,
 //! dispatch, and the durability wait of sync mode.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use super::Store;
 use crate::commit_log::append::{Appended, Prepared};
 use crate::config::FlushMode;
+use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
@@ -25,6 +28,8 @@ pub struct PutResult {
     pub status: PutStatus,
     /// Where the record landed.
     pub appended: Appended,
+    /// The queue it went to (chosen by `put_round_robin`, or the message's own).
+    pub queue_id: u32,
 }
 
 impl Store {
@@ -34,15 +39,56 @@ impl Store {
     /// A typed error for every invalid input (nothing is written), `ReadOnly`, `Closed`,
     /// `Poisoned` after a failed flush, `StoreFull` when no file can be created.
     pub fn put(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.put_to(msg, None)
+    }
+
+    /// Appends one message to the queue `next % queue count` of its topic (`msg.queue_id` is
+    /// ignored), `next` being advanced once per call: round robin over the write queues, as a
+    /// RocketMQ producer does, with a single topic lookup.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &AtomicU32) -> Result<PutResult> {
+        self.put_to(msg, Some(next))
+    }
+
+    fn put_to(&self, msg: &MessageRef<'_>, round_robin: Option<&AtomicU32>) -> Result<PutResult> {
         self.check_writable()?;
         // Message first: a rejected message must not auto-create its topic.
-        self.check_message(msg)?;
-        self.check_topic_queue(msg.topic, msg.queue_id)?;
+        let tags = self.check_message(msg)?;
+        let queues = self.writable_queues(msg.topic)?;
+        let mut msg = *msg;
+        if let Some(next) = round_robin {
+            msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
+        }
+        check_queue_id(msg.topic, msg.queue_id, queues)?;
+        let msg = &msg;
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
-        let status =
-            self.after_append(appended.physical_offset + u64::from(appended.size), true)?;
-        Ok(PutResult { status, appended })
+        // What dispatch would decode from the record, known already: the inline dispatch
+        // skips re-parsing it. `properties` lacks only the record-CRC property the appender
+        // added, which no dispatcher reads.
+        let req = DispatchRequest {
+            topic: msg.topic,
+            queue_id: msg.queue_id,
+            commit_log_offset: appended.physical_offset,
+            size: appended.size,
+            tags_code: tags.map(properties::tags_hash).unwrap_or(0),
+            store_timestamp: appended.store_timestamp,
+            queue_offset: appended.queue_offset,
+            sysflag: msg.sysflag,
+            properties: msg.properties,
+            prepared_transaction_offset: msg.prepared_transaction_offset,
+        };
+        let status = self.after_append(
+            appended.physical_offset + u64::from(appended.size),
+            Some(&req),
+        )?;
+        Ok(PutResult {
+            status,
+            appended,
+            queue_id: msg.queue_id,
+        })
     }
 
     /// Appends a batch of messages for one topic and queue, with consecutive queue offsets, in
@@ -73,7 +119,7 @@ impl Store {
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         match out.get(start..).and_then(|s| s.last()) {
-            Some(last) => self.after_append(last.physical_offset + u64::from(last.size), false),
+            Some(last) => self.after_append(last.physical_offset + u64::from(last.size), None),
             None => Ok(PutStatus::PutOk),
         }
     }
@@ -82,14 +128,13 @@ impl Store {
     /// inline (a consumer blocked in `poll` wakes without a thread hop); batches leave dispatch
     /// to the reput thread so it overlaps the producer's next batch on another core. Either
     /// way reads stay read-your-writes: a read first catches dispatch up (`Store::catch_up`).
-    fn after_append(&self, end: u64, inline: bool) -> Result<PutStatus> {
+    fn after_append(&self, end: u64, inline: Option<&DispatchRequest<'_>>) -> Result<PutStatus> {
         match self.inner.config.flush_mode {
             FlushMode::Async => {
                 if let Some(r) = &self.inner.reput {
-                    if inline {
-                        r.try_dispatch();
-                    } else {
-                        r.kick_thread();
+                    match inline {
+                        Some(req) => r.try_dispatch_known(req),
+                        None => r.kick_thread(),
                     }
                 }
                 Ok(PutStatus::PutOk)
@@ -139,7 +184,8 @@ impl Store {
         Ok(())
     }
 
-    fn check_message(&self, m: &MessageRef<'_>) -> Result<()> {
+    /// Validates sizes and properties; returns the TAGS value.
+    fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<Option<&'m str>> {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
@@ -150,6 +196,12 @@ impl Store {
 
     /// Validates the topic and queue id of a send, auto-creating the topic if allowed.
     fn check_topic_queue(&self, topic: &str, queue_id: u32) -> Result<()> {
+        let queues = self.writable_queues(topic)?;
+        check_queue_id(topic, queue_id, queues)
+    }
+
+    /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
+    fn writable_queues(&self, topic: &str) -> Result<u32> {
         let (queues, writable) = match self.inner.topics.write_info(topic) {
             Some(info) => info,
             None => {
@@ -183,14 +235,7 @@ impl Store {
                 topic: topic.to_owned(),
             });
         }
-        if queue_id >= queues {
-            return Err(Error::InvalidQueue {
-                topic: topic.to_owned(),
-                queue_id,
-                queue_count: queues,
-            });
-        }
-        Ok(())
+        Ok(queues)
     }
 
     /// Write queue count of `topic`, creating it (if allowed) when unknown.
@@ -277,9 +322,21 @@ impl Store {
     }
 }
 
+fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
+    if queue_id >= queues {
+        return Err(Error::InvalidQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            queue_count: queues,
+        });
+    }
+    Ok(())
+}
+
 /// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
-/// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes.
-pub fn check_encoded_properties(props: &[u8]) -> Result<()> {
+/// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes,
+/// which also finds the TAGS value (the first one) for dispatch.
+pub fn check_encoded_properties(props: &[u8]) -> Result<Option<&str>> {
     let bad = |reason: &str| {
         Err(Error::InvalidMessage {
             reason: reason.to_owned(),
@@ -288,28 +345,31 @@ pub fn check_encoded_properties(props: &[u8]) -> Result<()> {
     if !props.is_ascii() && std::str::from_utf8(props).is_err() {
         return bad("properties are not UTF-8");
     }
-    let mut rest = props;
-    while !rest.is_empty() {
-        // name, then \x01; value, then \x02 (the next byte below 3 must be exactly that)
-        for (sep, what) in [
-            (
-                properties::NAME_VALUE_SEPARATOR,
-                "malformed property (empty name, or a NUL or \\x02 before \\x01)",
-            ),
-            (
-                properties::PROPERTY_SEPARATOR,
-                "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
-            ),
-        ] {
+    let mut tags: Option<&[u8]> = None;
+    let mut at = 0usize;
+    while at < props.len() {
+        let rest = props.get(at..).unwrap_or(&[]);
+        // name, then \x01 (the next byte below 3 must be exactly that)
+        let name_len = match bytes::find_below(rest, 3) {
+            Some(i) if i > 0 && rest.get(i) == Some(&properties::NAME_VALUE_SEPARATOR) => i,
+            _ => return bad("malformed property (empty name, or a NUL or \\x02 before \\x01)"),
+        };
+        let value_at = at + name_len + 1;
+        let rest = props.get(value_at..).unwrap_or(&[]);
+        let value_len =
             match bytes::find_below(rest, 3) {
-                Some(i) if i > 0 && rest.get(i) == Some(&sep) => {
-                    rest = rest.get(i + 1..).unwrap_or(&[]);
-                }
-                _ => return bad(what),
-            }
+                Some(i) if i > 0 && rest.get(i) == Some(&properties::PROPERTY_SEPARATOR) => i,
+                _ => return bad(
+                    "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
+                ),
+            };
+        if tags.is_none() && props.get(at..at + name_len) == Some(properties::TAGS.as_bytes()) {
+            tags = props.get(value_at..value_at + value_len);
         }
+        at = value_at + value_len + 1;
     }
-    Ok(())
+    // The whole string is UTF-8 and the value lies between ASCII separators.
+    Ok(tags.and_then(|t| std::str::from_utf8(t).ok()))
 }
 
 #[cfg(test)]
@@ -318,8 +378,15 @@ mod tests {
 
     #[test]
     fn encoded_property_validation() {
-        assert!(check_encoded_properties(b"").is_ok());
-        assert!(check_encoded_properties(b"a\x01b\x02cc\x01dd\x02").is_ok());
+        assert_eq!(check_encoded_properties(b"").unwrap(), None);
+        assert_eq!(
+            check_encoded_properties(b"a\x01b\x02cc\x01dd\x02").unwrap(),
+            None
+        );
+        assert_eq!(
+            check_encoded_properties(b"a\x01b\x02TAGS\x01red\x02TAGS\x01blue\x02").unwrap(),
+            Some("red")
+        );
         for bad in [
             &b"a\x01b"[..],
             b"\x01b\x02",

@@ -2,25 +2,63 @@
 //! queues, or an explicit queue id) and the send calls, with the GIL released while the store
 //! works.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mqlite::message::msg_id::UniqueIdGenerator;
 use mqlite::{Appended, MessageRef, PutStatus, Store};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{illegal, PyMqError};
 use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
 
-/// Sends messages to a store.
-#[pyclass(frozen, module = "mqlite._core", name = "Producer")]
+/// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
+/// method with no Python frame in between.
+#[pyclass(frozen, subclass, module = "mqlite._core", name = "Producer")]
 #[derive(Debug)]
 pub struct PyProducer {
     pub store: Arc<Store>,
     pub group: String,
     pub next_queue: AtomicU32,
     pub ids: Arc<UniqueIdGenerator>,
+    /// Set by `_mark_closed` (the producer's or its store's close).
+    pub closed: AtomicBool,
+}
+
+impl PyProducer {
+    /// A producer of `store` in `group`.
+    pub fn create(store: &crate::store::PyStore, group: &str) -> PyResult<Self> {
+        check_group(group)?;
+        let core = store.core();
+        if core.is_closed() {
+            return Err(PyMqError(mqlite::Error::Closed).into());
+        }
+        if core.is_read_only() {
+            return Err(PyMqError(mqlite::Error::ReadOnly).into());
+        }
+        Ok(PyProducer {
+            store: Arc::clone(core),
+            group: group.to_owned(),
+            next_queue: AtomicU32::new(std::process::id() % 1024),
+            ids: store.ids(),
+            closed: AtomicBool::new(false),
+        })
+    }
+}
+
+/// The error of a send on a closed producer: the Python subclass's `_dead()` knows why (store
+/// closed, used after fork, producer closed); a bare core producer only says it is closed.
+fn dead(slf: &Bound<'_, PyProducer>) -> PyErr {
+    let py = slf.py();
+    match slf.call_method0(intern!(py, "_dead")) {
+        Ok(e) => PyErr::from_value(e),
+        Err(_) => crate::errors::StoreClosedError::new_err(format!(
+            "producer {:?} is closed",
+            slf.get().group
+        )),
+    }
 }
 
 fn queue_arg(queue_id: Option<i64>) -> PyResult<Option<u32>> {
@@ -49,40 +87,62 @@ impl PyProducer {
 
 #[pymethods]
 impl PyProducer {
+    #[new]
+    #[pyo3(signature = (store, group = "DEFAULT_PRODUCER"))]
+    fn py_new(store: &Bound<'_, PyAny>, group: &str) -> PyResult<Self> {
+        let store = store
+            .cast::<crate::store::PyStore>()
+            .map_err(|_| crate::errors::type_error("store must be an mqlite._core.Store"))?;
+        Self::create(store.get(), group)
+    }
+
     #[getter]
     fn group(&self) -> &str {
         &self.group
     }
 
-    /// Sends one message (`mqlite.Message`).
-    #[pyo3(signature = (msg, queue_id = None))]
-    fn send(
-        &self,
-        py: Python<'_>,
-        msg: &Bound<'_, PyAny>,
-        queue_id: Option<i64>,
-    ) -> PyResult<PySendResult> {
-        let queue_id = queue_arg(queue_id)?;
-        let now = mqlite::util::clock::now_ms();
-        let uniq = self.ids.next(now);
-        let mut props = Vec::with_capacity(64);
-        let held = read_message(msg, &mut props, &uniq)?;
-        let out = held.outgoing()?;
-        let result = py.detach(|| -> mqlite::Result<(u32, mqlite::PutResult)> {
-            let q = self.pick_queue(out.topic, queue_id)?;
-            let m = to_ref(&out, q, &props, now);
-            Ok((q, self.store.put(&m)?))
-        });
-        let (q, put) = result.map_err(PyMqError)?;
-        Ok(PySendResult {
-            topic: held.topic.clone().unbind(),
-            queue_id: q,
-            ok: put.status == PutStatus::PutOk,
-            appended: put.appended,
-            uniq,
-        })
+    /// True after `close()` or once the store is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.store.is_closed()
     }
 
+    /// Marks the producer closed: every later send fails.
+    fn _mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Sends one message (`mqlite.Message`) and returns its `SendResult`.
+    ///
+    /// The queue is round robin over the topic's write queues, unless `queue_id` names it,
+    /// `sharding_key` hashes to it (CRC32 modulo the queue count: one key keeps to one queue,
+    /// hence in order) or `selector(queues, msg, arg)` returns it.
+    #[pyo3(signature = (msg, queue_id = None, *, sharding_key = None, selector = None, arg = None))]
+    fn send(
+        slf: &Bound<'_, Self>,
+        msg: &Bound<'_, PyAny>,
+        queue_id: Option<i64>,
+        sharding_key: Option<&Bound<'_, PyAny>>,
+        selector: Option<&Bound<'_, PyAny>>,
+        arg: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PySendResult> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.closed.load(Ordering::Relaxed) {
+            return Err(dead(slf));
+        }
+        let queue_id = if sharding_key.is_some() || selector.is_some() {
+            // Rare path: the Python subclass implements key hashing and custom selectors.
+            let q = slf.call_method1(
+                intern!(py, "_select"),
+                (msg, queue_id, sharding_key, selector, arg),
+            )?;
+            Some(q.extract::<i64>()?)
+        } else {
+            queue_id
+        };
+        this.send_one(py, msg, queue_arg(queue_id)?)
+    }
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
     /// `bytes` (which need `topic`).
     #[pyo3(signature = (msgs, topic = None, queue_id = None))]
@@ -177,6 +237,39 @@ impl PyProducer {
             queue_id: q,
             ok: status == PutStatus::PutOk,
             appended,
+            uniq,
+        })
+    }
+}
+
+impl PyProducer {
+    /// One send, after the closed check and queue selection.
+    fn send_one(
+        &self,
+        py: Python<'_>,
+        msg: &Bound<'_, PyAny>,
+        queue_id: Option<u32>,
+    ) -> PyResult<PySendResult> {
+        let now = mqlite::util::clock::now_ms();
+        let uniq = self.ids.next(now);
+        let mut props = Vec::with_capacity(64);
+        let held = read_message(msg, &mut props, &uniq)?;
+        let out = held.outgoing()?;
+        let result = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
+            match queue_id {
+                Some(q) => self.store.put(&to_ref(&out, q, &props, now)),
+                None => self
+                    .store
+                    .put_round_robin(&to_ref(&out, 0, &props, now), &self.next_queue),
+            }
+        });
+        let put = result.map_err(PyMqError)?;
+        let q = put.queue_id;
+        Ok(PySendResult {
+            topic: held.topic.clone().unbind(),
+            queue_id: q,
+            ok: put.status == PutStatus::PutOk,
+            appended: put.appended,
             uniq,
         })
     }

@@ -1,7 +1,6 @@
 //! `Store`: open/close, admin, reads and lookups; every call that touches the store releases
 //! the GIL.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
 use crate::message::{messages_from, PyMessageExt};
-use crate::producer::{check_group, PyProducer};
+use crate::producer::PyProducer;
 
 /// An open store.
 #[pyclass(frozen, module = "mqlite._core", name = "Store")]
@@ -21,6 +20,18 @@ pub struct PyStore {
     store: Arc<Store>,
     path: String,
     ids: Arc<UniqueIdGenerator>,
+}
+
+impl PyStore {
+    /// The core store.
+    pub fn core(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The store's unique-id generator (shared by its producers).
+    pub fn ids(&self) -> Arc<UniqueIdGenerator> {
+        Arc::clone(&self.ids)
+    }
 }
 
 fn queue_id_arg(q: i64) -> PyResult<u32> {
@@ -179,19 +190,7 @@ impl PyStore {
 
     #[pyo3(signature = (group = "DEFAULT_PRODUCER"))]
     fn producer(&self, group: &str) -> PyResult<PyProducer> {
-        check_group(group)?;
-        if self.store.is_closed() {
-            return Err(PyMqError(mqlite::Error::Closed).into());
-        }
-        if self.store.is_read_only() {
-            return Err(PyMqError(mqlite::Error::ReadOnly).into());
-        }
-        Ok(PyProducer {
-            store: Arc::clone(&self.store),
-            group: group.to_owned(),
-            next_queue: AtomicU32::new(std::process::id() % 1024),
-            ids: Arc::clone(&self.ids),
-        })
+        PyProducer::create(self, group)
     }
 
     #[pyo3(signature = (topic, queues = 4, *, perm = 6, order = false, exist_ok = true))]
