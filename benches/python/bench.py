@@ -150,7 +150,8 @@ class RawFile:
 
 def raw_run(workdir: str, bodies: List[bytes]) -> tuple[float, float, List[bytes]]:
     """Produce then consume every body, timed like peers.py; returns (produce s, consume s,
-    bodies read back)."""
+    bodies read back).  The timed read touches each body (its length) and keeps none, like the
+    mqlite read and poll loops; the bodies returned come from a second, untimed read."""
     raw = RawFile(workdir)
     try:
         n = len(bodies)
@@ -160,16 +161,31 @@ def raw_run(workdir: str, bodies: List[bytes]) -> tuple[float, float, List[bytes
             raw.produce_chunk(bodies[i:i + CHUNK])
         raw.finish_produce()
         tp = time.perf_counter() - t0
-        got: List[bytes] = []
+        count = 0
+        total = 0
         gc.collect()
         t0 = time.perf_counter()
-        while len(got) < n:
-            part = raw.consume_chunk(min(CHUNK, n - len(got)))
+        while count < n:
+            part = raw.consume_chunk(min(CHUNK, n - count))
+            if not part:
+                break
+            count += len(part)
+            for b in part:
+                total += len(b)
+        raw.finish_consume()
+        tc = time.perf_counter() - t0
+        # untimed: read everything again for the caller to verify
+        assert raw.rfd is not None
+        os.close(raw.rfd)
+        raw.rfd, raw.buf, raw.pos = None, b"", 0
+        got: List[bytes] = []
+        while True:
+            part = raw.consume_chunk(CHUNK)
             if not part:
                 break
             got.extend(part)
-        raw.finish_consume()
-        tc = time.perf_counter() - t0
+        if len(got) != count:
+            raise SystemExit(f"error: raw baseline read {count} records, then {len(got)}")
         return tp, tc, got
     finally:
         raw.close()
@@ -249,9 +265,14 @@ def mq_send_batch(mqlite: Any, path: str, items: List[Any], batch: int, queues: 
     return dt, None
 
 
-def mq_read_all(mqlite: Any, store: Any, queues: int, read_batch: int) -> tuple[float, List[bytes]]:
+def mq_read_all(mqlite: Any, store: Any, queues: int, read_batch: int,
+                keep: bool = False) -> tuple[float, int, List[bytes]]:
+    """Store.read over every queue; returns (seconds, messages, bodies if keep).  Without
+    keep, each body is touched (its length) and dropped, as in the poll and raw-read loops."""
     MessageQueue = mqlite.MessageQueue
     got: List[bytes] = []
+    count = 0
+    total = 0
     gc.collect()
     t0 = time.perf_counter()
     for q in range(queues):
@@ -261,9 +282,14 @@ def mq_read_all(mqlite: Any, store: Any, queues: int, read_batch: int) -> tuple[
             msgs = store.read(mq, off, read_batch)
             if not msgs:
                 break
-            got.extend([m.body for m in msgs])
+            if keep:
+                got.extend([m.body for m in msgs])
+            else:
+                for m in msgs:
+                    total += len(m.body)
+            count += len(msgs)
             off = msgs[-1].queue_offset + 1
-    return time.perf_counter() - t0, got
+    return time.perf_counter() - t0, count, got
 
 
 def mq_reopen(mqlite: Any, path: str, queues: int, n: int, times: int = 5) -> List[float]:
@@ -504,6 +530,7 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
         record("raw_append", "raw-file append", "produce", tp, n, RAW_DURABILITY, RAW_CRASH)
         record("raw_read", "raw-file read", "consume", tc, len(got), RAW_READ_DURABILITY,
                READ_CRASH["raw_read"])
+        del got
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -532,8 +559,9 @@ def one_repetition(args: argparse.Namespace, bodies: List[bytes], mqlite: Any, b
         record("send_batch_bytes", f"send_batch(bytes) x{args.batch}", "produce", secs, n,
                MQ_DURABILITY, MQ_CRASH, extra)
         try:
-            secs, got = mq_read_all(mqlite, store, args.queues, args.read_batch)
-            if len(got) != n or sorted(got) != sorted(bodies):
+            secs, count, _ = mq_read_all(mqlite, store, args.queues, args.read_batch)
+            _, _, got = mq_read_all(mqlite, store, args.queues, args.read_batch, keep=True)
+            if count != n or len(got) != n or sorted(got) != sorted(bodies):
                 raise SystemExit(f"error: mqlite read back {len(got)} bodies that differ from "
                                  f"the {n} sent")
             del got

@@ -404,6 +404,16 @@ def fmt_rate(x: Optional[float]) -> str:
     return f"{x:.0f}"
 
 
+def fmt_ratio(x: Optional[float]) -> str:
+    if x is None:
+        return ""
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 0.1:
+        return f"{x:.2f}"
+    return f"{x:.2g}"
+
+
 def size_name(size: int) -> str:
     return f"{size // 1024} KiB" if size % 1024 == 0 else f"{size} B"
 
@@ -436,9 +446,8 @@ def throughput_table(block: Dict[str, Any], bold_mqlite: bool = True) -> List[st
             name = r["workload"]
             if r["mqlite"] and bold_mqlite:
                 name = f"**{name}**"
-            ratio = r.get("ratio_to_baseline")
             lines.append(f"| {name} | {crash_text(r)} | {_rate_cell(r)} | "
-                         f"{'' if ratio is None else f'{ratio:.2f}'} |")
+                         f"{fmt_ratio(r.get('ratio_to_baseline'))} |")
     return lines
 
 
@@ -501,49 +510,56 @@ def render_tables(data: Dict[str, Any]) -> str:
         sizes = [k for k in map(str, cfg["sizes"]) if k in s["sync"]]
         out += ["", "## flush=\"sync\": acknowledged after the msync (group commit)", "",
                 f"Each run lasts {cfg['sync_seconds']:g} s; a send counts once it returned (or "
-                "its future resolved). Durability: nothing / nothing acknowledged.", "",
-                "| workload | " + " | ".join(f"{size_name(int(k))} msgs/s" for k in sizes)
-                + " |", "|---|" + "---:|" * len(sizes)]
+                "its future resolved). Median (min–max) of the runs: fsync latency on a shared "
+                "VM disk varies a lot.", "",
+                "| workload | durability | " + " | ".join(f"{size_name(int(k))} msgs/s"
+                                                         for k in sizes)
+                + " |", "|---|---|" + "---:|" * len(sizes)]
         keys = [r["key"] for r in s["sync"][sizes[0]]]
         for key in keys:
             cells = []
-            label = ""
+            label = dur = ""
             for k in sizes:
                 r = next((x for x in s["sync"][k] if x["key"] == key), None)
                 if r is None:
                     cells.append("-")
                     continue
                 label = sync_label(r)
+                dur = f"{r['process_crash']} / {r['machine_crash']}"
                 c = fmt_rate(r["msgs_per_s"])
+                if r.get("runs", 1) > 1:
+                    c += f" ({fmt_rate(r['min'])}–{fmt_rate(r['max'])})"
                 if r.get("not_send_ok"):
                     c += f" ({r['not_send_ok']} not SEND_OK)"
                 if r.get("errors"):
                     c += f" (errors: {'; '.join(r['errors'])[:80]})"
                 cells.append(c)
-            out.append(f"| {label} | " + " | ".join(cells) + " |")
+            out.append(f"| {label} | {dur} | " + " | ".join(cells) + " |")
     if s.get("latency"):
         out += ["", "## End-to-end latency", "",
                 f"A producer thread sends {cfg['lat_m']:,} messages at a steady "
                 f"{cfg['lat_rate']:,.0f}/s after {cfg['lat_warmup']} warm-up ones, stamping "
                 "`perf_counter_ns` into the body just before the send call; the receiving "
                 "thread records the arrival. Median of the runs' percentiles, in µs.", "",
-                "| path | body | p50 µs | p99 µs | p99.9 µs | p50 / p99 / p99.9 vs SimpleQueue |",
-                "|---|---|---:|---:|---:|---|"]
+                "| path | durability | body | p50 µs | p99 µs | p99.9 µs "
+                "| p50 / p99 / p99.9 vs SimpleQueue |",
+                "|---|---|---|---:|---:|---:|---|"]
         for size in cfg["sizes"]:
             block = s["latency"].get(str(size))
             if not block:
                 continue
             for r in block["rows"]:
                 label = LATENCY_LABELS.get(r["peer"], r["peer"])
+                dur = f"{r.get('process_crash', '')} / {r.get('machine_crash', '')}"
                 if r["status"] != "ok":
-                    out.append(f"| {label} | {size_name(size)} | {r['status']}: "
+                    out.append(f"| {label} | {dur} | {size_name(size)} | {r['status']}: "
                                f"{r.get('note', '')} | | | |")
                     continue
                 rr = r.get("ratio_to_simplequeue")
                 rt = "" if not rr else (f"{rr['p50_us']:.2f}x / {rr['p99_us']:.2f}x / "
                                         f"{rr['p999_us']:.2f}x")
                 err = f" ({len(r['errors'])} errors)" if r.get("errors") else ""
-                out.append(f"| {label}{err} | {size_name(size)} | {r['p50_us']:.1f} | "
+                out.append(f"| {label}{err} | {dur} | {size_name(size)} | {r['p50_us']:.1f} | "
                            f"{r['p99_us']:.1f} | {r['p999_us']:.1f} | {rt} |")
     rss = data.get("rss")
     if rss:
