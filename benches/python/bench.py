@@ -441,8 +441,29 @@ def sync_send_async_window(mqlite: Any, path: str, size: int, threads: int, wind
     return res
 
 
+def raw_fdatasync_each(path: str, size: int, seconds: float) -> dict:
+    """The floor for an acknowledged-after-fsync send: one thread appending `size`-byte
+    records to a plain file, os.write + os.fdatasync per record, for `seconds`."""
+    body = LEN.pack(size) + os.urandom(size)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        n = 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            os.write(fd, body)
+            os.fdatasync(fd)
+            n += 1
+        dt = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+    return {"threads": 1, "secs": dt, "count": n, "msgs_per_s": n / dt, "not_send_ok": 0}
+
+
 SYNC_WORKLOADS = [
     # key, label, kind, threads, shared producer
+    ("sync_raw_fdatasync", "raw file write() + fdatasync per record, 1 thread (baseline)",
+     "raw", 1, False),
     ("sync_send_1", "send(), 1 thread", "send", 1, False),
     ("sync_send_4", "send(), 4 threads", "send", 4, False),
     ("sync_send_8", "send(), 8 threads", "send", 8, False),
@@ -461,7 +482,9 @@ def run_sync(mqlite: Any, base: str, size: int, seconds: float, rep: int,
         work = tempfile.mkdtemp(prefix=f"mq-{key}-", dir=base)
         try:
             path = os.path.join(work, "store")
-            if kind == "send":
+            if kind == "raw":
+                r = raw_fdatasync_each(path, size, seconds)
+            elif kind == "send":
                 r = sync_send_threads(mqlite, path, size, threads, seconds)
             else:
                 r = sync_send_async_window(mqlite, path, size, threads, window, seconds, shared)
@@ -470,6 +493,9 @@ def run_sync(mqlite: Any, base: str, size: int, seconds: float, rep: int,
         r.update({"run": rep, "key": key, "workload": label, "size": size,
                   "durability": MQ_SYNC_DURABILITY, "process_crash": MQ_SYNC_CRASH[0],
                   "machine_crash": MQ_SYNC_CRASH[1]})
+        if kind == "raw":
+            r.update({"durability": "plain file, fdatasync after every record",
+                      "machine_crash": "nothing acknowledged"})
         rows.append(r)
         print(f"  [run {rep}] sync {label:<58} {fmt_rate(r['msgs_per_s']):>8} msgs/s"
               + (f"  ERRORS {r['errors']}" if r.get("errors") else ""), flush=True)
@@ -492,6 +518,11 @@ def summarize_sync(results: List[dict]) -> List[dict]:
             s["window"] = rs[0]["window"]
             s["shared_producer"] = rs[0]["shared_producer"]
         out.append(s)
+    base = {s["size"]: s for s in out if s["key"] == "sync_raw_fdatasync"}
+    for s in out:
+        b = base.get(s["size"])
+        if b and b["msgs_per_s"]:
+            s["ratio_to_fdatasync"] = s["msgs_per_s"] / b["msgs_per_s"]
     return out
 
 

@@ -338,7 +338,7 @@ def summarize(raw: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, Any]:
         for size, rows in out["sync"].items():
             one = next((r for r in rows if r["key"] == "sync_send_1"), None)
             for r in rows:
-                if one and one["msgs_per_s"]:
+                if one and one["msgs_per_s"] and r["key"] != "sync_raw_fdatasync":
                     r["ratio_to_1_thread"] = r["msgs_per_s"] / one["msgs_per_s"]
     if raw["latency"]:
         for s in peers.summarize_latency(raw["latency"]):
@@ -512,9 +512,9 @@ def render_tables(data: Dict[str, Any]) -> str:
                 f"Each run lasts {cfg['sync_seconds']:g} s; a send counts once it returned (or "
                 "its future resolved). Median (min–max) of the runs: fsync latency on a shared "
                 "VM disk varies a lot.", "",
-                "| workload | durability | " + " | ".join(f"{size_name(int(k))} msgs/s"
-                                                         for k in sizes)
-                + " |", "|---|---|" + "---:|" * len(sizes)]
+                "| workload | durability | " + " | ".join(
+                    f"{size_name(int(k))} msgs/s | ratio to baseline" for k in sizes)
+                + " |", "|---|---|" + "---:|---:|" * len(sizes)]
         keys = [r["key"] for r in s["sync"][sizes[0]]]
         for key in keys:
             cells = []
@@ -522,7 +522,7 @@ def render_tables(data: Dict[str, Any]) -> str:
             for k in sizes:
                 r = next((x for x in s["sync"][k] if x["key"] == key), None)
                 if r is None:
-                    cells.append("-")
+                    cells.append("- | ")
                     continue
                 label = sync_label(r)
                 dur = f"{r['process_crash']} / {r['machine_crash']}"
@@ -533,7 +533,7 @@ def render_tables(data: Dict[str, Any]) -> str:
                     c += f" ({r['not_send_ok']} not SEND_OK)"
                 if r.get("errors"):
                     c += f" (errors: {'; '.join(r['errors'])[:80]})"
-                cells.append(c)
+                cells.append(f"{c} | {fmt_ratio(r.get('ratio_to_fdatasync'))}")
             out.append(f"| {label} | {dur} | " + " | ".join(cells) + " |")
     if s.get("latency"):
         out += ["", "## End-to-end latency", "",
@@ -586,6 +586,8 @@ LATENCY_LABELS = {
 
 
 def sync_label(r: dict) -> str:
+    if r["key"] == "sync_raw_fdatasync":
+        return "raw file, write() + fdatasync per record, 1 thread (baseline)"
     if r["key"] == "sync_async_8x256":
         return ("sync flush, acknowledged after fsync, 8 threads x window 256 "
                 "(send_async, one shared Producer)")
