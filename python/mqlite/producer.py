@@ -29,14 +29,20 @@ MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQ
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 """Called as ``callback(result, None)`` or ``callback(None, exc)`` when an async send ends."""
 
-_Item = tuple["Future[SendResult] | None", "SendCallback | None", Message, dict[str, Any]]
+_Item = tuple["Future[SendResult]", "SendCallback | None", "SendResult | None", "BaseException | None"]
 
 
-class _AsyncSender:
-    """One worker thread that performs a producer's async and one-way sends in order."""
+class _Completer:
+    """One thread that completes a producer's async sends in call order.
 
-    def __init__(self, producer: Producer) -> None:
+    The caller's thread appends (``send_pipelined``); this thread then waits for the disk once
+    for everything queued meanwhile (sync-flush stores: a group commit shared by every thread)
+    and resolves the futures and runs the callbacks.
+    """
+
+    def __init__(self, producer: Producer, sync: bool) -> None:
         self._producer = weakref.ref(producer)
+        self._sync = sync
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self.pending = 0
@@ -48,38 +54,62 @@ class _AsyncSender:
             self.pending += 1
         self._queue.put(item)
 
+    def _take(self) -> tuple[list[_Item], bool]:
+        """Everything queued (at least one item, blocking for it); True once told to stop."""
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        items = [first]
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return items, False
+            if item is None:
+                return items, True
+            items.append(item)
+
+    def _durable(self, items: list[_Item]) -> tuple[bool, BaseException | None]:
+        """Waits once for the disk to hold every appended item (sync-flush stores)."""
+        if not self._sync:
+            return True, None
+        end = max((r._end() for _, _, r, _ in items if r is not None), default=0)
+        if end == 0:
+            return True, None
+        try:
+            producer = self._producer()
+            if producer is None:
+                raise StoreClosedError("producer was garbage-collected with sends pending")
+            store = producer._store._live()
+            del producer
+            return store.wait_durable(end), None
+        except BaseException as exc:  # noqa: BLE001 - handed to every future
+            return False, exc
+
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fut, callback, msg, kw = item
-            result: SendResult | None = None
-            error: BaseException | None = None
-            try:
-                producer = self._producer()
-                if producer is None:
-                    raise StoreClosedError("producer was garbage-collected with sends pending")
-                result = producer.send(msg, **kw)
-                del producer
-            except BaseException as exc:  # noqa: BLE001 - handed to the future / callback
-                error = exc
-            if fut is not None:
+            items, stop = self._take()
+            durable, failure = self._durable(items)
+            for fut, callback, result, error in items:
+                if error is None and failure is not None:
+                    result, error = None, failure
+                elif result is not None and not durable:
+                    result = result._timed_out()
                 if error is None:
                     fut.set_result(result)  # type: ignore[arg-type]
                 else:
                     fut.set_exception(error)
-            elif error is not None and callback is None:
-                log.warning("one-way send to %r failed: %s", msg.topic, error)
-            if callback is not None:
-                try:
-                    callback(result, error)
-                except Exception:
-                    log.exception("send callback failed")
+                if callback is not None:
+                    try:
+                        callback(result, error)
+                    except Exception:
+                        log.exception("send callback failed")
             with self._cond:
-                self.pending -= 1
+                self.pending -= len(items)
                 if self.pending == 0:
                     self._cond.notify_all()
+            if stop:
+                return
 
     def flush(self, timeout: float | None) -> int:
         with self._cond:
@@ -108,7 +138,7 @@ class Producer(_core.Producer):
 
     def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
         self._store = store
-        self._sender: _AsyncSender | None = None
+        self._sender: _Completer | None = None
         self._sender_lock = threading.Lock()
 
     def _dead(self) -> MQError:
@@ -158,14 +188,26 @@ class Producer(_core.Producer):
             )
         return chosen.queue_id
 
-    def _async(self) -> _AsyncSender:
+    def _async(self) -> _Completer:
         sender = self._sender
         if sender is None:
             with self._sender_lock:
                 if self._sender is None:
-                    self._sender = _AsyncSender(self)
+                    self._sender = _Completer(self, self._store._sync)
                 sender = self._sender
         return sender
+
+    def _append(
+        self,
+        msg: Message,
+        queue_id: int | None,
+        sharding_key: str | bytes | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+    ) -> SendResult:
+        if sharding_key is not None or selector is not None:
+            queue_id = self._select(msg, queue_id, sharding_key, selector, arg)
+        return self.send_pipelined(msg, queue_id)
 
     def send_async(
         self,
@@ -177,16 +219,24 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None = None,
         arg: Any = None,
     ) -> Future[SendResult]:
-        """Send on this producer's background thread (in call order); returns a Future.
+        """Send without waiting for the disk; returns a Future of the ``SendResult``.
 
-        ``callback(result, exc)`` runs on that thread when the send ends. ``flush()`` waits for
-        every pending send.
+        The message is appended before this returns (sends keep call order); in a
+        ``flush="sync"`` store the future completes once the disk holds it, one fsync serving
+        every pending send of every thread (group commit). A rejected message fails the future,
+        not the call. ``callback(result, exc)`` runs, in call order, on the producer's
+        completion thread; ``flush()`` waits for every pending send.
         """
         if self.closed:
             raise self._dead()
         fut: Future[SendResult] = Future()
-        kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
-        self._async().put((fut, callback, msg, kw))
+        result: SendResult | None = None
+        error: BaseException | None = None
+        try:
+            result = self._append(msg, queue_id, sharding_key, selector, arg)
+        except Exception as exc:  # noqa: BLE001 - handed to the future / callback
+            error = exc
+        self._async().put((fut, callback, result, error))
         return fut
 
     def send_oneway(
@@ -198,11 +248,14 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None = None,
         arg: Any = None,
     ) -> None:
-        """Send without waiting or reporting the result (a failure is only logged)."""
+        """Append without waiting for the disk or reporting the result (a failure is only
+        logged), as RocketMQ's one-way send."""
         if self.closed:
             raise self._dead()
-        kw = {"queue_id": queue_id, "sharding_key": sharding_key, "selector": selector, "arg": arg}
-        self._async().put((None, None, msg, kw))
+        try:
+            self._append(msg, queue_id, sharding_key, selector, arg)
+        except Exception as exc:  # noqa: BLE001 - one-way: logged, never raised
+            log.warning("one-way send to %r failed: %s", getattr(msg, "topic", None), exc)
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for pending async and one-way sends; returns how many are still pending."""

@@ -98,6 +98,8 @@ class Store:
         self._pid = os.getpid()
         self._ok = True
         self._forked = False
+        # Async sends of a sync-flush store wait for the disk on the completion thread.
+        self._sync = flush == "sync"
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self._scratch: Path | None = None
         # What sends with a sharding key or selector need to auto-create a topic as the core does.
@@ -136,6 +138,10 @@ class Store:
         """Flush and close; idempotent. In a forked child this only forgets the handle."""
         if not self._ok:
             return
+        if self._pid == os.getpid():
+            # Async sends are appended already: let their futures see the disk confirm them.
+            for producer in list(self._producers):
+                producer.flush()
         self._set_dead()
         _OPEN.discard(self)
         if self._pid != os.getpid():

@@ -117,6 +117,15 @@ impl FlushService {
         }
     }
 
+    /// Sync mode: asks the flush thread to make `offset` durable, without waiting.
+    pub fn request_flush(&self, offset: u64) {
+        let mut s = self.lock();
+        if s.flushed < offset && s.requested < offset {
+            s.requested = offset;
+            self.requested.notify_one();
+        }
+    }
+
     /// Flushes the commit log now; poisons the store on failure.
     pub fn flush_commit_log(&self) -> Result<u64> {
         let ts = self.commit_log.last_store_timestamp();

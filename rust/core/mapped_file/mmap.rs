@@ -33,8 +33,10 @@ pub struct MmapRegion {
 /// Page advice for a range of a mapping (see `MmapRegion::advise`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advice {
-    /// Fault the pages in, writable, now (`MADV_POPULATE_WRITE`): the page allocation and
-    /// zeroing a first write would cost happen on the calling thread instead.
+    /// Fault the pages in, writable, now (`MADV_POPULATE_WRITE`): the page-cache allocation,
+    /// zeroing and write fault that a first write would stop for happen on the calling thread
+    /// instead. The pages become dirty (zeros) ahead of the data: a writer slower than the
+    /// kernel's writeback expiry may see them written twice, and the file's mtime moves.
     PopulateWrite,
     /// Drop the process's page-table entries for the pages (`MADV_DONTNEED`); the data stays in
     /// the page cache and the file, and a later access faults it back in. File mappings only.

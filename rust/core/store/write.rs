@@ -39,7 +39,43 @@ impl Store {
     /// A typed error for every invalid input (nothing is written), `ReadOnly`, `Closed`,
     /// `Poisoned` after a failed flush, `StoreFull` when no file can be created.
     pub fn put(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
-        self.put_to(msg, None)
+        self.put_to(msg, None, true)
+    }
+
+    /// Appends one message without waiting for the disk in sync mode: the caller pipelines
+    /// sends and later confirms them with `wait_durable(result.end())`, so one fsync covers
+    /// every send of every thread issued meanwhile. In async mode this is `put`. `queue_id`
+    /// `None` picks round robin with `next`, as `put_round_robin`.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub fn put_pipelined(
+        &self,
+        msg: &MessageRef<'_>,
+        round_robin: Option<&AtomicU32>,
+    ) -> Result<PutResult> {
+        self.put_to(msg, round_robin, false)
+    }
+
+    /// Sync mode: waits until every byte below `end` is on disk (one group commit for every
+    /// waiter), then makes sure those records are dispatched. `Ok(false)` when the disk did not
+    /// confirm within `timeout` (FLUSH_DISK_TIMEOUT). In async mode (or in memory) returns
+    /// `Ok(true)` at once.
+    ///
+    /// # Errors
+    /// `Poisoned` when the flush failed.
+    pub fn wait_durable(&self, end: u64, timeout: std::time::Duration) -> Result<bool> {
+        self.check_usable()?;
+        match (&self.inner.flush, self.inner.config.flush_mode) {
+            (Some(f), FlushMode::Sync) => {
+                let confirmed = f.wait_flushed(end, timeout)?;
+                if confirmed {
+                    self.dispatch_through(end)?;
+                }
+                Ok(confirmed)
+            }
+            _ => Ok(true),
+        }
     }
 
     /// Appends one message to the queue `next % queue count` of its topic (`msg.queue_id` is
@@ -49,10 +85,15 @@ impl Store {
     /// # Errors
     /// As `put`.
     pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &AtomicU32) -> Result<PutResult> {
-        self.put_to(msg, Some(next))
+        self.put_to(msg, Some(next), true)
     }
 
-    fn put_to(&self, msg: &MessageRef<'_>, round_robin: Option<&AtomicU32>) -> Result<PutResult> {
+    fn put_to(
+        &self,
+        msg: &MessageRef<'_>,
+        round_robin: Option<&AtomicU32>,
+        wait: bool,
+    ) -> Result<PutResult> {
         self.check_writable()?;
         // Message first: a rejected message must not auto-create its topic.
         let tags = self.check_message(msg)?;
@@ -83,6 +124,7 @@ impl Store {
         let status = self.after_append(
             appended.physical_offset + u64::from(appended.size),
             Some(&req),
+            wait,
         )?;
         Ok(PutResult {
             status,
@@ -119,7 +161,9 @@ impl Store {
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         match out.get(start..).and_then(|s| s.last()) {
-            Some(last) => self.after_append(last.physical_offset + u64::from(last.size), None),
+            Some(last) => {
+                self.after_append(last.physical_offset + u64::from(last.size), None, true)
+            }
             None => Ok(PutStatus::PutOk),
         }
     }
@@ -128,7 +172,12 @@ impl Store {
     /// inline (a consumer blocked in `poll` wakes without a thread hop); batches leave dispatch
     /// to the reput thread so it overlaps the producer's next batch on another core. Either
     /// way reads stay read-your-writes: a read first catches dispatch up (`Store::catch_up`).
-    fn after_append(&self, end: u64, inline: Option<&DispatchRequest<'_>>) -> Result<PutStatus> {
+    fn after_append(
+        &self,
+        end: u64,
+        inline: Option<&DispatchRequest<'_>>,
+        wait: bool,
+    ) -> Result<PutStatus> {
         match self.inner.config.flush_mode {
             FlushMode::Async => {
                 if let Some(r) = &self.inner.reput {
@@ -140,6 +189,11 @@ impl Store {
                 Ok(PutStatus::PutOk)
             }
             FlushMode::Sync => match &self.inner.flush {
+                Some(f) if !wait => {
+                    // Pipelined: start the group commit; `wait_durable` confirms it later.
+                    f.request_flush(end);
+                    Ok(PutStatus::PutOk)
+                }
                 Some(f) => {
                     let confirmed = f.wait_flushed(end, self.inner.config.sync_flush_timeout)?;
                     if confirmed {

@@ -231,6 +231,20 @@ impl PySendResult {
     fn commit_log_offset(&self) -> u64 {
         self.appended.physical_offset
     }
+    /// Commit-log offset just past the record (what `Store.wait_durable` waits for).
+    fn _end(&self) -> u64 {
+        self.appended.physical_offset + u64::from(self.appended.size)
+    }
+    /// The same result with FLUSH_DISK_TIMEOUT status (the disk did not confirm in time).
+    fn _timed_out(&self, py: Python<'_>) -> PySendResult {
+        PySendResult {
+            topic: self.topic.clone_ref(py),
+            queue_id: self.queue_id,
+            ok: false,
+            appended: self.appended,
+            uniq: self.uniq.clone(),
+        }
+    }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",

@@ -141,8 +141,23 @@ impl PyProducer {
         } else {
             queue_id
         };
-        this.send_one(py, msg, queue_arg(queue_id)?)
+        this.put_one(py, msg, queue_arg(queue_id)?, true)
     }
+    /// Appends one message without waiting for the disk (sync-mode pipelining): confirm it
+    /// with `Store.wait_durable(result._end())`. The queue is `queue_id` or round robin.
+    #[pyo3(signature = (msg, queue_id = None))]
+    fn send_pipelined(
+        slf: &Bound<'_, Self>,
+        msg: &Bound<'_, PyAny>,
+        queue_id: Option<i64>,
+    ) -> PyResult<PySendResult> {
+        let this = slf.get();
+        if this.closed.load(Ordering::Relaxed) {
+            return Err(dead(slf));
+        }
+        this.put_one(slf.py(), msg, queue_arg(queue_id)?, false)
+    }
+
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
     /// `bytes` (which need `topic`).
     #[pyo3(signature = (msgs, topic = None, queue_id = None))]
@@ -243,12 +258,13 @@ impl PyProducer {
 }
 
 impl PyProducer {
-    /// One send, after the closed check and queue selection.
-    fn send_one(
+    /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
+    fn put_one(
         &self,
         py: Python<'_>,
         msg: &Bound<'_, PyAny>,
         queue_id: Option<u32>,
+        wait: bool,
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
         let uniq = self.ids.next(now);
@@ -256,11 +272,12 @@ impl PyProducer {
         let held = read_message(msg, &mut props, &uniq)?;
         let out = held.outgoing()?;
         let result = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
-            match queue_id {
-                Some(q) => self.store.put(&to_ref(&out, q, &props, now)),
-                None => self
-                    .store
-                    .put_round_robin(&to_ref(&out, 0, &props, now), &self.next_queue),
+            let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
+            let rr = queue_id.is_none().then_some(&self.next_queue);
+            match (wait, rr) {
+                (true, None) => self.store.put(&m),
+                (true, Some(next)) => self.store.put_round_robin(&m, next),
+                (false, rr) => self.store.put_pipelined(&m, rr),
             }
         });
         let put = result.map_err(PyMqError)?;

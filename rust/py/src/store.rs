@@ -411,6 +411,15 @@ impl PyStore {
             .map_err(|e| PyMqError(e).into())
     }
 
+    /// Sync mode: waits until the commit log is durable below `end` (one group commit for
+    /// every waiter). False when the disk did not confirm within the store's sync flush
+    /// timeout. Async mode: true at once.
+    fn wait_durable(&self, py: Python<'_>, end: u64) -> PyResult<bool> {
+        let timeout = self.store.config().sync_flush_timeout;
+        py.detach(|| self.store.wait_durable(end, timeout))
+            .map_err(|e| PyMqError(e).into())
+    }
+
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.store.flush())
             .map_err(|e| PyMqError(e).into())
