@@ -150,6 +150,8 @@ def machine_info(workdir: str) -> Dict[str, Any]:
         "mqlite": mq_version,
         "git_commit": git("rev-parse", "HEAD"),
         "git_dirty": bool(git("status", "--porcelain", "--", "rust", "python", "Cargo.toml")),
+        "git_modified": [line[3:] for line in git("status", "--porcelain", "--", "rust",
+                                                   "python", "Cargo.toml").splitlines()],
         "workdir_fs": _mount_of(workdir),
         "loadavg_start": _read("/proc/loadavg").split()[:3],
     }
@@ -424,10 +426,12 @@ def crash_text(r: dict) -> str:
     return f"{r['process_crash']} / {r['machine_crash']}"
 
 
-def _rate_cell(r: dict) -> str:
+def _rate_cell(r: dict, ranges: bool = False) -> str:
     if r.get("status") != "ok":
         return f"{r.get('status')}: {r.get('note', '')}"
     cell = fmt_rate(r["msgs_per_s"])
+    if ranges and r.get("runs", 1) > 1:
+        cell += f" ({fmt_rate(r['min'])}–{fmt_rate(r['max'])})"
     if r.get("partial"):
         cell += f" (partial: {int(r['count']):,} of {int(r['of']):,})"
     if r.get("mismatches"):
@@ -435,7 +439,8 @@ def _rate_cell(r: dict) -> str:
     return cell
 
 
-def throughput_table(block: Dict[str, Any], bold_mqlite: bool = True) -> List[str]:
+def throughput_table(block: Dict[str, Any], bold_mqlite: bool = True,
+                     ranges: bool = False) -> List[str]:
     lines = ["| workload | durability | msgs/s | ratio to baseline |", "|---|---|---:|---:|"]
     for phase, title in (("produce", "produce"), ("consume", "consume")):
         rows = [r for r in block["rows"] if r["phase"] == phase]
@@ -446,7 +451,7 @@ def throughput_table(block: Dict[str, Any], bold_mqlite: bool = True) -> List[st
             name = r["workload"]
             if r["mqlite"] and bold_mqlite:
                 name = f"**{name}**"
-            lines.append(f"| {name} | {crash_text(r)} | {_rate_cell(r)} | "
+            lines.append(f"| {name} | {crash_text(r)} | {_rate_cell(r, ranges)} | "
                          f"{fmt_ratio(r.get('ratio_to_baseline'))} |")
     return lines
 
@@ -481,8 +486,8 @@ def render_tables(data: Dict[str, Any]) -> str:
                 f"(peers.py: produce all, then consume all, in order): N = {block['peer_n']:,}, "
                 f"each phase stopped after {block['peer_budget_s']:g} s (then marked partial; the "
                 "rate is over the time it ran). Baselines: raw file append for produce, raw file "
-                "read for consume.", ""]
-        out += throughput_table(block)
+                "read for consume. msgs/s: median (min–max).", ""]
+        out += throughput_table(block, ranges=True)
         if block.get("reopen_ms") is not None:
             out += ["", f"Reopen of the send_batch store ({block['n']:,} messages) after a clean "
                     f"close: {block['reopen_ms']:.1f} ms (median)."]
