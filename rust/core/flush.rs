@@ -208,6 +208,7 @@ impl FlushService {
             if last_logics.elapsed() >= self.interval {
                 last_logics = Instant::now();
                 let _ = self.flush_logics_and_checkpoint();
+                crate::store::release_pages(&self.commit_log, &self.cqs);
             }
             if last_clean.elapsed() >= CLEAN_INTERVAL {
                 last_clean = Instant::now();

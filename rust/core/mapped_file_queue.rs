@@ -274,6 +274,21 @@ impl MappedFileQueue {
         Ok(())
     }
 
+    /// Drops this process's mappings of the pages of every file but the last `keep_last`
+    /// (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a later read
+    /// faults it back in. Keeps the resident set flat however much of a big store is written
+    /// or read. Anonymous (`:memory:`) files are left alone (their pages are the data).
+    pub fn release_pages(&self, keep_last: usize) {
+        if matches!(self.backing, Backing::Memory) {
+            return;
+        }
+        let files = self.files();
+        let old = files.len().saturating_sub(keep_last);
+        for f in files.iter().take(old) {
+            let _ = f.advise(0, f.size(), Advice::DontNeed);
+        }
+    }
+
     /// Faults in, writable, the bytes `[from, to)` (commit-log offsets) of existing files, so
     /// the appender's first writes to those pages do not stop for page allocation and zeroing.
     /// Best effort: errors are ignored (advice is an optimisation).

@@ -54,9 +54,41 @@ struct Inner {
     fork_gen: u64,
     recovery: RecoveryReport,
     uniq: crate::message::msg_id::UniqueIdGenerator,
+    /// When mapped pages of old files were last released (ms; see `release_pages`).
+    last_release: std::sync::atomic::AtomicI64,
+    /// Start of the commit-log file the latest read ended in (`u64::MAX`: none yet).
+    last_read_file: std::sync::atomic::AtomicU64,
 }
 
+/// How often reads release the mapped pages of old files.
+const RELEASE_INTERVAL_MS: i64 = 1000;
+
 impl Store {
+    /// Drops this process's mappings of old commit-log and consume-queue files (all but the
+    /// two newest commit-log files and each queue's newest file). The data stays in the page
+    /// cache and on disk; the next read of it faults it back in. The flush thread does this
+    /// every flush interval and reads at most once a second, so the resident set stays flat
+    /// while a store many times the size of memory is written or consumed.
+    pub fn release_pages(&self) {
+        release_pages(&self.inner.commit_log, &self.inner.cqs);
+    }
+
+    /// `release_pages` if a second has passed since the last time.
+    pub(crate) fn maybe_release_pages(&self) {
+        let now = crate::util::clock::now_ms();
+        let last = self.inner.last_release.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < RELEASE_INTERVAL_MS
+            || self
+                .inner
+                .last_release
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.release_pages();
+    }
+
     /// Opens (creating if needed) the store in directory `root`.
     ///
     /// # Errors
@@ -219,5 +251,13 @@ impl Inner {
 impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+/// See `Store::release_pages`.
+pub(crate) fn release_pages(commit_log: &CommitLog, cqs: &ConsumeQueueStore) {
+    commit_log.files().release_pages(2);
+    for cq in cqs.all() {
+        cq.files().release_pages(1);
     }
 }

@@ -151,6 +151,8 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         fork_gen,
         recovery: report,
         uniq: UniqueIdGenerator::new(seed()),
+        last_release: std::sync::atomic::AtomicI64::new(0),
+        last_read_file: std::sync::atomic::AtomicU64::new(u64::MAX),
     });
     start_threads(&inner)?;
     Ok(Store { inner })

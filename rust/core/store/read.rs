@@ -2,12 +2,14 @@
 //! message id and by time, and waiting for new data.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Store;
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{Error, Result};
+use crate::mapped_file::mmap::Advice;
 use crate::message::codec::{RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
 use crate::message::{msg_id, properties};
 
@@ -246,6 +248,7 @@ impl Store {
         );
         let mut next = offset;
         let mut refreshed = false;
+        let mut last_record = None;
         for (k, u) in units {
             if out.records.len() >= max {
                 break;
@@ -261,6 +264,9 @@ impl Store {
                 let _ = self.inner.commit_log.files().refresh();
                 got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
             }
+            if got.is_some() {
+                last_record = Some(u.offset);
+            }
             if got.is_none() && u.offset >= self.inner.commit_log.min_offset() {
                 // Not expired, yet nothing there: the unit is damaged. Hand out what was read
                 // before it; the next read starts at it and reports the damage.
@@ -275,6 +281,7 @@ impl Store {
             }
             next = k + 1;
         }
+        self.release_behind_reader(&cq, offset, next, last_record);
         out.next_offset = next;
         out.status = if !out.records.is_empty() {
             GetStatus::Found
@@ -284,6 +291,31 @@ impl Store {
             GetStatus::OffsetFoundNull
         };
         Ok(out)
+    }
+
+    /// Keeps a consumer's resident set flat: when a read moved on from one commit-log file (or
+    /// consume-queue file) to the next, the mappings of the file left behind are released
+    /// (the data stays in the page cache), and once a second every old file's are.
+    fn release_behind_reader(&self, cq: &ConsumeQueue, from: u64, next: u64, last: Option<u64>) {
+        let cq_files = cq.files();
+        let units_per_file = cq_files.file_size() / crate::consume_queue::unit::UNIT_SIZE;
+        if units_per_file > 0 && from / units_per_file != next / units_per_file {
+            if let Some(f) = cq_files.find(from * crate::consume_queue::unit::UNIT_SIZE) {
+                let _ = f.advise(0, f.size(), Advice::DontNeed);
+            }
+        }
+        if let Some(at) = last {
+            let size = self.inner.commit_log.files().file_size();
+            let file = at - at % size;
+            let prev = self.inner.last_read_file.swap(file, Ordering::Relaxed);
+            // Not the files being written (the two newest): the writer is still in them.
+            if prev != file && prev.saturating_add(2 * size) <= self.inner.commit_log.max_offset() {
+                if let Some(f) = self.inner.commit_log.file_at(prev) {
+                    let _ = f.advise(0, f.size(), Advice::DontNeed);
+                }
+            }
+        }
+        self.maybe_release_pages();
     }
 
     /// Copies the record into `out` if it is intact and passes the tag check. `Some(matched)`
