@@ -17,7 +17,8 @@ repetitions interleaved so machine noise spreads over every workload:
                   send_batch(Message) x1000, Store.read, PullConsumer.poll(256) and poll(),
                   reopen after a clean close
   * bench.py      flush="sync": 1/4/8 threads x blocking send(); 8 threads x window of 256
-                  send_async() futures (one shared Producer, and one Producer per thread)
+                  send_async() futures (one shared Producer, and one Producer per thread);
+                  baseline: write() + fdatasync per record to a plain file
   * peers.py      the same produce-then-consume loop over mqlite and the queues a Python user
                   might pick instead (Redis Streams on a private redis-server, persist-queue,
                   litequeue, diskcache, queuelib, SimpleQueue, raw mmap)
