@@ -8,10 +8,13 @@ use super::codec::HostV4;
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xF)]));
-    }
+    out.reserve(bytes.len() * 2);
+    out.extend(bytes.iter().flat_map(|b| {
+        [
+            char::from(HEX[usize::from(b >> 4)]),
+            char::from(HEX[usize::from(b & 0xF)]),
+        ]
+    }));
 }
 
 /// The offset message id of the record at `physical_offset` stored by `host`.

@@ -144,7 +144,9 @@ impl Store {
         };
         let mut prepared = Vec::with_capacity(msgs.len());
         for m in msgs {
-            if m.topic != first.topic || m.queue_id != first.queue_id {
+            // Pointer equality first: batch items usually share one topic string.
+            let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
+            if !same_topic || m.queue_id != first.queue_id {
                 return Err(Error::InvalidBatch {
                     reason: "a batch must target one topic and queue".into(),
                 });

@@ -187,40 +187,47 @@ impl PyProducer {
         let now = mqlite::util::clock::now_ms();
         let mut uniq = String::with_capacity(n * 32);
         let mut props: Vec<u8> = Vec::with_capacity(n * 44);
-        let mut held: Vec<Held<'_>> = Vec::with_capacity(n);
+        let mut held: Vec<Item<'_>> = Vec::with_capacity(n);
         for item in seq.iter() {
             let at = uniq.len();
             self.ids.next_into(now, &mut uniq);
             let id = uniq.get(at..).unwrap_or("");
             match item.cast_into::<pyo3::types::PyBytes>() {
                 Ok(body) => {
-                    let Some(t) = topic else {
+                    if topic_str.is_none() {
                         return Err(crate::errors::InvalidBatchError::new_err(
                             "bytes items need topic=",
                         ));
-                    };
+                    }
                     let start = props.len();
                     mqlite::message::properties::push(
                         &mut props,
                         mqlite::message::properties::UNIQ_KEY,
                         id,
                     );
-                    let topic = t
-                        .cast::<pyo3::types::PyString>()
-                        .map_err(|_| crate::errors::type_error("topic must be a str"))?
-                        .clone();
-                    held.push(Held {
-                        topic,
-                        body,
-                        flag: 0,
-                        props: (start, props.len()),
-                        tags_code: 0,
-                    });
+                    held.push(Item::Bytes(body, (start, props.len())));
                 }
-                Err(e) => held.push(read_message(&e.into_inner(), &mut props, id)?),
+                Err(e) => held.push(Item::Message(read_message(
+                    &e.into_inner(),
+                    &mut props,
+                    id,
+                )?)),
             }
         }
-        let outs: Vec<Outgoing<'_>> = held.iter().map(Held::outgoing).collect::<PyResult<_>>()?;
+        // Bytes items borrow the one `topic=` string: no per-item conversion.
+        let outs: Vec<Outgoing<'_>> = held
+            .iter()
+            .map(|h| match h {
+                Item::Bytes(body, range) => Ok(Outgoing {
+                    topic: topic_str.unwrap_or(""),
+                    body: body.as_bytes(),
+                    flag: 0,
+                    props: *range,
+                    tags_code: 0,
+                }),
+                Item::Message(m) => m.outgoing(),
+            })
+            .collect::<PyResult<_>>()?;
         if let Some(t) = topic_str {
             if let Some(o) = outs.iter().find(|o| o.topic != t) {
                 return Err(crate::errors::InvalidBatchError::new_err(format!(
@@ -244,11 +251,17 @@ impl PyProducer {
             Ok((q, status, appended))
         });
         let (q, status, appended) = result.map_err(PyMqError)?;
+        let result_topic = match (held.first(), topic) {
+            (Some(Item::Message(m)), _) => m.topic.clone().unbind(),
+            (_, Some(t)) => t
+                .cast::<pyo3::types::PyString>()
+                .map_err(|_| crate::errors::type_error("topic must be a str"))?
+                .clone()
+                .unbind(),
+            _ => return Err(crate::errors::InvalidBatchError::new_err("empty batch")),
+        };
         Ok(PySendBatchResult {
-            topic: held
-                .first()
-                .map(|h| h.topic.clone().unbind())
-                .ok_or_else(|| crate::errors::InvalidBatchError::new_err("empty batch"))?,
+            topic: result_topic,
             queue_id: q,
             ok: status == PutStatus::PutOk,
             appended,
@@ -290,6 +303,12 @@ impl PyProducer {
             uniq,
         })
     }
+}
+
+/// One item of a batch: a bare body (sent to `topic=`) with its property range, or a message.
+enum Item<'py> {
+    Bytes(Bound<'py, pyo3::types::PyBytes>, (usize, usize)),
+    Message(Held<'py>),
 }
 
 fn to_ref<'a>(o: &Outgoing<'a>, queue_id: u32, props: &'a [u8], born: i64) -> MessageRef<'a> {
