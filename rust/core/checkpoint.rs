@@ -89,7 +89,8 @@ impl CheckpointData {
 #[derive(Debug)]
 pub struct Checkpoint {
     path: PathBuf,
-    file: File,
+    // `None` once the store closed (taken after `current` wherever both are held).
+    file: Mutex<Option<File>>,
     current: Mutex<CheckpointData>,
 }
 
@@ -118,7 +119,7 @@ impl Checkpoint {
         }
         let cp = Checkpoint {
             path: path.to_path_buf(),
-            file,
+            file: Mutex::new(Some(file)),
             current: Mutex::new(data.unwrap_or_default()),
         };
         Ok((cp, data))
@@ -157,14 +158,19 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// Closes the file (store close); later writes fail with `Closed`.
+    pub fn close(&self) {
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     fn write_slots(&self, d: &CheckpointData) -> Result<()> {
         let slot = d.encode();
+        let guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let file = guard.as_ref().ok_or(Error::Closed)?;
         for at in [SLOT_B_AT, 0] {
-            self.file
-                .write_all_at(&slot, at)
+            file.write_all_at(&slot, at)
                 .map_err(|e| Error::io("write", &self.path, e))?;
-            self.file
-                .sync_data()
+            file.sync_data()
                 .map_err(|e| Error::io("fdatasync", &self.path, e))?;
         }
         Ok(())

@@ -274,6 +274,13 @@ impl MappedFileQueue {
         Ok(())
     }
 
+    /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
+    /// the last reader holding the file lets go of it.
+    pub fn clear(&self) {
+        self.write_files().clear();
+        *self.lock_ready() = None;
+    }
+
     /// Drops this process's mappings of the pages of every file but the last `keep_last`
     /// (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a later read
     /// faults it back in. Keeps the resident set flat however much of a big store is written

@@ -10,6 +10,7 @@ interpreter from /proc/self/status.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,3 +70,34 @@ def test_rss_stays_flat_while_a_big_store_is_written_and_consumed(tmp_path: Path
     # 256 MiB went through the mappings; what stays resident is a few files' worth.
     assert r["produce_growth"] < 64, r
     assert r["peak"] - r["start"] < 64, r
+
+
+def test_close_unmaps_files_and_closes_descriptors(tmp_path: Path) -> None:
+    import mqlite
+
+    path = tmp_path / "s"
+    store = mqlite.open(path, commit_log_file_size=1 << 20, max_message_size=64 << 10)
+    store.create_topic("t", 4)
+    producer = store.producer()
+    for _ in range(10):
+        producer.send_batch([b"x" * 1024] * 200, topic="t")
+
+    def mapped() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(str(path) in line for line in f)
+
+    def fds() -> int:
+        return sum(
+            os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path))
+            for fd in os.listdir("/proc/self/fd")
+        )
+
+    assert mapped() > 2 and fds() > 2
+    store.close()
+    # The handles are still referenced here: closing alone must let go of every file.
+    assert mapped() == 0
+    assert fds() == 0
+    with pytest.raises(mqlite.StoreClosedError):
+        producer.send(mqlite.Message("t", b"late"))
+    with mqlite.open(path, commit_log_file_size=1 << 20, max_message_size=64 << 10) as again:
+        assert again.offsets(mqlite.MessageQueue("t", 0))[1] > 0

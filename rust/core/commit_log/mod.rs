@@ -196,6 +196,12 @@ impl CommitLog {
         }
     }
 
+    /// Unmaps every file (store close; appends fail afterwards).
+    pub fn close_files(&self) {
+        self.lock_appender().writer = None;
+        self.files.clear();
+    }
+
     /// Refuses every later append (after a failed flush).
     pub fn poison(&self, reason: String) {
         self.lock_appender().poisoned.get_or_insert(reason);

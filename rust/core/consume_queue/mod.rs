@@ -131,6 +131,12 @@ impl ConsumeQueue {
         self.max_physical.store(found, Ordering::Release);
     }
 
+    /// Unmaps the queue's files (store close).
+    pub fn close_files(&self) {
+        *self.lock_writer() = None;
+        self.files.clear();
+    }
+
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, Option<FileWriter>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -167,6 +167,13 @@ impl ConsumeQueueStore {
             .collect()
     }
 
+    /// Unmaps every queue's files (store close).
+    pub fn close_files(&self) {
+        for cq in self.all() {
+            cq.close_files();
+        }
+    }
+
     /// Flushes every queue.
     pub fn flush_all(&self) -> Result<()> {
         for cq in self.all() {

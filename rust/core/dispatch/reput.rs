@@ -316,6 +316,11 @@ impl Reput {
         }
     }
 
+    /// Lets go of the commit-log file the cursor holds (store close).
+    pub fn release_file(&self) {
+        self.from.lock().unwrap_or_else(|p| p.into_inner()).file = None;
+    }
+
     /// Asks the service thread to exit.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);

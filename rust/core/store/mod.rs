@@ -243,6 +243,16 @@ impl Inner {
                 }
             }
         }
+        // Unmap and close every file now rather than when the last handle to the store goes
+        // (a closed store must not keep hundreds of MiB mapped and descriptors open).
+        if let Some(r) = &self.reput {
+            r.release_file();
+        }
+        self.commit_log.close_files();
+        self.cqs.close_files();
+        if let Some(cp) = &self.checkpoint {
+            cp.close();
+        }
         *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result
     }
