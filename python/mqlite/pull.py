@@ -415,10 +415,10 @@ class PullConsumer:
 
     def _rotation(self) -> list[_Queue]:
         """The active queues, starting at the round-robin cursor."""
-        active = self._active
+        active = self._active  # replaced, never mutated: safe to hand out as is
         k = len(active)
-        start = self._rr % k if k else 0
-        return active[start:] + active[:start]
+        start = self._rr % k if k > 1 else 0
+        return active[start:] + active[:start] if start else active
 
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin).
@@ -445,9 +445,11 @@ class PullConsumer:
                     self._rebalance()
                 if self._auto_commit and now >= self._next_commit:
                     self._commit_positions()
-                self._wake.clear()
                 order = self._rotation()
                 reqs = [(q.topic, q.queue_id, q.position, q.tags) for q in order]
+                if not reqs:
+                    # Cleared under the lock the assignment changes under: no lost wake-up.
+                    self._wake.clear()
             left = _WAIT_SLICE
             if deadline is not None:
                 left = max(0.0, min(left, deadline - time.monotonic()))

@@ -130,9 +130,10 @@ class Store:
         return StoreClosedError(f"store {self._path!r} is closed")
 
     def _live(self) -> _core.Store:
-        if not self._ok or self._pid != os.getpid():
-            raise self._dead()
-        return self._core
+        # A fork marks every open store dead in the child (register_at_fork), so no getpid().
+        if self._ok:
+            return self._core
+        raise self._dead()
 
     def close(self) -> None:
         """Flush and close; idempotent. In a forked child this only forgets the handle."""
