@@ -34,6 +34,8 @@ pub struct Appender {
     /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
     pub(crate) queue_offsets: QueueTable,
     pub(crate) poisoned: Option<String>,
+    // Reused encoding buffer of batch appends.
+    scratch: Vec<u8>,
 }
 
 /// A record ready to be written: the message plus its precomputed size and body CRC (computed
@@ -217,52 +219,48 @@ impl Appender {
         };
         let w = self.ensure_room(files, total)?;
         let store_timestamp = now_ms();
-        let start_offset = w.file().from_offset() + w.pos();
+        let mut physical_offset = w.file().from_offset() + w.pos();
         out.reserve(batch.len());
-        let before = out.len();
-        // Encoded straight into the mapping past the published position (invisible to readers
-        // until `publish`); the pages ahead of the writer are already faulted in (warm-ahead).
-        let written = w.append_with(total as usize, |mut buf: &mut [u8]| {
-            let mut physical_offset = start_offset;
-            for (i, p) in batch.iter().enumerate() {
-                let m = &p.msg;
-                let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
-                let meta = RecordMeta {
-                    queue_id,
-                    flag: m.flag,
-                    queue_offset,
-                    physical_offset,
-                    sysflag: m.sysflag,
-                    born_timestamp: m.born_timestamp,
-                    store_timestamp,
-                    reconsume_times: m.reconsume_times,
-                    prepared_transaction_offset: m.prepared_transaction_offset,
-                };
-                let Some((record, rest)) = std::mem::take(&mut buf).split_at_mut_checked(p.len)
-                else {
-                    break;
-                };
-                codec::encode_with_record_crc(
-                    record,
-                    &meta,
-                    p.crc,
-                    m.body,
-                    topic.as_bytes(),
-                    m.properties,
-                );
-                buf = rest;
-                out.push(Appended {
-                    physical_offset,
-                    size: p.len as u32,
-                    queue_offset,
-                    store_timestamp,
-                });
-                physical_offset += p.len as u64;
-            }
-        });
-        if written.is_none() {
-            out.truncate(before);
-            return Err(Error::Closed);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.reserve(total as usize);
+        for (i, p) in batch.iter().enumerate() {
+            let m = &p.msg;
+            let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
+            let meta = RecordMeta {
+                queue_id,
+                flag: m.flag,
+                queue_offset,
+                physical_offset,
+                sysflag: m.sysflag,
+                born_timestamp: m.born_timestamp,
+                store_timestamp,
+                reconsume_times: m.reconsume_times,
+                prepared_transaction_offset: m.prepared_transaction_offset,
+            };
+            codec::encode_to_vec(
+                &mut scratch,
+                p.len,
+                &meta,
+                p.crc,
+                m.body,
+                topic.as_bytes(),
+                m.properties,
+            );
+            out.push(Appended {
+                physical_offset,
+                size: p.len as u32,
+                queue_offset,
+                store_timestamp,
+            });
+            physical_offset += p.len as u64;
+        }
+        let w = self.writer.as_mut().ok_or(Error::Closed)?;
+        let written = w.append_bytes(&scratch);
+        self.scratch = scratch;
+        if let Err(e) = written {
+            out.truncate(out.len() - batch.len());
+            return Err(e);
         }
         let w = self.writer.as_mut().ok_or(Error::Closed)?;
         w.publish();
