@@ -16,6 +16,11 @@
 //! invalid record and zeroes the rest of that file.
 //!
 //! Writers: producers through `put`/`put_batch`. Readers: dispatch, consumers, lookups.
+//!
+//! Background preparer (one thread, fed by `Prepare` jobs): creates the next file once the
+//! current one is half full, and faults in the pages up to `WARM_AHEAD` past the write position
+//! every `WARM_STEP` bytes written. Both are optimisations only: a failed or late job means the
+//! appender creates the file or takes the page faults itself.
 
 pub mod append;
 pub mod recovery;
