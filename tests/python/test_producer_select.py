@@ -98,3 +98,41 @@ def test_oneway_and_flush(mem_store: mqlite.Store) -> None:
     assert all(f.done() for f in futures)  # close() flushed
     with pytest.raises(mqlite.StoreClosedError):
         p.send_async(Message("t", b"x"))
+
+
+def test_send_async_in_a_sync_store_is_acknowledged_after_the_disk(tmp_path) -> None:
+    """Pipelined sends of a flush="sync" store: every future resolves SEND_OK only once the
+    store's flushed offset covers the record; many threads share flushes; nothing is lost across
+    a close and reopen; a bad message fails its own future only."""
+    path = tmp_path / "s"
+    per_thread, threads = 400, 4
+    acked: list[tuple[int, int, int]] = []  # (commit-log end, flushed offset seen, thread)
+    lock = threading.Lock()
+    with mqlite.open(path, flush="sync") as store:
+        store.create_topic("t", 4)
+        producer = store.producer()
+
+        def work(t: int) -> None:
+            futures = [producer.send_async(Message("t", b"%d-%d" % (t, i))) for i in range(per_thread)]
+            for f in futures:
+                r = f.result(30)
+                assert r.send_status is mqlite.SendStatus.SEND_OK
+                flushed = store._live().stats()["flushed_offset"]
+                with lock:
+                    acked.append((r._end(), flushed, t))
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        bad = producer.send_async(Message("t", b""))  # empty body: refused
+        with pytest.raises(mqlite.InvalidMessageError):
+            bad.result(5)
+        assert len(acked) == per_thread * threads
+        assert all(end <= flushed for end, flushed, _ in acked), "acknowledged before the disk"
+        last = producer.send_async(Message("t", b"last"))
+    assert last.done() and last.result().send_status is mqlite.SendStatus.SEND_OK
+    with mqlite.open(path) as again:
+        total = sum(again.offsets(MessageQueue("t", q))[1] for q in range(4))
+        assert total == per_thread * threads + 1
