@@ -5,8 +5,11 @@
 //!   msyncs once for every put that arrived meanwhile, then wakes them. A put not confirmed
 //!   within `sync_flush_timeout` returns FLUSH_DISK_TIMEOUT (its bytes are written, only not
 //!   confirmed durable).
+//!   A pipelined put only registers its end offset (`request_flush`) and confirms it later
+//!   with `wait_flushed`, so one msync can cover many puts of one thread.
 //! - Both modes: consume queues are flushed every interval, then the checkpoint records the
-//!   flushed commit-log offset and the dispatched offset captured *before* the queue flush.
+//!   flushed commit-log offset and the dispatched offset captured *before* the queue flush,
+//!   and the mappings of old files are released (`store::release_pages`; no data changes).
 //!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
