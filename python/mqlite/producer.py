@@ -44,7 +44,7 @@ class _Completer:
         self._producer = weakref.ref(producer)
         self._sync = sync
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # a plain lock: cheaper than RLock
         self.pending = 0
         self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
         self._thread.start()
