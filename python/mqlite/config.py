@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from mqlite.errors import InvalidConfigError
 
-__all__ = ["store_options"]
+__all__ = ["existing_sizes", "store_options"]
+
+_DEFAULT_MAX_MESSAGE = 4 << 20
+# Room a record needs beyond its body: header, topic and properties at their limits.
+_RECORD_OVERHEAD = 64 << 10
 
 # name -> (minimum, maximum or None)
 _INTS: dict[str, tuple[int, int | None]] = {
@@ -61,4 +66,58 @@ def store_options(options: Mapping[str, object]) -> dict[str, Any]:
             out[name] = _number(name, value, positive=True)
         else:
             raise InvalidConfigError(f"unknown option {name!r}")
+    return out
+
+
+def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
+    """Size of the first store file (20-digit name, regular file, not a symlink) in
+    ``directory``, or None. Only a file that is certainly whole counts: one followed by another
+    file, or a lone file whose size is a multiple of ``whole`` (a kill while the last file was
+    being preallocated can leave it short, and the core repairs that to the configured size)."""
+    try:
+        with os.scandir(directory) as it:
+            names = sorted(e.name for e in it if len(e.name) == 20 and e.name.isdigit()
+                           and e.is_file(follow_symlinks=False))
+    except OSError:
+        return None
+    if not names:
+        return None
+    try:
+        size = os.lstat(os.path.join(directory, names[0])).st_size
+    except OSError:
+        return None
+    if size > 0 and (len(names) > 1 or size % whole == 0):
+        return size
+    return None
+
+
+def existing_sizes(path: str, given: Mapping[str, object]) -> dict[str, int]:
+    """File sizes of an existing store that the caller left unset: a store keeps the sizes it
+    was created with, so reopening it (or following it read-only) needs no repeated options.
+    Sizes given explicitly are left to the core, which rejects a mismatch."""
+    out: dict[str, int] = {}
+    if path == ":memory:":
+        return out
+    if given.get("commit_log_file_size") is None:
+        size = _first_file_size(os.path.join(path, "commitlog"))
+        if size is not None:
+            out["commit_log_file_size"] = size
+            if given.get("max_message_size") is None and size < _DEFAULT_MAX_MESSAGE + _RECORD_OVERHEAD:
+                out["max_message_size"] = max(1, size - _RECORD_OVERHEAD)
+    if given.get("consume_queue_file_units") is None:
+        root = os.path.join(path, "consumequeue")
+        try:
+            topics = sorted(os.listdir(root))
+        except OSError:
+            topics = []
+        for topic in topics:
+            try:
+                queues = sorted(os.listdir(os.path.join(root, topic)))
+            except OSError:
+                continue
+            sizes = (_first_file_size(os.path.join(root, topic, q), 20 * 1000) for q in queues)
+            size = next((s for s in sizes if s is not None and s % 20 == 0), None)
+            if size is not None:
+                out["consume_queue_file_units"] = size // 20
+                break
     return out

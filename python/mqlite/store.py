@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
-from mqlite.config import store_options
+from mqlite.config import existing_sizes, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     IllegalArgumentError,
@@ -92,6 +92,8 @@ class Store:
                 "retention_hours": retention_hours,
             }
         )
+        # An existing store keeps the file sizes it was created with.
+        options.update(existing_sizes(os.fsdecode(os.fspath(path)), options))
         self._core = _core.Store(os.fsdecode(os.fspath(path)), **options)
         self._path = self._core.path
         self._read_only = self._core.read_only

@@ -129,3 +129,26 @@ def test_expired_files_are_deleted_from_the_head(tmp_path: Path) -> None:
             off = res.next_offset
         assert kept and all(m.body == body for m in kept)
         assert kept[-1].queue_offset == 999
+
+
+def test_reopen_uses_the_file_sizes_the_store_was_created_with(tmp_path) -> None:
+    import mqlite
+    from mqlite import Message, MessageQueue
+
+    path = tmp_path / "s"
+    with mqlite.open(path, commit_log_file_size=1 << 20, consume_queue_file_units=100,
+                     max_message_size=64 << 10) as store:
+        store.create_topic("t", 1)
+        p = store.producer()
+        for i in range(300):
+            p.send(Message("t", b"%d" % i + b"x" * 4000))   # several commit-log and queue files
+    # No sizes given: the writer and a read-only follower both take them from the files.
+    with mqlite.open(path) as again:
+        assert again.offsets(MessageQueue("t", 0)) == (0, 300)
+        again.producer().send(Message("t", b"more"))
+        with mqlite.open(path, read_only=True) as reader:
+            got = reader.read(MessageQueue("t", 0), 299, 2)
+            assert [m.body[:3] for m in got] == [b"299", b"mor"]
+    # Sizes given explicitly and wrong are still an error, not a silent reinterpretation.
+    with pytest.raises(mqlite.MQError):
+        mqlite.open(path, commit_log_file_size=2 << 20)
