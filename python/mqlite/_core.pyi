@@ -1,14 +1,15 @@
 # Hand-written stub of the private extension module `mqlite._core` (checked by mypy.stubtest).
 # The public API lives in the `mqlite` package; this module is thin: it converts, releases the
 # GIL, calls the Rust core and maps errors to the classes of `mqlite.errors`.
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, final
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, final
 
-from typing_extensions import Self
+from typing_extensions import Self, disjoint_base
 
 __version__: str
 __all__ = [
     "__version__",
+    "Message",
     "MessageQueue",
     "SendResult",
     "SendBatchResult",
@@ -17,6 +18,30 @@ __all__ = [
     "Producer",
     "Store",
 ]
+
+@disjoint_base
+class Message:
+    """A message to send (a native class that behaves as a dataclass)."""
+    topic: str
+    body: bytes
+    tags: str | None
+    keys: Sequence[str] | str
+    properties: Mapping[str, str]
+    flag: int
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    __match_args__: ClassVar[tuple[str, ...]]
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __new__(
+        cls,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: Sequence[str] | str | None = None,
+        properties: Mapping[str, str] | None = None,
+        flag: int | None = None,
+    ) -> Self: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
 
 @final
 class MessageQueue:
@@ -118,7 +143,7 @@ class GetResult:
     @property
     def messages(self) -> list[MessageExt]: ...
 
-@final
+@disjoint_base
 class Producer:
     """Sends messages; queue selection is round robin over the topic's write queues unless a
     queue id, sharding key or selector decides."""

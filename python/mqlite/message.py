@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
+from mqlite import _core
 from mqlite._core import MessageExt, MessageQueue, SendBatchResult, SendResult
 
 __all__ = [
@@ -19,20 +18,14 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class Message:
-    """A message to send.
+Message = _core.Message
+"""A message to send: ``Message(topic, body, tags=None, keys=(), properties={}, flag=0)``.
 
-    ``keys`` is one key or a sequence of keys (indexed for look-up); ``properties`` are user
-    properties (names reserved by RocketMQ, such as ``KEYS`` or ``UNIQ_KEY``, are refused).
-    """
-
-    topic: str
-    body: bytes
-    tags: str | None = None
-    keys: Sequence[str] | str = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
-    flag: int = 0
+A native class that behaves as a (mutable, unhashable) dataclass: ``dataclasses.fields``,
+``replace`` and ``asdict`` work on it, it compares field by field and it pickles. Fields accept
+any object; their types are checked when the message is sent. ``keys`` is one key or a sequence
+of keys (indexed for look-up); ``properties`` are user properties (names reserved by RocketMQ,
+such as ``KEYS`` or ``UNIQ_KEY``, are refused)."""
 
 
 class SendStatus(enum.Enum):

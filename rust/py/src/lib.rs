@@ -4,6 +4,7 @@
 
 mod errors;
 mod message;
+mod outgoing;
 mod producer;
 mod queue;
 mod store;
@@ -13,6 +14,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;
     m.add_class::<message::PySendBatchResult>()?;

@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::errors::{invalid_message, type_error};
+use crate::outgoing::PyMessage;
 use crate::queue::PyMessageQueue;
 
 /// A message read from Python: owned references to its topic and body (so they stay alive
@@ -48,21 +49,58 @@ impl<'py> Held<'py> {
 }
 
 /// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` and
-/// appends the encoded properties (with the given UNIQ_KEY) to `props`.
+/// appends the encoded properties (with the given UNIQ_KEY) to `props`. A `mqlite.Message`
+/// (exactly that class) is read field by field without attribute look-ups; anything else
+/// (a subclass, a duck-typed object) through its attributes.
 pub fn read_message<'py>(
     msg: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
     uniq: &str,
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
-    let topic = msg.getattr(intern!(py, "topic"))?;
+    if msg.get_type().is(py.get_type::<PyMessage>()) {
+        let m = msg.cast::<PyMessage>()?.borrow();
+        return held_from(
+            m.topic.bind(py).clone(),
+            m.body.bind(py).clone(),
+            m.tags.bind(py),
+            m.keys.bind(py),
+            m.properties.bind(py),
+            m.flag.bind(py),
+            props,
+            uniq,
+        );
+    }
+    held_from(
+        msg.getattr(intern!(py, "topic"))?,
+        msg.getattr(intern!(py, "body"))?,
+        &msg.getattr(intern!(py, "tags"))?,
+        &msg.getattr(intern!(py, "keys"))?,
+        &msg.getattr(intern!(py, "properties"))?,
+        &msg.getattr(intern!(py, "flag"))?,
+        props,
+        uniq,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn held_from<'py>(
+    topic: Bound<'py, PyAny>,
+    body: Bound<'py, PyAny>,
+    tags: &Bound<'py, PyAny>,
+    keys: &Bound<'py, PyAny>,
+    user: &Bound<'py, PyAny>,
+    flag_obj: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+    uniq: &str,
+) -> PyResult<Held<'py>> {
+    let py = topic.py();
     let topic = topic.cast_into::<PyString>().map_err(|e| {
         type_error(format!(
             "topic must be a str, not {}",
             type_name(&e.into_inner())
         ))
     })?;
-    let body = msg.getattr(intern!(py, "body"))?;
     let body = body.cast_into::<PyBytes>().map_err(|e| {
         type_error(format!(
             "body must be bytes, not {}",
@@ -71,7 +109,6 @@ pub fn read_message<'py>(
     })?;
     let start = props.len();
     let mut tags_code = 0;
-    let tags = msg.getattr(intern!(py, "tags"))?;
     if !tags.is_none() {
         let t = tags
             .cast::<PyString>()
@@ -81,10 +118,8 @@ pub fn read_message<'py>(
         properties::push(props, properties::TAGS, t);
         tags_code = properties::tags_hash(t);
     }
-    let keys = msg.getattr(intern!(py, "keys"))?;
-    push_keys(&keys, props)?;
+    push_keys(keys, props)?;
     properties::push(props, properties::UNIQ_KEY, uniq);
-    let user = msg.getattr(intern!(py, "properties"))?;
     if let Ok(d) = user.cast::<PyDict>() {
         // The common case: a plain dict, often empty.
         for (k, v) in d.iter() {
@@ -99,7 +134,6 @@ pub fn read_message<'py>(
             push_property(&k, &v, props)?;
         }
     }
-    let flag_obj = msg.getattr(intern!(py, "flag"))?;
     let flag: i32 = flag_obj
         .extract()
         .map_err(|_| type_error("flag must be an int in the i32 range"))?;

@@ -1,0 +1,181 @@
+//! `mqlite.Message`: the outgoing message, a native class that behaves as the dataclass it
+//! replaces (fields, defaults, keyword construction, `==`, repr, `dataclasses.fields` /
+//! `replace` / `asdict`, pickling) while letting `send` read its fields without six Python
+//! attribute look-ups.
+//!
+//! Fields hold any object, as a dataclass's do: types are checked when the message is sent.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
+
+/// A message to send.
+///
+/// `keys` is one key or a sequence of keys (indexed for look-up); `properties` are user
+/// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused).
+#[pyclass(module = "mqlite", name = "Message", subclass)]
+#[derive(Debug)]
+pub struct PyMessage {
+    #[pyo3(get, set)]
+    pub topic: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub body: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub tags: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub keys: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub properties: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub flag: Py<PyAny>,
+}
+
+const FIELDS: [&str; 6] = ["topic", "body", "tags", "keys", "properties", "flag"];
+
+impl PyMessage {
+    fn values(&self, py: Python<'_>) -> [Py<PyAny>; 6] {
+        [
+            self.topic.clone_ref(py),
+            self.body.clone_ref(py),
+            self.tags.clone_ref(py),
+            self.keys.clone_ref(py),
+            self.properties.clone_ref(py),
+            self.flag.clone_ref(py),
+        ]
+    }
+}
+
+#[pymethods]
+impl PyMessage {
+    #[new]
+    #[pyo3(signature = (topic, body, tags = None, keys = None, properties = None, flag = None))]
+    fn py_new(
+        py: Python<'_>,
+        topic: Py<PyAny>,
+        body: Py<PyAny>,
+        tags: Option<Py<PyAny>>,
+        keys: Option<Py<PyAny>>,
+        properties: Option<Py<PyAny>>,
+        flag: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        Ok(PyMessage {
+            topic,
+            body,
+            tags: tags.unwrap_or_else(|| py.None()),
+            keys: match keys {
+                Some(k) => k,
+                None => PyTuple::empty(py).into_any().unbind(),
+            },
+            properties: match properties {
+                Some(p) => p,
+                None => PyDict::new(py).into_any().unbind(),
+            },
+            flag: match flag {
+                Some(f) => f,
+                None => 0i32.into_pyobject(py)?.into_any().unbind(),
+            },
+        })
+    }
+
+    /// `dataclasses.fields(Message)` and friends read this: the fields of an equivalent
+    /// dataclass, built once when the class is created.
+    #[classattr]
+    fn __dataclass_fields__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let shape = py
+            .import("dataclasses")?
+            .getattr("make_dataclass")?
+            .call1((
+                "Message",
+                (
+                    ("topic", "str"),
+                    ("body", "bytes"),
+                    ("tags", "str | None", field(py, Some(py.None()))?),
+                    (
+                        "keys",
+                        "Sequence[str] | str",
+                        field(py, Some(PyTuple::empty(py).into_any().unbind()))?,
+                    ),
+                    ("properties", "Mapping[str, str]", field(py, None)?),
+                    (
+                        "flag",
+                        "int",
+                        field(py, Some(0i32.into_pyobject(py)?.into_any().unbind()))?,
+                    ),
+                ),
+            ))?;
+        Ok(shape.getattr("__dataclass_fields__")?.unbind())
+    }
+
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        Ok(PyTuple::new(py, FIELDS)?.unbind())
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let this = slf.borrow();
+        let mut out = String::from("Message(");
+        for (i, (name, value)) in FIELDS.iter().zip(this.values(py)).enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(name);
+            out.push('=');
+            out.push_str(&value.bind(py).repr()?.to_string_lossy());
+        }
+        out.push(')');
+        Ok(out)
+    }
+
+    /// Field-wise equality with another `Message` of the same class, as a dataclass.
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if !other.get_type().is(slf.get_type()) {
+            return Ok(py.NotImplemented());
+        }
+        let other = other.cast::<PyMessage>()?;
+        let a = PyTuple::new(py, slf.borrow().values(py))?;
+        let b = PyTuple::new(py, other.borrow().values(py))?;
+        Ok(a.eq(b)?.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+
+    /// Unhashable, as a mutable dataclass with `eq=True`.
+    #[classattr]
+    fn __hash__(py: Python<'_>) -> Py<PyAny> {
+        py.None()
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, Py<PyTuple>)> {
+        let py = slf.py();
+        let args = PyTuple::new(py, slf.borrow().values(py))?.unbind();
+        Ok((slf.get_type().into_any().unbind(), args))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for v in [
+            &self.topic,
+            &self.body,
+            &self.tags,
+            &self.keys,
+            &self.properties,
+            &self.flag,
+        ] {
+            visit.call(v)?;
+        }
+        Ok(())
+    }
+}
+
+/// `dataclasses.field(default=...)`, or `field(default_factory=dict)` without a default.
+fn field(py: Python<'_>, default: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
+    let dataclasses = py.import("dataclasses")?;
+    let kwargs = PyDict::new(py);
+    match default {
+        Some(d) => kwargs.set_item("default", d)?,
+        None => kwargs.set_item("default_factory", py.get_type::<PyDict>())?,
+    }
+    Ok(dataclasses
+        .getattr("field")?
+        .call((), Some(&kwargs))?
+        .unbind())
+}
