@@ -97,3 +97,45 @@ def test_unknown_option_is_a_type_error(tmp_path: Path) -> None:
 def test_version_is_exported() -> None:
     assert isinstance(mqlite.__version__, str) and mqlite.__version__
     assert set(mqlite.__all__) <= set(dir(mqlite))
+
+
+def test_message_behaves_as_a_dataclass() -> None:
+    import copy
+    import pickle
+
+    m = Message("orders", b"x", tags="A", keys=["k1", "k2"], properties={"a": "1"}, flag=3)
+    assert dataclasses.is_dataclass(m) and dataclasses.is_dataclass(Message)
+    assert dataclasses.asdict(m) == {
+        "topic": "orders", "body": b"x", "tags": "A", "keys": ["k1", "k2"],
+        "properties": {"a": "1"}, "flag": 3,
+    }
+    changed = dataclasses.replace(m, tags="B")
+    assert changed.tags == "B" and changed.topic == "orders" and m.tags == "A"
+    assert repr(Message("t", b"y")) == (
+        "Message(topic='t', body=b'y', tags=None, keys=(), properties={}, flag=0)"
+    )
+    assert m == Message("orders", b"x", "A", ["k1", "k2"], {"a": "1"}, 3)
+    assert m != changed and m != ("orders", b"x")
+    with pytest.raises(TypeError):
+        hash(m)
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert copy.copy(m) == m and copy.deepcopy(m) == m
+    m.topic = "other"  # mutable, as the dataclass was
+    assert m.topic == "other"
+    match m:
+        case Message(topic, body, tags):
+            assert (topic, body, tags) == ("other", b"x", "A")
+        case _:
+            pytest.fail("positional match failed")
+
+
+def test_a_message_subclass_is_read_through_its_attributes(mem_store) -> None:
+    from mqlite import MessageQueue
+
+    class Upper(Message):
+        @property  # type: ignore[misc]
+        def tags(self) -> str:  # overrides the field: the send must see this value
+            return "UPPER"
+
+    r = mem_store.producer().send(Upper("t", b"x", tags="lower"), queue_id=0)
+    assert mem_store.read(MessageQueue("t", 0), r.queue_offset, 1)[0].tags == "UPPER"
