@@ -56,7 +56,8 @@ pub struct CommitLog {
     prealloc: Mutex<Option<Sender<Prepare>>>,
     // Start of the last file for which the next one was requested.
     prealloc_asked: AtomicU64,
-    // Pages below this commit-log offset were asked to be faulted in (warm-ahead).
+    // Pages below this commit-log offset were asked to be faulted in (warm-ahead);
+    // `u64::MAX` while there is no warm-ahead (no preparer, or whole files populated).
     warm_to: AtomicU64,
     last_store_ts: AtomicI64,
     // One past the last appended record, kept by the writer so readers need no file lookup;
@@ -73,15 +74,19 @@ impl CommitLog {
             flushed: AtomicU64::new(0),
             prealloc: Mutex::new(None),
             prealloc_asked: AtomicU64::new(u64::MAX),
-            warm_to: AtomicU64::new(0),
+            warm_to: AtomicU64::new(u64::MAX),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// Sends "please create the file starting at X" requests to a background allocator.
-    pub fn set_preallocator(&self, tx: Sender<Prepare>) {
+    /// Sends `Prepare` jobs to a background preparer: next files always, and warm-ahead
+    /// requests when `warm_ahead` (pointless when whole files are populated at creation).
+    pub fn set_preallocator(&self, tx: Sender<Prepare>, warm_ahead: bool) {
         *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        if warm_ahead {
+            self.warm_to.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Disconnects the background allocator (its thread then exits).
@@ -186,7 +191,7 @@ impl CommitLog {
     /// allocation and zeroing happen on that thread rather than inside the appender's writes.
     fn maybe_warm(&self, end: u64) {
         let warmed = self.warm_to.load(Ordering::Relaxed);
-        if end + crate::mapped_file_queue::WARM_AHEAD < warmed + WARM_STEP {
+        if warmed == u64::MAX || end + crate::mapped_file_queue::WARM_AHEAD < warmed + WARM_STEP {
             return;
         }
         let to = end + crate::mapped_file_queue::WARM_AHEAD;

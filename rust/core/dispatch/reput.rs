@@ -159,10 +159,8 @@ impl Reput {
     pub fn try_dispatch(&self) {
         fence(Ordering::SeqCst);
         loop {
-            let mut from = match self.from.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => return,
+            let Some(mut from) = self.try_cursor() else {
+                return;
             };
             let result = self.run(&mut from);
             drop(from);
@@ -183,10 +181,8 @@ impl Reput {
     /// `try_dispatch`.
     pub fn try_dispatch_known(&self, req: &DispatchRequest<'_>) {
         fence(Ordering::SeqCst);
-        let mut cursor = match self.from.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
+        let Some(mut cursor) = self.try_cursor() else {
+            return;
         };
         let end = req.commit_log_offset + u64::from(req.size);
         if cursor.offset == req.commit_log_offset && end <= self.confirm_offset() {
@@ -196,11 +192,7 @@ impl Reput {
                 return;
             }
             cursor.offset = end;
-            self.dispatched.store(end, Ordering::Release);
-            if self.has_error.load(Ordering::Relaxed) {
-                self.clear_error();
-            }
-            self.notifier.notify();
+            self.advanced(end);
         }
         drop(cursor);
         fence(Ordering::SeqCst);
@@ -280,13 +272,27 @@ impl Reput {
             self.dispatched.store(*from, Ordering::Release);
         }
         if *from != start {
-            self.dispatched.store(*from, Ordering::Release);
-            if self.has_error.load(Ordering::Relaxed) {
-                self.clear_error();
-            }
-            self.notifier.notify();
+            self.advanced(*from);
         }
         Ok(())
+    }
+
+    /// The dispatch cursor, unless another thread holds it.
+    fn try_cursor(&self) -> Option<std::sync::MutexGuard<'_, Cursor>> {
+        match self.from.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Dispatch progressed to `to`: publish it, forget a past error, wake waiting consumers.
+    fn advanced(&self, to: u64) {
+        self.dispatched.store(to, Ordering::Release);
+        if self.has_error.load(Ordering::Relaxed) {
+            self.clear_error();
+        }
+        self.notifier.notify();
     }
 
     /// Wakes the service thread.

@@ -195,10 +195,11 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
             // A new store: have the first file ready before the first send needs it.
             let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
         }
-        inner.commit_log.set_preallocator(tx);
-        let weak = Arc::downgrade(&inner.commit_log);
         // Pages are faulted in ahead of the writer unless whole files are populated anyway.
-        let warm = !inner.config.warm_mapped_files;
+        inner
+            .commit_log
+            .set_preallocator(tx, !inner.config.warm_mapped_files);
+        let weak = Arc::downgrade(&inner.commit_log);
         threads.push(
             std::thread::Builder::new()
                 .name("mqlite-prealloc".into())
@@ -211,8 +212,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
                             Prepare::File(start) => {
                                 let _ = cl.files().prepare(start);
                             }
-                            Prepare::Warm(from, to) if warm => cl.files().warm(from, to),
-                            Prepare::Warm(..) => {}
+                            Prepare::Warm(from, to) => cl.files().warm(from, to),
                         }
                     }
                 })
