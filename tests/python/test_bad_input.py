@@ -147,6 +147,14 @@ def test_bad_batches(guard: Guard) -> None:
     assert "other" not in [t.name for t in guard.store.topics()]
 
 
+def test_rejected_batch_does_not_create_its_topic(guard: Guard) -> None:
+    # Round robin needs the topic's queue count: the messages are checked before the topic is
+    # looked up (and auto-created), so a rejected batch leaves no topic behind.
+    expect(E.InvalidMessageError, lambda: guard.producer.send_batch([b"ok", b""], topic="fresh"))
+    guard.check_unchanged()
+    assert "fresh" not in [t.name for t in guard.store.topics()]
+
+
 def test_topic_without_write_permission(guard: Guard) -> None:
     guard.store.create_topic("readonly-topic", 2, perm=4)
     guard.rebase()

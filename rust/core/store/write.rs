@@ -136,6 +136,29 @@ impl Store {
     /// Appends a batch of messages for one topic and queue, with consecutive queue offsets, in
     /// one file and under one lock. All or nothing: an invalid message rejects the batch.
     pub fn put_batch(&self, msgs: &[MessageRef<'_>], out: &mut Vec<Appended>) -> Result<PutStatus> {
+        self.put_batch_to(msgs, None, out).map(|(_, status)| status)
+    }
+
+    /// `put_batch` to the queue `next % queue count` of the batch's topic (the messages'
+    /// queue ids are ignored), `next` advancing once per batch; returns the queue chosen.
+    ///
+    /// # Errors
+    /// As `put_batch`.
+    pub fn put_batch_round_robin(
+        &self,
+        msgs: &[MessageRef<'_>],
+        next: &AtomicU32,
+        out: &mut Vec<Appended>,
+    ) -> Result<(u32, PutStatus)> {
+        self.put_batch_to(msgs, Some(next), out)
+    }
+
+    fn put_batch_to(
+        &self,
+        msgs: &[MessageRef<'_>],
+        round_robin: Option<&AtomicU32>,
+        out: &mut Vec<Appended>,
+    ) -> Result<(u32, PutStatus)> {
         self.check_writable()?;
         let Some(first) = msgs.first() else {
             return Err(Error::InvalidBatch {
@@ -146,7 +169,7 @@ impl Store {
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
             let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
-            if !same_topic || m.queue_id != first.queue_id {
+            if !same_topic || (round_robin.is_none() && m.queue_id != first.queue_id) {
                 return Err(Error::InvalidBatch {
                     reason: "a batch must target one topic and queue".into(),
                 });
@@ -159,15 +182,25 @@ impl Store {
             self.check_message(m)?;
             prepared.push(Prepared::new(*m)?);
         }
-        self.check_topic_queue(first.topic, first.queue_id)?;
+        // Messages first: a rejected batch must not auto-create its topic.
+        let queues = self.writable_queues(first.topic)?;
+        let queue_id = match round_robin {
+            Some(next) => next.fetch_add(1, Ordering::Relaxed) % queues.max(1),
+            None => first.queue_id,
+        };
+        check_queue_id(first.topic, queue_id, queues)?;
+        for p in &mut prepared {
+            p.msg.queue_id = queue_id;
+        }
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
-        match out.get(start..).and_then(|s| s.last()) {
+        let status = match out.get(start..).and_then(|s| s.last()) {
             Some(last) => {
-                self.after_append(last.physical_offset + u64::from(last.size), None, true)
+                self.after_append(last.physical_offset + u64::from(last.size), None, true)?
             }
-            None => Ok(PutStatus::PutOk),
-        }
+            None => PutStatus::PutOk,
+        };
+        Ok((queue_id, status))
     }
 
     /// Durability wait and dispatch after an append ending at `end`. Single puts dispatch
@@ -250,12 +283,6 @@ impl Store {
         check_encoded_properties(m.properties)
     }
 
-    /// Validates the topic and queue id of a send, auto-creating the topic if allowed.
-    fn check_topic_queue(&self, topic: &str, queue_id: u32) -> Result<()> {
-        let queues = self.writable_queues(topic)?;
-        check_queue_id(topic, queue_id, queues)
-    }
-
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
     fn writable_queues(&self, topic: &str) -> Result<u32> {
         let (queues, writable) = match self.inner.topics.write_info(topic) {
@@ -292,26 +319,6 @@ impl Store {
             });
         }
         Ok(queues)
-    }
-
-    /// Write queue count of `topic`, creating it (if allowed) when unknown.
-    pub fn write_queue_count(&self, topic: &str) -> Result<u32> {
-        self.check_usable()?;
-        if let Some((q, _)) = self.inner.topics.write_info(topic) {
-            return Ok(q);
-        }
-        if self.inner.config.read_only {
-            return Err(Error::TopicNotFound {
-                topic: topic.to_owned(),
-            });
-        }
-        self.check_topic_queue(topic, 0)?;
-        Ok(self
-            .inner
-            .topics
-            .write_info(topic)
-            .map(|(q, _)| q)
-            .unwrap_or(0))
     }
 
     /// Creates (or updates) a topic. `exist_ok = false` fails if it exists already.

@@ -72,19 +72,6 @@ fn queue_arg(queue_id: Option<i64>) -> PyResult<Option<u32>> {
     }
 }
 
-impl PyProducer {
-    /// The queue for a send: the given one, or the next in round-robin order.
-    fn pick_queue(&self, topic: &str, queue_id: Option<u32>) -> mqlite::Result<u32> {
-        match queue_id {
-            Some(q) => Ok(q),
-            None => {
-                let n = self.store.write_queue_count(topic)?.max(1);
-                Ok(self.next_queue.fetch_add(1, Ordering::Relaxed) % n)
-            }
-        }
-    }
-}
-
 #[pymethods]
 impl PyProducer {
     #[new]
@@ -243,11 +230,17 @@ impl PyProducer {
             ));
         }
         let result = py.detach(|| -> mqlite::Result<(u32, PutStatus, Vec<Appended>)> {
-            let q = self.pick_queue(topic0, queue_id)?;
-            let refs: Vec<MessageRef<'_>> =
-                outs.iter().map(|o| to_ref(o, q, &props, now)).collect();
+            let refs: Vec<MessageRef<'_>> = outs
+                .iter()
+                .map(|o| to_ref(o, queue_id.unwrap_or(0), &props, now))
+                .collect();
             let mut appended = Vec::with_capacity(refs.len());
-            let status = self.store.put_batch(&refs, &mut appended)?;
+            let (q, status) = match queue_id {
+                Some(q) => (q, self.store.put_batch(&refs, &mut appended)?),
+                None => self
+                    .store
+                    .put_batch_round_robin(&refs, &self.next_queue, &mut appended)?,
+            };
             Ok((q, status, appended))
         });
         let (q, status, appended) = result.map_err(PyMqError)?;
