@@ -429,10 +429,10 @@ class PushConsumer:
         try:
             status = listener(msgs)
         except Exception:
-            self._listener_time += (time.perf_counter() - started - self._listener_time) * 0.1
             log.exception("message listener failed on %d message(s) of %s", len(msgs), msgs[0].message_queue)
             return False
-        self._listener_time += (time.perf_counter() - started - self._listener_time) * 0.1
+        finally:
+            self._listener_time += (time.perf_counter() - started - self._listener_time) * 0.1
         if status in _SUCCESS:
             return True
         if status not in (ConsumeStatus.RECONSUME_LATER, ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT):
