@@ -15,6 +15,7 @@ __all__ = [
     "SendBatchResult",
     "MessageExt",
     "GetResult",
+    "QueueCursor",
     "Producer",
     "Store",
 ]
@@ -143,6 +144,32 @@ class GetResult:
     @property
     def messages(self) -> list[MessageExt]: ...
 
+@final
+class QueueCursor:
+    """A pull consumer's state in one queue; ``Store.poll_cursors`` reads and advances it."""
+    def __new__(
+        cls,
+        mq: MessageQueue,
+        topic: str,
+        queue_id: int,
+        position: int,
+        tags: Sequence[str] | None = None,
+        sql: Any | None = None,
+    ) -> Self: ...
+    @property
+    def mq(self) -> MessageQueue: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    position: int
+    committed: int | None
+    live: bool
+    @property
+    def tags(self) -> Any | None: ...
+    @property
+    def sql(self) -> Any | None: ...
+
 @disjoint_base
 class Producer:
     """Sends messages; queue selection is round robin over the topic's write queues unless a
@@ -214,12 +241,13 @@ class Store:
     def get_by_offset(self, commit_log_offset: int) -> MessageExt: ...
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
     def wait_for(self, queues: Sequence[tuple[str, int, int]], timeout: float | None) -> bool: ...
-    def wait_and_read(
+    def poll_cursors(
         self,
-        queues: Sequence[tuple[str, int, int, Sequence[str] | None]],
+        cursors: list[QueueCursor],
         max_messages: int,
         timeout: float | None,
-    ) -> list[GetResult]: ...
+        lock: Any,
+    ) -> list[MessageExt]: ...
     def delete_expired_files(self) -> int: ...
     def wait_durable(self, end: int) -> bool: ...
     def flush(self) -> None: ...

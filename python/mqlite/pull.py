@@ -49,25 +49,15 @@ log = logging.getLogger("mqlite.consumer")
 
 RebalanceCallback = Callable[["PullConsumer", list[MessageQueue]], None]
 
-# Read statuses after which the position moves forward to ``next_offset`` with no messages.
-_SKIP = frozenset({"NO_MATCHED_MESSAGE", "OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING"})
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
 
 
-class _Queue:
-    """Per assigned queue state, kept flat for the poll loop."""
-
-    __slots__ = ("mq", "topic", "queue_id", "position", "tags", "sql", "committed")
-
-    def __init__(self, mq: MessageQueue, position: int, sub: _Subscription | None) -> None:
-        self.mq = mq
-        self.topic = mq.topic
-        self.queue_id = mq.queue_id
-        self.position = position
-        self.tags = sub.selector.tags if sub is not None else None
-        self.sql = sub.selector if sub is not None and sub.selector.type == "SQL92" else None
-        self.committed: int | None = None
+def _cursor(mq: MessageQueue, position: int, sub: _Subscription | None) -> _core.QueueCursor:
+    """The native per-queue state ``poll`` reads and advances (see ``_core.QueueCursor``)."""
+    tags = sub.selector.tags if sub is not None else None
+    sql = sub.selector if sub is not None and sub.selector.type == "SQL92" else None
+    return _core.QueueCursor(mq, mq.topic, mq.queue_id, position, tags, sql)
 
 
 class _Subscription:
@@ -174,9 +164,9 @@ class PullConsumer:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._subs: dict[str, _Subscription] = {}
-        self._queues: dict[MessageQueue, _Queue] = {}
+        self._queues: dict[MessageQueue, _core.QueueCursor] = {}
         self._paused: set[MessageQueue] = set()
-        self._active: list[_Queue] = []
+        self._active: list[_core.QueueCursor] = []
         self._rr = 0
         self._manual: bool | None = None
         self._member: GroupMember | None = None
@@ -352,7 +342,7 @@ class PullConsumer:
                 fresh[mq] = position
             else:
                 position = min(stored, self._core.offsets(mq.topic, mq.queue_id)[1])
-            q = _Queue(mq, position, self._subs.get(mq.topic))
+            q = _cursor(mq, position, self._subs.get(mq.topic))
             q.committed = stored
             self._queues[mq] = q
         if commit_initial and fresh:
@@ -394,26 +384,19 @@ class PullConsumer:
                 log.exception("%s callback of consumer %s failed", "on_assign" if assign else "on_revoke", self._client_id)
 
     def _refresh_active(self) -> None:
+        # ``live`` is what a poll in flight checks before it advances a cursor: a revoked or
+        # paused queue keeps its position.
+        for q in self._active:
+            q.live = False
         self._active = [q for mq, q in sorted(self._queues.items()) if mq not in self._paused]
+        for q in self._active:
+            q.live = True
         self._rr = 0
         self._wake.set()
 
     # -- polling --------------------------------------------------------------------------------
 
-    def _apply(self, q: _Queue, res: _core.GetResult) -> list[MessageExt]:
-        """Advances ``q`` past one read's result and returns its (SQL-filtered) messages."""
-        msgs = res.messages
-        if msgs:
-            q.position = res.next_offset
-            if q.sql is not None:
-                match = q.sql.matches
-                msgs = [m for m in msgs if match(m.properties)]
-            return msgs
-        if res.status in _SKIP or (res.status == "OFFSET_OVERFLOW_BADLY" and res.max_offset > 0):
-            q.position = res.next_offset
-        return []
-
-    def _rotation(self) -> list[_Queue]:
+    def _rotation(self) -> list[_core.QueueCursor]:
         """The active queues, starting at the round-robin cursor."""
         active = self._active  # replaced, never mutated: safe to hand out as is
         k = len(active)
@@ -426,9 +409,12 @@ class PullConsumer:
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
         """
-        n = self._max_poll if max_messages is None else max_messages
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _MAX_POLL:
-            raise IllegalArgumentError(f"max_messages must be an int in [1, {_MAX_POLL}], got {n!r}")
+        if max_messages is None:
+            n = self._max_poll
+        else:
+            n = max_messages
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _MAX_POLL:
+                raise IllegalArgumentError(f"max_messages must be an int in [1, {_MAX_POLL}], got {n!r}")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise IllegalArgumentError(f"timeout must be a number >= 0 or None, got {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -446,31 +432,24 @@ class PullConsumer:
                 if self._auto_commit and now >= self._next_commit:
                     self._commit_positions()
                 order = self._rotation()
-                reqs = [(q.topic, q.queue_id, q.position, q.tags) for q in order]
-                if not reqs:
+                if not order:
                     # Cleared under the lock the assignment changes under: no lost wake-up.
                     self._wake.clear()
             left = _WAIT_SLICE
             if deadline is not None:
                 left = max(0.0, min(left, deadline - time.monotonic()))
-            if not reqs:
+            if not order:
                 if left <= 0:
                     return []
                 self._wake.wait(left)
                 continue
-            # Read, and if nothing is there wait and read again, all in one call (one GIL
-            # hand-off when a message arrives); then apply the results to the queues nobody
-            # moved (seek, rebalance) meanwhile.
-            results = core.wait_and_read(reqs, n, left)
-            msgs: list[MessageExt] = []
-            with self._lock:
-                active = set(map(id, self._active))
-                for (q, req), res in zip(zip(order, reqs), results):
-                    if id(q) in active and q.position == req[2]:
-                        msgs.extend(self._apply(q, res))
-                if msgs:
-                    self._rr = (self._rr + 1) % len(order)
-                    return msgs
+            # Read, and if nothing is there wait and read again, then advance the cursors nobody
+            # moved (seek, rebalance) meanwhile, all in one call: one GIL hand-off when a
+            # message arrives.
+            msgs = core.poll_cursors(order, n, left, self._lock)
+            if msgs:
+                self._rr += 1
+                return msgs
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
@@ -499,7 +478,7 @@ class PullConsumer:
 
     # -- offsets --------------------------------------------------------------------------------
 
-    def _owned(self, mq: MessageQueue) -> _Queue:
+    def _owned(self, mq: MessageQueue) -> _core.QueueCursor:
         if not isinstance(mq, MessageQueue):
             raise TypeError(f"expected a MessageQueue, not {type(mq).__name__}")
         q = self._queues.get(mq)

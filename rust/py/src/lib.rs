@@ -2,6 +2,7 @@
 //! the GIL around every call that touches the store, calls the core's public API and maps its
 //! errors to the exception classes of `mqlite.errors`. The Python package owns ergonomics.
 
+mod cursor;
 mod errors;
 mod message;
 mod outgoing;
@@ -20,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PySendBatchResult>()?;
     m.add_class::<message::PyMessageExt>()?;
     m.add_class::<store::PyGetResult>()?;
+    m.add_class::<cursor::PyQueueCursor>()?;
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<store::PyStore>()?;
     Ok(())

@@ -308,81 +308,18 @@ impl PyStore {
             .map_err(|e| PyMqError(e).into())
     }
 
-    /// Reads the queues in order (each `(topic, queue_id, offset, tags)`) until `max_messages`
-    /// are collected; if none has anything, waits up to `timeout` for data and reads again,
-    /// all with the GIL released once. Returns one `GetResult` per queue read, in order.
-    #[pyo3(signature = (queues, max_messages, timeout))]
-    fn wait_and_read(
+    /// Reads the cursors in order (waiting up to `timeout` when none has anything) and advances
+    /// them; see `cursor.rs`. Returns the messages.
+    #[pyo3(signature = (cursors, max_messages, timeout, lock))]
+    fn poll_cursors(
         &self,
         py: Python<'_>,
-        queues: Vec<(String, i64, i64, Option<Vec<String>>)>,
+        cursors: &Bound<'_, PyList>,
         max_messages: i64,
         timeout: Option<f64>,
-    ) -> PyResult<Vec<PyGetResult>> {
-        let max = usize::try_from(max_messages)
-            .ok()
-            .filter(|&m| m > 0)
-            .ok_or_else(|| illegal(format!("max_messages must be >= 1, got {max_messages}")))?;
-        let mut reqs = Vec::with_capacity(queues.len());
-        for (t, q, o, tags) in &queues {
-            let filter = match tags {
-                Some(t) => TagFilter::tags(t.iter().map(String::as_str)),
-                None => TagFilter::all(),
-            };
-            reqs.push((
-                t.as_str(),
-                queue_id_arg(*q)?,
-                offset_arg(*o, "offset")?,
-                filter,
-            ));
-        }
-        let timeout = match timeout {
-            Some(t) => Some(
-                Duration::try_from_secs_f64(t)
-                    .map_err(|_| value_error("timeout must be a finite number >= 0"))?,
-            ),
-            None => None,
-        };
-        let results = py
-            .detach(|| -> mqlite::Result<Vec<mqlite::GetResult>> {
-                let read_all = || -> mqlite::Result<(Vec<mqlite::GetResult>, usize)> {
-                    let mut out = Vec::with_capacity(reqs.len());
-                    let mut got = 0;
-                    for (t, q, o, f) in &reqs {
-                        if got >= max {
-                            break;
-                        }
-                        let r = self.store.get_messages(t, *q, *o, max - got, f)?;
-                        got += r.records.len();
-                        out.push(r);
-                    }
-                    Ok((out, got))
-                };
-                let (out, got) = read_all()?;
-                if got > 0 || timeout.is_some_and(|t| t.is_zero()) {
-                    return Ok(out);
-                }
-                let waits: Vec<(&str, u32, u64)> =
-                    reqs.iter().map(|(t, q, o, _)| (*t, *q, *o)).collect();
-                if self.store.wait_for_messages(&waits, timeout)? {
-                    return Ok(read_all()?.0);
-                }
-                Ok(out)
-            })
-            .map_err(PyMqError)?;
-        results
-            .into_iter()
-            .map(|r| {
-                let msgs = messages_from(py, r.buffer, &r.records)?;
-                Ok(PyGetResult {
-                    status: r.status,
-                    next_offset: r.next_offset,
-                    min_offset: r.min_offset,
-                    max_offset: r.max_offset,
-                    messages: PyList::new(py, msgs)?.unbind(),
-                })
-            })
-            .collect()
+        lock: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyList>> {
+        crate::cursor::poll_cursors(py, &self.store, cursors, max_messages, timeout, lock)
     }
 
     fn wait_for(
