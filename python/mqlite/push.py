@@ -374,7 +374,7 @@ class PushConsumer:
         if now >= self._next_commit:
             self._commit()
         msgs = self._consumer.poll(wait, self._pull_batch)
-        if not msgs:
+        if not msgs or self._direct(msgs):
             return
         to_pause: list[MessageQueue] = []
         positions = self._consumer._queues
@@ -408,6 +408,46 @@ class PushConsumer:
                     to_pause.append(mq)
         if to_pause:
             self._consumer.pause(to_pause)
+
+    def _direct(self, msgs: list[MessageExt]) -> bool:
+        """Leader fast path (concurrent mode): a quick listener with nothing else waiting gets a
+        poll of one batch of one queue straight away, before any bookkeeping; True if it ran.
+
+        Safe because the queue's position is only taken from the cursor after the listener
+        returned: a commit meanwhile stores the older position (a re-delivery after a crash,
+        never a loss), and ``running`` makes a revocation wait for the listener as usual.
+        """
+        if (self._orderly or len(msgs) > self._batch or self._ready
+                or self._listener_time >= _QUICK_LISTENER):
+            return False
+        mq = msgs[0].message_queue
+        if len(msgs) > 1 and msgs[-1].message_queue != mq:
+            return False
+        with self._lock:
+            pq = self._pqs.get(mq)
+            if pq is None or pq.dropped or pq.unacked:
+                return False
+            pq.running += 1
+        ok = self._call(msgs)
+        with self._cond:
+            q = self._consumer._queues.get(mq)
+            if q is not None:
+                pq.position = q.position
+            if not ok:
+                for m in msgs:
+                    heapq.heappush(pq.unacked, m.queue_offset)
+                self._retry_later(pq, msgs)
+            pq.running -= 1
+            self._cond.notify_all()
+        return True
+
+    def _retry_later(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Schedules a failed batch's local redelivery with exponential backoff (lock held)."""
+        first = msgs[0].queue_offset
+        tries = pq.attempts.get(first, 0) + 1
+        pq.attempts[first] = tries
+        delay = min(self._retry_delay * 2 ** (tries - 1), self._max_retry_delay)
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), pq, msgs))
 
     def _commit(self) -> None:
         self._next_commit = time.monotonic() + self._commit_interval
@@ -456,11 +496,7 @@ class PushConsumer:
             if ok:
                 pq.ack(msgs)
             else:
-                first = msgs[0].queue_offset
-                tries = pq.attempts.get(first, 0) + 1
-                pq.attempts[first] = tries
-                delay = min(self._retry_delay * 2 ** (tries - 1), self._max_retry_delay)
-                heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), pq, msgs))
+                self._retry_later(pq, msgs)
             pq.running -= 1
             resume = self._after(pq)
             self._cond.notify_all()

@@ -106,6 +106,42 @@ def test_reconsume_later_and_exceptions_are_redelivered_not_acknowledged(store: 
     assert attempts == {0: 1, 1: 3, 2: 1, 3: 2, 4: 1}
 
 
+def test_messages_arriving_one_by_one_failures_are_kept(store: mqlite.Store) -> None:
+    # A quick listener is called by the polling thread as soon as each message arrives (the
+    # leader's direct path); a failure there must be redelivered and hold the committed offset.
+    store.create_topic("t", 1)
+    attempts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        with lock:
+            for m in msgs:
+                attempts[int(m.body)] = attempts.get(int(m.body), 0) + 1
+        n = int(msgs[0].body)
+        if n == 1 and attempts[1] < 3:
+            return ConsumeStatus.RECONSUME_LATER
+        if n == 2 and attempts[2] < 2:
+            raise RuntimeError("boom")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=2, retry_delay=0.3, commit_interval=0.02)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    mq = MessageQueue("t", 0)
+    p = store.producer()
+    with c:
+        time.sleep(0.1)
+        for i in range(4):
+            p.send(Message("t", str(i).encode()))
+            wait_until(lambda: attempts.get(i, 0) >= 1)
+        # 1 has failed once and waits for its retry: the committed offset may not pass it
+        time.sleep(0.1)
+        committed = group_offset(store, mq)
+        assert committed is not None and committed <= 1
+        wait_until(lambda: group_offset(store, mq) == 4)
+    assert attempts == {0: 1, 1: 3, 2: 2, 3: 1}
+
+
 def group_offset(store: mqlite.Store, mq: MessageQueue) -> int | None:
     for p in store.consumer_progress("g"):
         if p.message_queue == mq:
