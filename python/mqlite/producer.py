@@ -6,10 +6,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures._base import FINISHED as _FINISHED
+from concurrent.futures._base import RUNNING as _RUNNING
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +24,7 @@ from mqlite.message import Message, MessageQueue, SendBatchResult, SendResult
 if TYPE_CHECKING:
     from mqlite.store import Store
 
-__all__ = ["MessageQueueSelector", "Producer", "SendCallback"]
+__all__ = ["MessageQueueSelector", "Producer", "SendCallback", "SendFuture"]
 
 log = logging.getLogger("mqlite.producer")
 
@@ -29,29 +33,108 @@ MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQ
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 """Called as ``callback(result, None)`` or ``callback(None, exc)`` when an async send ends."""
 
-_Item = tuple["Future[SendResult]", "SendCallback | None", "SendResult | None", "BaseException | None"]
+class SendFuture(Future):  # type: ignore[type-arg]
+    """The ``concurrent.futures.Future`` of an async send.
+
+    It starts RUNNING (the message is appended before ``send_async`` returns, so a send cannot
+    be cancelled: ``cancel()`` returns False) and shares its condition with every future the
+    same completion thread resolves, which resolves a whole group commit's futures under one
+    lock with one notify. ``result``/``exception`` therefore re-check their own state after a
+    wake-up until it is theirs or the timeout passes.
+    """
+
+    def __init__(self, condition: threading.Condition) -> None:  # no super(): see above
+        self._condition = condition
+        self._state = _RUNNING
+        self._result: SendResult | None = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future[Any]], object]] = []
+
+    def _wait_finished(self, timeout: float | None) -> None:
+        """Waits (condition held) until this future is finished; FuturesTimeout if it is not
+        within ``timeout`` seconds."""
+        if self._state == _FINISHED:
+            return
+        if timeout is None:
+            while self._state != _FINISHED:
+                self._condition.wait()
+            return
+        deadline = time.monotonic() + timeout
+        while self._state != _FINISHED:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FuturesTimeout()
+            self._condition.wait(left)
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        with self._condition:
+            self._wait_finished(timeout)
+            if self._exception is not None:
+                raise self._exception
+            assert self._result is not None
+            return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        with self._condition:
+            self._wait_finished(timeout)
+            return self._exception
+
+    def _run_done_callbacks(self) -> None:
+        """Calls the ``add_done_callback`` functions (after ``_finish``, condition released)."""
+        for fn in self._done_callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("exception calling callback for %r", self)
+
+    def _finish(self, result: SendResult | None, error: BaseException | None) -> None:
+        """Completes the future (the shared condition held; the caller notifies)."""
+        if error is None:
+            self._result = result
+            self._state = _FINISHED
+            for w in self._waiters:
+                w.add_result(self)
+        else:
+            self._exception = error
+            self._state = _FINISHED
+            for w in self._waiters:
+                w.add_exception(self)
+
+
+class _Tally:
+    """A producer's async sends not yet completed (guarded by the completer's condition)."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending = 0
+
+
+_Item = tuple[SendFuture, "SendCallback | None", "SendResult | None", "BaseException | None", _Tally]
 
 
 class _Completer:
-    """One thread that completes a producer's async sends in call order.
+    """One thread per store that completes async sends in call order.
 
     The caller's thread appends (``send_pipelined``); this thread then waits for the disk once
-    for everything queued meanwhile (sync-flush stores: a group commit shared by every thread)
-    and resolves the futures and runs the callbacks.
+    for everything queued meanwhile by every producer of the store (sync-flush stores: one
+    group commit for all of them), resolves those futures at once and runs the callbacks.
     """
 
-    def __init__(self, producer: Producer, sync: bool) -> None:
-        self._producer = weakref.ref(producer)
+    def __init__(self, store: Store, sync: bool) -> None:
+        self._store = weakref.ref(store)
         self._sync = sync
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._cond = threading.Condition(threading.Lock())  # a plain lock: cheaper than RLock
-        self.pending = 0
+        # Re-entrant, as concurrent.futures.wait() takes the condition of every future it
+        # watches, which here is this one for all of them.
+        self.cond = threading.Condition(threading.RLock())
         self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
         self._thread.start()
 
     def put(self, item: _Item) -> None:
-        with self._cond:
-            self.pending += 1
+        with self.cond:
+            item[4].pending += 1
         self._queue.put(item)
 
     def _take(self) -> tuple[list[_Item], bool]:
@@ -73,16 +156,16 @@ class _Completer:
         """Waits once for the disk to hold every appended item (sync-flush stores)."""
         if not self._sync:
             return True, None
-        end = max((r._end() for _, _, r, _ in items if r is not None), default=0)
+        end = max((r._end() for _, _, r, _, _ in items if r is not None), default=0)
         if end == 0:
             return True, None
         try:
-            producer = self._producer()
-            if producer is None:
-                raise StoreClosedError("producer was garbage-collected with sends pending")
-            store = producer._store._live()
-            del producer
-            return store.wait_durable(end), None
+            store = self._store()
+            if store is None:
+                raise StoreClosedError("store was garbage-collected with sends pending")
+            core = store._live()
+            del store
+            return core.wait_durable(end), None
         except BaseException as exc:  # noqa: BLE001 - handed to every future
             return False, exc
 
@@ -90,31 +173,36 @@ class _Completer:
         while True:
             items, stop = self._take()
             durable, failure = self._durable(items)
-            for fut, callback, result, error in items:
-                if error is None and failure is not None:
-                    result, error = None, failure
-                elif result is not None and not durable:
-                    result = result._timed_out()
-                if error is None:
-                    fut.set_result(result)  # type: ignore[arg-type]
-                else:
-                    fut.set_exception(error)
+            outcomes: list[tuple[SendResult | None, BaseException | None]] = []
+            with self.cond:
+                for fut, _, result, error, _ in items:
+                    if error is None and failure is not None:
+                        result, error = None, failure
+                    elif result is not None and not durable:
+                        result = result._timed_out()
+                    fut._finish(result, error)
+                    outcomes.append((result, error))
+                self.cond.notify_all()
+            for (fut, callback, _, _, _), (result, error) in zip(items, outcomes):
+                if fut._done_callbacks:
+                    fut._run_done_callbacks()
                 if callback is not None:
                     try:
                         callback(result, error)
                     except Exception:
                         log.exception("send callback failed")
-            with self._cond:
-                self.pending -= len(items)
-                if self.pending == 0:
-                    self._cond.notify_all()
+            with self.cond:
+                for item in items:
+                    item[4].pending -= 1
+                self.cond.notify_all()
             if stop:
                 return
 
-    def flush(self, timeout: float | None) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self.pending == 0, timeout)
-            return self.pending
+    def flush(self, tally: _Tally, timeout: float | None) -> int:
+        """Waits until ``tally``'s sends completed (callbacks run); returns how many have not."""
+        with self.cond:
+            self.cond.wait_for(lambda: tally.pending == 0, timeout)
+            return tally.pending
 
     def stop(self, join: bool = True) -> None:
         self._queue.put(None)
@@ -131,15 +219,14 @@ class Producer(_core.Producer):
     ``selector(queues, msg, arg)`` returns it.
     """
 
-    __slots__ = ("_store", "_sender", "_sender_lock", "__weakref__")
+    __slots__ = ("_store", "_tally", "__weakref__")
 
     def __new__(cls, store: Store, group: str = "DEFAULT_PRODUCER") -> Producer:
         return super().__new__(cls, store._live(), group)
 
     def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
         self._store = store
-        self._sender: _Completer | None = None
-        self._sender_lock = threading.Lock()
+        self._tally = _Tally()
 
     def _dead(self) -> MQError:
         if not self._store._ok:
@@ -188,15 +275,6 @@ class Producer(_core.Producer):
             )
         return chosen.queue_id
 
-    def _async(self) -> _Completer:
-        sender = self._sender
-        if sender is None:
-            with self._sender_lock:
-                if self._sender is None:
-                    self._sender = _Completer(self, self._store._sync)
-                sender = self._sender
-        return sender
-
     def _append(
         self,
         msg: Message,
@@ -218,25 +296,27 @@ class Producer(_core.Producer):
         sharding_key: str | bytes | None = None,
         selector: MessageQueueSelector | None = None,
         arg: Any = None,
-    ) -> Future[SendResult]:
+    ) -> SendFuture:
         """Send without waiting for the disk; returns a Future of the ``SendResult``.
 
         The message is appended before this returns (sends keep call order); in a
         ``flush="sync"`` store the future completes once the disk holds it, one fsync serving
         every pending send of every thread (group commit). A rejected message fails the future,
-        not the call. ``callback(result, exc)`` runs, in call order, on the producer's
-        completion thread; ``flush()`` waits for every pending send.
+        not the call. ``callback(result, exc)`` runs, in call order, on the store's
+        completion thread; ``flush()`` waits for every pending send. The future is already
+        running, so ``cancel()`` returns False.
         """
         if self.closed:
             raise self._dead()
-        fut: Future[SendResult] = Future()
+        completer = self._store._completer()
+        fut = SendFuture(completer.cond)
         result: SendResult | None = None
         error: BaseException | None = None
         try:
             result = self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - handed to the future / callback
             error = exc
-        self._async().put((fut, callback, result, error))
+        completer.put((fut, callback, result, error, self._tally))
         return fut
 
     def send_oneway(
@@ -259,14 +339,14 @@ class Producer(_core.Producer):
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for pending async and one-way sends; returns how many are still pending."""
-        sender = self._sender
-        if sender is None:
-            return 0
         if timeout is not None and timeout < 0:
             raise IllegalArgumentError(f"timeout must be >= 0 or None, got {timeout!r}")
-        return sender.flush(timeout)
+        completer = self._store._completer_or_none()
+        if completer is None:
+            return 0
+        return completer.flush(self._tally, timeout)
 
-    def send_batch(
+    def send_batch(  # type: ignore[override]  # keyword-only topic/queue_id in the public API
         self,
         msgs: Iterable[Message | bytes],
         *,
@@ -285,11 +365,7 @@ class Producer(_core.Producer):
     def close(self, timeout: float | None = None) -> None:
         """Wait for pending async sends (up to ``timeout``), then stop; the store stays open.
         Idempotent."""
-        sender = self._sender
-        if sender is not None:
-            sender.flush(timeout)
-            sender.stop()
-            self._sender = None
+        self.flush(timeout)
         self._mark_closed()
 
     def __enter__(self) -> Producer:
@@ -299,11 +375,6 @@ class Producer(_core.Producer):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        sender = getattr(self, "_sender", None)
-        if sender is not None:
-            sender.stop(join=False)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -23,7 +24,7 @@ from mqlite.errors import (
 )
 from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.producer import Producer
+from mqlite.producer import Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.topic import TopicConfig, parse_tags
 
@@ -103,6 +104,8 @@ class Store:
         # Async sends of a sync-flush store wait for the disk on the completion thread.
         self._sync = flush == "sync"
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        self._sender: _Completer | None = None
+        self._sender_lock = threading.Lock()
         self._scratch: Path | None = None
         # What sends with a sharding key or selector need to auto-create a topic as the core does.
         self._auto_create = auto_create_topics
@@ -150,7 +153,24 @@ class Store:
         if self._pid != os.getpid():
             self._mark_forked()
             return
+        if self._sender is not None:
+            self._sender.stop()
         self._core.close()
+
+    def _completer(self) -> _Completer:
+        """The thread completing this store's async sends (started by the first one)."""
+        sender = self._sender
+        if sender is None:
+            with self._sender_lock:
+                if self._sender is None:
+                    self._sender = _Completer(self, self._sync)
+                    # A store dropped without close() still ends the thread.
+                    weakref.finalize(self, self._sender.stop, False)
+                sender = self._sender
+        return sender
+
+    def _completer_or_none(self) -> _Completer | None:
+        return self._sender
 
     @property
     def closed(self) -> bool:

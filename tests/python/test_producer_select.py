@@ -136,3 +136,57 @@ def test_send_async_in_a_sync_store_is_acknowledged_after_the_disk(tmp_path) -> 
     with mqlite.open(path) as again:
         total = sum(again.offsets(MessageQueue("t", q))[1] for q in range(4))
         assert total == per_thread * threads + 1
+
+
+def test_send_futures_are_concurrent_futures_that_cannot_be_cancelled(mem_store: mqlite.Store) -> None:
+    """Send futures share one condition per store and are resolved in bulk: they still behave
+    as concurrent.futures.Future for wait(), as_completed(), callbacks and cancel()."""
+    import concurrent.futures as cf
+
+    mem_store.create_topic("t", 2)
+    producers = [mem_store.producer(), mem_store.producer()]
+    futures = [producers[i % 2].send_async(Message("t", b"%d" % i)) for i in range(200)]
+    assert all(isinstance(f, cf.Future) for f in futures)
+    assert not any(f.cancel() for f in futures)  # appended already: not cancellable
+    done, not_done = cf.wait(futures, timeout=10)
+    assert len(done) == 200 and not not_done
+    assert sum(1 for _ in cf.as_completed(futures, timeout=10)) == 200
+    assert all(not f.cancelled() and f.exception() is None for f in futures)
+    seen: list[Any] = []
+    futures[0].add_done_callback(seen.append)  # already done: called at once
+    assert seen == [futures[0]]
+    late: list[Any] = []
+    bad = producers[0].send_async(Message("", b"x"))
+    bad.add_done_callback(late.append)
+    assert isinstance(bad.exception(5), mqlite.InvalidTopicError)
+    assert producers[0].flush(5) == 0 and late == [bad]
+
+
+def test_send_future_waits_for_its_own_completion_only() -> None:
+    """A wake-up for another future of the same condition does not end result()'s wait, and a
+    timeout raises concurrent.futures.TimeoutError."""
+    import concurrent.futures as cf
+
+    from mqlite.producer import SendFuture
+
+    cond = threading.Condition(threading.RLock())
+    mine, other = SendFuture(cond), SendFuture(cond)
+    assert mine.running() and not mine.done()
+    with pytest.raises(cf.TimeoutError):
+        mine.result(timeout=0.05)
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(mine.result(timeout=5)))
+    t.start()
+    with cond:
+        other._finish(None, ValueError("other"))
+        cond.notify_all()
+    t.join(0.2)
+    assert t.is_alive() and not got  # still waiting: the wake-up was for `other`
+    sentinel: Any = object()
+    with cond:
+        mine._finish(sentinel, None)
+        cond.notify_all()
+    t.join(5)
+    assert got == [sentinel]
+    with pytest.raises(ValueError):
+        other.result(0)
