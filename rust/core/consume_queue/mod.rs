@@ -25,9 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
+
+/// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer.
+const WARM_CHUNK: u64 = 64 << 10;
 
 /// One consume queue.
 #[derive(Debug)]
@@ -353,16 +357,17 @@ impl ConsumeQueue {
             *guard = Some(self.files.roll(at - at % self.files.file_size())?);
         }
         let w = guard.as_mut().ok_or(Error::Closed)?;
+        let before = w.pos();
         let bytes = unit.encode();
         let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
             b[..SIZE_POS].copy_from_slice(&bytes[..SIZE_POS]);
             b[SIZE_POS + 4..].copy_from_slice(&bytes[SIZE_POS + 4..]);
         });
-        if ok {
-            Ok(())
-        } else {
-            Err(Error::Closed)
+        if !ok {
+            return Err(Error::Closed);
         }
+        warm_ahead(w.file(), before, before + UNIT_SIZE);
+        Ok(())
     }
 
     /// Flushes unit files.
@@ -427,4 +432,18 @@ fn valid_units_end(file: &MappedFile) -> u64 {
         }
     }
     lo * UNIT_SIZE
+}
+
+/// When a unit write (file bytes `[before, after)`) enters a new `WARM_CHUNK`, faults in the
+/// next chunk in one call: otherwise the dispatching thread, usually a producer's, takes a
+/// page fault every 204 units, a few of them tens of microseconds long. Advice only: a
+/// failure leaves the pages to be faulted in on write.
+fn warm_ahead(file: &MappedFile, before: u64, after: u64) {
+    if before != 0 && before / WARM_CHUNK == after / WARM_CHUNK {
+        return;
+    }
+    let size = file.size();
+    let next = (after / WARM_CHUNK + 1) * WARM_CHUNK;
+    let from = if before == 0 { 0 } else { next };
+    let _ = file.advise(from.min(size), (next + WARM_CHUNK).min(size), Advice::PopulateWrite);
 }
