@@ -445,5 +445,9 @@ fn warm_ahead(file: &MappedFile, before: u64, after: u64) {
     let size = file.size();
     let next = (after / WARM_CHUNK + 1) * WARM_CHUNK;
     let from = if before == 0 { 0 } else { next };
-    let _ = file.advise(from.min(size), (next + WARM_CHUNK).min(size), Advice::PopulateWrite);
+    let _ = file.advise(
+        from.min(size),
+        (next + WARM_CHUNK).min(size),
+        Advice::PopulateWrite,
+    );
 }
