@@ -129,13 +129,31 @@ class _Completer:
         # Re-entrant, as concurrent.futures.wait() takes the condition of every future it
         # watches, which here is this one for all of them.
         self.cond = threading.Condition(threading.RLock())
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
         self._thread.start()
 
     def put(self, item: _Item) -> None:
+        """Queues an appended send for completion; after ``stop`` (a close racing the send) the
+        future fails at once instead of waiting for a thread that is gone."""
         with self.cond:
-            item[4].pending += 1
-        self._queue.put(item)
+            if not self._stopped:
+                item[4].pending += 1
+                self._queue.put(item)  # under the lock: ordered before the stop marker
+                return
+            fut, callback, result, error, _ = item
+            if error is None:
+                result, error = None, StoreClosedError(
+                    "the store was closed before this send was confirmed (the message may be stored)"
+                )
+            fut._finish(result, error)
+            self.cond.notify_all()
+        fut._run_done_callbacks()
+        if callback is not None:
+            try:
+                callback(result, error)
+            except Exception:
+                log.exception("send callback failed")
 
     def _take(self) -> tuple[list[_Item], bool]:
         """Everything queued (at least one item, blocking for it); True once told to stop."""
@@ -205,7 +223,10 @@ class _Completer:
             return tally.pending
 
     def stop(self, join: bool = True) -> None:
-        self._queue.put(None)
+        with self.cond:
+            if not self._stopped:
+                self._stopped = True
+                self._queue.put(None)
         if join and threading.current_thread() is not self._thread:
             self._thread.join()
 

@@ -190,3 +190,24 @@ def test_send_future_waits_for_its_own_completion_only() -> None:
     assert got == [sentinel]
     with pytest.raises(ValueError):
         other.result(0)
+
+
+def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
+    """A send appended just before the store's completion thread stopped (a close racing it)
+    gets a StoreClosedError at once; nothing waits for a thread that is gone."""
+    store = mqlite.open(tmp_path / "s")
+    store.create_topic("t", 1)
+    producer = store.producer()
+    assert producer.send_async(Message("t", b"a")).result(5).send_status is mqlite.SendStatus.SEND_OK
+    completer = store._completer()
+    completer.stop()  # what close() does after flushing the producers
+    from mqlite.producer import SendFuture
+
+    late = SendFuture(completer.cond)
+    called: list[Any] = []
+    completer.put((late, lambda r, e: called.append(e), None, None, producer._tally))
+    with pytest.raises(mqlite.StoreClosedError):
+        late.result(timeout=1)
+    assert len(called) == 1 and isinstance(called[0], mqlite.StoreClosedError)
+    assert producer.flush(1) == 0
+    store.close()
