@@ -8,13 +8,19 @@ use super::codec::HostV4;
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    out.reserve(bytes.len() * 2);
-    out.extend(bytes.iter().flat_map(|b| {
-        [
-            char::from(HEX[usize::from(b >> 4)]),
-            char::from(HEX[usize::from(b & 0xF)]),
-        ]
-    }));
+    // Through a byte buffer: pushing chars one by one re-encodes each as UTF-8.
+    let mut buf = [0u8; 32];
+    let n = bytes.len().min(16);
+    for (pair, b) in buf.chunks_exact_mut(2).zip(&bytes[..n]) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xF)];
+    }
+    if let Ok(hex) = std::str::from_utf8(&buf[..2 * n]) {
+        out.push_str(hex);
+    }
+    if bytes.len() > n {
+        push_hex(out, &bytes[n..]);
+    }
 }
 
 /// The offset message id of the record at `physical_offset` stored by `host`.

@@ -121,9 +121,12 @@ fn held_from<'py>(
     push_keys(keys, props)?;
     properties::push(props, properties::UNIQ_KEY, uniq);
     if let Ok(d) = user.cast::<PyDict>() {
-        // The common case: a plain dict, often empty.
-        for (k, v) in d.iter() {
-            push_property(&k, &v, props)?;
+        // The common case: a plain dict, often empty (iterating even an empty one costs a
+        // method look-up and an iterator under the limited API).
+        if !d.is_empty() {
+            for (k, v) in d.iter() {
+                push_property(&k, &v, props)?;
+            }
         }
     } else if !user.is_none() {
         let items = user
