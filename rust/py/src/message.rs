@@ -60,12 +60,13 @@ pub fn read_message<'py>(
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
         let m = msg.cast::<PyMessage>()?.borrow();
+        let none = py.None();
         return held_from(
             m.topic.bind(py).clone(),
             m.body.bind(py).clone(),
             m.tags.bind(py),
             m.keys.bind(py),
-            m.properties.bind(py),
+            m.properties.as_ref().unwrap_or(&none).bind(py),
             m.flag.bind(py),
             props,
             uniq,

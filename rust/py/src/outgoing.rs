@@ -24,8 +24,10 @@ pub struct PyMessage {
     pub tags: Py<PyAny>,
     #[pyo3(get, set)]
     pub keys: Py<PyAny>,
-    #[pyo3(get, set)]
-    pub properties: Py<PyAny>,
+    /// `None` stands for an empty dict not created yet: most messages have no properties, and
+    /// the getter creates the dict the first time it is asked for (a dataclass's
+    /// `default_factory=dict`, paid only when used).
+    pub properties: Option<Py<PyAny>>,
     #[pyo3(get, set)]
     pub flag: Py<PyAny>,
 }
@@ -33,15 +35,22 @@ pub struct PyMessage {
 const FIELDS: [&str; 6] = ["topic", "body", "tags", "keys", "properties", "flag"];
 
 impl PyMessage {
-    fn values(&self, py: Python<'_>) -> [Py<PyAny>; 6] {
+    fn values(&mut self, py: Python<'_>) -> [Py<PyAny>; 6] {
         [
             self.topic.clone_ref(py),
             self.body.clone_ref(py),
             self.tags.clone_ref(py),
             self.keys.clone_ref(py),
-            self.properties.clone_ref(py),
+            self.properties_dict(py),
             self.flag.clone_ref(py),
         ]
+    }
+
+    /// The properties object, creating the empty dict on first use.
+    fn properties_dict(&mut self, py: Python<'_>) -> Py<PyAny> {
+        self.properties
+            .get_or_insert_with(|| PyDict::new(py).into_any().unbind())
+            .clone_ref(py)
     }
 }
 
@@ -66,10 +75,7 @@ impl PyMessage {
                 Some(k) => k,
                 None => PyTuple::empty(py).into_any().unbind(),
             },
-            properties: match properties {
-                Some(p) => p,
-                None => PyDict::new(py).into_any().unbind(),
-            },
+            properties,
             flag: match flag {
                 Some(f) => f,
                 None => 0i32.into_pyobject(py)?.into_any().unbind(),
@@ -106,6 +112,24 @@ impl PyMessage {
         Ok(shape.getattr("__dataclass_fields__")?.unbind())
     }
 
+    #[getter]
+    fn get_properties(&mut self, py: Python<'_>) -> Py<PyAny> {
+        self.properties_dict(py)
+    }
+
+    #[setter]
+    fn set_properties(&mut self, value: Option<Py<PyAny>>) -> PyResult<()> {
+        match value {
+            Some(v) => {
+                self.properties = Some(v);
+                Ok(())
+            }
+            None => Err(pyo3::exceptions::PyAttributeError::new_err(
+                "cannot delete attribute 'properties'",
+            )),
+        }
+    }
+
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
         Ok(PyTuple::new(py, FIELDS)?.unbind())
@@ -113,9 +137,10 @@ impl PyMessage {
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
-        let this = slf.borrow();
+        // The borrow ends here: a field's repr may look at this message again.
+        let values = slf.borrow_mut().values(py);
         let mut out = String::from("Message(");
-        for (i, (name, value)) in FIELDS.iter().zip(this.values(py)).enumerate() {
+        for (i, (name, value)) in FIELDS.iter().zip(values).enumerate() {
             if i > 0 {
                 out.push_str(", ");
             }
@@ -134,8 +159,12 @@ impl PyMessage {
             return Ok(py.NotImplemented());
         }
         let other = other.cast::<PyMessage>()?;
-        let a = PyTuple::new(py, slf.borrow().values(py))?;
-        let b = PyTuple::new(py, other.borrow().values(py))?;
+        let a = PyTuple::new(py, slf.borrow_mut().values(py))?;
+        let b = if other.is(slf) {
+            a.clone()
+        } else {
+            PyTuple::new(py, other.borrow_mut().values(py))?
+        };
         Ok(a.eq(b)?.into_pyobject(py)?.to_owned().into_any().unbind())
     }
 
@@ -147,20 +176,16 @@ impl PyMessage {
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, Py<PyTuple>)> {
         let py = slf.py();
-        let args = PyTuple::new(py, slf.borrow().values(py))?.unbind();
+        let args = PyTuple::new(py, slf.borrow_mut().values(py))?.unbind();
         Ok((slf.get_type().into_any().unbind(), args))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for v in [
-            &self.topic,
-            &self.body,
-            &self.tags,
-            &self.keys,
-            &self.properties,
-            &self.flag,
-        ] {
+        for v in [&self.topic, &self.body, &self.tags, &self.keys, &self.flag] {
             visit.call(v)?;
+        }
+        if let Some(p) = &self.properties {
+            visit.call(p)?;
         }
         Ok(())
     }
