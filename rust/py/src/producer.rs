@@ -173,12 +173,11 @@ impl PyProducer {
         };
         let now = mqlite::util::clock::now_ms();
         let mut uniq = String::with_capacity(n * 32);
+        self.ids.next_batch_into(now, n, &mut uniq);
         let mut props: Vec<u8> = Vec::with_capacity(n * 44);
         let mut held: Vec<Item<'_>> = Vec::with_capacity(n);
-        for item in seq.iter() {
-            let at = uniq.len();
-            self.ids.next_into(now, &mut uniq);
-            let id = uniq.get(at..).unwrap_or("");
+        for (i, item) in seq.iter().enumerate() {
+            let id = uniq.get(i * 32..i * 32 + 32).unwrap_or("");
             match item.cast_into::<pyo3::types::PyBytes>() {
                 Ok(body) => {
                     if topic_str.is_none() {
