@@ -201,6 +201,38 @@ impl Reput {
         }
     }
 
+    /// `try_dispatch_known` for the records of one batch, `[first, end)`, described by `reqs`
+    /// in commit-log order: one lock for the whole batch. A dispatcher error leaves the cursor
+    /// at `first` for the reput thread to retry (dispatchers are idempotent).
+    pub fn try_dispatch_known_batch<'a>(
+        &self,
+        first: u64,
+        end: u64,
+        reqs: impl IntoIterator<Item = DispatchRequest<'a>>,
+    ) {
+        fence(Ordering::SeqCst);
+        let Some(mut cursor) = self.try_cursor() else {
+            return;
+        };
+        if cursor.offset == first && end <= self.confirm_offset() {
+            let dispatched = reqs
+                .into_iter()
+                .try_for_each(|req| self.dispatchers.iter().try_for_each(|d| d.dispatch(&req)));
+            if let Err(e) = dispatched {
+                drop(cursor);
+                self.record_error(&e);
+                return;
+            }
+            cursor.offset = end;
+            self.advanced(end);
+        }
+        drop(cursor);
+        fence(Ordering::SeqCst);
+        if self.confirm_offset() > self.dispatched_offset() {
+            self.try_dispatch();
+        }
+    }
+
     fn record_error(&self, e: &Error) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         self.has_error.store(true, Ordering::Relaxed);

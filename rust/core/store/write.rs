@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::Store;
 use crate::commit_log::append::{Appended, Prepared};
 use crate::config::FlushMode;
+use crate::dispatch::reput::Reput;
 use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
@@ -123,7 +124,7 @@ impl Store {
         };
         let status = self.after_append(
             appended.physical_offset + u64::from(appended.size),
-            Some(&req),
+            |r| r.try_dispatch_known(&req),
             wait,
         )?;
         Ok(PutResult {
@@ -166,6 +167,7 @@ impl Store {
             });
         };
         let mut prepared = Vec::with_capacity(msgs.len());
+        let mut tags_codes = Vec::with_capacity(msgs.len());
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
             let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
@@ -179,7 +181,8 @@ impl Store {
                     reason: "transaction messages cannot be batched".into(),
                 });
             }
-            self.check_message(m)?;
+            let tags = self.check_message(m)?;
+            tags_codes.push(tags.map(properties::tags_hash).unwrap_or(0));
             prepared.push(Prepared::new(*m)?);
         }
         // Messages first: a rejected batch must not auto-create its topic.
@@ -194,32 +197,53 @@ impl Store {
         }
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
-        let status = match out.get(start..).and_then(|s| s.last()) {
-            Some(last) => {
-                self.after_append(last.physical_offset + u64::from(last.size), None, true)?
-            }
-            None => PutStatus::PutOk,
-        };
+        let appended = out.get(start..).unwrap_or(&[]);
+        let status =
+            match (appended.first(), appended.last()) {
+                (Some(first), Some(last)) => {
+                    let end = last.physical_offset + u64::from(last.size);
+                    // What dispatch would decode from each record, known already (as for a
+                    // single put): the batch is dispatched inline without re-parsing it.
+                    let reqs = prepared.iter().zip(appended).zip(&tags_codes).map(
+                        |((p, a), &tags_code)| DispatchRequest {
+                            topic: p.msg.topic,
+                            queue_id,
+                            commit_log_offset: a.physical_offset,
+                            size: a.size,
+                            tags_code,
+                            store_timestamp: a.store_timestamp,
+                            queue_offset: a.queue_offset,
+                            sysflag: p.msg.sysflag,
+                            properties: p.msg.properties,
+                            prepared_transaction_offset: p.msg.prepared_transaction_offset,
+                        },
+                    );
+                    self.after_append(
+                        end,
+                        |r| r.try_dispatch_known_batch(first.physical_offset, end, reqs),
+                        true,
+                    )?
+                }
+                _ => PutStatus::PutOk,
+            };
         Ok((queue_id, status))
     }
 
-    /// Durability wait and dispatch after an append ending at `end`. Single puts dispatch
-    /// inline (a consumer blocked in `poll` wakes without a thread hop); batches leave dispatch
-    /// to the reput thread so it overlaps the producer's next batch on another core. Either
-    /// way reads stay read-your-writes: a read first catches dispatch up (`Store::catch_up`).
+    /// Durability wait and dispatch after an append ending at `end`. In async mode the
+    /// producer dispatches inline with `dispatch` (the records' metadata is known, so nothing
+    /// is re-parsed, and a consumer blocked in `poll` wakes without a thread hop); when the
+    /// dispatch lock is busy the reput thread does it. Either way reads stay read-your-writes:
+    /// a read first catches dispatch up (`Store::catch_up`).
     fn after_append(
         &self,
         end: u64,
-        inline: Option<&DispatchRequest<'_>>,
+        dispatch: impl FnOnce(&Reput),
         wait: bool,
     ) -> Result<PutStatus> {
         match self.inner.config.flush_mode {
             FlushMode::Async => {
                 if let Some(r) = &self.inner.reput {
-                    match inline {
-                        Some(req) => r.try_dispatch_known(req),
-                        None => r.kick_thread(),
-                    }
+                    dispatch(r);
                 }
                 Ok(PutStatus::PutOk)
             }
