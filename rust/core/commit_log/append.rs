@@ -148,7 +148,9 @@ impl Appender {
             None
         };
         let queue_offset = slot.as_deref().copied().unwrap_or(0);
-        let w = self.writer.as_mut().ok_or(Error::Closed)?;
+        let Some(w) = self.writer.as_mut() else {
+            return Err(Error::Closed);
+        };
         let physical_offset = w.file().from_offset() + w.pos();
         let store_timestamp = now_ms();
         let meta = RecordMeta {
@@ -162,7 +164,7 @@ impl Appender {
             reconsume_times: m.reconsume_times,
             prepared_transaction_offset: m.prepared_transaction_offset,
         };
-        w.append_with(p.len, |buf| {
+        let written = w.append_with(p.len, |buf| {
             codec::encode_with_record_crc(
                 buf,
                 &meta,
@@ -171,8 +173,10 @@ impl Appender {
                 m.topic.as_bytes(),
                 m.properties,
             )
-        })
-        .ok_or(Error::Closed)?;
+        });
+        if written.is_none() {
+            return Err(Error::Closed);
+        }
         w.publish();
         if let Some(s) = slot {
             *s += 1;

@@ -356,7 +356,11 @@ impl ConsumeQueue {
             *guard = None;
             *guard = Some(self.files.roll(at - at % self.files.file_size())?);
         }
-        let w = guard.as_mut().ok_or(Error::Closed)?;
+        // `let else` rather than `ok_or(Error::Closed)`: this runs once per unit, and an
+        // eagerly built error value still costs its drop.
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
         let before = w.pos();
         let bytes = unit.encode();
         let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {

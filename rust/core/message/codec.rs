@@ -203,10 +203,13 @@ fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
     let mut p = [0u8; RECORD_CRC_LEN];
     p[..8].copy_from_slice(RECORD_CRC_NAME);
     p[8] = super::properties::NAME_VALUE_SEPARATOR;
+    // Two digits per division (least significant first).
     let mut v = crc;
-    for d in p[9..19].iter_mut() {
-        *d = b'0' + (v % 10) as u8;
-        v /= 10;
+    for pair in p[9..19].chunks_exact_mut(2) {
+        let r = (v % 100) as u8;
+        v /= 100;
+        pair[0] = b'0' + r % 10;
+        pair[1] = b'0' + r / 10;
     }
     p[19] = super::properties::PROPERTY_SEPARATOR;
     p
