@@ -211,3 +211,32 @@ def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
     assert len(called) == 1 and isinstance(called[0], mqlite.StoreClosedError)
     assert producer.flush(1) == 0
     store.close()
+
+
+def test_completion_thread_ends_with_its_store(tmp_path) -> None:
+    """One completion thread per store, started by the first async send; it ends on close()
+    and also when the store is dropped without one."""
+    import gc
+    import time
+
+    def senders() -> int:
+        return sum(t.name == "mqlite-async-send" and t.is_alive() for t in threading.enumerate())
+
+    before = senders()
+    with mqlite.open(tmp_path / "a") as store:
+        store.create_topic("t", 1)
+        p1, p2 = store.producer(), store.producer()
+        p1.send_async(Message("t", b"1")).result(5)
+        p2.send_async(Message("t", b"2")).result(5)
+        assert senders() == before + 1  # shared by the store's producers
+    assert senders() == before
+    dropped = mqlite.open(tmp_path / "b")
+    dropped.create_topic("t", 1)
+    dropped.producer().send_async(Message("t", b"x")).result(5)
+    assert senders() == before + 1
+    del dropped
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while senders() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert senders() == before
