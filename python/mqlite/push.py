@@ -236,13 +236,27 @@ class PushConsumer:
             self._workers.append(t)
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Stop the threads (running listeners finish), commit and leave the group. Idempotent."""
+        """Stop the threads (running listeners finish), commit and leave the group. Idempotent.
+
+        Called from inside a listener it returns at once: the listener's own thread cannot wait
+        for itself, so the rest (joining the threads, committing, leaving the group) runs on
+        another thread as soon as that listener has returned.
+        """
         if self._state != "running":
-            self._state = "stopped"
+            if self._state == "created":
+                self._state = "stopped"
             return
         with self._cond:
             self._state = "stopping"
             self._cond.notify_all()
+        if threading.current_thread() in self._workers:
+            threading.Thread(
+                target=self._stop, args=(timeout,), name="mqlite-push-shutdown", daemon=True
+            ).start()
+            return
+        self._stop(timeout)
+
+    def _stop(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._workers:
             if t is not threading.current_thread():

@@ -267,3 +267,34 @@ def test_lifecycle_errors(store: mqlite.Store) -> None:
     c.shutdown()
     with pytest.raises(mqlite.IllegalStateError):
         c.subscribe("t")
+
+
+def test_shutdown_from_inside_a_listener_returns_and_completes(store: mqlite.Store) -> None:
+    """A listener that shuts its own consumer down must not wait for itself: shutdown returns
+    at once, and the consumer still commits what was consumed and leaves the group."""
+    store.create_topic("t", 1)
+    returned = threading.Event()
+    c = store.push_consumer("g", consume_from=FIRST, threads=2)
+    c.subscribe("t")
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        c.shutdown(timeout=5)
+        returned.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c.register_message_listener(listener)
+    c.start()
+    store.producer().send(Message("t", b"x"))
+    assert returned.wait(5), "shutdown() inside the listener did not return"
+    wait_until(lambda: group_offset(store, MessageQueue("t", 0)) == 1)
+    wait_until(lambda: not any(t.name.startswith("mqlite-push") for t in threading.enumerate()))
+    assert not c.running
+    c.shutdown()  # idempotent
+    # the group has no live member left: a new consumer takes the queue at once
+    got: list[bytes] = []
+    c2 = store.push_consumer("g")
+    c2.subscribe("t")
+    c2.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    with c2:
+        store.producer().send(Message("t", b"y"))
+        wait_until(lambda: got == [b"y"])
