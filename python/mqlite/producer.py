@@ -217,9 +217,13 @@ class _Completer:
                 return
 
     def flush(self, tally: _Tally, timeout: float | None) -> int:
-        """Waits until ``tally``'s sends completed (callbacks run); returns how many have not."""
+        """Waits until ``tally``'s sends completed (callbacks run); returns how many have not.
+
+        On the completion thread itself (a send callback calling ``flush`` or ``close``) it
+        cannot wait, since only this thread completes sends: it returns the count at once."""
         with self.cond:
-            self.cond.wait_for(lambda: tally.pending == 0, timeout)
+            if threading.current_thread() is not self._thread:
+                self.cond.wait_for(lambda: tally.pending == 0, timeout)
             return tally.pending
 
     def stop(self, join: bool = True) -> None:
@@ -359,7 +363,8 @@ class Producer(_core.Producer):
             log.warning("one-way send to %r failed: %s", getattr(msg, "topic", None), exc)
 
     def flush(self, timeout: float | None = None) -> int:
-        """Wait for pending async and one-way sends; returns how many are still pending."""
+        """Wait for pending async and one-way sends; returns how many are still pending (at
+        once, without waiting, when called from a send callback)."""
         if timeout is not None and timeout < 0:
             raise IllegalArgumentError(f"timeout must be >= 0 or None, got {timeout!r}")
         completer = self._store._completer_or_none()

@@ -240,3 +240,35 @@ def test_completion_thread_ends_with_its_store(tmp_path) -> None:
     while senders() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert senders() == before
+
+
+def test_send_callback_may_flush_close_and_close_the_store(tmp_path) -> None:
+    """Callbacks run on the completion thread, the only thread that completes sends: flush()
+    and close() called there return instead of waiting for themselves, and closing the store
+    from a callback works too."""
+    store = mqlite.open(tmp_path / "s")
+    store.create_topic("t", 1)
+    producer = store.producer()
+    seen: list[Any] = []
+    done = threading.Event()
+
+    def first(result: SendResult | None, exc: BaseException | None) -> None:
+        seen.append(producer.flush())  # this send itself is still pending: 1
+        producer.close()
+        seen.append(producer.closed)
+
+    producer.send_async(Message("t", b"1"), first).result(5)
+    assert producer.flush(5) == 0
+    assert seen == [1, True]
+
+    other = store.producer()
+
+    def last(result: SendResult | None, exc: BaseException | None) -> None:
+        store.close()
+        done.set()
+
+    other.send_async(Message("t", b"2"), last)
+    assert done.wait(5), "store.close() inside a send callback did not return"
+    assert store.closed
+    with mqlite.open(tmp_path / "s") as again:
+        assert again.offsets(MessageQueue("t", 0)) == (0, 2)
