@@ -200,6 +200,11 @@ def measure(cfg: Dict[str, Any], work: str, log: Any = print) -> Dict[str, Any]:
                 largs = _ns(m=cfg["lat_m"], warmup=cfg["lat_warmup"], rate=cfg["lat_rate"],
                             rate_map={}, size=size, budget=30.0)
                 for cls in lat_classes:
+                    # Start each latency run from a quiet disk: the throughput workloads above
+                    # leave gigabytes of dirty pages whose writeback would otherwise compete
+                    # for the 2 CPUs during whichever peer runs next.
+                    os.sync()
+                    time.sleep(0.5)
                     r = peers.run_latency_once(cls, largs, work)
                     r["run"] = rep
                     lat_rows.append(r)
@@ -546,7 +551,9 @@ def render_tables(data: Dict[str, Any]) -> str:
                 f"A producer thread sends {cfg['lat_m']:,} messages at a steady "
                 f"{cfg['lat_rate']:,.0f}/s after {cfg['lat_warmup']} warm-up ones, stamping "
                 "`perf_counter_ns` into the body just before the send call; the receiving "
-                "thread records the arrival. Median of the runs' percentiles, in µs.", "",
+                "thread records the arrival. Each run (every peer alike) starts after an "
+                "`os.sync()`, so no earlier workload's writeback is in flight. Median of the "
+                "runs' percentiles, in µs.", "",
                 "| path | durability | body | p50 µs | p99 µs | p99.9 µs "
                 "| p50 / p99 / p99.9 vs SimpleQueue |",
                 "|---|---|---|---:|---:|---:|---|"]
