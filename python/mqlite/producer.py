@@ -33,6 +33,7 @@ MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQ
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 """Called as ``callback(result, None)`` or ``callback(None, exc)`` when an async send ends."""
 
+
 class SendFuture(Future):  # type: ignore[type-arg]
     """The ``concurrent.futures.Future`` of an async send.
 
