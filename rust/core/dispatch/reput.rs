@@ -175,36 +175,13 @@ impl Reput {
         }
     }
 
-    /// Inline dispatch by the producer of the record `req` describes, just published: when it
-    /// is the next record to dispatch, the dispatchers get `req` without the record being
-    /// decoded again from the file; otherwise (lock busy, a gap before it) this is
-    /// `try_dispatch`.
-    pub fn try_dispatch_known(&self, req: &DispatchRequest<'_>) {
-        fence(Ordering::SeqCst);
-        let Some(mut cursor) = self.try_cursor() else {
-            return;
-        };
-        let end = req.commit_log_offset + u64::from(req.size);
-        if cursor.offset == req.commit_log_offset && end <= self.confirm_offset() {
-            if let Err(e) = self.dispatchers.iter().try_for_each(|d| d.dispatch(req)) {
-                drop(cursor);
-                self.record_error(&e);
-                return;
-            }
-            cursor.offset = end;
-            self.advanced(end);
-        }
-        drop(cursor);
-        fence(Ordering::SeqCst);
-        if self.confirm_offset() > self.dispatched_offset() {
-            self.try_dispatch();
-        }
-    }
-
-    /// `try_dispatch_known` for the records of one batch, `[first, end)`, described by `reqs`
-    /// in commit-log order: one lock for the whole batch. A dispatcher error leaves the cursor
-    /// at `first` for the reput thread to retry (dispatchers are idempotent).
-    pub fn try_dispatch_known_batch<'a>(
+    /// Inline dispatch by the producer of the records `[first, end)` it just published,
+    /// described by `reqs` in commit-log order (one record, or one batch): when they are the
+    /// next to dispatch, the dispatchers get the requests without the records being decoded
+    /// again from the file, under one lock; otherwise (lock busy, a gap before them) this is
+    /// `try_dispatch`. A dispatcher error leaves the cursor at `first` for the reput thread to
+    /// retry (dispatchers are idempotent).
+    pub fn try_dispatch_known<'a>(
         &self,
         first: u64,
         end: u64,

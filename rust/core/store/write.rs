@@ -107,24 +107,11 @@ impl Store {
         let msg = &msg;
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
-        // What dispatch would decode from the record, known already: the inline dispatch
-        // skips re-parsing it. `properties` lacks only the record-CRC property the appender
-        // added, which no dispatcher reads.
-        let req = DispatchRequest {
-            topic: msg.topic,
-            queue_id: msg.queue_id,
-            commit_log_offset: appended.physical_offset,
-            size: appended.size,
-            tags_code: tags.map(properties::tags_hash).unwrap_or(0),
-            store_timestamp: appended.store_timestamp,
-            queue_offset: appended.queue_offset,
-            sysflag: msg.sysflag,
-            properties: msg.properties,
-            prepared_transaction_offset: msg.prepared_transaction_offset,
-        };
+        let req = known_request(msg, &appended, tags.map(properties::tags_hash).unwrap_or(0));
+        let end = appended.physical_offset + u64::from(appended.size);
         let status = self.after_append(
-            appended.physical_offset + u64::from(appended.size),
-            |r| r.try_dispatch_known(&req),
+            end,
+            |r| r.try_dispatch_known(appended.physical_offset, end, [req]),
             wait,
         )?;
         Ok(PutResult {
@@ -198,34 +185,22 @@ impl Store {
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         let appended = out.get(start..).unwrap_or(&[]);
-        let status =
-            match (appended.first(), appended.last()) {
-                (Some(first), Some(last)) => {
-                    let end = last.physical_offset + u64::from(last.size);
-                    // What dispatch would decode from each record, known already (as for a
-                    // single put): the batch is dispatched inline without re-parsing it.
-                    let reqs = prepared.iter().zip(appended).zip(&tags_codes).map(
-                        |((p, a), &tags_code)| DispatchRequest {
-                            topic: p.msg.topic,
-                            queue_id,
-                            commit_log_offset: a.physical_offset,
-                            size: a.size,
-                            tags_code,
-                            store_timestamp: a.store_timestamp,
-                            queue_offset: a.queue_offset,
-                            sysflag: p.msg.sysflag,
-                            properties: p.msg.properties,
-                            prepared_transaction_offset: p.msg.prepared_transaction_offset,
-                        },
-                    );
-                    self.after_append(
-                        end,
-                        |r| r.try_dispatch_known_batch(first.physical_offset, end, reqs),
-                        true,
-                    )?
-                }
-                _ => PutStatus::PutOk,
-            };
+        let status = match (appended.first(), appended.last()) {
+            (Some(first), Some(last)) => {
+                let end = last.physical_offset + u64::from(last.size);
+                let reqs = prepared
+                    .iter()
+                    .zip(appended)
+                    .zip(&tags_codes)
+                    .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code));
+                self.after_append(
+                    end,
+                    |r| r.try_dispatch_known(first.physical_offset, end, reqs),
+                    true,
+                )?
+            }
+            _ => PutStatus::PutOk,
+        };
         Ok((queue_id, status))
     }
 
@@ -418,6 +393,24 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// What dispatch would decode from the record of `msg` appended as `a`, known already: inline
+/// dispatch skips re-parsing it. `properties` lacks only the record-CRC property the appender
+/// added, which no dispatcher reads.
+fn known_request<'a>(msg: &MessageRef<'a>, a: &Appended, tags_code: i64) -> DispatchRequest<'a> {
+    DispatchRequest {
+        topic: msg.topic,
+        queue_id: msg.queue_id,
+        commit_log_offset: a.physical_offset,
+        size: a.size,
+        tags_code,
+        store_timestamp: a.store_timestamp,
+        queue_offset: a.queue_offset,
+        sysflag: msg.sysflag,
+        properties: msg.properties,
+        prepared_transaction_offset: msg.prepared_transaction_offset,
+    }
 }
 
 /// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
