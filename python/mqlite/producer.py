@@ -103,6 +103,22 @@ class SendFuture(Future):  # type: ignore[type-arg]
                 w.add_exception(self)
 
 
+def _after_completion(
+    fut: SendFuture,
+    callback: SendCallback | None,
+    result: SendResult | None,
+    error: BaseException | None,
+) -> None:
+    """Runs a completed send's done-callbacks, then its send callback (condition released);
+    a failing callback is logged, never propagated into the completion thread."""
+    fut._run_done_callbacks()
+    if callback is not None:
+        try:
+            callback(result, error)
+        except Exception:
+            log.exception("send callback failed")
+
+
 class _Tally:
     """A producer's async sends not yet completed (guarded by the completer's condition)."""
 
@@ -149,12 +165,7 @@ class _Completer:
                 )
             fut._finish(result, error)
             self.cond.notify_all()
-        fut._run_done_callbacks()
-        if callback is not None:
-            try:
-                callback(result, error)
-            except Exception:
-                log.exception("send callback failed")
+        _after_completion(fut, callback, result, error)
 
     def _take(self) -> tuple[list[_Item], bool]:
         """Everything queued (at least one item, blocking for it); True once told to stop."""
@@ -203,13 +214,7 @@ class _Completer:
                     outcomes.append((result, error))
                 self.cond.notify_all()
             for (fut, callback, _, _, _), (result, error) in zip(items, outcomes):
-                if fut._done_callbacks:
-                    fut._run_done_callbacks()
-                if callback is not None:
-                    try:
-                        callback(result, error)
-                    except Exception:
-                        log.exception("send callback failed")
+                _after_completion(fut, callback, result, error)
             with self.cond:
                 for item in items:
                     item[4].pending -= 1
@@ -368,7 +373,7 @@ class Producer(_core.Producer):
         once, without waiting, when called from a send callback)."""
         if timeout is not None and timeout < 0:
             raise IllegalArgumentError(f"timeout must be >= 0 or None, got {timeout!r}")
-        completer = self._store._completer_or_none()
+        completer = self._store._sender  # none yet: no async send was ever made
         if completer is None:
             return 0
         return completer.flush(self._tally, timeout)

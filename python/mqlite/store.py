@@ -169,9 +169,6 @@ class Store:
                 sender = self._sender
         return sender
 
-    def _completer_or_none(self) -> _Completer | None:
-        return self._sender
-
     @property
     def closed(self) -> bool:
         """True after ``close()``, or in a child process that inherited the handle."""

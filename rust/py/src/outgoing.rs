@@ -159,12 +159,9 @@ impl PyMessage {
             return Ok(py.NotImplemented());
         }
         let other = other.cast::<PyMessage>()?;
+        // Each borrow ends with its statement, so `m == m` borrows the same object twice in turn.
         let a = PyTuple::new(py, slf.borrow_mut().values(py))?;
-        let b = if other.is(slf) {
-            a.clone()
-        } else {
-            PyTuple::new(py, other.borrow_mut().values(py))?
-        };
+        let b = PyTuple::new(py, other.borrow_mut().values(py))?;
         Ok(a.eq(b)?.into_pyobject(py)?.to_owned().into_any().unbind())
     }
 
