@@ -53,8 +53,9 @@ pub struct StoreConfig {
     /// Mode of created directories.
     pub dir_mode: u32,
     /// Pre-fault the pages of new commit-log files (MAP_POPULATE) in the background. Off by
-    /// default: batches are written with `pwrite` (no faults), and on the machines measured
-    /// (FORMAT/README figures) populating cost more than the lazy faults of single puts.
+    /// default: the background warm-ahead faults in only the pages just in front of the
+    /// writer, and on the machines measured (README figures) populating whole files cost more
+    /// (writeback then write-protects pages the appender has yet to fill).
     pub warm_mapped_files: bool,
     /// How long commit-log files are kept before expiry deletes them (from the head only).
     pub file_reserved_time: Duration,

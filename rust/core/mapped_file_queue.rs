@@ -298,19 +298,24 @@ impl MappedFileQueue {
 
     /// Faults in, writable, the bytes `[from, to)` (commit-log offsets) of existing files, so
     /// the appender's first writes to those pages do not stop for page allocation and zeroing.
-    /// Best effort: errors are ignored (advice is an optimisation).
-    pub fn warm(&self, from: u64, to: u64) {
+    /// Returns how far it got: it stops at a failed advice (old kernels lack it; advice is an
+    /// optimisation) or at a file that does not exist yet.
+    pub fn warm(&self, from: u64, to: u64) -> u64 {
         let mut at = from;
         while at < to {
-            let Some(f) = self.find(at) else { return };
+            let Some(f) = self.find(at) else { break };
             let end = (f.from_offset() + f.size()).min(to);
-            let _ = f.advise(
+            let advised = f.advise(
                 at - f.from_offset(),
                 end - f.from_offset(),
                 Advice::PopulateWrite,
             );
+            if advised.is_err() {
+                break;
+            }
             at = end;
         }
+        at
     }
 
     fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<MappedFile>> {

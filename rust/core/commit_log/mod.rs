@@ -20,7 +20,9 @@
 //! Background preparer (one thread, fed by `Prepare` jobs): creates the next file once the
 //! current one is half full, and faults in the pages up to `WARM_AHEAD` past the write position
 //! every `WARM_STEP` bytes written. Both are optimisations only: a failed or late job means the
-//! appender creates the file or takes the page faults itself.
+//! appender creates the file or takes the page faults itself. A batch is encoded straight into
+//! the mapping when the preparer reports its pages faulted in (`warmed`), and otherwise written
+//! with one `pwrite` from a buffer (the kernel fills the page cache without faults).
 
 pub mod append;
 pub mod recovery;
@@ -59,6 +61,10 @@ pub struct CommitLog {
     // Pages below this commit-log offset were asked to be faulted in (warm-ahead);
     // `u64::MAX` while there is no warm-ahead (no preparer, or whole files populated).
     warm_to: AtomicU64,
+    // Pages below this offset have been faulted in (a warm-ahead job finished, or whole
+    // files are populated at creation: `u64::MAX`). Batches below it are encoded straight
+    // into the mapping.
+    warmed: AtomicU64,
     last_store_ts: AtomicI64,
     // One past the last appended record, kept by the writer so readers need no file lookup;
     // `u64::MAX` until recovery sets it (read-only stores read the files instead).
@@ -75,6 +81,7 @@ impl CommitLog {
             prealloc: Mutex::new(None),
             prealloc_asked: AtomicU64::new(u64::MAX),
             warm_to: AtomicU64::new(u64::MAX),
+            warmed: AtomicU64::new(0),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
         }
@@ -86,7 +93,14 @@ impl CommitLog {
         *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         if warm_ahead {
             self.warm_to.store(0, Ordering::Relaxed);
+        } else {
+            self.warmed.store(u64::MAX, Ordering::Relaxed);
         }
+    }
+
+    /// The preparer faulted in the pages below `to`.
+    pub fn set_warmed(&self, to: u64) {
+        self.warmed.fetch_max(to, Ordering::Relaxed);
     }
 
     /// Disconnects the background allocator (its thread then exits).
@@ -151,7 +165,7 @@ impl CommitLog {
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
-        a.append_batch(&self.files, batch, out)?;
+        a.append_batch(&self.files, batch, self.warmed.load(Ordering::Relaxed), out)?;
         if let Some(last) = out.last() {
             let end = last.physical_offset + u64::from(last.size);
             self.max.store(end, Ordering::Release);

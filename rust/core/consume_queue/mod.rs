@@ -295,10 +295,49 @@ impl ConsumeQueue {
     /// Appends the unit for `queue_offset` (dispatcher only). Idempotent: a unit for a record
     /// already indexed is ignored. A gap before `queue_offset` is filled with placeholders.
     pub fn put(&self, queue_offset: u64, unit: CqUnit) -> Result<bool> {
-        if unit.offset + u64::from(unit.size) <= self.max_physical_offset() {
-            return Ok(false);
-        }
+        self.put_run(queue_offset, std::iter::once(unit))
+    }
+
+    /// `put` of consecutive units (queue offsets `first_queue_offset`, `+1`, ...; commit-log
+    /// offsets increasing) under one lock, published together. True if any unit was written.
+    ///
+    /// # Errors
+    /// As `put`. Nothing of the run is published then; the units already written are
+    /// published by the next successful put (the dispatcher retries the run, skipping them).
+    pub fn put_run(
+        &self,
+        first_queue_offset: u64,
+        units: impl IntoIterator<Item = CqUnit>,
+    ) -> Result<bool> {
+        let known_end = self.max_physical_offset();
         let mut guard = self.lock_writer();
+        let mut max_end = None;
+        for (i, unit) in units.into_iter().enumerate() {
+            let unit_end = unit.offset + u64::from(unit.size);
+            if unit_end > known_end
+                && self.put_locked(&mut guard, first_queue_offset + i as u64, unit)?
+            {
+                max_end = Some(unit_end);
+            }
+        }
+        let Some(max_end) = max_end else {
+            return Ok(false);
+        };
+        if let Some(w) = guard.as_mut() {
+            w.publish();
+        }
+        self.max_physical.fetch_max(max_end, Ordering::AcqRel);
+        Ok(true)
+    }
+
+    /// Writes one unit at `queue_offset` (placeholders first over a gap) unless the queue is
+    /// already past it; the caller publishes.
+    fn put_locked(
+        &self,
+        guard: &mut Option<FileWriter>,
+        queue_offset: u64,
+        unit: CqUnit,
+    ) -> Result<bool> {
         let expected_byte = queue_offset * UNIT_SIZE;
         // The writer's position is the end of the queue; without one, look at the files.
         let mut end = match guard.as_ref() {
@@ -332,15 +371,10 @@ impl ConsumeQueue {
             });
         }
         while end < expected_byte {
-            self.append_unit(&mut guard, end, CqUnit::placeholder())?;
+            self.append_unit(guard, end, CqUnit::placeholder())?;
             end += UNIT_SIZE;
         }
-        self.append_unit(&mut guard, end, unit)?;
-        if let Some(w) = guard.as_mut() {
-            w.publish();
-        }
-        self.max_physical
-            .fetch_max(unit.offset + u64::from(unit.size), Ordering::AcqRel);
+        self.append_unit(guard, end, unit)?;
         Ok(true)
     }
 

@@ -206,35 +206,58 @@ impl Dispatcher for ConsumeQueueStore {
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {
-        if !sysflag::is_dispatched(req.sysflag) {
-            return Ok(());
-        }
+        self.dispatch_batch(std::slice::from_ref(req))
+    }
+
+    /// Runs of consecutive records of one (topic, queue) with consecutive queue offsets (an
+    /// appended batch is one run) go to their queue with one `put_run`: one lock and one
+    /// publish per run.
+    fn dispatch_batch(&self, reqs: &[DispatchRequest<'_>]) -> Result<()> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.as_ref().is_none_or(|(t, _)| t != req.topic) {
-            *last = Some((req.topic.to_owned(), Vec::new()));
+        let mut rest = reqs;
+        while let Some((first, _)) = rest.split_first() {
+            let run = rest
+                .iter()
+                .enumerate()
+                .take_while(|(i, r)| {
+                    r.queue_id == first.queue_id
+                        && r.sysflag == first.sysflag
+                        && r.queue_offset == first.queue_offset + *i as u64
+                        && r.topic == first.topic
+                })
+                .count()
+                .max(1);
+            let (head, tail) = rest.split_at(run.min(rest.len()));
+            rest = tail;
+            if !sysflag::is_dispatched(first.sysflag) {
+                continue;
+            }
+            if last.as_ref().is_none_or(|(t, _)| t != first.topic) {
+                *last = Some((first.topic.to_owned(), Vec::new()));
+            }
+            let Some((_, by_id)) = last.as_mut() else {
+                return Err(Error::Closed);
+            };
+            let i = first.queue_id as usize;
+            if by_id.len() <= i {
+                by_id.resize(i + 1, None);
+            }
+            let Some(slot) = by_id.get_mut(i) else {
+                return Err(Error::Closed);
+            };
+            let cq = match slot {
+                Some(cq) => cq,
+                None => slot.insert(self.get_or_create(first.topic, first.queue_id)?),
+            };
+            cq.put_run(
+                first.queue_offset,
+                head.iter().map(|r| CqUnit {
+                    offset: r.commit_log_offset,
+                    size: r.size,
+                    tags_code: r.tags_code,
+                }),
+            )?;
         }
-        let Some((_, by_id)) = last.as_mut() else {
-            return Err(Error::Closed);
-        };
-        let i = req.queue_id as usize;
-        if by_id.len() <= i {
-            by_id.resize(i + 1, None);
-        }
-        let Some(slot) = by_id.get_mut(i) else {
-            return Err(Error::Closed);
-        };
-        let cq = match slot {
-            Some(cq) => cq,
-            None => slot.insert(self.get_or_create(req.topic, req.queue_id)?),
-        };
-        cq.put(
-            req.queue_offset,
-            CqUnit {
-                offset: req.commit_log_offset,
-                size: req.size,
-                tags_code: req.tags_code,
-            },
-        )?;
         Ok(())
     }
 }

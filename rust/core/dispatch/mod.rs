@@ -63,4 +63,12 @@ pub trait Dispatcher: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// An I/O failure writing derived data; the reput service stops at this record and retries.
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()>;
+    /// Handles consecutive records (an appended batch) in commit-log order; the same as
+    /// `dispatch` on each, which implementations may do with less locking.
+    ///
+    /// # Errors
+    /// As `dispatch`; the records before the failing one may have been handled.
+    fn dispatch_batch(&self, reqs: &[DispatchRequest<'_>]) -> Result<()> {
+        reqs.iter().try_for_each(|r| self.dispatch(r))
+    }
 }

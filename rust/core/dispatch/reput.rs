@@ -181,20 +181,16 @@ impl Reput {
     /// again from the file, under one lock; otherwise (lock busy, a gap before them) this is
     /// `try_dispatch`. A dispatcher error leaves the cursor at `first` for the reput thread to
     /// retry (dispatchers are idempotent).
-    pub fn try_dispatch_known<'a>(
-        &self,
-        first: u64,
-        end: u64,
-        reqs: impl IntoIterator<Item = DispatchRequest<'a>>,
-    ) {
+    pub fn try_dispatch_known<'a>(&self, first: u64, end: u64, reqs: &[DispatchRequest<'a>]) {
         fence(Ordering::SeqCst);
         let Some(mut cursor) = self.try_cursor() else {
             return;
         };
         if cursor.offset == first && end <= self.confirm_offset() {
-            let dispatched = reqs
-                .into_iter()
-                .try_for_each(|req| self.dispatchers.iter().try_for_each(|d| d.dispatch(&req)));
+            let dispatched = self.dispatchers.iter().try_for_each(|d| match reqs {
+                [one] => d.dispatch(one),
+                _ => d.dispatch_batch(reqs),
+            });
             if let Err(e) = dispatched {
                 drop(cursor);
                 self.record_error(&e);

@@ -200,6 +200,10 @@ impl MappedFile {
     pub fn flushed(&self) -> u64 {
         self.flushed.load(Ordering::Acquire)
     }
+    /// True for anonymous memory (a `:memory:` store): no file behind the mapping.
+    pub fn is_anonymous(&self) -> bool {
+        self.file.is_none()
+    }
     /// True when nothing more can be appended.
     pub fn is_full(&self) -> bool {
         self.published() >= self.size

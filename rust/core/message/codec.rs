@@ -126,27 +126,6 @@ pub fn encode_with_record_crc(
     tail.copy_from_slice(&record_crc_property(crc::body_crc(covered)));
 }
 
-/// Appends one record with the whole-record CRC property to `out` (of `total` =
-/// `encoded_len(body, topic, props + 20)` bytes) without zero-filling first: the batch path
-/// encodes a whole batch into one buffer.
-pub fn encode_to_vec(
-    out: &mut Vec<u8>,
-    total: usize,
-    meta: &RecordMeta,
-    body_crc: u32,
-    body: &[u8],
-    topic: &[u8],
-    props: &[u8],
-) {
-    let start = out.len();
-    emit(total, meta, body_crc, body, topic, props, true, |b| {
-        out.extend_from_slice(b)
-    });
-    // One CRC pass over the contiguous record (cheaper than hashing its pieces).
-    let crc = crc::body_crc(out.get(start..).unwrap_or(&[]));
-    out.extend_from_slice(&record_crc_property(crc));
-}
-
 /// The record as a sequence of byte runs: the fixed 88-byte header (built on the stack), then
 /// the body, topic and properties with their lengths.
 #[allow(clippy::too_many_arguments)]
@@ -715,18 +694,6 @@ mod tests {
         let digits: String = crc.to_string().chars().rev().collect();
         let tail = std::str::from_utf8(&raw[raw.len() - 11..raw.len() - 1]).unwrap();
         assert_eq!(tail.trim_end_matches('0'), digits.trim_end_matches('0'));
-        // the same vec encoding gives the same bytes
-        let mut v2 = Vec::new();
-        encode_to_vec(
-            &mut v2,
-            n,
-            &meta(),
-            body_crc(b"hello"),
-            b"hello",
-            b"TopicTest",
-            props,
-        );
-        assert_eq!(v2, buf);
         // a flipped header bit (QUEUEOFFSET) is caught; without the check it parses
         let mut bad = buf.clone();
         bad[QUEUE_OFFSET_POS + 7] ^= 1;

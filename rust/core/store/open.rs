@@ -212,7 +212,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
                             Prepare::File(start) => {
                                 let _ = cl.files().prepare(start);
                             }
-                            Prepare::Warm(from, to) => cl.files().warm(from, to),
+                            Prepare::Warm(from, to) => cl.set_warmed(cl.files().warm(from, to)),
                         }
                     }
                 })

@@ -111,7 +111,7 @@ impl Store {
         let end = appended.physical_offset + u64::from(appended.size);
         let status = self.after_append(
             end,
-            |r| r.try_dispatch_known(appended.physical_offset, end, [req]),
+            |r| r.try_dispatch_known(appended.physical_offset, end, &[req]),
             wait,
         )?;
         Ok(PutResult {
@@ -188,16 +188,16 @@ impl Store {
         let status = match (appended.first(), appended.last()) {
             (Some(first), Some(last)) => {
                 let end = last.physical_offset + u64::from(last.size);
-                let reqs = prepared
-                    .iter()
-                    .zip(appended)
-                    .zip(&tags_codes)
-                    .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code));
-                self.after_append(
-                    end,
-                    |r| r.try_dispatch_known(first.physical_offset, end, reqs),
-                    true,
-                )?
+                let dispatch = |r: &Reput| {
+                    let reqs: Vec<DispatchRequest<'_>> = prepared
+                        .iter()
+                        .zip(appended)
+                        .zip(&tags_codes)
+                        .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code))
+                        .collect();
+                    r.try_dispatch_known(first.physical_offset, end, &reqs);
+                };
+                self.after_append(end, dispatch, true)?
             }
             _ => PutStatus::PutOk,
         };
