@@ -201,19 +201,21 @@ impl PyProducer {
             }
         }
         // Bytes items borrow the one `topic=` string: no per-item conversion.
-        let outs: Vec<Outgoing<'_>> = held
-            .iter()
-            .map(|h| match h {
-                Item::Bytes(body, range) => Ok(Outgoing {
+        // A loop rather than `collect::<PyResult<Vec<_>>>()`: that collect cannot size the
+        // vector up front and regrows it.
+        let mut outs: Vec<Outgoing<'_>> = Vec::with_capacity(n);
+        for h in &held {
+            outs.push(match h {
+                Item::Bytes(body, range) => Outgoing {
                     topic: topic_str.unwrap_or(""),
                     body: body.as_bytes(),
                     flag: 0,
                     props: *range,
                     tags_code: 0,
-                }),
-                Item::Message(m) => m.outgoing(),
-            })
-            .collect::<PyResult<_>>()?;
+                },
+                Item::Message(m) => m.outgoing()?,
+            });
+        }
         if let Some(t) = topic_str {
             if let Some(o) = outs.iter().find(|o| o.topic != t) {
                 return Err(crate::errors::InvalidBatchError::new_err(format!(
