@@ -314,9 +314,23 @@ impl ConsumeQueue {
         let mut max_end = None;
         for (i, unit) in units.into_iter().enumerate() {
             let unit_end = unit.offset + u64::from(unit.size);
-            if unit_end > known_end
-                && self.put_locked(&mut guard, first_queue_offset + i as u64, unit)?
-            {
+            if unit_end <= known_end {
+                continue;
+            }
+            let queue_offset = first_queue_offset + i as u64;
+            // The common case, every unit of a run after its first: the unit goes right at
+            // the writer's position in the current file (no gap, no roll, nothing to skip).
+            if let Some(w) = guard.as_mut() {
+                let at = w.pos();
+                if w.file().from_offset() + at == queue_offset * UNIT_SIZE
+                    && w.remaining() >= UNIT_SIZE
+                {
+                    write_unit(w, unit)?;
+                    max_end = Some(unit_end);
+                    continue;
+                }
+            }
+            if self.put_locked(&mut guard, queue_offset, unit)? {
                 max_end = Some(unit_end);
             }
         }
@@ -395,17 +409,7 @@ impl ConsumeQueue {
         let Some(w) = guard.as_mut() else {
             return Err(Error::Closed);
         };
-        let before = w.pos();
-        let bytes = unit.encode();
-        let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
-            b[..SIZE_POS].copy_from_slice(&bytes[..SIZE_POS]);
-            b[SIZE_POS + 4..].copy_from_slice(&bytes[SIZE_POS + 4..]);
-        });
-        if !ok {
-            return Err(Error::Closed);
-        }
-        warm_ahead(w.file(), before, before + UNIT_SIZE);
-        Ok(())
+        write_unit(w, unit)
     }
 
     /// Flushes unit files.
@@ -470,6 +474,23 @@ fn valid_units_end(file: &MappedFile) -> u64 {
         }
     }
     lo * UNIT_SIZE
+}
+
+/// Appends `unit` at the writer's position (which has room for it), its size word last with
+/// release ordering, and keeps the pages ahead faulted in.
+#[inline]
+fn write_unit(w: &mut FileWriter, unit: CqUnit) -> Result<()> {
+    let before = w.pos();
+    let bytes = unit.encode();
+    let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
+        b[..SIZE_POS].copy_from_slice(&bytes[..SIZE_POS]);
+        b[SIZE_POS + 4..].copy_from_slice(&bytes[SIZE_POS + 4..]);
+    });
+    if !ok {
+        return Err(Error::Closed);
+    }
+    warm_ahead(w.file(), before, before + UNIT_SIZE);
+    Ok(())
 }
 
 /// When a unit write (file bytes `[before, after)`) enters a new `WARM_CHUNK`, faults in the

@@ -223,7 +223,7 @@ impl Dispatcher for ConsumeQueueStore {
                     r.queue_id == first.queue_id
                         && r.sysflag == first.sysflag
                         && r.queue_offset == first.queue_offset + *i as u64
-                        && r.topic == first.topic
+                        && (std::ptr::eq(r.topic, first.topic) || r.topic == first.topic)
                 })
                 .count()
                 .max(1);

@@ -177,18 +177,29 @@ fn emit(
     put(props);
 }
 
+/// `REVERSED_PAIRS[r]`: the two decimal digits of `r` (< 100), least significant first.
+const REVERSED_PAIRS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut r = 0;
+    while r < 100 {
+        t[r] = [b'0' + (r % 10) as u8, b'0' + (r / 10) as u8];
+        r += 1;
+    }
+    t
+};
+
 /// `__CRC32#\x01` + the CRC's 10 decimal digits, least significant first + `\x02`.
 fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
     let mut p = [0u8; RECORD_CRC_LEN];
     p[..8].copy_from_slice(RECORD_CRC_NAME);
     p[8] = super::properties::NAME_VALUE_SEPARATOR;
-    // Two digits per division (least significant first).
+    // Two digits per division, least significant first, from a table of the 100 reversed
+    // pairs (this runs for every record appended).
     let mut v = crc;
     for pair in p[9..19].chunks_exact_mut(2) {
-        let r = (v % 100) as u8;
+        let r = (v % 100) as usize;
         v /= 100;
-        pair[0] = b'0' + r % 10;
-        pair[1] = b'0' + r / 10;
+        pair.copy_from_slice(&REVERSED_PAIRS[r]);
     }
     p[19] = super::properties::PROPERTY_SEPARATOR;
     p
@@ -670,6 +681,27 @@ mod tests {
             Err(DecodeError::CrcMismatch { .. })
         ));
         assert!(RecordView::parse(&buf, false).is_ok());
+    }
+
+    #[test]
+    fn record_crc_digits_are_the_decimal_digits_reversed() {
+        for v in [
+            0u32,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            0x7FFF_FFFF,
+            1_000_000_007,
+            u32::MAX,
+        ] {
+            let p = record_crc_property(v);
+            let want: String = format!("{v:010}").chars().rev().collect();
+            assert_eq!(&p[9..19], want.as_bytes(), "{v}");
+            assert_eq!(trailing_record_crc(&p), Some(v), "{v}");
+        }
     }
 
     #[test]

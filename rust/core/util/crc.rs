@@ -1,15 +1,26 @@
 //! Body CRC as RocketMQ computes it: zlib/IEEE CRC32 masked with `0x7FFF_FFFF` (FORMAT.md §1.3).
 
+use std::sync::OnceLock;
+
+/// A hasher set up once: `crc32fast::Hasher::new` detects the CPU's features on every call,
+/// which costs as much as hashing a short body; cloning the prepared one does not.
+fn prepared() -> crc32fast::Hasher {
+    static BASE: OnceLock<crc32fast::Hasher> = OnceLock::new();
+    BASE.get_or_init(crc32fast::Hasher::new).clone()
+}
+
 /// RocketMQ's body CRC: IEEE CRC32 of `data`, ANDed with `0x7FFF_FFFF` so it is never negative.
 #[inline]
 pub fn body_crc(data: &[u8]) -> u32 {
-    crc32fast::hash(data) & 0x7FFF_FFFF
+    crc32(data) & 0x7FFF_FFFF
 }
 
 /// Plain IEEE CRC32, used for mqlite's own checksums (checkpoint).
 #[inline]
 pub fn crc32(data: &[u8]) -> u32 {
-    crc32fast::hash(data)
+    let mut h = prepared();
+    h.update(data);
+    h.finalize()
 }
 
 #[cfg(test)]
@@ -22,5 +33,10 @@ mod tests {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(body_crc(b"123456789"), 0x4BF4_3926);
         assert_eq!(body_crc(b""), 0);
+        // every length through the short, folded and wide paths, against a fresh hasher
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 131 % 251) as u8).collect();
+        for len in (0..300).chain([1023, 1024, 2047, 2048, 4096, 5000]) {
+            assert_eq!(crc32(&data[..len]), crc32fast::hash(&data[..len]), "{len}");
+        }
     }
 }
