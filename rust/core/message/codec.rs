@@ -140,28 +140,7 @@ fn emit(
     sink: impl FnMut(&[u8]),
 ) {
     let v2 = topic.len() > 127;
-    let mut h = [0u8; 88];
-    let mut w = Writer {
-        buf: &mut h,
-        pos: 0,
-    };
-    w.u32(u32::try_from(total).unwrap_or(u32::MAX));
-    w.u32(if v2 { MAGIC_V2 } else { MAGIC_V1 });
-    w.u32(body_crc);
-    w.u32(meta.queue_id);
-    w.i32(meta.flag);
-    w.u64(meta.queue_offset);
-    w.u64(meta.physical_offset);
-    w.i32(meta.sysflag & !(super::sysflag::BORNHOST_V6 | super::sysflag::STOREHOST_V6));
-    w.i64(meta.born_timestamp);
-    w.bytes(&BORN_HOST.ip);
-    w.i32(BORN_HOST.port);
-    w.i64(meta.store_timestamp);
-    w.bytes(&STORE_HOST.ip);
-    w.i32(STORE_HOST.port);
-    w.i32(meta.reconsume_times);
-    w.i64(meta.prepared_transaction_offset);
-    w.u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
+    let h = header(total, meta, body_crc, body.len(), v2);
     let mut put = sink;
     put(&h);
     put(body);
@@ -175,6 +154,33 @@ fn emit(
     let props_len = props.len() + if record_crc { RECORD_CRC_LEN } else { 0 };
     put(&u16::try_from(props_len).unwrap_or(0).to_be_bytes());
     put(props);
+}
+
+/// The fixed 88-byte header with IPv4 hosts (FORMAT.md §1.1), written at constant offsets
+/// (no per-field bounds checks: it is built for every record appended).
+fn header(total: usize, meta: &RecordMeta, body_crc: u32, body_len: usize, v2: bool) -> [u8; 88] {
+    let mut h = [0u8; 88];
+    h[0..4].copy_from_slice(&u32::try_from(total).unwrap_or(u32::MAX).to_be_bytes());
+    h[4..8].copy_from_slice(&(if v2 { MAGIC_V2 } else { MAGIC_V1 }).to_be_bytes());
+    h[8..12].copy_from_slice(&body_crc.to_be_bytes());
+    h[12..16].copy_from_slice(&meta.queue_id.to_be_bytes());
+    h[16..20].copy_from_slice(&meta.flag.to_be_bytes());
+    h[QUEUE_OFFSET_POS..QUEUE_OFFSET_POS + 8].copy_from_slice(&meta.queue_offset.to_be_bytes());
+    h[PHYSICAL_OFFSET_POS..PHYSICAL_OFFSET_POS + 8]
+        .copy_from_slice(&meta.physical_offset.to_be_bytes());
+    let sysflag = meta.sysflag & !(super::sysflag::BORNHOST_V6 | super::sysflag::STOREHOST_V6);
+    h[36..40].copy_from_slice(&sysflag.to_be_bytes());
+    h[40..48].copy_from_slice(&meta.born_timestamp.to_be_bytes());
+    h[48..52].copy_from_slice(&BORN_HOST.ip);
+    h[52..56].copy_from_slice(&BORN_HOST.port.to_be_bytes());
+    h[STORE_TIMESTAMP_POS..STORE_TIMESTAMP_POS + 8]
+        .copy_from_slice(&meta.store_timestamp.to_be_bytes());
+    h[64..68].copy_from_slice(&STORE_HOST.ip);
+    h[68..72].copy_from_slice(&STORE_HOST.port.to_be_bytes());
+    h[72..76].copy_from_slice(&meta.reconsume_times.to_be_bytes());
+    h[76..84].copy_from_slice(&meta.prepared_transaction_offset.to_be_bytes());
+    h[84..88].copy_from_slice(&u32::try_from(body_len).unwrap_or(u32::MAX).to_be_bytes());
+    h
 }
 
 /// `REVERSED_PAIRS[r]`: the two decimal digits of `r` (< 100), least significant first.
@@ -252,18 +258,6 @@ impl Writer<'_> {
     }
     #[inline]
     fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_be_bytes());
-    }
-    #[inline]
-    fn i32(&mut self, v: i32) {
-        self.bytes(&v.to_be_bytes());
-    }
-    #[inline]
-    fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_be_bytes());
-    }
-    #[inline]
-    fn i64(&mut self, v: i64) {
         self.bytes(&v.to_be_bytes());
     }
 }
