@@ -15,21 +15,6 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
-/// `push_hex` of up to 8 bytes through one stack buffer (one UTF-8 check instead of a char
-/// push per digit).
-fn push_hex_short(out: &mut String, bytes: &[u8]) {
-    let mut buf = [0u8; 16];
-    let n = bytes.len().min(8);
-    for (pair, b) in buf.chunks_exact_mut(2).zip(&bytes[..n]) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xF)];
-    }
-    match std::str::from_utf8(&buf[..2 * n]) {
-        Ok(hex) if n == bytes.len() => out.push_str(hex),
-        _ => push_hex(out, bytes),
-    }
-}
-
 /// The offset message id of the record at `physical_offset` stored by `host`.
 pub fn offset_msg_id(host: &HostV4, physical_offset: u64) -> String {
     let mut s = String::with_capacity(32);
@@ -52,6 +37,39 @@ pub fn decode_offset_msg_id(id: &str) -> Option<(HostV4, u64)> {
     let port = i32::from_be_bytes(bytes.get(4..8)?.try_into().ok()?);
     let off = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
     Some((HostV4 { ip, port }, off))
+}
+
+/// One client unique id (the UNIQ_KEY value): 32 upper-case hex characters, held inline (no
+/// allocation per message). Only `UniqueIdGenerator` and `parse` make one, so the bytes are
+/// always ASCII hex.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId([u8; 32]);
+
+impl UniqueId {
+    /// The 32 hex characters.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+
+    /// `s` if it is 32 hex characters (upper case, as generated).
+    pub fn parse(s: &str) -> Option<Self> {
+        let b: [u8; 32] = s.as_bytes().try_into().ok()?;
+        b.iter()
+            .all(|c| matches!(c, b'0'..=b'9' | b'A'..=b'F'))
+            .then_some(UniqueId(b))
+    }
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Generates client unique ids: IP(4) PID(2) seed(4) ms-since-month-start(4) counter(2), hex.
@@ -78,13 +96,6 @@ impl UniqueIdGenerator {
             month_end: AtomicI64::new(0),
             counter: AtomicU16::new(0),
         }
-    }
-
-    /// Next id at wall-clock `now_ms`.
-    pub fn next(&self, now_ms: i64) -> String {
-        let mut s = String::with_capacity(32);
-        self.next_into(now_ms, &mut s);
-        s
     }
 
     /// Milliseconds since the start of the UTC month of `now_ms`.
@@ -120,14 +131,22 @@ impl UniqueIdGenerator {
         }
     }
 
-    /// Appends the next id at wall-clock `now_ms` to `out` (no allocation when `out` has room).
-    pub fn next_into(&self, now_ms: i64, out: &mut String) {
+    /// The next id at wall-clock `now_ms`, without allocating.
+    pub fn next_id(&self, now_ms: i64) -> UniqueId {
         let since = self.since_month_start(now_ms);
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        out.push_str(&self.prefix);
+        let mut id = [b'0'; 32];
+        let prefix = self.prefix.as_bytes();
+        if let Some(head) = id.get_mut(..prefix.len()) {
+            head.copy_from_slice(prefix);
+        }
         let [a, b, c, d] = since.to_be_bytes();
         let [e, f] = n.to_be_bytes();
-        push_hex_short(out, &[a, b, c, d, e, f]);
+        for (pair, byte) in id[20..].chunks_exact_mut(2).zip([a, b, c, d, e, f]) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xF)];
+        }
+        UniqueId(id)
     }
 }
 
@@ -190,12 +209,12 @@ mod tests {
         let (one, many) = (UniqueIdGenerator::new(9), UniqueIdGenerator::new(9));
         // start near the 16-bit wrap so the batch crosses it
         for _ in 0..65_530 {
-            one.next(now);
+            one.next_id(now);
         }
         many.counter.store(65_530, Ordering::Relaxed);
         let mut singles = String::new();
         for _ in 0..10 {
-            one.next_into(now, &mut singles);
+            singles.push_str(one.next_id(now).as_str());
         }
         let mut batch = String::new();
         many.next_batch_into(now, 10, &mut batch);
@@ -209,14 +228,14 @@ mod tests {
         let mut none = String::new();
         many.next_batch_into(now, 0, &mut none);
         assert!(none.is_empty());
-        assert_eq!(many.next(now), one.next(now)); // both counters moved alike
+        assert_eq!(many.next_id(now), one.next_id(now)); // both counters moved alike
     }
 
     #[test]
     fn unique_ids_are_distinct_hex() {
         let g = UniqueIdGenerator::new(7);
-        let a = g.next(1_700_000_000_000);
-        let b = g.next(1_700_000_000_000);
+        let a = g.next_id(1_700_000_000_000).as_str().to_owned();
+        let b = g.next_id(1_700_000_000_000).as_str().to_owned();
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
         assert!(a
@@ -227,5 +246,19 @@ mod tests {
             month_bounds_utc(1_700_000_000_000),
             (1_698_796_800_000, 1_701_388_800_000)
         );
+    }
+
+    #[test]
+    fn unique_id_parse_accepts_only_generated_shape() {
+        let g = UniqueIdGenerator::new(3);
+        let id = g.next_id(1_700_000_000_000);
+        assert_eq!(UniqueId::parse(id.as_str()), Some(id));
+        assert_eq!(format!("{id}"), id.as_str());
+        let lower = id.as_str().to_ascii_lowercase();
+        let has_letter = lower.bytes().any(|c| c.is_ascii_alphabetic());
+        assert_eq!(UniqueId::parse(&lower).is_some(), !has_letter);
+        assert_eq!(UniqueId::parse(&id.as_str()[..31]), None);
+        assert_eq!(UniqueId::parse(&format!("{}G", &id.as_str()[..31])), None);
+        assert_eq!(UniqueId::parse(""), None);
     }
 }

@@ -146,7 +146,11 @@ impl Store {
 
     /// Generates a client unique id (UNIQ_KEY) for a message.
     pub fn new_unique_id(&self) -> String {
-        self.inner.uniq.next(crate::util::clock::now_ms())
+        self.inner
+            .uniq
+            .next_id(crate::util::clock::now_ms())
+            .as_str()
+            .to_owned()
     }
 
     /// Commit-log offsets: (oldest byte, one past the newest record).

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use mqlite::message::codec::{RecordView, STORE_HOST};
+use mqlite::message::msg_id::UniqueId;
 use mqlite::message::{msg_id, properties, validate};
 use mqlite::Appended;
 use pyo3::prelude::*;
@@ -237,7 +238,8 @@ pub struct PySendResult {
     pub queue_id: u32,
     pub ok: bool,
     pub appended: Appended,
-    pub uniq: String,
+    /// The UNIQ_KEY, inline (no allocation per send).
+    pub uniq: UniqueId,
 }
 
 #[pymethods]
@@ -248,7 +250,7 @@ impl PySendResult {
     }
     #[getter]
     fn msg_id(&self) -> &str {
-        &self.uniq
+        self.uniq.as_str()
     }
     #[getter]
     fn offset_msg_id(&self) -> String {
@@ -280,14 +282,14 @@ impl PySendResult {
             queue_id: self.queue_id,
             ok: false,
             appended: self.appended,
-            uniq: self.uniq.clone(),
+            uniq: self.uniq,
         }
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",
             if self.ok { "SEND_OK" } else { "FLUSH_DISK_TIMEOUT" },
-            self.uniq,
+            self.uniq.as_str(),
             self.topic.bind(py).to_string_lossy(),
             self.queue_id,
             self.appended.queue_offset
@@ -310,7 +312,7 @@ pub struct PySendBatchResult {
 impl PySendBatchResult {
     fn item(&self, py: Python<'_>, i: usize) -> Option<PySendResult> {
         let a = *self.appended.get(i)?;
-        let uniq = self.uniq.get(i * 32..i * 32 + 32)?.to_owned();
+        let uniq = UniqueId::parse(self.uniq.get(i * 32..i * 32 + 32)?)?;
         Some(PySendResult {
             topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,

@@ -274,9 +274,9 @@ impl PyProducer {
         wait: bool,
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
-        let uniq = self.ids.next(now);
+        let uniq = self.ids.next_id(now);
         let mut props = Vec::with_capacity(64);
-        let held = read_message(msg, &mut props, &uniq)?;
+        let held = read_message(msg, &mut props, uniq.as_str())?;
         let out = held.outgoing()?;
         let result = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
             let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
