@@ -1,7 +1,9 @@
 //! Append throughput: single puts and 1000-message batches of 128 B / 1 KiB / 4 KiB bodies
 //! (flush mode async, default 32 MiB files, the default warm-ahead of the pages just in front
 //! of the writer), reported both as messages/s and bytes/s; plus file rolls with and without
-//! pre-faulted files.
+//! pre-faulted files. `append_bytes/baseline/page_cache_write_1MiB` is the machine's floor for
+//! the byte rows, in the same run: plain `write()` calls of 1 MiB into a fresh file, no fsync
+//! (the page-cache write bandwidth that mqlite's 4 KiB batches are compared with).
 //!
 //! Each sample writes into fresh stores: a store is replaced (outside the timed region) once
 //! it holds `STORE_BYTES`, so the disk use stays bounded however many iterations run.
@@ -115,6 +117,40 @@ fn append_elements(c: &mut Criterion) {
 
 fn append_bytes(c: &mut Criterion) {
     single(c, "bytes");
+    page_cache_baseline(c);
+}
+
+/// Page-cache write bandwidth: `write()` of 1 MiB per call appending to a fresh file (a new
+/// file every `STORE_BYTES`, created and deleted outside the timed region), no fsync.
+fn page_cache_baseline(c: &mut Criterion) {
+    use std::io::Write;
+    const CHUNK: usize = 1 << 20;
+    let mut g = c.benchmark_group("append_bytes");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(10)
+        .throughput(Throughput::Bytes(CHUNK as u64));
+    let chunk: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    g.bench_function("baseline/page_cache_write_1MiB", |b| {
+        b.iter_custom(|iters| {
+            let per_file = STORE_BYTES / CHUNK as u64;
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let dir = tempfile::tempdir().unwrap();
+                let mut f = std::fs::File::create(dir.path().join("log")).unwrap();
+                let n = left.min(per_file);
+                let t = Instant::now();
+                for _ in 0..n {
+                    f.write_all(black_box(&chunk)).unwrap();
+                }
+                total += t.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
+    g.finish();
 }
 
 /// Filling 1 MiB files with 4 KiB records (a roll every ~250 records), with pre-faulted
