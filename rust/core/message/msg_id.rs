@@ -15,6 +15,14 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// Writes `bytes` as upper-case hex into `dst` (two characters per byte, as far as `dst` goes).
+fn hex_into(dst: &mut [u8], bytes: &[u8]) {
+    for (pair, b) in dst.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xF)];
+    }
+}
+
 /// The offset message id of the record at `physical_offset` stored by `host`.
 pub fn offset_msg_id(host: &HostV4, physical_offset: u64) -> String {
     let mut s = String::with_capacity(32);
@@ -75,7 +83,8 @@ impl std::fmt::Display for UniqueId {
 /// Generates client unique ids: IP(4) PID(2) seed(4) ms-since-month-start(4) counter(2), hex.
 #[derive(Debug)]
 pub struct UniqueIdGenerator {
-    prefix: String,
+    /// Hex of IP, PID and seed: the first 20 characters of every id.
+    prefix: [u8; 20],
     // Start of the current UTC month and of the next one, in ms; recomputed when `now` leaves
     // the range (a benign race: every thread computes the same bounds).
     month_start: AtomicI64,
@@ -86,10 +95,10 @@ pub struct UniqueIdGenerator {
 impl UniqueIdGenerator {
     /// A generator for this process; `seed` stands in for Java's class-loader hash.
     pub fn new(seed: u32) -> Self {
-        let mut prefix = String::with_capacity(20);
-        push_hex(&mut prefix, &[127, 0, 0, 1]);
-        push_hex(&mut prefix, &(std::process::id() as u16).to_be_bytes());
-        push_hex(&mut prefix, &seed.to_be_bytes());
+        let [p0, p1] = (std::process::id() as u16).to_be_bytes();
+        let [s0, s1, s2, s3] = seed.to_be_bytes();
+        let mut prefix = [0u8; 20];
+        hex_into(&mut prefix, &[127, 0, 0, 1, p0, p1, s0, s1, s2, s3]);
         UniqueIdGenerator {
             prefix,
             month_start: AtomicI64::new(0),
@@ -111,7 +120,7 @@ impl UniqueIdGenerator {
     }
 
     /// Appends `count` consecutive ids at wall-clock `now_ms` to `out`, 32 characters each:
-    /// what `count` calls of `next_into` give, with the shared part encoded once.
+    /// what `count` calls of `next_id` give, with the shared part encoded once.
     pub fn next_batch_into(&self, now_ms: i64, count: usize, out: &mut String) {
         if count == 0 {
             return;
@@ -121,31 +130,28 @@ impl UniqueIdGenerator {
         let first = self
             .counter
             .fetch_add((count % 65_536) as u16, Ordering::Relaxed);
-        let mut head = String::with_capacity(28);
-        head.push_str(&self.prefix);
-        push_hex(&mut head, &since.to_be_bytes());
+        let mut id = self.id_at(since, first);
         out.reserve(count * 32);
         for i in 0..count {
-            out.push_str(&head);
-            push_hex(out, &first.wrapping_add(i as u16).to_be_bytes());
+            hex_into(&mut id.0[28..], &first.wrapping_add(i as u16).to_be_bytes());
+            out.push_str(id.as_str());
         }
     }
 
     /// The next id at wall-clock `now_ms`, without allocating.
     pub fn next_id(&self, now_ms: i64) -> UniqueId {
         let since = self.since_month_start(now_ms);
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let mut id = [b'0'; 32];
-        let prefix = self.prefix.as_bytes();
-        if let Some(head) = id.get_mut(..prefix.len()) {
-            head.copy_from_slice(prefix);
-        }
+        self.id_at(since, self.counter.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The id with this generator's prefix, `since` (ms since the month's start) and `counter`.
+    fn id_at(&self, since: u32, counter: u16) -> UniqueId {
+        let mut id = [0u8; 32];
+        let (prefix, rest) = id.split_at_mut(20);
+        prefix.copy_from_slice(&self.prefix);
         let [a, b, c, d] = since.to_be_bytes();
-        let [e, f] = n.to_be_bytes();
-        for (pair, byte) in id[20..].chunks_exact_mut(2).zip([a, b, c, d, e, f]) {
-            pair[0] = HEX[usize::from(byte >> 4)];
-            pair[1] = HEX[usize::from(byte & 0xF)];
-        }
+        let [e, f] = counter.to_be_bytes();
+        hex_into(rest, &[a, b, c, d, e, f]);
         UniqueId(id)
     }
 }
