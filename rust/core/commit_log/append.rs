@@ -65,40 +65,55 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
-pub(crate) type QueueTable = HashMap<String, Vec<u64>, FastBuild>;
-
-/// The next-queue-offset slot of (topic, queue id), created at 0.
-fn queue_slot<'a>(map: &'a mut QueueTable, topic: &str, queue_id: u32) -> Option<&'a mut u64> {
-    if !map.contains_key(topic) {
-        map.insert(topic.to_owned(), Vec::new());
-    }
-    let v = map.get_mut(topic)?;
-    let i = queue_id as usize;
-    if v.len() <= i {
-        v.resize(i + 1, 0);
-    }
-    v.get_mut(i)
+/// Next queue offset per topic and queue id (RocketMQ's topicQueueTable). The topic maps to
+/// an index so that the append path finds its slot with one hash lookup (a map of vectors
+/// would need a second one to insert a new topic without holding the first borrow).
+#[derive(Debug, Default)]
+pub(crate) struct QueueTable {
+    index: HashMap<String, usize, FastBuild>,
+    next: Vec<Vec<u64>>,
 }
 
-impl Appender {
-    /// Next queue offset of (topic, queue id).
-    pub fn next_queue_offset(&self, topic: &str, queue_id: u32) -> u64 {
-        self.queue_offsets
+impl QueueTable {
+    /// Next queue offset of (topic, queue id); 0 for a queue never written.
+    fn get(&self, topic: &str, queue_id: u32) -> u64 {
+        self.index
             .get(topic)
+            .and_then(|&t| self.next.get(t))
             .and_then(|v| v.get(queue_id as usize))
             .copied()
             .unwrap_or(0)
     }
 
-    /// Records that (topic, queue id) continues at `next` (recovery rebuilds the table).
-    pub fn set_queue_offset(&mut self, topic: &str, queue_id: u32, next: u64) {
-        let v = self.queue_offsets.entry(topic.to_owned()).or_default();
+    /// The next-queue-offset slot of (topic, queue id), created at 0.
+    fn slot(&mut self, topic: &str, queue_id: u32) -> Option<&mut u64> {
+        let t = match self.index.get(topic) {
+            Some(&t) => t,
+            None => {
+                let t = self.next.len();
+                self.next.push(Vec::new());
+                self.index.insert(topic.to_owned(), t);
+                t
+            }
+        };
+        let v = self.next.get_mut(t)?;
         let i = queue_id as usize;
         if v.len() <= i {
             v.resize(i + 1, 0);
         }
-        if let Some(slot) = v.get_mut(i) {
+        v.get_mut(i)
+    }
+}
+
+impl Appender {
+    /// Next queue offset of (topic, queue id).
+    pub fn next_queue_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        self.queue_offsets.get(topic, queue_id)
+    }
+
+    /// Records that (topic, queue id) continues at `next` (recovery rebuilds the table).
+    pub fn set_queue_offset(&mut self, topic: &str, queue_id: u32, next: u64) {
+        if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {
             *slot = (*slot).max(next);
         }
     }
@@ -143,7 +158,7 @@ impl Appender {
         self.ensure_room(files, p.len as u64)?;
         // One map lookup: the slot is read now and bumped only after the write succeeded.
         let slot = if sysflag::is_dispatched(m.sysflag) {
-            queue_slot(&mut self.queue_offsets, m.topic, m.queue_id)
+            self.queue_offsets.slot(m.topic, m.queue_id)
         } else {
             None
         };
@@ -292,7 +307,7 @@ impl Appender {
         let w = self.writer.as_mut().ok_or(Error::Closed)?;
         w.publish();
         if dispatched {
-            if let Some(slot) = queue_slot(&mut self.queue_offsets, topic, queue_id) {
+            if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {
                 *slot += batch.len() as u64;
             }
         }

@@ -10,7 +10,7 @@ use mqlite::message::{msg_id, properties, validate};
 use mqlite::Appended;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::errors::{invalid_message, type_error};
@@ -183,6 +183,16 @@ fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
     };
     if keys.is_instance_of::<PyString>() {
         add(keys)?;
+    } else if let Ok(t) = keys.cast::<PyTuple>() {
+        // The default (an empty tuple) and the common sequences are indexed directly: no
+        // iterator object per send.
+        for k in t.iter() {
+            add(&k)?;
+        }
+    } else if let Ok(l) = keys.cast::<PyList>() {
+        for k in l.iter() {
+            add(&k)?;
+        }
     } else {
         for k in keys
             .try_iter()

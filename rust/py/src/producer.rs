@@ -2,6 +2,7 @@
 //! queues, or an explicit queue id) and the send calls, with the GIL released while the store
 //! works.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -264,6 +265,15 @@ impl PyProducer {
     }
 }
 
+thread_local! {
+    /// Reused encoded-property buffer of `put_one` (taken and put back: never borrowed across
+    /// a call that could re-enter it).
+    static PROPS: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Largest property buffer kept for reuse.
+const PROPS_KEEP: usize = 4096;
+
 impl PyProducer {
     /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
     fn put_one(
@@ -275,18 +285,27 @@ impl PyProducer {
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
         let uniq = self.ids.next_id(now);
-        let mut props = Vec::with_capacity(64);
-        let held = read_message(msg, &mut props, uniq.as_str())?;
-        let out = held.outgoing()?;
-        let result = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
-            let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
-            let rr = queue_id.is_none().then_some(&self.next_queue);
-            match (wait, rr) {
-                (true, None) => self.store.put(&m),
-                (true, Some(next)) => self.store.put_round_robin(&m, next),
-                (false, rr) => self.store.put_pipelined(&m, rr),
-            }
+        // The encoded properties go to this thread's reused buffer: no allocation per send.
+        let mut props = PROPS.take();
+        props.clear();
+        let result = read_message(msg, &mut props, uniq.as_str()).and_then(|held| {
+            let out = held.outgoing()?;
+            let put = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
+                let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
+                let rr = queue_id.is_none().then_some(&self.next_queue);
+                match (wait, rr) {
+                    (true, None) => self.store.put(&m),
+                    (true, Some(next)) => self.store.put_round_robin(&m, next),
+                    (false, rr) => self.store.put_pipelined(&m, rr),
+                }
+            });
+            Ok((held, put))
         });
+        // A message with huge properties does not pin its buffer to the thread.
+        if props.capacity() <= PROPS_KEEP {
+            PROPS.set(props);
+        }
+        let (held, result) = result?;
         let put = result.map_err(PyMqError)?;
         let q = put.queue_id;
         Ok(PySendResult {
