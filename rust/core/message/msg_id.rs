@@ -130,11 +130,16 @@ impl UniqueIdGenerator {
         let first = self
             .counter
             .fetch_add((count % 65_536) as u16, Ordering::Relaxed);
-        let mut id = self.id_at(since, first);
+        let id = self.id_at(since, first);
+        // Only the counter's four digits differ along the batch: the 28-digit head is taken
+        // as a str once, the digits are pushed as chars (no UTF-8 check per id).
+        let head = std::str::from_utf8(id.0.get(..28).unwrap_or_default()).unwrap_or_default();
         out.reserve(count * 32);
         for i in 0..count {
-            hex_into(&mut id.0[28..], &first.wrapping_add(i as u16).to_be_bytes());
-            out.push_str(id.as_str());
+            out.push_str(head);
+            let mut digits = [0u8; 4];
+            hex_into(&mut digits, &first.wrapping_add(i as u16).to_be_bytes());
+            out.extend(digits.iter().map(|&d| char::from(d)));
         }
     }
 

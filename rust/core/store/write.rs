@@ -479,4 +479,39 @@ mod tests {
             assert!(check_encoded_properties(bad).is_err(), "{bad:?}");
         }
     }
+
+    /// The reference reading of FORMAT.md §2 for strings the store accepts: split on \x02
+    /// (the last piece empty), each piece one non-empty name, \x01, one non-empty value.
+    fn reference(props: &[u8]) -> Option<Option<Vec<u8>>> {
+        if props.is_empty() {
+            return Some(None);
+        }
+        let body = props.strip_suffix(b"\x02")?;
+        let mut tags = None;
+        for pair in body.split(|&b| b == 2) {
+            let k = pair.iter().position(|&b| b == 1)?;
+            let (name, value) = (&pair[..k], &pair[k + 1..]);
+            let bad = |s: &[u8]| s.is_empty() || s.iter().any(|&b| b < 3);
+            if bad(name) || bad(value) {
+                return None;
+            }
+            if tags.is_none() && name == b"TAGS" {
+                tags = Some(value.to_vec());
+            }
+        }
+        Some(tags)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn validation_agrees_with_the_reference(
+            picks in proptest::collection::vec(0usize..10, 0..48)
+        ) {
+            const ALPHABET: [&[u8]; 10] =
+                [b"a", b"b", b"\x00", b"\x01", b"\x02", b"TAGS", b"\x01", b"\x02", b"x\x01y\x02", b"\xc3\xa9"];
+            let props: Vec<u8> = picks.iter().flat_map(|&i| ALPHABET[i].iter().copied()).collect();
+            let got = check_encoded_properties(&props).ok().map(|t| t.map(|s| s.as_bytes().to_vec()));
+            proptest::prop_assert_eq!(got, reference(&props), "{:?}", props);
+        }
+    }
 }
