@@ -316,6 +316,46 @@ impl FileWriter {
         Ok(())
     }
 
+    /// Writes `parts` back to back at the write position with vectored `write`s (the
+    /// kernel gathers them: no copy into a buffer first) and advances the position; the
+    /// file's cursor is used only here, under the append lock. A `:memory:` file copies the
+    /// parts into the mapping.
+    pub fn append_vectored(&mut self, parts: &mut [std::io::IoSlice<'_>]) -> Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if self.pos + len > self.file.size {
+            return Err(Error::InvalidArgument {
+                field: "append",
+                reason: "write past the end of the file".into(),
+            });
+        }
+        let Some(mut f) = self.file.file.as_ref() else {
+            let copied = self.append_with(len as usize, |mut b| {
+                for p in parts.iter() {
+                    // `b` is exactly the parts' total length.
+                    let n = p.len().min(b.len());
+                    let (dst, rest) = std::mem::take(&mut b).split_at_mut(n);
+                    dst.copy_from_slice(p.get(..n).unwrap_or_default());
+                    b = rest;
+                }
+            });
+            return copied.ok_or(Error::Closed);
+        };
+        let io = |e| Error::io("writev", &self.file.path, e);
+        f.seek(SeekFrom::Start(self.pos)).map_err(io)?;
+        let mut rest = parts;
+        while !rest.is_empty() {
+            // std passes at most IOV_MAX slices per call; a short write resumes mid-slice.
+            let n = f.write_vectored(rest).map_err(io)?;
+            if n == 0 {
+                return Err(io(std::io::ErrorKind::WriteZero.into()));
+            }
+            std::io::IoSlice::advance_slices(&mut rest, n);
+        }
+        self.pos += len;
+        Ok(())
+    }
+
     /// Lends `[pos, pos+len)` to `fill` and advances the write position. The bytes become
     /// visible to readers at the next `publish`. `None` if they do not fit.
     pub fn append_with<R>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
@@ -373,5 +413,40 @@ impl FileWriter {
         self.pos = pos;
         self.file.published.store(pos, Ordering::Release);
         self.file.flushed.store(pos, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::IoSlice;
+    use std::sync::Arc;
+
+    use super::MappedFile;
+
+    /// Gathered writes land back to back at the write position, after what was appended
+    /// before, on a file (through `write`) and in anonymous memory (through the mapping);
+    /// more slices than one system call takes (IOV_MAX) are all written.
+    #[test]
+    fn append_vectored_writes_the_parts_back_to_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let parts: Vec<Vec<u8>> = (0..2500u32)
+            .map(|i| vec![(i % 251) as u8; 1 + (i as usize % 7)])
+            .collect();
+        let expected: Vec<u8> = b"head".iter().copied().chain(parts.concat()).collect();
+        let on_disk = MappedFile::create(&dir.path().join("f"), 0, 64 << 10, 0o600, false).unwrap();
+        for file in [on_disk, MappedFile::anonymous(0, 64 << 10).unwrap()] {
+            let file = Arc::new(file);
+            let mut w = file.writer().unwrap();
+            w.append_bytes(b"head").unwrap();
+            let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            w.append_vectored(&mut slices).unwrap();
+            assert_eq!(w.pos(), expected.len() as u64);
+            w.publish();
+            assert_eq!(file.slice(0, expected.len()).unwrap(), &expected[..]);
+            let mut too_much = [IoSlice::new(&[0u8; 1 << 16])];
+            assert!(w.append_vectored(&mut too_much).is_err(), "past the end");
+        }
     }
 }

@@ -126,6 +126,49 @@ pub fn encode_with_record_crc(
     tail.copy_from_slice(&record_crc_property(crc::body_crc(covered)));
 }
 
+/// Bytes of a record before its body: the fixed header, BODYLEN included.
+pub const HEAD_LEN: usize = 88;
+
+/// The record of [`encode_with_record_crc`] in two pieces around the caller's body, for a
+/// vectored write that never copies the body: `head` gets the 88 bytes before the body, `tail`
+/// (exactly `record_len - 88 - body.len()` bytes) the topic, the properties and the
+/// whole-record CRC property. Byte for byte the same record.
+pub fn encode_split_with_record_crc(
+    head: &mut [u8; HEAD_LEN],
+    tail: &mut [u8],
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+) {
+    let total = HEAD_LEN + body.len() + tail.len();
+    let Some(covered_len) = tail.len().checked_sub(RECORD_CRC_LEN) else {
+        return;
+    };
+    let v2 = topic.len() > 127;
+    *head = header(total, meta, body_crc, body.len(), v2);
+    let (covered, crc_prop) = tail.split_at_mut(covered_len);
+    let mut w = Writer {
+        buf: covered,
+        pos: 0,
+    };
+    if v2 {
+        w.bytes(&u16::try_from(topic.len()).unwrap_or(u16::MAX).to_be_bytes());
+    } else {
+        w.bytes(&[u8::try_from(topic.len()).unwrap_or(0)]);
+    }
+    w.bytes(topic);
+    w.bytes(
+        &u16::try_from(props.len() + RECORD_CRC_LEN)
+            .unwrap_or(0)
+            .to_be_bytes(),
+    );
+    w.bytes(props);
+    let crc = crc::crc32_parts(&[head.as_slice(), body, covered]) & 0x7FFF_FFFF;
+    crc_prop.copy_from_slice(&record_crc_property(crc));
+}
+
 /// The record as a sequence of byte runs: the fixed 88-byte header (built on the stack), then
 /// the body, topic and properties with their lengths.
 #[allow(clippy::too_many_arguments)]

@@ -23,6 +23,16 @@ pub fn crc32(data: &[u8]) -> u32 {
     h.finalize()
 }
 
+/// IEEE CRC32 of the concatenation of `parts`, without concatenating them.
+#[inline]
+pub fn crc32_parts(parts: &[&[u8]]) -> u32 {
+    let mut h = prepared();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
