@@ -378,6 +378,16 @@ impl<'a> RecordView<'a> {
     /// Parses the record at the start of `buf` (which may be longer); `check_crc` recomputes
     /// the body CRC.
     pub fn parse(buf: &'a [u8], check_crc: bool) -> Result<Self, DecodeError> {
+        Self::parse_checked(buf, check_crc, false)
+    }
+
+    /// `parse`; with `require_record_crc`, a record without the whole-record CRC property is
+    /// `MissingRecordCrc` (the property is located once for both checks).
+    fn parse_checked(
+        buf: &'a [u8],
+        check_crc: bool,
+        require_record_crc: bool,
+    ) -> Result<Self, DecodeError> {
         let total = be_u32(buf, 0).ok_or(DecodeError::Truncated)? as usize;
         let magic = be_u32(buf, 4).ok_or(DecodeError::Truncated)?;
         let v2 = match magic {
@@ -451,13 +461,19 @@ impl<'a> RecordView<'a> {
             }
             // Records written by mqlite also carry a CRC of everything before it (header,
             // topic and properties included); records without one are checked by body only.
-            if let Some(stored) = trailing_record_crc(view.properties_raw()) {
-                let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
-                let computed = crc::body_crc(covered);
-                if stored != computed {
-                    return Err(DecodeError::CrcMismatch { stored, computed });
+            match trailing_record_crc(view.properties_raw()) {
+                Some(stored) => {
+                    let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
+                    let computed = crc::body_crc(covered);
+                    if stored != computed {
+                        return Err(DecodeError::CrcMismatch { stored, computed });
+                    }
                 }
+                None if require_record_crc => return Err(DecodeError::MissingRecordCrc),
+                None => {}
             }
+        } else if require_record_crc && trailing_record_crc(view.properties_raw()).is_none() {
+            return Err(DecodeError::MissingRecordCrc);
         }
         Ok(view)
     }
@@ -466,11 +482,29 @@ impl<'a> RecordView<'a> {
     /// property must be present (every record the store writes has one, so a damaged or
     /// missing one cannot switch the header check off).
     pub fn parse_verified(buf: &'a [u8]) -> Result<Self, DecodeError> {
-        let v = Self::parse(buf, true)?;
-        if trailing_record_crc(v.properties_raw()).is_none() {
-            return Err(DecodeError::MissingRecordCrc);
-        }
-        Ok(v)
+        Self::parse_checked(buf, true, true)
+    }
+
+    /// Where the body of a record that was already parsed (and verified) lies in `record`:
+    /// only the sysflag's host widths and BODYLEN are read, for a reader that keeps the
+    /// record's bytes and hands out the body later. `None` if those fields do not fit.
+    pub fn body_range(record: &[u8]) -> Option<std::ops::Range<usize>> {
+        let sysflag = be_u32(record, 36)? as i32;
+        let born_host_len = if sysflag & super::sysflag::BORNHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
+        let store_host_len = if sysflag & super::sysflag::STOREHOST_V6 != 0 {
+            20
+        } else {
+            8
+        };
+        let body_len_at = 48 + born_host_len + 8 + store_host_len + 4 + 8;
+        let body_len = be_u32(record, body_len_at)? as usize;
+        let body_at = body_len_at + 4;
+        let end = body_at.checked_add(body_len)?;
+        (end <= record.len()).then_some(body_at..end)
     }
 
     /// The record's bytes.
@@ -739,6 +773,57 @@ mod tests {
             assert_eq!(&p[9..19], want.as_bytes(), "{v}");
             assert_eq!(trailing_record_crc(&p), Some(v), "{v}");
         }
+    }
+
+    #[test]
+    fn split_encoding_is_the_same_record() {
+        let long_topic = "T".repeat(200);
+        for (topic, body_len, props) in [
+            ("TopicTest", 5usize, &b"TAGS\x01A\x02"[..]),
+            ("TopicTest", 3000, &b""[..]),
+            (long_topic.as_str(), 70, &b"KEYS\x01k\x02"[..]),
+        ] {
+            let body: Vec<u8> = (0..body_len).map(|i| (i * 7 % 251) as u8).collect();
+            let n = encoded_len(body.len(), topic.len(), props.len() + RECORD_CRC_LEN).unwrap();
+            let mut whole = vec![0u8; n];
+            let crc = body_crc(&body);
+            encode_with_record_crc(&mut whole, &meta(), crc, &body, topic.as_bytes(), props);
+            let mut head = [0u8; HEAD_LEN];
+            let mut tail = vec![0u8; n - HEAD_LEN - body.len()];
+            encode_split_with_record_crc(
+                &mut head,
+                &mut tail,
+                &meta(),
+                crc,
+                &body,
+                topic.as_bytes(),
+                props,
+            );
+            assert_eq!(
+                [&head[..], &body, &tail].concat(),
+                whole,
+                "topic of {}",
+                topic.len()
+            );
+            let v = RecordView::parse_verified(&whole).unwrap();
+            assert_eq!(v.topic(), topic);
+            assert_eq!(&whole[RecordView::body_range(&whole).unwrap()], &body[..]);
+        }
+        // A record without the whole-record CRC property parses, but not as an mqlite record.
+        let mut plain = vec![0u8; encoded_len(5, 9, 0).unwrap()];
+        encode(
+            &mut plain,
+            &meta(),
+            body_crc(b"hello"),
+            b"hello",
+            b"TopicTest",
+            b"",
+        );
+        assert!(RecordView::parse(&plain, true).is_ok());
+        assert_eq!(
+            RecordView::parse_verified(&plain).err(),
+            Some(DecodeError::MissingRecordCrc)
+        );
     }
 
     #[test]

@@ -338,9 +338,11 @@ impl Store {
         // Every read verifies the body CRC: a damaged record is an error, never a message.
         match RecordView::parse_verified(b) {
             // The header must agree with the unit that led here (the body CRC does not cover it).
+            // (The topic is compared as bytes: the parse has checked it is UTF-8 already.)
             Ok(v)
                 if v.physical_offset() == offset
-                    && (v.topic(), v.queue_id(), v.queue_offset()) == expect =>
+                    && v.topic_bytes() == expect.0.as_bytes()
+                    && (v.queue_id(), v.queue_offset()) == (expect.1, expect.2) =>
             {
                 if !filter.record_matches(v.properties()) {
                     return Ok(Some(false));
