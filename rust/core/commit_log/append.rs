@@ -252,21 +252,16 @@ impl Appender {
         let direct = w.file().is_anonymous() || physical_offset + total <= warmed_to;
         let len = total as usize;
         let start_len = out.len();
+        let place = Placement {
+            queue_id,
+            base_qo,
+            dispatched,
+            store_timestamp,
+        };
         let mut encode_all = |mut buf: &mut [u8]| {
             for (i, p) in batch.iter().enumerate() {
                 let m = &p.msg;
-                let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
-                let meta = RecordMeta {
-                    queue_id,
-                    flag: m.flag,
-                    queue_offset,
-                    physical_offset,
-                    sysflag: m.sysflag,
-                    born_timestamp: m.born_timestamp,
-                    store_timestamp,
-                    reconsume_times: m.reconsume_times,
-                    prepared_transaction_offset: m.prepared_transaction_offset,
-                };
+                let (meta, appended) = place.record(i, p, physical_offset);
                 let n = p.len.min(buf.len());
                 let (record, rest) = std::mem::take(&mut buf).split_at_mut(n);
                 buf = rest;
@@ -278,12 +273,7 @@ impl Appender {
                     topic.as_bytes(),
                     m.properties,
                 );
-                out.push(Appended {
-                    physical_offset,
-                    size: p.len as u32,
-                    queue_offset,
-                    store_timestamp,
-                });
+                out.push(appended);
                 physical_offset += p.len as u64;
             }
         };
@@ -292,16 +282,7 @@ impl Appender {
         } else if total >= VECTORED_MIN_AVG_RECORD * batch.len() as u64 {
             // Large bodies: only heads and tails are encoded; the kernel gathers them with the
             // caller's bodies, so a body is read by the CRCs and the page-cache copy only.
-            let _ = encode_all;
-            let start_offset = w.file().from_offset() + w.pos();
-            self.append_batch_vectored(
-                batch,
-                start_offset,
-                store_timestamp,
-                base_qo,
-                dispatched,
-                out,
-            )
+            self.append_batch_vectored(batch, &place, physical_offset, out)
         } else {
             let mut scratch = std::mem::take(&mut self.scratch);
             if scratch.len() < len {
@@ -331,6 +312,44 @@ impl Appender {
     }
 }
 
+/// What every record of one batch shares: its queue, first queue offset and store time.
+struct Placement {
+    queue_id: u32,
+    base_qo: u64,
+    dispatched: bool,
+    store_timestamp: i64,
+}
+
+impl Placement {
+    /// The header fields and the result of the batch's `i`-th record, at `physical_offset`.
+    fn record(&self, i: usize, p: &Prepared<'_>, physical_offset: u64) -> (RecordMeta, Appended) {
+        let m = &p.msg;
+        let queue_offset = if self.dispatched {
+            self.base_qo + i as u64
+        } else {
+            0
+        };
+        let meta = RecordMeta {
+            queue_id: self.queue_id,
+            flag: m.flag,
+            queue_offset,
+            physical_offset,
+            sysflag: m.sysflag,
+            born_timestamp: m.born_timestamp,
+            store_timestamp: self.store_timestamp,
+            reconsume_times: m.reconsume_times,
+            prepared_transaction_offset: m.prepared_transaction_offset,
+        };
+        let appended = Appended {
+            physical_offset,
+            size: p.len as u32,
+            queue_offset,
+            store_timestamp: self.store_timestamp,
+        };
+        (meta, appended)
+    }
+}
+
 /// Average record size from which a batch that cannot go through the mapping is written with
 /// gathered `write`s (header, body, tail per record) instead of being encoded into one buffer:
 /// the copy it saves outweighs the kernel's per-slice cost only for large bodies.
@@ -343,16 +362,14 @@ impl Appender {
     fn append_batch_vectored(
         &mut self,
         batch: &[Prepared<'_>],
+        place: &Placement,
         mut physical_offset: u64,
-        store_timestamp: i64,
-        base_qo: u64,
-        dispatched: bool,
         out: &mut Vec<Appended>,
     ) -> Result<()> {
         let Some(first) = batch.first() else {
             return Ok(());
         };
-        let (topic, queue_id) = (first.msg.topic, first.msg.queue_id);
+        let topic = first.msg.topic;
         let tails: usize = batch
             .iter()
             .map(|p| p.len - HEAD_LEN - p.msg.body.len())
@@ -366,18 +383,7 @@ impl Appender {
         let mut pieces: Vec<(&[u8], &[u8], &[u8])> = Vec::with_capacity(batch.len());
         for (i, p) in batch.iter().enumerate() {
             let m = &p.msg;
-            let queue_offset = if dispatched { base_qo + i as u64 } else { 0 };
-            let meta = RecordMeta {
-                queue_id,
-                flag: m.flag,
-                queue_offset,
-                physical_offset,
-                sysflag: m.sysflag,
-                born_timestamp: m.born_timestamp,
-                store_timestamp,
-                reconsume_times: m.reconsume_times,
-                prepared_transaction_offset: m.prepared_transaction_offset,
-            };
+            let (meta, appended) = place.record(i, p, physical_offset);
             let tail_len = p.len - HEAD_LEN - m.body.len();
             // `need` covers every head and tail, so the splits take exactly these lengths.
             let n = (HEAD_LEN + tail_len).min(buf.len());
@@ -398,12 +404,7 @@ impl Appender {
                 dst.copy_from_slice(&h);
             }
             pieces.push((head, m.body, tail));
-            out.push(Appended {
-                physical_offset,
-                size: p.len as u32,
-                queue_offset,
-                store_timestamp,
-            });
+            out.push(appended);
             physical_offset += p.len as u64;
         }
         let mut slices: Vec<std::io::IoSlice<'_>> = pieces

@@ -18,9 +18,7 @@ pub fn body_crc(data: &[u8]) -> u32 {
 /// Plain IEEE CRC32, used for mqlite's own checksums (checkpoint).
 #[inline]
 pub fn crc32(data: &[u8]) -> u32 {
-    let mut h = prepared();
-    h.update(data);
-    h.finalize()
+    crc32_parts(&[data])
 }
 
 /// IEEE CRC32 of the concatenation of `parts`, without concatenating them.
