@@ -255,22 +255,41 @@ fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
 }
 
 /// The value of a trailing whole-record CRC property, if `props` ends with a well-formed one.
+///
+/// Read on every message a consumer gets, so the first eight of the ten digits (least
+/// significant first) are checked and summed in one word: each byte must be `0x30..=0x39`,
+/// then neighbouring digits are combined into pairs, quads and the eight-digit value.
 fn trailing_record_crc(props: &[u8]) -> Option<u32> {
-    let tail = props.get(props.len().checked_sub(RECORD_CRC_LEN)?..)?;
-    if !tail.starts_with(RECORD_CRC_NAME)
-        || tail.get(8) != Some(&super::properties::NAME_VALUE_SEPARATOR)
-        || tail.get(19) != Some(&super::properties::PROPERTY_SEPARATOR)
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let tail: &[u8; RECORD_CRC_LEN] = props
+        .get(props.len().checked_sub(RECORD_CRC_LEN)?..)?
+        .try_into()
+        .ok()?;
+    let (name, value) = tail.split_at(8);
+    if name != RECORD_CRC_NAME
+        || value.first() != Some(&super::properties::NAME_VALUE_SEPARATOR)
+        || value.get(11) != Some(&super::properties::PROPERTY_SEPARATOR)
     {
         return None;
     }
-    let mut v: u64 = 0;
-    for &d in tail.get(9..19)?.iter().rev() {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + u64::from(d - b'0');
+    let low: [u8; 8] = value.get(1..9)?.try_into().ok()?;
+    let w = u64::from_be_bytes(low);
+    // Every byte in 0x30..=0x39: high nibble 3, and adding 6 does not carry out of the nibble.
+    if w & (0xF0 * ONES) != 0x30 * ONES || (w + 0x06 * ONES) & (0xF0 * ONES) != 0x30 * ONES {
+        return None;
     }
-    u32::try_from(v).ok()
+    let d = w - 0x30 * ONES;
+    // Big-endian load of a least-significant-first string: in every lane the upper half holds
+    // the lower-weight digits. Digits pair up, then pairs into quads, then the eight digits.
+    let pairs = ((d >> 8) & 0x00FF_00FF_00FF_00FF) + (d & 0x00FF_00FF_00FF_00FF) * 10;
+    let quads = ((pairs >> 16) & 0x0000_FFFF_0000_FFFF) + (pairs & 0x0000_FFFF_0000_FFFF) * 100;
+    let eight = (quads >> 32) + (quads & 0xFFFF_FFFF) * 10_000;
+    let (d8, d9) = (*value.get(9)?, *value.get(10)?);
+    if !d8.is_ascii_digit() || !d9.is_ascii_digit() {
+        return None;
+    }
+    let high = u64::from(d8 - b'0') + u64::from(d9 - b'0') * 10;
+    u32::try_from(eight + high * 100_000_000).ok()
 }
 
 /// Body CRC (masked IEEE CRC32).
@@ -317,8 +336,13 @@ pub enum DecodeError {
     /// Stored body CRC differs from the computed one.
     #[allow(missing_docs)]
     CrcMismatch { stored: u32, computed: u32 },
+    /// The whole-record CRC property differs from the CRC of the bytes it covers.
+    #[allow(missing_docs)]
+    RecordCrcMismatch { stored: u32, computed: u32 },
     /// The topic is not UTF-8.
     BadTopic,
+    /// The topic is not the one the reader was led to (by a consume-queue unit).
+    OtherTopic,
     /// A record of a store written by mqlite lacks its whole-record CRC property.
     MissingRecordCrc,
 }
@@ -335,7 +359,14 @@ impl std::fmt::Display for DecodeError {
                     "body CRC mismatch (stored {stored:#x}, computed {computed:#x})"
                 )
             }
+            DecodeError::RecordCrcMismatch { stored, computed } => {
+                write!(
+                    f,
+                    "whole-record CRC mismatch (stored {stored:#x}, computed {computed:#x})"
+                )
+            }
             DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
+            DecodeError::OtherTopic => write!(f, "topic differs from the one expected"),
             DecodeError::MissingRecordCrc => write!(f, "whole-record CRC property missing"),
         }
     }
@@ -374,20 +405,42 @@ fn be_u16(b: &[u8], at: usize) -> Option<u16> {
         .map(u16::from_be_bytes)
 }
 
+/// What a parse verifies beyond the record's structure.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verify<'t> {
+    /// Structure only, and a UTF-8 topic.
+    Structure,
+    /// Also the body CRC, and the whole-record CRC when the property is there.
+    Crcs,
+    /// Both CRCs; the whole-record CRC property is required (a store's own records).
+    Stored,
+    /// The whole-record CRC (required; it covers the body) and this exact topic.
+    Read(&'t [u8]),
+}
+
 impl<'a> RecordView<'a> {
     /// Parses the record at the start of `buf` (which may be longer); `check_crc` recomputes
     /// the body CRC.
     pub fn parse(buf: &'a [u8], check_crc: bool) -> Result<Self, DecodeError> {
-        Self::parse_checked(buf, check_crc, false)
+        let verify = if check_crc {
+            Verify::Crcs
+        } else {
+            Verify::Structure
+        };
+        Self::parse_checked(buf, verify)
     }
 
-    /// `parse`; with `require_record_crc`, a record without the whole-record CRC property is
-    /// `MissingRecordCrc` (the property is located once for both checks).
-    fn parse_checked(
-        buf: &'a [u8],
-        check_crc: bool,
-        require_record_crc: bool,
-    ) -> Result<Self, DecodeError> {
+    /// Parses a record of an mqlite store for a reader that knows which topic it must hold
+    /// (a consumer led to it by a consume-queue unit). The whole-record CRC property is
+    /// required and checked; it covers the body and the BODYCRC field, so the body is not
+    /// hashed a second time, and any damage to either still fails the check. The topic must
+    /// equal `topic` byte for byte (`OtherTopic` otherwise), which also makes it UTF-8.
+    pub fn parse_read(buf: &'a [u8], topic: &str) -> Result<Self, DecodeError> {
+        Self::parse_checked(buf, Verify::Read(topic.as_bytes()))
+    }
+
+    /// Parses and runs the checks `verify` names (the property is located once for both CRCs).
+    fn parse_checked(buf: &'a [u8], verify: Verify<'_>) -> Result<Self, DecodeError> {
         let total = be_u32(buf, 0).ok_or(DecodeError::Truncated)? as usize;
         let magic = be_u32(buf, 4).ok_or(DecodeError::Truncated)?;
         let v2 = match magic {
@@ -450,30 +503,37 @@ impl<'a> RecordView<'a> {
             props_at,
             props_len: usize::from(props_len),
         };
-        if std::str::from_utf8(view.topic_bytes()).is_err() {
-            return Err(DecodeError::BadTopic);
+        match verify {
+            Verify::Read(topic) if view.topic_bytes() != topic => {
+                return Err(DecodeError::OtherTopic);
+            }
+            Verify::Read(_) => {}
+            _ if std::str::from_utf8(view.topic_bytes()).is_err() => {
+                return Err(DecodeError::BadTopic);
+            }
+            _ => {}
         }
-        if check_crc {
+        if matches!(verify, Verify::Crcs | Verify::Stored) {
             let stored = view.body_crc();
             let computed = crc::body_crc(view.body());
             if stored != computed {
                 return Err(DecodeError::CrcMismatch { stored, computed });
             }
+        }
+        if verify != Verify::Structure {
             // Records written by mqlite also carry a CRC of everything before it (header,
-            // topic and properties included); records without one are checked by body only.
+            // topic and properties included); other records are checked by body only.
             match trailing_record_crc(view.properties_raw()) {
                 Some(stored) => {
                     let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
                     let computed = crc::body_crc(covered);
                     if stored != computed {
-                        return Err(DecodeError::CrcMismatch { stored, computed });
+                        return Err(DecodeError::RecordCrcMismatch { stored, computed });
                     }
                 }
-                None if require_record_crc => return Err(DecodeError::MissingRecordCrc),
+                None if verify != Verify::Crcs => return Err(DecodeError::MissingRecordCrc),
                 None => {}
             }
-        } else if require_record_crc && trailing_record_crc(view.properties_raw()).is_none() {
-            return Err(DecodeError::MissingRecordCrc);
         }
         Ok(view)
     }
@@ -482,7 +542,7 @@ impl<'a> RecordView<'a> {
     /// property must be present (every record the store writes has one, so a damaged or
     /// missing one cannot switch the header check off).
     pub fn parse_verified(buf: &'a [u8]) -> Result<Self, DecodeError> {
-        Self::parse_checked(buf, true, true)
+        Self::parse_checked(buf, Verify::Stored)
     }
 
     /// Where the body of a record that was already parsed (and verified) lies in `record`:
@@ -775,6 +835,47 @@ mod tests {
         }
     }
 
+    /// The read parse checks only the whole-record CRC, yet rejects every single-bit flip of a
+    /// stored record (body and BODYCRC included: the record CRC covers them), a record without
+    /// the property, and a record of another topic.
+    #[test]
+    fn read_parse_rejects_every_bit_flip() {
+        let body = b"hello, consumer";
+        let props = b"TAGS\x01A\x02";
+        let n = encoded_len(body.len(), 9, props.len() + RECORD_CRC_LEN).unwrap();
+        let mut rec = vec![0u8; n];
+        encode_with_record_crc(&mut rec, &meta(), body_crc(body), body, b"TopicTest", props);
+        let v = RecordView::parse_read(&rec, "TopicTest").unwrap();
+        assert_eq!((v.body(), v.topic()), (&body[..], "TopicTest"));
+        assert_eq!(
+            RecordView::parse_read(&rec, "TopicTesT").err(),
+            Some(DecodeError::OtherTopic)
+        );
+        for bit in 0..rec.len() * 8 {
+            let mut bad = rec.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                RecordView::parse_read(&bad, "TopicTest").is_err(),
+                "flip of bit {bit} (byte {}) was accepted",
+                bit / 8
+            );
+        }
+        // A body flip is caught by the record CRC alone (the body CRC is not recomputed).
+        let mut bad = rec.clone();
+        let body_at = RecordView::body_range(&rec).unwrap().start;
+        bad[body_at] ^= 0x20;
+        assert!(matches!(
+            RecordView::parse_read(&bad, "TopicTest"),
+            Err(DecodeError::RecordCrcMismatch { .. })
+        ));
+        let mut plain = vec![0u8; encoded_len(body.len(), 9, 0).unwrap()];
+        encode(&mut plain, &meta(), body_crc(body), body, b"TopicTest", b"");
+        assert_eq!(
+            RecordView::parse_read(&plain, "TopicTest").err(),
+            Some(DecodeError::MissingRecordCrc)
+        );
+    }
+
     #[test]
     fn split_encoding_is_the_same_record() {
         let long_topic = "T".repeat(200);
@@ -853,9 +954,39 @@ mod tests {
         bad[QUEUE_OFFSET_POS + 7] ^= 1;
         assert!(matches!(
             RecordView::parse(&bad, true),
-            Err(DecodeError::CrcMismatch { .. })
+            Err(DecodeError::RecordCrcMismatch { .. })
         ));
         assert!(RecordView::parse(&bad, false).is_ok());
+    }
+
+    /// FORMAT.md §1.5 read digit by digit: ten ASCII digits, least significant first.
+    fn reference_record_crc(tail: &[u8]) -> Option<u32> {
+        tail[9..19]
+            .iter()
+            .rev()
+            .try_fold(0u64, |v, &c| {
+                c.is_ascii_digit().then(|| v * 10 + u64::from(c - b'0'))
+            })
+            .and_then(|v| u32::try_from(v).ok())
+    }
+
+    /// Every byte value at every digit position, around values at the edges of u32: the
+    /// word-at-a-time reader accepts exactly what the reference accepts, with the same value.
+    #[test]
+    fn record_crc_digits_reject_exactly_the_non_digits() {
+        for start in [0u32, 7, 4_294_967_295, 1_999_999_999] {
+            for at in 0..10 {
+                for byte in 0..=255u8 {
+                    let mut tail = record_crc_property(start);
+                    tail[9 + at] = byte;
+                    assert_eq!(
+                        trailing_record_crc(&tail),
+                        reference_record_crc(&tail),
+                        "{start} with byte {byte:#04x} at digit {at}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -902,6 +1033,18 @@ mod tests {
             // Any truncation is detected, never a panic.
             let cut = n / 2;
             proptest::prop_assert!(RecordView::parse(&buf[..cut], true).is_err());
+        }
+
+        /// The word-at-a-time digit reader agrees with the reference on any ten digits.
+        #[test]
+        fn record_crc_digits_read_like_the_reference(
+            digits in proptest::collection::vec(b'0'..=b'9', 10),
+        ) {
+            let mut tail = record_crc_property(0);
+            tail[9..19].copy_from_slice(&digits);
+            let props = [&b"KEYS\x01k\x02"[..], &tail].concat();
+            proptest::prop_assert_eq!(trailing_record_crc(&props), reference_record_crc(&tail));
+            proptest::prop_assert_eq!(trailing_record_crc(&tail), reference_record_crc(&tail));
         }
     }
 }

@@ -10,7 +10,7 @@ use super::Store;
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::message::codec::{RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
+use crate::message::codec::{DecodeError, RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
 use crate::message::{msg_id, properties};
 
 /// RocketMQ's `GetMessageStatus` values that mqlite returns.
@@ -335,13 +335,12 @@ impl Store {
         let Some(b) = file.slice(local, size as usize) else {
             return Ok(None);
         };
-        // Every read verifies the body CRC: a damaged record is an error, never a message.
-        match RecordView::parse_verified(b) {
-            // The header must agree with the unit that led here (the body CRC does not cover it).
-            // (The topic is compared as bytes: the parse has checked it is UTF-8 already.)
+        // Every read verifies the whole-record CRC, which covers the body and its BODYCRC: a
+        // damaged record is an error, never a message. The parse also requires the unit's topic.
+        match RecordView::parse_read(b, expect.0) {
+            // The rest of the header must agree with the unit that led here too.
             Ok(v)
                 if v.physical_offset() == offset
-                    && v.topic_bytes() == expect.0.as_bytes()
                     && (v.queue_id(), v.queue_offset()) == (expect.1, expect.2) =>
             {
                 if !filter.record_matches(v.properties()) {
@@ -352,7 +351,7 @@ impl Store {
                 out.records.push((start, size));
                 Ok(Some(true))
             }
-            Ok(_) => Err(Error::Corrupted {
+            Ok(_) | Err(DecodeError::OtherTopic) => Err(Error::Corrupted {
                 path: file.path().to_path_buf(),
                 offset,
                 reason: format!(
