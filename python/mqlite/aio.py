@@ -2,7 +2,8 @@
 
 Each client runs its blocking calls on one dedicated worker thread, in call order, so the event
 loop never blocks (a sync-flush send or a long poll waits on that thread). Cancelling an awaited
-``poll`` never loses messages: what the cancelled poll fetched is returned by the next one.
+``poll`` never loses messages: what the cancelled poll fetched is given back (the positions move
+back to it before the worker runs anything else), so the next poll fetches it again.
 Cancelling an awaited ``send`` does not unsend it: the send completes on the worker thread.
 """
 
@@ -102,7 +103,6 @@ class AsyncPullConsumer:
     def __init__(self, store: Store, group: str, **options: Any) -> None:
         self._consumer = PullConsumer(store, group, **options)
         self._worker = _Worker("mqlite-aio-consumer")
-        self._stash: list[MessageExt] = []
 
     @property
     def consumer(self) -> PullConsumer:
@@ -144,25 +144,21 @@ class AsyncPullConsumer:
         """See ``PullConsumer.assignment``."""
         return await self._worker.run(self._consumer.assignment)
 
-    def _keep(self, fut: Future[list[MessageExt]]) -> None:
+    def _give_back(self, fut: Future[list[MessageExt]]) -> None:
+        """Done callback of a poll whose awaiter was cancelled: nobody will see what it fetched,
+        so the positions move back to it. It runs on the worker thread as the poll ends (or at
+        once if it had ended), before any later call, so no commit passes those messages."""
         if not fut.cancelled() and fut.exception() is None:
-            self._stash.extend(fut.result())
-
-    def _take_stash(self) -> list[MessageExt]:
-        out, self._stash = self._stash, []
-        return out
+            self._consumer._rewind(fut.result())
 
     async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """See ``PullConsumer.poll``; waits on the worker thread."""
-        if self._stash:
-            return self._take_stash()
         fut = self._worker.submit(self._consumer.poll, timeout, max_messages)
         try:
-            got = await asyncio.wrap_future(fut)
+            return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
-            fut.add_done_callback(self._keep)
+            fut.add_done_callback(self._give_back)
             raise
-        return self._take_stash() + got if self._stash else got
 
     async def commit(
         self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
@@ -208,16 +204,17 @@ class AsyncPullConsumer:
         self._worker.shutdown()
 
     async def _messages(self) -> AsyncIterator[MessageExt]:
+        # The consumer tracks the batch being handed out: leaving the loop gives the unyielded
+        # rest back when this generator is finalized, and a ``close()`` or ``poll()`` that runs
+        # first (finalization may come later) gives it back before doing anything else.
         while not self._consumer.closed:
             batch = await self.poll(0.5)
-            done = 0
+            out = self._consumer._hand_out(batch)
             try:
-                for msg in batch:
-                    done += 1
+                for msg in out:
                     yield msg
             finally:
-                if done < len(batch) and not self._consumer.closed:
-                    self._consumer._rewind(batch[done:])
+                out.close()
 
     def __aiter__(self) -> AsyncIterator[MessageExt]:
         return self._messages()

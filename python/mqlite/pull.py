@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -99,6 +99,18 @@ def _timestamp_ms(ts: datetime | int) -> int:
     raise TypeError(f"timestamp must be a datetime or int milliseconds, not {type(ts).__name__}")
 
 
+class _Handout:
+    """A batch an iterator hands out one message at a time: ``next`` indexes the first message
+    not yet yielded; ``returned`` once the rest was given back (it is then not yielded)."""
+
+    __slots__ = ("batch", "next", "returned")
+
+    def __init__(self, batch: list[MessageExt]) -> None:
+        self.batch = batch
+        self.next = 0
+        self.returned = False
+
+
 class PullConsumer:
     """Polls messages for a consumer group; see the module docstring for the offset semantics.
 
@@ -139,6 +151,12 @@ class PullConsumer:
             raise InvalidConfigError(
                 f"consume_from must be a ConsumeFromWhere, datetime or int ms, got {consume_from!r}"
             )
+        if consume_timestamp is not None and not isinstance(consume_timestamp, datetime) and (
+            isinstance(consume_timestamp, bool) or not isinstance(consume_timestamp, int)
+        ):
+            raise InvalidConfigError(
+                f"consume_timestamp must be a datetime, int ms or None, got {consume_timestamp!r}"
+            )
         strategy = allocate_strategy or AllocateMessageQueueAveragely()
         if not callable(getattr(strategy, "allocate", None)):
             raise InvalidConfigError("allocate_strategy must have an allocate() method")
@@ -177,6 +195,7 @@ class PullConsumer:
         self._pid = os.getpid()
         self._internal_assign: list[RebalanceCallback] = []
         self._internal_revoke: list[RebalanceCallback] = []
+        self._handout: _Handout | None = None
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -311,9 +330,17 @@ class PullConsumer:
             owned = {mq for mq in self._queues if mq.topic == topic}
             self._revoke(sorted(owned - mine))
             gained = sorted(mine - owned)
-            if self._member is not None:
-                gained = [mq for mq in gained if self._member.try_acquire(mq)]
-            self._add(gained, commit_initial=True)
+            if self._member is None:
+                self._add(gained, commit_initial=True)
+                continue
+            gained = [mq for mq in gained if self._member.try_acquire(mq)]
+            try:
+                self._add(gained, commit_initial=True)
+            except BaseException:
+                # Not added (a store error): the queues go back to the group, not held idle.
+                for mq in gained:
+                    self._member.release(mq)
+                raise
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)
@@ -335,6 +362,8 @@ class PullConsumer:
             return
         table = self._offsets.load()
         fresh: dict[MessageQueue, int] = {}
+        added: dict[MessageQueue, _core.QueueCursor] = {}
+        # Every position is computed before any queue is added: all or nothing.
         for mq in mqs:
             stored = table.get(offset_key(mq.topic, self._group), {}).get(mq.queue_id)
             if stored is None:
@@ -344,7 +373,8 @@ class PullConsumer:
                 position = min(stored, self._core.offsets(mq.topic, mq.queue_id)[1])
             q = _cursor(mq, position, self._subs.get(mq.topic))
             q.committed = stored
-            self._queues[mq] = q
+            added[mq] = q
+        self._queues.update(added)
         if commit_initial and fresh:
             # Pin the starting point so a later owner continues from here, not from "last".
             self._write(fresh)
@@ -424,6 +454,8 @@ class PullConsumer:
                 if not first and self._closed:
                     return []
                 self._check_open()
+                if first and self._handout is not None:
+                    self._give_back()
                 first = False
                 core = self._store._live()
                 now = time.monotonic()
@@ -454,17 +486,39 @@ class PullConsumer:
                 return []
 
     def __iter__(self) -> Iterator[MessageExt]:
-        """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest."""
+        """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest
+        (so does ``close()`` or a ``poll()`` while the loop is suspended mid-batch)."""
         while not self._closed:
-            batch = self.poll(_WAIT_SLICE * 5)
-            done = 0
-            try:
-                for msg in batch:
-                    done += 1
-                    yield msg
-            finally:
-                if done < len(batch) and not self._closed:
-                    self._rewind(batch[done:])
+            yield from self._hand_out(self.poll(_WAIT_SLICE * 5))
+
+    def _hand_out(self, batch: list[MessageExt]) -> Generator[MessageExt, None, None]:
+        """Yields ``batch`` one message at a time. The unyielded rest is given back (the
+        positions rewound) when the loop is left, and by ``close()`` or ``poll()`` at once: they
+        must not commit past it while the iterator sits suspended, and the iterator then stops
+        handing out that batch."""
+        h = _Handout(batch)
+        with self._lock:
+            self._give_back()
+            self._handout = h
+        try:
+            while h.next < len(batch) and not h.returned:
+                msg = batch[h.next]
+                h.next += 1
+                yield msg
+        finally:
+            with self._lock:
+                if self._handout is h:
+                    self._give_back()
+
+    def _give_back(self) -> None:
+        """Rewinds the unyielded rest of the batch an iterator is handing out (lock held)."""
+        h = self._handout
+        if h is None:
+            return
+        self._handout = None
+        h.returned = True
+        if h.next < len(h.batch) and not self._closed:
+            self._rewind(h.batch[h.next :])
 
     def _rewind(self, rest: list[MessageExt]) -> None:
         firsts: dict[MessageQueue, int] = {}
@@ -547,6 +601,7 @@ class PullConsumer:
     def position(self, mq: MessageQueue) -> int:
         """The offset the next poll reads from in ``mq``."""
         with self._lock:
+            self._check_open()
             return self._owned(mq).position
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
@@ -564,6 +619,7 @@ class PullConsumer:
 
     def _targets(self, mq: MessageQueue | None) -> list[MessageQueue]:
         with self._lock:
+            self._check_open()
             return sorted(self._queues) if mq is None else [self._owned(mq).mq]
 
     def seek_to_begin(self, mq: MessageQueue | None = None) -> None:
@@ -588,14 +644,17 @@ class PullConsumer:
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop fetching from these assigned queues until ``resume``."""
         with self._lock:
-            for mq in queues:
+            self._check_open()
+            mqs = list(queues)
+            for mq in mqs:  # every queue is checked before any is paused: all or nothing
                 self._owned(mq)
-                self._paused.add(mq)
+            self._paused.update(mqs)
             self._refresh_active()
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Fetch again from paused queues."""
         with self._lock:
+            self._check_open()
             for mq in queues:
                 self._paused.discard(mq)
             self._refresh_active()
@@ -616,6 +675,7 @@ class PullConsumer:
                 self._closed = True  # forked child: the locks belong to the parent
                 return
             try:
+                self._give_back()
                 self._revoke(sorted(self._queues))
             finally:
                 self._closed = True

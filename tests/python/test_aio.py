@@ -89,3 +89,48 @@ def test_cancelled_poll_loses_nothing(store: mqlite.Store) -> None:
             return out
 
     assert asyncio.run(main()) == [b"first", b"second"]
+
+
+def test_cancelled_poll_then_close_commits_nothing_it_fetched(store_path: object) -> None:
+    store = mqlite.open(str(store_path))
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"important"))
+
+    async def main() -> None:
+        async with AsyncPullConsumer(store, "g", consume_from=FIRST) as c:
+            await c.subscribe("t")
+            task = asyncio.create_task(c.poll(5))
+            await asyncio.sleep(0)  # submitted to the worker thread
+            time.sleep(0.3)  # the loop is busy; the worker fetches the message meanwhile
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        # leaving `async with` closes the consumer, which commits its positions
+
+    asyncio.run(main())
+    mq = MessageQueue("t", 0)
+    with store.pull_consumer("g") as c:
+        assert c.committed(mq) == 0
+        c.subscribe("t")
+        assert [m.body for m in c.poll(1)] == [b"important"]
+    store.close()
+
+
+def test_break_out_of_async_for_then_close_keeps_the_rest(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send_batch([b"%d" % i for i in range(5)], topic="t")
+    mq = MessageQueue("t", 0)
+
+    async def once(group: str) -> int | None:
+        async with AsyncPullConsumer(store, group, consume_from=FIRST) as c:
+            await c.subscribe("t")
+            async for _ in c:
+                break  # one message delivered; the generator is finalized later, or never
+        return c.consumer.committed(mq)
+
+    async def main() -> list[int | None]:
+        return [await once(f"g{i}") for i in range(10)]
+
+    assert asyncio.run(main()) == [1] * 10

@@ -204,6 +204,61 @@ def test_iteration_ends_on_close_from_another_thread(store: mqlite.Store) -> Non
         c.poll(0)
 
 
+def test_close_inside_the_loop_gives_the_rest_back(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    mq = MessageQueue("t", 0)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        seen = []
+        for m in c:  # one poll fetches all 20; close() after the third message
+            seen.append(int(m.body))
+            if len(seen) == 3:
+                c.close()
+        assert seen == [0, 1, 2]  # nothing handed out after close()
+        assert c.committed(mq) == 3  # committed up to the delivered messages, not the batch
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        assert bodies(drain(c)) == list(range(3, 20))
+
+
+def test_poll_while_the_loop_is_suspended_takes_the_rest_over(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        it = iter(c)
+        first = [int(next(it).body), int(next(it).body)]
+        rest = [int(m.body) for m in c.poll(0.5, max_messages=256)]  # the loop is mid-batch
+        rest += [int(m.body) for m in drain(c)]
+        assert first == [0, 1]
+        assert rest == list(range(2, 20))  # once each: the suspended loop yields no more of them
+        it.close()
+        assert drain(c) == []
+
+
+def test_failed_pause_changes_nothing_and_closed_consumer_refuses(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    mq = MessageQueue("t", 0)
+    c = store.pull_consumer("g", consume_from=FIRST)
+    c.subscribe("t")
+    with pytest.raises(mqlite.QueueNotAssignedError):
+        c.pause([mq, MessageQueue("t", 5)])
+    assert c.paused() == []
+    assert len(drain(c)) == 20  # still fetched: the failed pause paused nothing
+    c.close()
+    for call in (lambda: c.position(mq), lambda: c.seek_to_begin(), lambda: c.resume([mq]),
+                 lambda: c.pause([mq])):
+        with pytest.raises(mqlite.ClientClosedError):
+            call()
+
+
+def test_consume_timestamp_is_checked_up_front(store: mqlite.Store) -> None:
+    ts = ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
+    for bad in ("20240101000000", 1.5, True):
+        with pytest.raises(mqlite.InvalidConfigError, match="consume_timestamp"):
+            store.pull_consumer("g", consume_from=ts, consume_timestamp=bad)  # type: ignore[arg-type]
+    store.pull_consumer("g", consume_from=ts, consume_timestamp=0).close()
+
+
 def test_subscribe_and_assign_do_not_mix(store: mqlite.Store) -> None:
     fill(store)
     with store.pull_consumer("g") as c:
