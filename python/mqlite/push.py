@@ -2,7 +2,10 @@
 
 Threads work leader/follower: one idle thread at a time polls (and wakes the moment a message is
 stored), then processes what it got itself, handing the rest of the batch to the next idle
-thread; so a message reaches the listener after a single thread hand-off.
+thread; so a message reaches the listener after a single thread hand-off. A quick listener runs
+before the poll is handed on (no thread is woken on the message's path); if such a call runs
+past ``_STALL`` seconds, a waiting thread takes the poll over, so one slow call holds other
+queues up for a moment at most.
 
 Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception) keeps the
 messages for local redelivery after ``retry_delay`` seconds, doubling up to ``max_retry_delay``;
@@ -30,7 +33,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Union
 
 from mqlite.allocate import AllocateMessageQueueStrategy
-from mqlite.errors import IllegalArgumentError, IllegalStateError, InvalidConfigError, MQError
+from mqlite.errors import (
+    ClientClosedError,
+    IllegalArgumentError,
+    IllegalStateError,
+    InvalidConfigError,
+    MQError,
+    StoreClosedError,
+)
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.pull import PullConsumer, _positive
 from mqlite.selector import MessageSelector
@@ -46,7 +56,8 @@ log = logging.getLogger("mqlite.consumer")
 MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrderlyStatus]]
 _SUCCESS = (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
 _POLL_SLICE = 0.1
-_QUICK_LISTENER = 200e-6  # s: a listener quicker than this on average runs on the polling thread
+_STALL = 0.05  # s: a poller busy this long in a listener call loses the poll to a waiting thread
+_QUICK_LISTENER = 200e-6  # s: a listener quicker than this on average takes the fast path (_direct)
 
 
 class _ProcessQueue:
@@ -86,6 +97,44 @@ class _ProcessQueue:
     @property
     def buffered(self) -> int:
         return len(self.unacked) - len(self.acked)
+
+
+class _PollToken:
+    """Who polls: one thread at a time. The holder may keep the token while it runs a listener
+    call (``busy``); a holder busy for ``stall`` seconds loses it to a waiting thread, which
+    polls on. Waiters look for a stalled holder every ``stall`` seconds."""
+
+    def __init__(self, stall: float) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._holder: int | None = None
+        self._busy_since: float | None = None
+        self._stall = stall
+
+    def acquire(self, keep_waiting: Callable[[], bool]) -> bool:
+        """Waits for the token; False (without it) once ``keep_waiting()`` is false."""
+        me = threading.get_ident()
+        with self._cond:
+            while True:
+                busy = self._busy_since
+                if self._holder is None or (busy is not None and time.monotonic() - busy >= self._stall):
+                    self._holder, self._busy_since = me, None
+                    return True
+                if not keep_waiting():
+                    return False
+                self._cond.wait(self._stall)
+
+    def busy(self) -> None:
+        """The holder starts a listener call and keeps the token meanwhile."""
+        with self._cond:
+            if self._holder == threading.get_ident():
+                self._busy_since = time.monotonic()
+
+    def release(self) -> None:
+        """Gives the token up; a no-op for a holder whose token was taken over."""
+        with self._cond:
+            if self._holder == threading.get_ident():
+                self._holder, self._busy_since = None, None
+                self._cond.notify()
 
 
 class PushConsumer:
@@ -149,7 +198,7 @@ class PushConsumer:
         self._subs: dict[str, str | MessageSelector] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._token = threading.Lock()
+        self._token = _PollToken(_STALL)
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._ready: deque[tuple[_ProcessQueue, list[MessageExt]]] = deque()
         self._ready_queues: deque[_ProcessQueue] = deque()
@@ -161,6 +210,8 @@ class PushConsumer:
         # Moving average of the listener's duration (s): a quick listener runs on the polling
         # thread before it hands leadership on (see `_worker`).
         self._listener_time = 0.0
+        self._stop_deadline: float | None = None
+        self._store_gone = False
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -258,11 +309,15 @@ class PushConsumer:
 
     def _stop(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._stop_deadline = deadline
         for t in self._workers:
             if t is not threading.current_thread():
                 t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        with self._token:
+        self._token.acquire(lambda: True)  # no poll runs meanwhile (a stalled poller is taken over)
+        try:
             self._consumer.close()  # revokes every queue: commits the oldest unacked offsets
+        finally:
+            self._token.release()
         self._state = "stopped"
 
     def __enter__(self) -> PushConsumer:
@@ -291,7 +346,10 @@ class PushConsumer:
             pqs = [pq for mq in mqs if (pq := self._pqs.get(mq)) is not None]
             for pq in pqs:
                 pq.dropped = True
-            if not self._cond.wait_for(lambda: all(pq.running == 0 for pq in pqs), self._revoke_timeout):
+            wait = self._revoke_timeout
+            if self._stop_deadline is not None:  # shutdown(timeout) bounds it too
+                wait = min(wait, max(0.0, self._stop_deadline - time.monotonic()))
+            if not self._cond.wait_for(lambda: all(pq.running == 0 for pq in pqs), wait):
                 log.warning("revoking %s while listeners still run; they will be re-delivered", mqs)
             offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.committed}
             for pq in pqs:
@@ -302,27 +360,40 @@ class PushConsumer:
     # -- the worker loop ------------------------------------------------------------------------
 
     def _worker(self) -> None:
+        token = self._token
+        running = lambda: self._state == "running"  # noqa: E731 - the token's wait condition
         while self._state == "running":
             work = self._take()
             if work is None:
-                with self._token:
-                    if self._state != "running":
-                        return
+                if not token.acquire(running):
+                    return
+                try:
                     work = self._take()
                     if work is None:
                         try:
-                            self._poll_once()
+                            work = self._poll_once()
+                        except StoreClosedError as exc:
+                            # Every later poll would fail the same way: the threads end here
+                            # (said once); shutdown() still commits what it can.
+                            if self._state == "running" and not self._store_gone:
+                                self._store_gone = True
+                                log.error("store closed under a running push consumer: %s", exc)
+                            return
                         except MQError as exc:
                             if self._state == "running":
                                 log.error("poll failed: %s", exc)
                                 time.sleep(_POLL_SLICE)
                             continue
-                        work = self._take()
+                        if work is None:
+                            work = self._take()
                         if work is not None and self._run_as_leader():
                             # A quick listener and nothing else ready: run it before handing
                             # the poll on, which spares the message a thread wake-up.
+                            token.busy()
                             self._run(work)
                             work = None
+                finally:
+                    token.release()
             if work is not None:
                 self._run(work)
 
@@ -378,8 +449,9 @@ class PushConsumer:
             pq.queued = True
             self._ready_queues.append(pq)
 
-    def _poll_once(self) -> None:
-        """Poll once (holding the token) and spread the messages into ready work."""
+    def _poll_once(self) -> tuple[_ProcessQueue, list[MessageExt]] | None:
+        """Poll once (holding the token) and spread the messages into ready work; or, on the
+        fast path (``_direct``), return the one batch polled for the caller to run at once."""
         now = time.monotonic()
         wait = _POLL_SLICE
         with self._lock:
@@ -388,8 +460,11 @@ class PushConsumer:
         if now >= self._next_commit:
             self._commit()
         msgs = self._consumer.poll(wait, self._pull_batch)
-        if not msgs or self._direct(msgs):
-            return
+        if not msgs:
+            return None
+        direct = self._direct(msgs)
+        if direct is not None:
+            return direct
         to_pause: list[MessageQueue] = []
         positions = self._consumer._queues
         with self._lock:
@@ -422,38 +497,31 @@ class PushConsumer:
                     to_pause.append(mq)
         if to_pause:
             self._consumer.pause(to_pause)
+        return None
 
-    def _direct(self, msgs: list[MessageExt]) -> bool:
+    def _direct(self, msgs: list[MessageExt]) -> tuple[_ProcessQueue, list[MessageExt]] | None:
         """Leader fast path (concurrent mode): a quick listener with nothing else waiting gets a
-        poll of one batch of one queue straight away, before any bookkeeping; True if it ran.
-
-        Safe because the queue's position is only taken from the cursor after the listener
-        returned: a commit meanwhile stores the older position (a re-delivery after a crash,
-        never a loss), and ``running`` makes a revocation wait for the listener as usual.
+        poll of one batch of one queue straight away, without going through the ready queue.
+        Returns the batch, marked running and tracked as unacknowledged (so a commit made while
+        it runs stays behind it), for the caller to run once the token is released; else None.
         """
         if (self._orderly or len(msgs) > self._batch or self._ready
                 or self._listener_time >= _QUICK_LISTENER):
-            return False
+            return None
         mq = msgs[0].message_queue
         if len(msgs) > 1 and msgs[-1].message_queue != mq:
-            return False
+            return None
         with self._lock:
             pq = self._pqs.get(mq)
-            if pq is None or pq.dropped or pq.unacked:
-                return False
-            pq.running += 1
-        ok = self._call(msgs)
-        with self._cond:
+            if pq is None or pq.dropped:
+                return None
             q = self._consumer._queues.get(mq)
             if q is not None:
                 pq.position = q.position
-            if not ok:
-                for m in msgs:
-                    heapq.heappush(pq.unacked, m.queue_offset)
-                self._retry_later(pq, msgs)
-            pq.running -= 1
-            self._cond.notify_all()
-        return True
+            for m in msgs:
+                heapq.heappush(pq.unacked, m.queue_offset)
+            pq.running += 1
+        return pq, msgs
 
     def _retry_later(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
         """Schedules a failed batch's local redelivery with exponential backoff (lock held)."""
@@ -482,7 +550,7 @@ class PushConsumer:
         started = time.perf_counter()
         try:
             status = listener(msgs)
-        except Exception:
+        except BaseException:  # noqa: BLE001 - SystemExit too: the batch is retried, the thread lives
             log.exception("message listener failed on %d message(s) of %s", len(msgs), msgs[0].message_queue)
             return False
         finally:
@@ -501,8 +569,11 @@ class PushConsumer:
         return None
 
     def _resume(self, mq: MessageQueue | None) -> None:
-        if mq is not None:
-            self._consumer.resume([mq])
+        if mq is not None and not self._consumer.closed:  # a listener outlasting shutdown
+            try:
+                self._consumer.resume([mq])
+            except ClientClosedError:
+                pass
 
     def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
         ok = self._call(msgs)

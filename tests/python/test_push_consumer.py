@@ -298,3 +298,101 @@ def test_shutdown_from_inside_a_listener_returns_and_completes(store: mqlite.Sto
     with c2:
         store.producer().send(Message("t", b"y"))
         wait_until(lambda: got == [b"y"])
+
+
+def test_a_slow_listener_call_does_not_hold_up_other_queues(store: mqlite.Store) -> None:
+    """The poller runs quick listeners itself; one call that turns out slow loses it the poll,
+    so a message on another queue is not kept waiting for that call."""
+    store.create_topic("t", 4)
+    p = store.producer()
+    arrived: dict[bytes, float] = {}
+    release = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            if m.body == b"slow":
+                release.wait(10)
+            arrived[m.body] = time.monotonic()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=4)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        for i in range(100):  # a quick listener: the poller takes the fast path
+            p.send(Message("t", b"w%d" % i))
+            time.sleep(0.002)
+        wait_until(lambda: len(arrived) == 100)
+        p.send(Message("t", b"slow"), queue_id=0)
+        time.sleep(0.2)
+        sent = time.monotonic()
+        p.send(Message("t", b"other"), queue_id=1)
+        wait_until(lambda: b"other" in arrived, timeout=5)
+        assert arrived[b"other"] - sent < 1.0
+        assert b"slow" not in arrived
+        release.set()
+        wait_until(lambda: b"slow" in arrived)
+
+
+def test_shutdown_timeout_bounds_a_stuck_listener_and_nothing_is_acknowledged(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"stuck"))
+    started, release = threading.Event(), threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        started.set()
+        release.wait(10)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, revoke_timeout=8)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    c.start()
+    assert started.wait(5)
+    t0 = time.monotonic()
+    c.shutdown(timeout=0.5)
+    assert time.monotonic() - t0 < 2.5
+    release.set()
+    assert group_offset(store, MessageQueue("t", 0)) in (None, 0)  # will be delivered again
+
+
+def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"m"))
+    calls: list[float] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise SystemExit("not an Exception")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, retry_delay=0.05, revoke_timeout=5)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: len(calls) == 2, timeout=5)
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 2  # nothing left running: shutdown does not wait it out
+    assert group_offset(store, MessageQueue("t", 0)) == 1
+
+
+def test_store_closed_under_a_running_consumer_stops_it_quietly(
+    store_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = mqlite.open(str(store_path))
+    store.create_topic("t", 1)
+    c = store.push_consumer("g", threads=3)
+    c.subscribe("t")
+    c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    c.start()
+    time.sleep(0.2)
+    with caplog.at_level("ERROR", logger="mqlite.consumer"):
+        store.close()
+        wait_until(lambda: not any(t.name.startswith("mqlite-push") for t in threading.enumerate()))
+        time.sleep(0.3)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "store closed" in errors[0].getMessage()
+    t0 = time.monotonic()
+    c.shutdown()
+    assert time.monotonic() - t0 < 2
