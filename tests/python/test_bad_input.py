@@ -123,6 +123,15 @@ def test_queue_id_out_of_range(guard: Guard, queue_id: int) -> None:
     guard.check_unchanged()
 
 
+@pytest.mark.parametrize("not_a_message", [b"raw", "text", None, {"topic": T, "body": b"x"}], ids=repr)
+def test_send_of_something_that_is_not_a_message(guard: Guard, not_a_message: Any) -> None:
+    with pytest.raises(TypeError, match="expected a mqlite.Message"):
+        guard.producer.send(not_a_message)
+    with pytest.raises(TypeError, match="expected a mqlite.Message"):
+        guard.producer.send_async(not_a_message).result(5)
+    guard.producer.send_oneway(not_a_message)  # logged, never raised
+
+
 def test_queue_id_wrong_type(guard: Guard) -> None:
     expect(TypeError, lambda: guard.producer.send(Message(T, b"x"), queue_id="1"))  # type: ignore[arg-type]
     guard.check_unchanged()

@@ -73,13 +73,27 @@ pub fn read_message<'py>(
             uniq,
         );
     }
+    // A missing attribute means the caller passed something that is not a message at all.
+    let attr = |name: &Bound<'py, PyString>| {
+        msg.getattr(name).map_err(|e| {
+            if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) {
+                type_error(format!(
+                    "expected a mqlite.Message, not {} (it has no {:?} attribute)",
+                    type_name(msg),
+                    name.to_string_lossy()
+                ))
+            } else {
+                e
+            }
+        })
+    };
     held_from(
-        msg.getattr(intern!(py, "topic"))?,
-        msg.getattr(intern!(py, "body"))?,
-        &msg.getattr(intern!(py, "tags"))?,
-        &msg.getattr(intern!(py, "keys"))?,
-        &msg.getattr(intern!(py, "properties"))?,
-        &msg.getattr(intern!(py, "flag"))?,
+        attr(intern!(py, "topic"))?,
+        attr(intern!(py, "body"))?,
+        &attr(intern!(py, "tags"))?,
+        &attr(intern!(py, "keys"))?,
+        &attr(intern!(py, "properties"))?,
+        &attr(intern!(py, "flag"))?,
         props,
         uniq,
     )
