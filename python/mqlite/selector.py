@@ -32,7 +32,7 @@ _KEYWORDS = frozenset(
 )
 _TOKEN = re.compile(
     r"""\s*(?:
-      (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?![A-Za-z0-9_$])
+      (?P<num>-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?![A-Za-z0-9_$])
     | (?P<str>'(?:[^']|'')*')
     | (?P<op><>|!=|>=|<=|=|<|>|\(|\)|,)
     | (?P<id>[A-Za-z_$][A-Za-z0-9_$.]*)
@@ -42,15 +42,17 @@ _TOKEN = re.compile(
 _CMP_OPS = frozenset(("=", "<>", "!=", "<", "<=", ">", ">="))
 
 
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _number(text: str) -> int | float | None:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
+    """A property's value as a number when it is written as one (Java's parse rules: no
+    surrounding spaces, no ``_`` separators, no ``nan``/``inf``); else None."""
+    if not _NUMBER.fullmatch(text):
         return None
+    if "." in text or "e" in text or "E" in text:
+        return float(text)
+    return int(text)
 
 
 def _coerce(a: Value, b: Value) -> tuple[Value, Value] | None:

@@ -8,7 +8,8 @@ import mqlite
 from mqlite import FilterExpressionError, Message, MessageQueue, MessageSelector
 from mqlite.selector import compile_sql
 
-PROPS = {"a": "7", "b": "2.5", "region": "eu", "flag": "true", "name": "it's", "TAGS": "TagA"}
+PROPS = {"a": "7", "b": "2.5", "region": "eu", "flag": "true", "name": "it's", "TAGS": "TagA",
+         "sep": "1_000", "padded": " 7 ", "nan": "nan", "indic": "\u0663"}
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,12 @@ PROPS = {"a": "7", "b": "2.5", "region": "eu", "flag": "true", "name": "it's", "
         ("NOT region > 1", False),
         ("missing IN ('x')", False),
         ("missing NOT IN ('x')", False),
+        # a value is a number only when written as one (Java's parsing): otherwise unknown
+        ("sep > 1", False),
+        ("sep = '1_000'", True),
+        ("padded = 7", False),
+        ("nan > 1 OR nan <= 1", False),
+        ("indic = 3", False),
     ],
 )
 def test_sql_truth_table(expr: str, expected: bool) -> None:
@@ -74,6 +81,7 @@ def test_sql_truth_table(expr: str, expected: bool) -> None:
         "a IS 5",
         "region CONTAINS 5",
         "5abc = 1",
+        "a > \u0663",  # a digit, but not an ASCII one
     ],
 )
 def test_sql_syntax_errors(expr: str) -> None:
