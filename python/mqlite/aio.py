@@ -2,8 +2,9 @@
 
 Each client runs its blocking calls on one dedicated worker thread, in call order, so the event
 loop never blocks (a sync-flush send or a long poll waits on that thread). Cancelling an awaited
-``poll`` never loses messages: what the cancelled poll fetched is given back (the positions move
-back to it before the worker runs anything else), so the next poll fetches it again.
+``poll`` never loses messages: what a poll fetched counts as handed out only once its awaiter
+receives it. Until then a commit stops before it, and if the awaiter was cancelled it is given
+back (the positions move back to it), so the next poll fetches it again.
 Cancelling an awaited ``send`` does not unsend it: the send completes on the worker thread.
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, SendResult
 from mqlite.producer import MessageQueueSelector
-from mqlite.pull import PullConsumer, RebalanceCallback
+from mqlite.pull import PullConsumer, RebalanceCallback, _Handout
 from mqlite.selector import MessageSelector
 
 if TYPE_CHECKING:
@@ -144,21 +145,28 @@ class AsyncPullConsumer:
         """See ``PullConsumer.assignment``."""
         return await self._worker.run(self._consumer.assignment)
 
-    def _give_back(self, fut: Future[list[MessageExt]]) -> None:
-        """Done callback of a poll whose awaiter was cancelled: nobody will see what it fetched,
-        so the positions move back to it. It runs on the worker thread as the poll ends (or at
-        once if it had ended), before any later call, so no commit passes those messages."""
-        if not fut.cancelled() and fut.exception() is None:
-            self._consumer._rewind(fut.result())
+    def _poll_held(self, timeout: float | None, max_messages: int | None) -> _Handout:
+        """On the worker: poll, and hold the batch until its awaiter receives it."""
+        c = self._consumer
+        return c._hold(c.poll(timeout, max_messages))
 
-    async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
-        """See ``PullConsumer.poll``; waits on the worker thread."""
-        fut = self._worker.submit(self._consumer.poll, timeout, max_messages)
+    def _give_back(self, fut: Future[_Handout]) -> None:
+        """Done callback of a poll whose awaiter was cancelled: nobody will see its batch."""
+        if not fut.cancelled() and fut.exception() is None:
+            self._consumer._return(fut.result())
+
+    async def _poll(self, timeout: float | None, max_messages: int | None) -> _Handout:
+        fut = self._worker.submit(self._poll_held, timeout, max_messages)
         try:
             return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
             fut.add_done_callback(self._give_back)
             raise
+
+    async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """See ``PullConsumer.poll``; waits on the worker thread."""
+        h = await self._poll(timeout, max_messages)
+        return h.batch if self._consumer._settle(h) else []
 
     async def commit(
         self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
@@ -208,8 +216,7 @@ class AsyncPullConsumer:
         # rest back when this generator is finalized, and a ``close()`` or ``poll()`` that runs
         # first (finalization may come later) gives it back before doing anything else.
         while not self._consumer.closed:
-            batch = await self.poll(0.5)
-            out = self._consumer._hand_out(batch)
+            out = self._consumer._hand_out_held(await self._poll(0.5, None))
             try:
                 for msg in out:
                     yield msg

@@ -385,6 +385,10 @@ class PullConsumer:
         mqs = [mq for mq in mqs if mq in self._queues]
         if not mqs:
             return
+        h = self._handout
+        if h is not None and any(m.message_queue in mqs for m in h.batch[h.next :]):
+            # Not handed out and no longer ours: rewound before the commit below, never yielded.
+            self._give_back()
         if self._auto_commit:
             changed = {mq: self._queues[mq].position for mq in mqs}
             self._write({mq: p for mq, p in changed.items() if p != self._queues[mq].committed})
@@ -492,33 +496,67 @@ class PullConsumer:
             yield from self._hand_out(self.poll(_WAIT_SLICE * 5))
 
     def _hand_out(self, batch: list[MessageExt]) -> Generator[MessageExt, None, None]:
-        """Yields ``batch`` one message at a time. The unyielded rest is given back (the
-        positions rewound) when the loop is left, and by ``close()`` or ``poll()`` at once: they
-        must not commit past it while the iterator sits suspended, and the iterator then stops
-        handing out that batch."""
+        """Yields ``batch`` one message at a time (see ``_hold``)."""
+        return self._hand_out_held(self._hold(batch))
+
+    def _hold(self, batch: list[MessageExt]) -> _Handout:
+        """Registers ``batch`` as fetched but not yet handed out: until its messages are yielded
+        (``_hand_out_held``) or settled (``_settle``), commits stop at the first of them, and
+        ``close()``, ``poll()``, ``seek()`` or a revocation gives the rest back (rewinds the
+        positions), after which it is not handed out any more."""
         h = _Handout(batch)
         with self._lock:
             self._give_back()
             self._handout = h
+        return h
+
+    def _hand_out_held(self, h: _Handout) -> Generator[MessageExt, None, None]:
+        """Yields a held batch one message at a time; leaving the loop gives the rest back."""
         try:
-            while h.next < len(batch) and not h.returned:
-                msg = batch[h.next]
+            while h.next < len(h.batch) and not h.returned:
+                msg = h.batch[h.next]
                 h.next += 1
                 yield msg
         finally:
-            with self._lock:
-                if self._handout is h:
-                    self._give_back()
+            self._return(h)
+
+    def _settle(self, h: _Handout) -> bool:
+        """Hands a held batch out whole (an awaited poll's result reached its caller); False if
+        it was given back meanwhile (the positions were rewound: a later poll fetches it)."""
+        with self._lock:
+            if h.returned:
+                return False
+            h.next = len(h.batch)
+            self._return(h)
+            return True
+
+    def _return(self, h: _Handout) -> None:
+        """Gives back the unyielded rest of ``h`` once: the positions move back to it."""
+        with self._lock:
+            if h.returned:
+                return
+            h.returned = True
+            if self._handout is h:
+                self._handout = None
+            if h.next < len(h.batch) and not self._closed:
+                self._rewind(h.batch[h.next :])
 
     def _give_back(self) -> None:
-        """Rewinds the unyielded rest of the batch an iterator is handing out (lock held)."""
+        """Gives back the rest of the batch being handed out, if any (lock held)."""
+        if self._handout is not None:
+            self._return(self._handout)
+
+    def _delivered_positions(self) -> dict[MessageQueue, int]:
+        """Each queue's position, but no further than the first message of a held batch not
+        yet handed out: what a commit may store (lock held)."""
+        out = {mq: q.position for mq, q in self._queues.items()}
         h = self._handout
-        if h is None:
-            return
-        self._handout = None
-        h.returned = True
-        if h.next < len(h.batch) and not self._closed:
-            self._rewind(h.batch[h.next :])
+        if h is not None and not h.returned:
+            for m in h.batch[h.next :]:
+                mq = m.message_queue
+                if mq in out and m.queue_offset < out[mq]:
+                    out[mq] = m.queue_offset
+        return out
 
     def _rewind(self, rest: list[MessageExt]) -> None:
         firsts: dict[MessageQueue, int] = {}
@@ -557,7 +595,8 @@ class PullConsumer:
 
     def _commit_positions(self) -> None:
         self._next_commit = time.monotonic() + self._commit_interval
-        changed = {mq: q.position for mq, q in self._queues.items() if q.position != q.committed}
+        changed = {mq: p for mq, p in self._delivered_positions().items()
+                   if p != self._queues[mq].committed}
         if changed:
             self._write(changed)
 
@@ -614,6 +653,7 @@ class PullConsumer:
             low, high = self._core.offsets(mq.topic, mq.queue_id)
             if not low <= offset <= high:
                 raise OffsetOutOfRangeError(f"offset {offset} of {mq} is outside [{low}, {high}]")
+            self._give_back()  # a held batch is stale after a seek: its rewind must not undo it
             q.position = offset
             self._wake.set()
 

@@ -346,16 +346,26 @@ class PushConsumer:
             pqs = [pq for mq in mqs if (pq := self._pqs.get(mq)) is not None]
             for pq in pqs:
                 pq.dropped = True
-            wait = self._revoke_timeout
-            if self._stop_deadline is not None:  # shutdown(timeout) bounds it too
-                wait = min(wait, max(0.0, self._stop_deadline - time.monotonic()))
-            if not self._cond.wait_for(lambda: all(pq.running == 0 for pq in pqs), wait):
+            if not self._wait_idle(pqs):
                 log.warning("revoking %s while listeners still run; they will be re-delivered", mqs)
             offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.committed}
             for pq in pqs:
                 del self._pqs[pq.mq]
         if offsets:
             consumer._write(offsets)  # offsets come from reads: never ahead of the data
+
+    def _wait_idle(self, pqs: list[_ProcessQueue]) -> bool:
+        """Waits (``_cond`` held) until no listener runs on ``pqs``: at most ``revoke_timeout``,
+        and no longer than a ``shutdown(timeout)`` begun meanwhile allows. True if idle."""
+        limit = time.monotonic() + self._revoke_timeout
+        while True:
+            if all(pq.running == 0 for pq in pqs):
+                return True
+            end = limit if self._stop_deadline is None else min(limit, self._stop_deadline)
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            self._cond.wait(min(left, _POLL_SLICE))
 
     # -- the worker loop ------------------------------------------------------------------------
 
@@ -497,6 +507,12 @@ class PushConsumer:
                     to_pause.append(mq)
         if to_pause:
             self._consumer.pause(to_pause)
+            # A listener may have drained a queue and resumed it between the flag set above and
+            # this pause (its resume came first): undo the pause, or the queue stays paused.
+            with self._lock:
+                undo = [mq for mq in to_pause if (pq2 := self._pqs.get(mq)) is None or not pq2.paused]
+            if undo:
+                self._consumer.resume(undo)
         return None
 
     def _direct(self, msgs: list[MessageExt]) -> tuple[_ProcessQueue, list[MessageExt]] | None:
@@ -533,7 +549,15 @@ class PushConsumer:
 
     def _commit(self) -> None:
         self._next_commit = time.monotonic() + self._commit_interval
+        positions = self._consumer._queues
         with self._lock:
+            # Called by the poller before it polls: every fetched message is in ``unacked``, so a
+            # queue with none may commit its cursor, which also passes messages the filter
+            # skipped or retention removed (RocketMQ moves such an offset forward the same way).
+            for mq, idle in self._pqs.items():
+                q = positions.get(mq)
+                if not idle.unacked and not idle.running and q is not None and q.position > idle.position:
+                    idle.position = q.position
             offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
                        if pq.commit_offset() != pq.committed}
         if offsets:
@@ -572,7 +596,7 @@ class PushConsumer:
         if mq is not None and not self._consumer.closed:  # a listener outlasting shutdown
             try:
                 self._consumer.resume([mq])
-            except ClientClosedError:
+            except (ClientClosedError, StoreClosedError):
                 pass
 
     def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:

@@ -134,3 +134,52 @@ def test_break_out_of_async_for_then_close_keeps_the_rest(store: mqlite.Store) -
         return [await once(f"g{i}") for i in range(10)]
 
     assert asyncio.run(main()) == [1] * 10
+
+
+def test_commit_queued_behind_a_poll_whose_awaiter_is_cancelled(store: mqlite.Store) -> None:
+    """The poll returns on the worker thread, a commit queued behind it runs there at once, and
+    only then does the loop learn that the poll's awaiter was cancelled: the commit must not
+    have passed the message nobody received."""
+    store.create_topic("t", 1)
+    mq = MessageQueue("t", 0)
+
+    async def main() -> tuple[int | None, list[bytes]]:
+        async with AsyncPullConsumer(store, "g", consume_from=FIRST) as c:
+            await c.subscribe("t")
+            poll = asyncio.create_task(c.poll(5))
+            await asyncio.sleep(0.2)  # the poll waits on the worker
+            commit = asyncio.create_task(c.commit())
+            await asyncio.sleep(0)  # queued behind the poll
+            store.producer().send(Message("t", b"hello"))
+            time.sleep(0.5)  # the loop is busy: the worker returns the poll, then commits
+            poll.cancel()
+            try:
+                await poll
+            except asyncio.CancelledError:
+                pass
+            await commit
+            committed = c.consumer.committed(mq)
+            again = [m.body for m in await c.poll(1)]
+        return committed, again
+
+    committed, again = asyncio.run(main())
+    assert committed in (None, 0)
+    assert again == [b"hello"]
+
+
+def test_commit_inside_async_for_stops_at_what_was_handed_out(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send_batch([b"%d" % i for i in range(10)], topic="t")
+    mq = MessageQueue("t", 0)
+
+    async def main() -> int | None:
+        async with AsyncPullConsumer(store, "g", consume_from=FIRST, auto_commit=False) as c:
+            await c.subscribe("t")
+            async for m in c:
+                await c.commit()
+                assert c.consumer.committed(mq) == m.queue_offset + 1
+                if m.queue_offset == 2:
+                    break
+            return c.consumer.committed(mq)
+
+    assert asyncio.run(main()) == 3

@@ -235,6 +235,43 @@ def test_poll_while_the_loop_is_suspended_takes_the_rest_over(store: mqlite.Stor
         assert drain(c) == []
 
 
+def test_commit_inside_the_loop_stops_at_what_was_handed_out(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    mq = MessageQueue("t", 0)
+    with store.pull_consumer("g", consume_from=FIRST, auto_commit=False) as c:
+        c.subscribe("t")
+        for m in c:  # the first poll fetched all 20
+            c.commit()
+            assert c.committed(mq) == m.queue_offset + 1  # not the position past the batch
+            if m.queue_offset == 4:
+                break
+        assert c.committed(mq) == 5
+
+
+def test_unsubscribe_or_seek_inside_the_loop(store: mqlite.Store) -> None:
+    fill(store, queues=1)
+    mq = MessageQueue("t", 0)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        got = []
+        for m in c:
+            got.append(m.queue_offset)
+            if m.queue_offset == 0:
+                c.unsubscribe("t")  # revokes the queue: commits 1, hands out no more of it
+            if len(got) > 5 or not c.assignment():
+                break
+        assert got == [0]
+        assert c.committed(mq) == 1
+    with store.pull_consumer("g2", consume_from=FIRST) as c:
+        c.subscribe("t")
+        for m in c:
+            if m.queue_offset == 1:
+                c.seek(mq, 15)
+                break
+        assert c.position(mq) == 15  # leaving the loop does not rewind over the seek
+        assert [m.queue_offset for m in c.poll(0.5)] == [15, 16, 17, 18, 19]
+
+
 def test_failed_pause_changes_nothing_and_closed_consumer_refuses(store: mqlite.Store) -> None:
     fill(store, queues=1)
     mq = MessageQueue("t", 0)

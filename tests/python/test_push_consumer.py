@@ -396,3 +396,54 @@ def test_store_closed_under_a_running_consumer_stops_it_quietly(
     t0 = time.monotonic()
     c.shutdown()
     assert time.monotonic() - t0 < 2
+
+
+def test_commit_passes_messages_the_filter_skips(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(50):
+        p.send(Message("t", b"%d" % i, tags="skip"))
+    p.send(Message("t", b"wanted", tags="want"))
+    got: list[bytes] = []
+    c = store.push_consumer("g", consume_from=FIRST, commit_interval=0.05)
+    c.subscribe("t", "want")
+    c.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    with c:
+        wait_until(lambda: got == [b"wanted"])
+        wait_until(lambda: group_offset(store, MessageQueue("t", 0)) == 51)
+        for i in range(50):  # nothing after this is delivered: the offset still moves on
+            p.send(Message("t", b"%d" % i, tags="skip"))
+        wait_until(lambda: group_offset(store, MessageQueue("t", 0)) == 101)
+    assert got == [b"wanted"]
+
+
+def test_flow_control_pause_racing_a_resume_does_not_stall_a_queue(
+    store: mqlite.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poller marks a full queue paused, then pauses it in the PullConsumer; a listener that
+    drains the queue in between resumes it first. The late pause must not stick."""
+    n = 600
+    store.create_topic("t", 2)
+    with store.producer() as p:
+        for i in range(n):
+            p.send(Message("t", b"%d" % i))
+    real_pause = mqlite.PullConsumer.pause
+
+    def slow_pause(self: mqlite.PullConsumer, queues: object) -> None:
+        time.sleep(0.02)  # widens the window between the flag and the pause
+        real_pause(self, queues)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mqlite.PullConsumer, "pause", slow_pause)
+    seen: set[tuple[int, int]] = set()
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        with lock:
+            seen.update((m.queue_id, m.queue_offset) for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=4, max_buffered_per_queue=2)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: len(seen) == n, timeout=30)
