@@ -28,6 +28,8 @@ from mqlite.producer import Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.topic import TopicConfig, parse_tags
 
+_MAX_OFFSET = (1 << 63) - 1  # queue offsets are Java longs
+
 if TYPE_CHECKING:
     from mqlite.pull import PullConsumer
     from mqlite.push import PushConsumer
@@ -210,6 +212,11 @@ class Store:
         self, name: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
     ) -> None:
         """Create a topic with ``queues`` read and write queues (``perm``: 4 read, 2 write)."""
+        for field, v in (("queues", queues), ("perm", perm)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{field} must be an int, not {type(v).__name__}")
+        if not 0 <= perm <= 7:
+            raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
         self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
 
     def topics(self) -> list[TopicConfig]:
@@ -263,6 +270,8 @@ class Store:
     ) -> _core.GetResult:
         """Read from ``offset``; the result carries the status and ``next_offset``."""
         mq = _queue(mq)
+        if isinstance(offset, int) and offset > _MAX_OFFSET:
+            raise IllegalArgumentError(f"offset must be <= {_MAX_OFFSET}, got {offset}")
         return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
 
     def read(
@@ -297,6 +306,8 @@ class Store:
         queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
+        if timeout is not None and not 0 <= timeout < float("inf"):  # also NaN
+            raise IllegalArgumentError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         return self._live().wait_for(queues, timeout)
 
 

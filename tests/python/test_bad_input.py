@@ -246,3 +246,17 @@ def test_use_after_fork_is_refused(store_path: Path, run_py: Callable[..., Any])
     result = json.loads(done.stdout)
     assert result["closed"] is True
     assert len(result["errors"]) == 5 and all(result["errors"])
+
+
+def test_store_calls_with_out_of_range_numbers(guard: Guard) -> None:
+    s = guard.store
+    with pytest.raises(TypeError):
+        s.create_topic("n1", True)  # type: ignore[arg-type]
+    with pytest.raises(E.IllegalArgumentError, match="perm"):
+        s.create_topic("n2", 2, perm=-1)
+    with pytest.raises(E.IllegalArgumentError, match="offset"):
+        s.read(MessageQueue(T, 0), 2**64)
+    for timeout in (-1, float("nan"), float("inf")):
+        with pytest.raises(E.IllegalArgumentError, match="timeout"):
+            s.wait_for({MessageQueue(T, 0): 5}, timeout)
+    assert "n1" not in {t.name for t in s.topics()} and "n2" not in {t.name for t in s.topics()}
