@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mqlite.errors import MQError
+from mqlite.errors import InvalidQueueError, MQError, StoreNotFoundError
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.store import Store
 
@@ -35,8 +36,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open(path: str) -> Store:
+    """The store at ``path``, read-only; a directory holding no store is an error, not an empty
+    listing."""
+    if os.path.isdir(path) and not any(
+        os.path.isdir(os.path.join(path, d)) for d in ("commitlog", "config", "consumequeue")
+    ):
+        raise StoreNotFoundError(f"{path!r} holds no mqlite store")
+    return Store(path, read_only=True)
+
+
 def _cmd_topics(args: argparse.Namespace) -> int:
-    with Store(args.path, read_only=True) as store:
+    with _open(args.path) as store:
         rows: list[dict[str, Any]] = []
         for topic in store.topics():
             spans = [store.offsets(mq) for mq in store.queues(topic.name)]
@@ -54,6 +65,16 @@ def _cmd_topics(args: argparse.Namespace) -> int:
         _table(f"topics in {args.path}", list(rows[0]) if rows else ["name"],
                [list(r.values()) for r in rows])
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
 
 
 def _offset(text: str) -> str | int:
@@ -101,9 +122,13 @@ def _as_dict(m: MessageExt) -> dict[str, Any]:
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
-    with Store(args.path, read_only=True) as store:
+    with _open(args.path) as store:
         queues = store.queues(args.topic)
         if args.queue is not None:
+            if not 0 <= args.queue < len(queues):
+                raise InvalidQueueError(
+                    f"topic {args.topic!r} has queues 0..{len(queues) - 1}, not {args.queue}"
+                )
             queues = [MessageQueue(args.topic, args.queue)]
         messages = [m for mq in queues for m in _tail_queue(store, mq, args.offset, args.count)]
         rows = [_as_dict(m) for m in messages]
@@ -135,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-q", "--queue", type=int, default=None, help="one queue id (default: all)")
     tail.add_argument("-o", "--offset", type=_offset, default="end",
                       help="'beginning', 'end' (default), an offset, or -N from the end")
-    tail.add_argument("-n", "--count", type=int, default=10, help="messages per queue (default 10)")
+    tail.add_argument("-n", "--count", type=_positive, default=10, help="messages per queue (default 10)")
     tail.add_argument("--json", action="store_true", help="print one JSON object per line")
     tail.set_defaults(func=_cmd_tail)
     return parser

@@ -20,6 +20,7 @@ from mqlite.errors import (
     IllegalArgumentError,
     MQError,
     StoreClosedError,
+    StoreNotADirectoryError,
     StoreUsedAfterForkError,
 )
 from mqlite.group import check_group, live_members
@@ -95,9 +96,13 @@ class Store:
                 "retention_hours": retention_hours,
             }
         )
+        where = os.fsdecode(os.fspath(path))
+        if where != ":memory:" and os.path.exists(where) and not os.path.isdir(where):
+            # Said the same way for both modes (a read-only open would look for files inside).
+            raise StoreNotADirectoryError(f"{where!r} is not a directory")
         # An existing store keeps the file sizes it was created with.
-        options.update(existing_sizes(os.fsdecode(os.fspath(path)), options))
-        self._core = _core.Store(os.fsdecode(os.fspath(path)), **options)
+        options.update(existing_sizes(where, options))
+        self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
         self._pid = os.getpid()

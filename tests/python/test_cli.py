@@ -70,6 +70,23 @@ def test_tail_table_and_errors(filled: Path, capsys: pytest.CaptureFixture[str])
         main(["tail", str(filled), "orders", "-o", "middle"])
 
 
+def test_bad_queue_count_and_a_directory_without_a_store(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", str(filled), "orders", "-q", "7"]) == 1
+    assert "INVALID_QUEUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tail", str(filled), "orders", "-n", "-3"])
+    capsys.readouterr()
+    (tmp_path / "plain").mkdir()
+    assert main(["topics", str(tmp_path / "plain")]) == 1
+    assert "holds no mqlite store" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    for read_only in (False, True):
+        with pytest.raises(mqlite.StoreNotADirectoryError):
+            mqlite.open(tmp_path / "file", read_only=read_only)
+
+
 def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
