@@ -12,8 +12,10 @@ from mqlite.errors import InvalidConfigError
 __all__ = ["existing_sizes", "store_options"]
 
 _DEFAULT_MAX_MESSAGE = 4 << 20
-# Room a record needs beyond its body: header, topic and properties at their limits.
-_RECORD_OVERHEAD = 64 << 10
+# Room a record needs beyond its body, as the core's max_record_len counts it: the fixed header
+# (91 bytes), the topic length byte, a system topic (255) and properties (32,767) at their
+# limits, and the 8-byte END_OF_FILE reserve after it.
+_RECORD_OVERHEAD = 91 + 1 + 255 + 32_767 + 8
 
 # name -> (minimum, maximum or None)
 _INTS: dict[str, tuple[int, int | None]] = {
@@ -72,8 +74,10 @@ def store_options(options: Mapping[str, object]) -> dict[str, Any]:
 def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
     """Size of the first store file (20-digit name, regular file, not a symlink) in
     ``directory``, or None. Only a file that is certainly whole counts: one followed by another
-    file, or a lone file whose size is a multiple of ``whole`` (a kill while the last file was
-    being preallocated can leave it short, and the core repairs that to the configured size)."""
+    file, or a lone file whose size is a multiple of ``whole`` or divides its start offset (the
+    name): a file starts at a multiple of the file size. (A kill while the last file was being
+    preallocated can leave it short, and the core repairs that to the configured size.) A lone
+    file is what retention leaves, and what a new store with small files has."""
     try:
         with os.scandir(directory) as it:
             names = sorted(e.name for e in it if len(e.name) == 20 and e.name.isdigit()
@@ -86,7 +90,7 @@ def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
         size = os.lstat(os.path.join(directory, names[0])).st_size
     except OSError:
         return None
-    if size > 0 and (len(names) > 1 or size % whole == 0):
+    if size > 0 and (len(names) > 1 or size % whole == 0 or int(names[0]) % size == 0):
         return size
     return None
 

@@ -152,3 +152,31 @@ def test_reopen_uses_the_file_sizes_the_store_was_created_with(tmp_path) -> None
     # Sizes given explicitly and wrong are still an error, not a silent reinterpretation.
     with pytest.raises(mqlite.MQError):
         mqlite.open(path, commit_log_file_size=2 << 20)
+
+
+def test_reopen_of_a_store_with_one_small_file_keeps_its_sizes(tmp_path) -> None:
+    """One file per directory, of a size that is not a multiple of 1 MiB (a new store with
+    small files, or what retention leaves): the sizes still come from the files, so a reopen
+    neither grows the file nor reads the queue as empty."""
+    import mqlite
+    from mqlite import Message, MessageQueue
+
+    path = tmp_path / "s"
+    with mqlite.open(path, commit_log_file_size=64 << 10, consume_queue_file_units=100,
+                     max_message_size=4096) as store:
+        store.create_topic("t", 1)
+        with store.producer() as p:
+            for _ in range(10):
+                p.send(Message("t", b"x" * 100))
+    assert (path / "commitlog" / ("0" * 20)).stat().st_size == 64 << 10
+    with mqlite.open(path, read_only=True) as reader:
+        assert reader.offsets(MessageQueue("t", 0)) == (0, 10)
+    with mqlite.open(path) as again:
+        assert again.offsets(MessageQueue("t", 0)) == (0, 10)
+        with again.producer() as p:
+            for _ in range(250):
+                p.send(Message("t", b"y" * 1000))  # several 64 KiB files, 100-unit queue files
+    assert (path / "commitlog" / ("0" * 20)).stat().st_size == 64 << 10
+    with mqlite.open(path, commit_log_file_size=64 << 10, consume_queue_file_units=100,
+                     max_message_size=4096) as s:
+        assert s.offsets(MessageQueue("t", 0)) == (0, 260)
