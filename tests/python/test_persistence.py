@@ -180,3 +180,33 @@ def test_reopen_of_a_store_with_one_small_file_keeps_its_sizes(tmp_path) -> None
     with mqlite.open(path, commit_log_file_size=64 << 10, consume_queue_file_units=100,
                      max_message_size=4096) as s:
         assert s.offsets(MessageQueue("t", 0)) == (0, 260)
+
+
+def test_after_retention_the_minimum_offset_is_the_first_readable_message(tmp_path) -> None:
+    """The head consume-queue file can outlive some of the records it indexes: the queue's
+    minimum moves to the first unit whose record is still stored (RocketMQ's correctMinOffset),
+    at deletion and again at the next open."""
+    import time
+
+    import mqlite
+    from mqlite import Message, MessageQueue
+
+    opts = dict(commit_log_file_size=64 << 10, max_message_size=4096,
+                consume_queue_file_units=100, retention_hours=1e-6)
+    path = tmp_path / "s"
+    mq = MessageQueue("t", 0)
+    with mqlite.open(path, **opts) as s:
+        s.create_topic("t", 1)
+        with s.producer() as p:
+            for i in range(1000):
+                p.send(Message("t", b"x" * 500 + b"%d" % i))
+        s.flush()
+        time.sleep(0.05)
+        assert s.delete_expired_files() > 0
+        low, high = s.offsets(mq)
+        first = s.read_result(mq, low, 1).messages
+        assert high == 1000 and low > 0
+        assert [m.queue_offset for m in first] == [low]  # readable, not a deleted record
+        assert s.read_result(mq, low - 1, 1).messages == []
+    with mqlite.open(path, **opts) as s:
+        assert s.offsets(mq) == (low, high)

@@ -422,7 +422,8 @@ impl ConsumeQueue {
         self.files.refresh()
     }
 
-    /// Deletes head files whose every unit points below `phy_min` (commit log expired).
+    /// Deletes head files whose every unit points below `phy_min` (commit log expired), then
+    /// moves the minimum offset past the remaining units that do (`correct_min_offset`).
     pub fn delete_expired(&self, phy_min: u64) -> Result<usize> {
         let n = self.files.delete_head_while(usize::MAX, |f| {
             let last_pos = f.size() - UNIT_SIZE;
@@ -432,7 +433,29 @@ impl ConsumeQueue {
             self.min_logic
                 .store(self.files.min_offset() / UNIT_SIZE, Ordering::Release);
         }
+        self.correct_min_offset(phy_min);
         Ok(n)
+    }
+
+    /// Moves the minimum queue offset to the first unit of the head file whose record the
+    /// commit log still holds (RocketMQ's correctMinOffset): the head file can outlive some of
+    /// the records it indexes. A queue's units point at increasing commit-log offsets, so a
+    /// binary search finds it; placeholders and unwritten units count as "not below". Only
+    /// ever raises the minimum; with every unit below `phy_min` it becomes the queue's end.
+    pub fn correct_min_offset(&self, phy_min: u64) {
+        let Some(f) = self.files.first_file() else {
+            return;
+        };
+        let (mut lo, mut hi) = (0u64, f.size() / UNIT_SIZE);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match read_unit(&f, mid * UNIT_SIZE) {
+                Some(u) if !u.is_placeholder() && u.offset < phy_min => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        let first_kept = (f.from_offset() / UNIT_SIZE + lo).min(self.max_offset());
+        self.min_logic.fetch_max(first_kept, Ordering::AcqRel);
     }
 }
 

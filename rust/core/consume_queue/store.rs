@@ -190,6 +190,13 @@ impl ConsumeQueueStore {
         Ok(())
     }
 
+    /// Moves every queue's minimum past units whose records are below `phy_min`.
+    pub fn correct_min_offsets(&self, phy_min: u64) {
+        for cq in self.all() {
+            cq.correct_min_offset(phy_min);
+        }
+    }
+
     /// Deletes queue files fully below the commit log's `phy_min`.
     pub fn delete_expired(&self, phy_min: u64) -> Result<usize> {
         let mut n = 0;

@@ -111,6 +111,7 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         ));
         // Consumers must see every recovered record as soon as open returns.
         r.dispatch_all()?;
+        cqs.correct_min_offsets(commit_log.min_offset());
         {
             let mut a = commit_log.lock_appender();
             for cq in cqs.all() {
