@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -98,8 +99,11 @@ class Store:
         )
         where = os.fsdecode(os.fspath(path))
         if where != ":memory:" and os.path.exists(where) and not os.path.isdir(where):
-            # Said the same way for both modes (a read-only open would look for files inside).
-            raise StoreNotADirectoryError(f"{where!r} is not a directory")
+            # Said the same way for both modes (a read-only open would look for files inside),
+            # with errno and filename as the core's OSError subclasses carry them.
+            err = StoreNotADirectoryError(f"{where!r} is not a directory")
+            err.errno, err.strerror, err.filename = errno.ENOTDIR, str(err), where
+            raise err
         # An existing store keeps the file sizes it was created with.
         options.update(existing_sizes(where, options))
         self._core = _core.Store(where, **options)
