@@ -41,6 +41,7 @@ from mqlite.errors import (
     StoreReadOnlyError,
     StoreUsedAfterForkError,
     TopicNotFoundError,
+    TopicNotReadableError,
     TopicNotWritableError,
     TransactionError,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "QueueNotAssignedError",
     "ConsumerGroupActiveError",
     "TopicNotFoundError",
+    "TopicNotReadableError",
     "TopicNotWritableError",
     "MessageNotFoundError",
     "StoreError",

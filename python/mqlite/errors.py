@@ -28,6 +28,7 @@ __all__ = [
     "QueueNotAssignedError",
     "ConsumerGroupActiveError",
     "TopicNotFoundError",
+    "TopicNotReadableError",
     "TopicNotWritableError",
     "MessageNotFoundError",
     "StoreError",
@@ -186,6 +187,12 @@ class TopicNotWritableError(MQClientError):
     """The topic's permission forbids writes."""
 
     default_code = "TOPIC_NOT_WRITABLE"
+
+
+class TopicNotReadableError(MQClientError):
+    """The topic's permission forbids reads: a consumer group gets none of its queues."""
+
+    default_code = "TOPIC_NOT_READABLE"
 
 
 class MessageNotFoundError(MQClientError, LookupError):

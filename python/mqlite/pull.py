@@ -310,7 +310,7 @@ class PullConsumer:
 
     def _queue_count(self, topic: str) -> int:
         try:
-            return self._core.queue_count(topic)
+            return self._core.consumer_queue_count(topic)
         except TopicNotFoundError:
             return 0
 

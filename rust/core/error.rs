@@ -43,6 +43,8 @@ pub enum Error {
     TopicNotFound { topic: String },
     /// The topic exists but its permission forbids the operation.
     TopicNotWritable { topic: String },
+    /// The topic exists but its permission forbids reads (RocketMQ's NO_PERMISSION on a pull).
+    TopicNotReadable { topic: String },
     /// A queue id outside `[0, queue count)`.
     InvalidQueue {
         topic: String,
@@ -88,6 +90,7 @@ impl Error {
             Error::InvalidTopic { .. } => "INVALID_TOPIC",
             Error::TopicNotFound { .. } => "TOPIC_NOT_FOUND",
             Error::TopicNotWritable { .. } => "TOPIC_NOT_WRITABLE",
+            Error::TopicNotReadable { .. } => "TOPIC_NOT_READABLE",
             Error::InvalidQueue { .. } => "INVALID_QUEUE",
             Error::InvalidMessage { .. } => "MESSAGE_ILLEGAL",
             Error::MessageTooLarge { .. } => "MESSAGE_TOO_LARGE",
@@ -143,6 +146,9 @@ impl fmt::Display for Error {
             Error::TopicNotFound { topic } => write!(f, "topic {topic:?} does not exist"),
             Error::TopicNotWritable { topic } => {
                 write!(f, "topic {topic:?} has no write permission")
+            }
+            Error::TopicNotReadable { topic } => {
+                write!(f, "topic {topic:?} has no read permission")
             }
             Error::InvalidQueue {
                 topic,

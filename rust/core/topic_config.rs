@@ -90,6 +90,11 @@ impl TopicConfig {
     pub fn writable(&self) -> bool {
         self.perm & PERM_WRITE != 0
     }
+
+    /// True if reads are allowed.
+    pub fn readable(&self) -> bool {
+        self.perm & PERM_READ != 0
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -159,6 +164,15 @@ impl TopicTable {
         g.topic_config_table
             .get(topic)
             .map(|c| (c.write_queue_nums, c.writable()))
+    }
+
+    /// False only for a known topic whose permission forbids reads (an unknown topic has
+    /// nothing to read either way), without cloning the config.
+    pub fn readable(&self, topic: &str) -> bool {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.topic_config_table
+            .get(topic)
+            .is_none_or(TopicConfig::readable)
     }
 
     /// Every topic, sorted by name.

@@ -260,3 +260,18 @@ def test_store_calls_with_out_of_range_numbers(guard: Guard) -> None:
         with pytest.raises(E.IllegalArgumentError, match="timeout"):
             s.wait_for({MessageQueue(T, 0): 5}, timeout)
     assert "n1" not in {t.name for t in s.topics()} and "n2" not in {t.name for t in s.topics()}
+
+
+def test_topic_without_read_permission(guard: Guard) -> None:
+    """RocketMQ offers consumers no queue of a topic that forbids reads, and refuses a pull."""
+    s = guard.store
+    s.create_topic("write-only", 2, perm=2)
+    sent = guard.producer.send(Message("write-only", b"x"), queue_id=0)  # sends are allowed
+    expect(E.TopicNotReadableError, lambda: s.read(MessageQueue("write-only", 0), 0))
+    with s.pull_consumer("g") as c:
+        c.subscribe("write-only")
+        assert c.poll(0.2) == [] and c.assignment() == []
+    with s.pull_consumer("g2") as c:
+        c.assign([MessageQueue("write-only", 0)])
+        expect(E.TopicNotReadableError, lambda: c.poll(0.2))
+    guard.rebase(sent)  # the one good send and the consumers' files; nothing else

@@ -36,6 +36,7 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.ConsumerGroupActiveError, (E.IllegalStateError,)),
     (E.TopicNotFoundError, (E.MQClientError, LookupError)),
     (E.TopicNotWritableError, (E.MQClientError,)),
+    (E.TopicNotReadableError, (E.MQClientError,)),
     (E.MessageNotFoundError, (E.MQClientError, LookupError)),
     (E.StoreError, (E.MQError,)),
     (E.StoreLockedError, (E.StoreError,)),

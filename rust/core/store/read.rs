@@ -173,6 +173,7 @@ impl Store {
     }
 
     /// Reads up to `max` messages of (topic, queue) from `offset`, filtered by tag.
+    /// `TopicNotReadable` if the topic's permission forbids reads.
     pub fn get_messages(
         &self,
         topic: &str,
@@ -183,6 +184,11 @@ impl Store {
     ) -> Result<GetResult> {
         self.check_usable()?;
         self.catch_up();
+        if !self.inner.topics.readable(topic) {
+            return Err(Error::TopicNotReadable {
+                topic: topic.to_owned(),
+            });
+        }
         if max == 0 || max > MAX_MESSAGES_PER_READ {
             return Err(Error::InvalidArgument {
                 field: "max_messages",

@@ -20,6 +20,7 @@ pyo3::import_exception!(mqlite.errors, InvalidConfigError);
 pyo3::import_exception!(mqlite.errors, InvalidTopicError);
 pyo3::import_exception!(mqlite.errors, TopicNotFoundError);
 pyo3::import_exception!(mqlite.errors, TopicNotWritableError);
+pyo3::import_exception!(mqlite.errors, TopicNotReadableError);
 pyo3::import_exception!(mqlite.errors, InvalidQueueError);
 pyo3::import_exception!(mqlite.errors, InvalidMessageError);
 pyo3::import_exception!(mqlite.errors, MessageTooLargeError);
@@ -67,6 +68,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
         Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
         Error::TopicNotWritable { .. } => TopicNotWritableError::new_err(msg),
+        Error::TopicNotReadable { .. } => TopicNotReadableError::new_err(msg),
         Error::InvalidQueue { .. } => InvalidQueueError::new_err(msg),
         Error::InvalidMessage { .. } => InvalidMessageError::new_err(msg),
         Error::MessageTooLarge { .. } => MessageTooLargeError::new_err(msg),

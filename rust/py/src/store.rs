@@ -229,6 +229,19 @@ impl PyStore {
         Ok(list)
     }
 
+    /// The queues a consumer group shares: the read queue count, 0 for a topic whose
+    /// permission forbids reads (RocketMQ offers consumers no queue of such a topic).
+    fn consumer_queue_count(&self, topic: &str) -> PyResult<u32> {
+        match self.store.topic(topic).map_err(PyMqError)? {
+            Some(t) if t.readable() => Ok(t.read_queue_nums),
+            Some(_) => Ok(0),
+            None => Err(PyMqError(mqlite::Error::TopicNotFound {
+                topic: topic.to_owned(),
+            })
+            .into()),
+        }
+    }
+
     fn queue_count(&self, topic: &str) -> PyResult<u32> {
         match self.store.topic(topic).map_err(PyMqError)? {
             Some(t) => Ok(t.read_queue_nums),
