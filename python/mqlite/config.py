@@ -9,7 +9,7 @@ from typing import Any
 
 from mqlite.errors import InvalidConfigError
 
-__all__ = ["existing_sizes", "store_options"]
+__all__ = ["existing_sizes", "fit_max_message", "store_options"]
 
 _DEFAULT_MAX_MESSAGE = 4 << 20
 # Room a record needs beyond its body, as the core's max_record_len counts it: the fixed header
@@ -95,6 +95,15 @@ def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
     return None
 
 
+def fit_max_message(options: dict[str, Any]) -> None:
+    """With a commit-log file too small for the default 4 MiB message limit (given, or found
+    on disk) and no limit given, the limit becomes the largest message such a file holds."""
+    size = options.get("commit_log_file_size")
+    if (isinstance(size, int) and options.get("max_message_size") is None
+            and size < _DEFAULT_MAX_MESSAGE + _RECORD_OVERHEAD):
+        options["max_message_size"] = max(1, size - _RECORD_OVERHEAD)
+
+
 def existing_sizes(path: str, given: Mapping[str, object]) -> dict[str, int]:
     """File sizes of an existing store that the caller left unset: a store keeps the sizes it
     was created with, so reopening it (or following it read-only) needs no repeated options.
@@ -106,8 +115,6 @@ def existing_sizes(path: str, given: Mapping[str, object]) -> dict[str, int]:
         size = _first_file_size(os.path.join(path, "commitlog"))
         if size is not None:
             out["commit_log_file_size"] = size
-            if given.get("max_message_size") is None and size < _DEFAULT_MAX_MESSAGE + _RECORD_OVERHEAD:
-                out["max_message_size"] = max(1, size - _RECORD_OVERHEAD)
     if given.get("consume_queue_file_units") is None:
         root = os.path.join(path, "consumequeue")
         try:

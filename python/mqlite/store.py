@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
-from mqlite.config import existing_sizes, store_options
+from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     IllegalArgumentError,
@@ -106,6 +106,7 @@ class Store:
             raise err
         # An existing store keeps the file sizes it was created with.
         options.update(existing_sizes(where, options))
+        fit_max_message(options)
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only

@@ -177,9 +177,11 @@ def test_reopen_of_a_store_with_one_small_file_keeps_its_sizes(tmp_path) -> None
             for _ in range(250):
                 p.send(Message("t", b"y" * 1000))  # several 64 KiB files, 100-unit queue files
     assert (path / "commitlog" / ("0" * 20)).stat().st_size == 64 << 10
-    with mqlite.open(path, commit_log_file_size=64 << 10, consume_queue_file_units=100,
-                     max_message_size=4096) as s:
+    # An explicit small file size alone: the message limit follows it (no 4 MiB default clash).
+    with mqlite.open(path, commit_log_file_size=64 << 10, consume_queue_file_units=100) as s:
         assert s.offsets(MessageQueue("t", 0)) == (0, 260)
+        with pytest.raises(mqlite.MessageTooLargeError):
+            s.producer().send(Message("t", b"z" * (40 << 10)))
 
 
 def test_after_retention_the_minimum_offset_is_the_first_readable_message(tmp_path) -> None:
@@ -208,5 +210,8 @@ def test_after_retention_the_minimum_offset_is_the_first_readable_message(tmp_pa
         assert high == 1000 and low > 0
         assert [m.queue_offset for m in first] == [low]  # readable, not a deleted record
         assert s.read_result(mq, low - 1, 1).messages == []
+    with mqlite.open(path, read_only=True) as reader:  # sizes from the files, no options
+        assert reader.offsets(mq) == (low, high)
+        assert [m.queue_offset for m in reader.read(mq, low, 1)] == [low]
     with mqlite.open(path, **opts) as s:
         assert s.offsets(mq) == (low, high)

@@ -156,8 +156,10 @@ impl Store {
     fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
         let cq = self.inner.cqs.get(topic, queue_id)?;
         if self.inner.config.read_only {
-            // Follow the writer: map files it created since we last looked.
+            // Follow the writer: map files it created since we last looked, and start after
+            // units whose records were already gone when this store was opened.
             let _ = cq.refresh();
+            cq.correct_min_offset(self.inner.commit_log.min_offset());
         }
         Some(cq)
     }
