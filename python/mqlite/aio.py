@@ -150,7 +150,7 @@ class AsyncPullConsumer:
         c = self._consumer
         return c._hold(c.poll(timeout, max_messages))
 
-    def _give_back(self, fut: Future[_Handout]) -> None:
+    def _return_unreceived(self, fut: Future[_Handout]) -> None:
         """Done callback of a poll whose awaiter was cancelled: nobody will see its batch."""
         if not fut.cancelled() and fut.exception() is None:
             self._consumer._return(fut.result())
@@ -160,7 +160,7 @@ class AsyncPullConsumer:
         try:
             return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
-            fut.add_done_callback(self._give_back)
+            fut.add_done_callback(self._return_unreceived)
             raise
 
     async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:

@@ -519,7 +519,7 @@ class PushConsumer:
         """Leader fast path (concurrent mode): a quick listener with nothing else waiting gets a
         poll of one batch of one queue straight away, without going through the ready queue.
         Returns the batch, marked running and tracked as unacknowledged (so a commit made while
-        it runs stays behind it), for the caller to run once the token is released; else None.
+        it runs stays behind it), for the caller to run at once on the polling thread; else None.
         """
         if (self._orderly or len(msgs) > self._batch or self._ready
                 or self._listener_time >= _QUICK_LISTENER):
@@ -593,11 +593,11 @@ class PushConsumer:
         return None
 
     def _resume(self, mq: MessageQueue | None) -> None:
-        if mq is not None and not self._consumer.closed:  # a listener outlasting shutdown
+        if mq is not None:
             try:
                 self._consumer.resume([mq])
             except (ClientClosedError, StoreClosedError):
-                pass
+                pass  # a listener that outlasted shutdown, or the store closed under it
 
     def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
         ok = self._call(msgs)

@@ -225,7 +225,7 @@ class Store:
         for field, v in (("queues", queues), ("perm", perm)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{field} must be an int, not {type(v).__name__}")
-        if not 0 <= perm <= 7:
+        if perm < 0:  # the core checks the upper bound; a negative one would not convert
             raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
         self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
 

@@ -43,6 +43,9 @@ pub struct ConsumeQueue {
     // One past the last commit-log byte referenced by a unit (dispatch idempotence).
     max_physical: AtomicU64,
     min_logic: AtomicU64,
+    // The commit-log minimum `min_logic` was last corrected for: a repeat call with it (read-only
+    // followers correct on every lookup) is one load, not a search.
+    min_corrected_for: AtomicU64,
     read_only: bool,
     // Set by recovery when a damaged unit cut the queue short (see `recover`).
     damaged: std::sync::atomic::AtomicBool,
@@ -73,6 +76,7 @@ impl ConsumeQueue {
             writer: Mutex::new(None),
             max_physical: AtomicU64::new(0),
             min_logic: AtomicU64::new(0),
+            min_corrected_for: AtomicU64::new(0),
             read_only,
             damaged: std::sync::atomic::AtomicBool::new(false),
         }
@@ -442,7 +446,11 @@ impl ConsumeQueue {
     /// the records it indexes. A queue's units point at increasing commit-log offsets, so a
     /// binary search finds it; placeholders and unwritten units count as "not below". Only
     /// ever raises the minimum; with every unit below `phy_min` it becomes the queue's end.
+    /// Units are only appended, so the answer for a `phy_min` already applied cannot move.
     pub fn correct_min_offset(&self, phy_min: u64) {
+        if phy_min <= self.min_corrected_for.load(Ordering::Acquire) {
+            return;
+        }
         let Some(f) = self.files.first_file() else {
             return;
         };
@@ -456,6 +464,7 @@ impl ConsumeQueue {
         }
         let first_kept = (f.from_offset() / UNIT_SIZE + lo).min(self.max_offset());
         self.min_logic.fetch_max(first_kept, Ordering::AcqRel);
+        self.min_corrected_for.fetch_max(phy_min, Ordering::AcqRel);
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mqlite::message::msg_id::UniqueIdGenerator;
-use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter};
+use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -31,6 +31,16 @@ impl PyStore {
     /// The store's unique-id generator (shared by its producers).
     pub fn ids(&self) -> Arc<UniqueIdGenerator> {
         Arc::clone(&self.ids)
+    }
+
+    /// The topic's config; `TopicNotFoundError` if it does not exist.
+    fn existing_topic(&self, topic: &str) -> PyResult<TopicConfig> {
+        self.store.topic(topic).map_err(PyMqError)?.ok_or_else(|| {
+            PyMqError(mqlite::Error::TopicNotFound {
+                topic: topic.to_owned(),
+            })
+            .into()
+        })
     }
 }
 
@@ -232,24 +242,12 @@ impl PyStore {
     /// The queues a consumer group shares: the read queue count, 0 for a topic whose
     /// permission forbids reads (RocketMQ offers consumers no queue of such a topic).
     fn consumer_queue_count(&self, topic: &str) -> PyResult<u32> {
-        match self.store.topic(topic).map_err(PyMqError)? {
-            Some(t) if t.readable() => Ok(t.read_queue_nums),
-            Some(_) => Ok(0),
-            None => Err(PyMqError(mqlite::Error::TopicNotFound {
-                topic: topic.to_owned(),
-            })
-            .into()),
-        }
+        let t = self.existing_topic(topic)?;
+        Ok(if t.readable() { t.read_queue_nums } else { 0 })
     }
 
     fn queue_count(&self, topic: &str) -> PyResult<u32> {
-        match self.store.topic(topic).map_err(PyMqError)? {
-            Some(t) => Ok(t.read_queue_nums),
-            None => Err(PyMqError(mqlite::Error::TopicNotFound {
-                topic: topic.to_owned(),
-            })
-            .into()),
-        }
+        Ok(self.existing_topic(topic)?.read_queue_nums)
     }
 
     fn offsets(&self, py: Python<'_>, topic: &str, queue_id: i64) -> PyResult<(u64, u64)> {
