@@ -118,14 +118,18 @@ impl Appender {
         }
     }
 
+    /// The commit-log offset a record of `len` bytes would end at if appended to the current
+    /// file now; `None` when it would roll (or no file is open).
+    pub fn fits(&self, len: u64) -> Option<u64> {
+        let w = self.writer.as_ref()?;
+        (len + END_FILE_MIN_BLANK_LENGTH <= w.remaining())
+            .then(|| w.file().from_offset() + w.pos() + len)
+    }
+
     /// Makes sure the current file can take `len` more bytes plus the 8-byte blank reserve,
     /// writing the END_OF_FILE marker and rolling when it cannot.
     fn ensure_room(&mut self, files: &MappedFileQueue, len: u64) -> Result<&mut FileWriter> {
-        let fits = self
-            .writer
-            .as_ref()
-            .is_some_and(|w| len + END_FILE_MIN_BLANK_LENGTH <= w.remaining());
-        if !fits {
+        if self.fits(len).is_none() {
             let next_start = match self.writer.as_mut() {
                 Some(w) => {
                     let remaining = w.remaining();

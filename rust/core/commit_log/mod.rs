@@ -15,7 +15,8 @@
 //! the records below the last flush are intact; recovery (recovery.rs) stops at the first
 //! invalid record and zeroes the rest of that file.
 //!
-//! Writers: producers through `put`/`put_batch`. Readers: dispatch, consumers, lookups.
+//! Writers: producers through `put`/`put_batch`, and `try_put`, which declines instead of
+//! waiting for the lock, a new file or a page fault. Readers: dispatch, consumers, lookups.
 //!
 //! Background preparer (one thread, fed by `Prepare` jobs): creates the next file once the
 //! current one is half full, and faults in the pages up to `WARM_AHEAD` past the write position
@@ -29,7 +30,7 @@ pub mod recovery;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
@@ -150,7 +151,28 @@ impl CommitLog {
 
     /// Appends one prepared record.
     pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
-        let mut a = self.lock_appender();
+        let a = self.lock_appender();
+        self.put_locked(a, p)
+    }
+
+    /// `put` for a caller that must not wait (it holds Python's GIL): `Ok(None)`, with
+    /// nothing written, when another thread holds the append lock, when the record would roll
+    /// the log to a new file, or when its pages are not known to be faulted in yet. What is
+    /// left is a copy into mapped memory already in the page cache.
+    pub fn try_put(&self, p: &Prepared<'_>) -> Result<Option<Appended>> {
+        let a = match self.appender.try_lock() {
+            Ok(a) => a,
+            Err(TryLockError::Poisoned(g)) => g.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(None),
+        };
+        match a.fits(p.len as u64) {
+            Some(end) if end <= self.warmed.load(Ordering::Relaxed) => {}
+            _ => return Ok(None),
+        }
+        self.put_locked(a, p).map(Some)
+    }
+
+    fn put_locked(&self, mut a: MutexGuard<'_, Appender>, p: &Prepared<'_>) -> Result<Appended> {
         let r = a.append_one(&self.files, p)?;
         let end = r.physical_offset + u64::from(r.size);
         self.max.store(end, Ordering::Release);

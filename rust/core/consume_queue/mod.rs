@@ -348,6 +348,45 @@ impl ConsumeQueue {
         Ok(true)
     }
 
+    /// `put_run` for a caller that must not wait: writes and publishes the units (those already
+    /// indexed skipped) only if they all go right at the writer's position in the current
+    /// file and the writer's lock is free; otherwise writes nothing and returns false.
+    ///
+    /// # Errors
+    /// A failed write (nothing is published then, as with `put_run`).
+    pub fn try_put_run(&self, first_queue_offset: u64, units: &[CqUnit]) -> Result<bool> {
+        let known_end = self.max_physical_offset();
+        let skip = units
+            .iter()
+            .take_while(|u| u.offset + u64::from(u.size) <= known_end)
+            .count();
+        let (Some(rest), Some(last)) = (units.get(skip..), units.last()) else {
+            return Ok(true);
+        };
+        if rest.is_empty() {
+            return Ok(true);
+        }
+        let mut guard = match self.writer.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        };
+        let Some(w) = guard.as_mut() else {
+            return Ok(false);
+        };
+        let at = (first_queue_offset + skip as u64) * UNIT_SIZE;
+        if w.file().from_offset() + w.pos() != at || w.remaining() < rest.len() as u64 * UNIT_SIZE {
+            return Ok(false);
+        }
+        for u in rest {
+            write_unit(w, *u)?;
+        }
+        w.publish();
+        self.max_physical
+            .fetch_max(last.offset + u64::from(last.size), Ordering::AcqRel);
+        Ok(true)
+    }
+
     /// Writes one unit at `queue_offset` (placeholders first over a gap) unless the queue is
     /// already past it; the caller publishes.
     fn put_locked(

@@ -256,15 +256,54 @@ impl Dispatcher for ConsumeQueueStore {
                 Some(cq) => cq,
                 None => slot.insert(self.get_or_create(first.topic, first.queue_id)?),
             };
-            cq.put_run(
-                first.queue_offset,
-                head.iter().map(|r| CqUnit {
-                    offset: r.commit_log_offset,
-                    size: r.size,
-                    tags_code: r.tags_code,
-                }),
-            )?;
+            cq.put_run(first.queue_offset, head.iter().map(unit_of))?;
         }
         Ok(())
+    }
+
+    /// One request (a producer's `send`), when its queue is open and its unit goes into the
+    /// current file; anything else is left to `dispatch_batch` on the reput thread.
+    fn dispatch_quick(&self, reqs: &[DispatchRequest<'_>]) -> Result<bool> {
+        let [req] = reqs else {
+            return Ok(false);
+        };
+        if !sysflag::is_dispatched(req.sysflag) {
+            return Ok(true);
+        }
+        let cq = {
+            let Ok(last) = self.last.try_lock() else {
+                return Ok(false);
+            };
+            let cached = last
+                .as_ref()
+                .filter(|(t, _)| t == req.topic)
+                .and_then(|(_, by_id)| by_id.get(req.queue_id as usize))
+                .and_then(Clone::clone);
+            match cached {
+                Some(cq) => cq,
+                None => {
+                    let Ok(map) = self.queues.try_read() else {
+                        return Ok(false);
+                    };
+                    let found = map
+                        .get(req.topic)
+                        .and_then(|v| v.get(req.queue_id as usize))
+                        .and_then(Clone::clone);
+                    match found {
+                        Some(cq) => cq,
+                        None => return Ok(false),
+                    }
+                }
+            }
+        };
+        cq.try_put_run(req.queue_offset, &[unit_of(req)])
+    }
+}
+
+fn unit_of(r: &DispatchRequest<'_>) -> CqUnit {
+    CqUnit {
+        offset: r.commit_log_offset,
+        size: r.size,
+        tags_code: r.tags_code,
     }
 }

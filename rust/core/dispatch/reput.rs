@@ -4,7 +4,9 @@
 //! tries to dispatch them itself (one `try_lock`, so a consumer blocked in `poll` is woken
 //! without a thread hop); the service's own thread dispatches whenever the producer could not
 //! (lock busy, or sync mode where only flushed bytes may be dispatched) and retries after
-//! errors. The try-lock protocol cannot lose a record: a producer publishes, then issues a
+//! errors. A producer holding Python's GIL uses the quick form, which never waits: what it
+//! cannot dispatch without creating a file or waiting for a lock, it leaves to the service
+//! thread and wakes it. The try-lock protocol cannot lose a record: a producer publishes, then issues a
 //! SeqCst fence and tries the lock; the holder releases, issues a SeqCst fence and re-reads the
 //! confirm offset, so at least one of them sees the other's work.
 //!
@@ -31,10 +33,21 @@ pub struct Notifier {
 impl Notifier {
     /// Wakes every waiter (cheap when nobody waits).
     pub fn notify(&self) {
+        self.notify_via(|wake| wake());
+    }
+
+    /// `notify`, the wake-up itself (a lock and a futex call) run by `via` when there is a
+    /// waiter to wake: a caller holding Python's GIL releases it around the call, so that a
+    /// woken consumer thread does not find the GIL taken.
+    pub fn notify_via(&self, via: impl FnOnce(&(dyn Fn() + Sync))) {
         fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
+        via(&|| self.wake_all());
+    }
+
+    fn wake_all(&self) {
         {
             let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
             *s += 1;
@@ -206,6 +219,53 @@ impl Reput {
         }
     }
 
+    /// `try_dispatch_known` for a producer that must not wait (it holds Python's GIL): the
+    /// dispatchers get the records through `dispatch_quick` only (consumers are woken through
+    /// `wake_via`, see `Notifier::notify_via`), and whatever that refuses,
+    /// or any undispatched record before these, goes to the service thread (woken here)
+    /// instead of being dispatched on this thread. When another thread holds the cursor, that
+    /// thread picks the records up after releasing it, as in `try_dispatch`.
+    pub fn try_dispatch_quick<'a>(
+        &self,
+        first: u64,
+        end: u64,
+        reqs: &[DispatchRequest<'a>],
+        wake_via: impl FnOnce(&(dyn Fn() + Sync)),
+    ) {
+        fence(Ordering::SeqCst);
+        let Some(mut cursor) = self.try_cursor() else {
+            return;
+        };
+        let mut done = false;
+        if cursor.offset == first && end <= self.confirm_offset() {
+            let mut all = true;
+            for d in &self.dispatchers {
+                match d.dispatch_quick(reqs) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        all = false;
+                        break;
+                    }
+                    Err(e) => {
+                        drop(cursor);
+                        self.record_error(&e);
+                        return;
+                    }
+                }
+            }
+            if all {
+                cursor.offset = end;
+                self.advanced_via(end, wake_via);
+                done = true;
+            }
+        }
+        drop(cursor);
+        fence(Ordering::SeqCst);
+        if !done || self.confirm_offset() > self.dispatched_offset() {
+            self.kick_thread();
+        }
+    }
+
     fn record_error(&self, e: &Error) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         self.has_error.store(true, Ordering::Relaxed);
@@ -293,11 +353,16 @@ impl Reput {
 
     /// Dispatch progressed to `to`: publish it, forget a past error, wake waiting consumers.
     fn advanced(&self, to: u64) {
+        self.advanced_via(to, |wake| wake());
+    }
+
+    /// `advanced`, waking consumers through `via` (see `Notifier::notify_via`).
+    fn advanced_via(&self, to: u64, via: impl FnOnce(&(dyn Fn() + Sync))) {
         self.dispatched.store(to, Ordering::Release);
         if self.has_error.load(Ordering::Relaxed) {
             self.clear_error();
         }
-        self.notifier.notify();
+        self.notifier.notify_via(via);
     }
 
     /// Wakes the service thread.

@@ -13,6 +13,10 @@ use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
 use crate::util::bytes;
 
+/// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
+/// microseconds); larger ones take the blocking path.
+pub const QUICK_BODY_MAX: usize = 64 * 1024;
+
 /// Outcome of a put that wrote the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutStatus {
@@ -87,6 +91,63 @@ impl Store {
     /// As `put`.
     pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &AtomicU32) -> Result<PutResult> {
         self.put_to(msg, Some(next), true)
+    }
+
+    /// `put_round_robin` (with `round_robin`) or `put` for a caller that must not wait, such
+    /// as a Python producer keeping the GIL for a short send: in async mode, when the topic
+    /// exists, the body is at most `QUICK_BODY_MAX` bytes and the append needs no new file, no
+    /// page fault and no wait for the append lock, appends, dispatches what it can without
+    /// waiting (the reput thread does the rest) and returns the result. Otherwise returns
+    /// `Ok(None)` having written nothing (the caller then uses the blocking form). Invalid
+    /// input is rejected as by `put`, writing nothing.
+    ///
+    /// Consumers waiting for the record are woken through `wake_via` (called only when there
+    /// is one): the binding releases the GIL around it, so that the woken thread, which may
+    /// run at once, finds the GIL free.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub fn try_put_nowait(
+        &self,
+        msg: &MessageRef<'_>,
+        round_robin: Option<&AtomicU32>,
+        wake_via: impl FnOnce(&(dyn Fn() + Sync)),
+    ) -> Result<Option<PutResult>> {
+        if self.inner.config.flush_mode != FlushMode::Async || msg.body.len() > QUICK_BODY_MAX {
+            return Ok(None);
+        }
+        self.check_writable()?;
+        let tags = self.check_message(msg)?;
+        let Some(queues) = self.existing_writable_queues(msg.topic)? else {
+            return Ok(None);
+        };
+        let mut msg = *msg;
+        if let Some(next) = round_robin {
+            msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
+        }
+        check_queue_id(msg.topic, msg.queue_id, queues)?;
+        let prepared = Prepared::new(msg)?;
+        let Some(appended) = self.inner.commit_log.try_put(&prepared)? else {
+            if let Some(next) = round_robin {
+                // Not sent: the blocking retry takes this queue's turn again.
+                next.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Ok(None);
+        };
+        if let Some(r) = &self.inner.reput {
+            let req = known_request(
+                &msg,
+                &appended,
+                tags.map(properties::tags_hash).unwrap_or(0),
+            );
+            let end = appended.physical_offset + u64::from(appended.size);
+            r.try_dispatch_quick(appended.physical_offset, end, &[req], wake_via);
+        }
+        Ok(Some(PutResult {
+            status: PutStatus::PutOk,
+            appended,
+            queue_id: msg.queue_id,
+        }))
     }
 
     fn put_to(
@@ -282,9 +343,17 @@ impl Store {
         check_encoded_properties(m.properties)
     }
 
+    /// `writable_queues` of a topic that exists; `None` when it does not (nothing is created).
+    fn existing_writable_queues(&self, topic: &str) -> Result<Option<u32>> {
+        match self.inner.topics.write_info(topic) {
+            Some(info) => check_send_allowed(topic, info).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
     fn writable_queues(&self, topic: &str) -> Result<u32> {
-        let (queues, writable) = match self.inner.topics.write_info(topic) {
+        let info = match self.inner.topics.write_info(topic) {
             Some(info) => info,
             None => {
                 validate::check_topic(topic)?;
@@ -306,18 +375,7 @@ impl Store {
                 (q, true)
             }
         };
-        if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
-        }
-        if !writable {
-            return Err(Error::TopicNotWritable {
-                topic: topic.to_owned(),
-            });
-        }
-        Ok(queues)
+        check_send_allowed(topic, info)
     }
 
     /// Creates (or updates) a topic. `exist_ok = false` fails if it exists already.
@@ -382,6 +440,23 @@ impl Store {
         }
         Ok(self.inner.topics.get(topic))
     }
+}
+
+/// The write queue count of a topic found with `(queues, writable)`, unless sends to it are
+/// refused (a system topic, or no write permission).
+fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u32> {
+    if is_system_topic(topic) {
+        return Err(Error::InvalidTopic {
+            topic: topic.to_owned(),
+            reason: "reserved system topic",
+        });
+    }
+    if !writable {
+        return Err(Error::TopicNotWritable {
+            topic: topic.to_owned(),
+        });
+    }
+    Ok(queues)
 }
 
 fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {

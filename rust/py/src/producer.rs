@@ -290,15 +290,20 @@ impl PyProducer {
         props.clear();
         let result = read_message(msg, &mut props, uniq.as_str()).and_then(|held| {
             let out = held.outgoing()?;
-            let put = py.detach(|| -> mqlite::Result<mqlite::PutResult> {
-                let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
-                let rr = queue_id.is_none().then_some(&self.next_queue);
-                match (wait, rr) {
+            let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
+            let rr = queue_id.is_none().then_some(&self.next_queue);
+            // A short append that cannot wait keeps the GIL: releasing and retaking it costs
+            // more than the append. Waking a consumer is done without it, so that the woken
+            // thread (which the scheduler may run at once) does not block on the GIL.
+            let put = match self.store.try_put_nowait(&m, rr, |wake| py.detach(wake)) {
+                Ok(Some(r)) => Ok(r),
+                Ok(None) => py.detach(|| match (wait, rr) {
                     (true, None) => self.store.put(&m),
                     (true, Some(next)) => self.store.put_round_robin(&m, next),
                     (false, rr) => self.store.put_pipelined(&m, rr),
-                }
-            });
+                }),
+                Err(e) => Err(e),
+            };
             Ok((held, put))
         });
         // A message with huge properties does not pin its buffer to the thread.

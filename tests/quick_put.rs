@@ -1,0 +1,217 @@
+//! `Store::try_put_nowait`, the append a Python producer makes while keeping the GIL: what it
+//! writes must be exactly what `put` writes (same queue offsets, records that pass every
+//! check on read), it must decline, writing nothing, whenever it could wait (sync mode, an
+//! unknown topic, a large body, a roll to the next file), and the consume-queue units it
+//! cannot write without creating or rolling a file must still reach their queues through the
+//! reput thread.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{body, settle, small_config};
+use mqlite::config::FlushMode;
+use mqlite::store::QUICK_BODY_MAX;
+use mqlite::{MessageRef, Store, StoreConfig, TagFilter};
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        // Whole files are faulted in at creation: no append waits for a page.
+        warm_mapped_files: true,
+        ..small_config()
+    }
+}
+
+/// Every message of `topic:queue_id` as (queue offset, body), read back with CRC checks.
+fn contents(store: &Store, topic: &str, queue_id: u32) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let r = store
+            .get_messages(topic, queue_id, at, 64, &TagFilter::all())
+            .unwrap();
+        if r.records.is_empty() {
+            return out;
+        }
+        for v in r.iter() {
+            out.push((v.queue_offset(), v.body().to_vec()));
+        }
+        at = r.next_offset;
+    }
+}
+
+#[test]
+fn quick_puts_store_what_put_stores() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let quick = Store::open(da.path(), config()).unwrap();
+    let plain = Store::open(db.path(), config()).unwrap();
+    for s in [&quick, &plain] {
+        s.create_topic("T", 3, 6, false, false).unwrap();
+    }
+    let props = mqlite::message::properties::encode([("TAGS", "a"), ("KEYS", "k1 k2")]);
+    let (rr_quick, rr_plain) = (AtomicU32::new(0), AtomicU32::new(0));
+    let mut quick_count = 0;
+    // 128 KiB commit-log files and 64-unit queue files: rolls of both happen on the way.
+    for i in 0..3000u64 {
+        let b = body(i);
+        let m = MessageRef::new("T", 0, &b).with_properties(&props);
+        let q = match quick.try_put_nowait(&m, Some(&rr_quick), |w| w()).unwrap() {
+            Some(r) => {
+                quick_count += 1;
+                r
+            }
+            None => quick.put_round_robin(&m, &rr_quick).unwrap(),
+        };
+        let p = plain.put_round_robin(&m, &rr_plain).unwrap();
+        assert_eq!(
+            (q.queue_id, q.appended.queue_offset, q.appended.size),
+            (p.queue_id, p.appended.queue_offset, p.appended.size),
+            "message {i}"
+        );
+        assert_eq!(q.appended.physical_offset, p.appended.physical_offset);
+    }
+    // Declines happen only at the few file rolls.
+    assert!(quick_count > 2900, "only {quick_count} quick puts");
+    settle(&quick);
+    for q in 0..3 {
+        let got = contents(&quick, "T", q);
+        assert_eq!(got.len(), 1000);
+        assert_eq!(got, contents(&plain, "T", q), "queue {q}");
+    }
+    quick.close().unwrap();
+    let reopened = Store::open(da.path(), config()).unwrap();
+    assert_eq!(contents(&reopened, "T", 1), contents(&plain, "T", 1));
+}
+
+#[test]
+fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), config()).unwrap();
+    store.create_topic("T", 2, 6, false, false).unwrap();
+    let rr = AtomicU32::new(5);
+
+    // No file yet: the first append creates it, so it is declined.
+    let m = MessageRef::new("T", 0, b"x");
+    assert!(store
+        .try_put_nowait(&m, Some(&rr), |w| w())
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        rr.load(Ordering::Relaxed),
+        5,
+        "a declined send keeps its queue's turn"
+    );
+    store.put(&m).unwrap();
+
+    // An unknown topic is neither created nor written.
+    let unknown = MessageRef::new("Unknown", 0, b"x");
+    assert!(store
+        .try_put_nowait(&unknown, None, |w| w())
+        .unwrap()
+        .is_none());
+    assert!(store.topic("Unknown").unwrap().is_none());
+
+    // A body over the limit is left to the blocking path.
+    let big = vec![7u8; QUICK_BODY_MAX + 1];
+    assert!(store
+        .try_put_nowait(&MessageRef::new("T", 0, &big), None, |w| w())
+        .unwrap()
+        .is_none());
+
+    // Invalid input is rejected as `put` rejects it.
+    let bad = MessageRef::new("T", 9, b"x");
+    assert!(store.try_put_nowait(&bad, None, |w| w()).is_err());
+    let bad_props = MessageRef::new("T", 0, b"x").with_properties(b"no separators");
+    assert!(store.try_put_nowait(&bad_props, None, |w| w()).is_err());
+
+    assert_eq!(store.queue_offsets("T", 0).unwrap(), (0, 1));
+    let end = store.commit_log_range().1;
+    assert!(store.try_put_nowait(&m, None, |w| w()).unwrap().is_some());
+    assert!(store.commit_log_range().1 > end);
+
+    // Sync mode: a send waits for the disk, so it never goes the quick way.
+    let sdir = tempfile::tempdir().unwrap();
+    let sync = Store::open(
+        sdir.path(),
+        StoreConfig {
+            flush_mode: FlushMode::Sync,
+            ..config()
+        },
+    )
+    .unwrap();
+    sync.create_topic("T", 1, 6, false, false).unwrap();
+    sync.put(&m).unwrap();
+    assert!(sync.try_put_nowait(&m, None, |w| w()).unwrap().is_none());
+    assert_eq!(sync.queue_offsets("T", 0).unwrap(), (0, 1));
+}
+
+#[test]
+fn units_the_producer_cannot_write_reach_their_queue_through_the_reput_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), config()).unwrap());
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    store.create_topic("U", 1, 6, false, false).unwrap();
+    store
+        .put(&MessageRef::new("T", 0, b"open the log"))
+        .unwrap();
+    settle(&store);
+    // U's consume queue does not exist: the commit log takes the record at once, its queue
+    // is created by the reput thread, which also wakes a waiting reader.
+    let waiter = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store
+                .wait_for_messages(&[("U", 0, 0)], Some(Duration::from_secs(10)))
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let r = store
+        .try_put_nowait(&MessageRef::new("U", 0, b"first"), None, |w| w())
+        .unwrap()
+        .expect("the append itself needs no new file");
+    assert_eq!(r.appended.queue_offset, 0);
+    assert!(waiter.join().unwrap(), "the reader was not woken");
+    settle(&store);
+    assert_eq!(contents(&store, "U", 0), vec![(0, b"first".to_vec())]);
+}
+
+#[test]
+fn a_waiting_consumer_is_woken_through_wake_via_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), config()).unwrap());
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    store.put(&MessageRef::new("T", 0, b"0")).unwrap();
+    settle(&store);
+    let calls = AtomicU32::new(0);
+    let counted = |w: &(dyn Fn() + Sync)| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        w();
+    };
+    // Nobody waits: no wake-up to make.
+    let m = MessageRef::new("T", 0, b"1");
+    assert!(store.try_put_nowait(&m, None, counted).unwrap().is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // The waiter wants a message 20 puts ahead: every put made while it waits wakes it
+    // through `wake_via` (it re-checks and waits again until the 20th).
+    let waiter = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store
+                .wait_for_messages(&[("T", 0, 21)], Some(Duration::from_secs(30)))
+                .unwrap()
+        })
+    };
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(store.try_put_nowait(&m, None, counted).unwrap().is_some());
+    }
+    assert!(waiter.join().unwrap());
+    let woken = calls.load(Ordering::SeqCst);
+    assert!((1..=20).contains(&woken), "{woken} wake-ups");
+}
