@@ -23,6 +23,19 @@ fn below(w: u64, n: u8) -> u64 {
     w.wrapping_sub(LO.wrapping_mul(u64::from(n))) & !w & HI
 }
 
+/// True when every byte of `hay` is ASCII and at least `n` (n <= 128).
+#[inline]
+pub fn all_ascii_from(hay: &[u8], n: u8) -> bool {
+    let mut chunks = hay.chunks_exact(8);
+    let mut bad = 0;
+    for c in &mut chunks {
+        let w = word(c);
+        // A byte of 0x80 or more, or (exact among ASCII bytes) one below n.
+        bad |= (w & HI) | below(w, n);
+    }
+    bad == 0 && chunks.remainder().iter().all(|&b| b >= n && b.is_ascii())
+}
+
 /// Index of the first byte of `hay` that is below `n` (n <= 128).
 #[inline]
 pub fn find_below(hay: &[u8], n: u8) -> Option<usize> {
@@ -85,5 +98,22 @@ mod tests {
         // high bytes never count as "below"
         assert_eq!(find_below(&[0x80, 0xFF, 0x81, 0x02], 3), Some(3));
         assert_eq!(find_byte(&[0x80, 0xFF, 0x81, 0x02, 0xFF], 0xFF), Some(1));
+    }
+
+    #[test]
+    fn all_ascii_from_agrees_with_a_naive_scan() {
+        let naive = |h: &[u8]| h.iter().all(|&b| (3..0x80).contains(&b));
+        // Every byte value at every position of every length up to three words.
+        for len in 0..24usize {
+            let mut data = vec![b'a'; len];
+            assert!(all_ascii_from(&data, 3));
+            for at in 0..len {
+                for v in 0..=255u8 {
+                    data[at] = v;
+                    assert_eq!(all_ascii_from(&data, 3), naive(&data), "{data:?}");
+                }
+                data[at] = b'a';
+            }
+        }
     }
 }
