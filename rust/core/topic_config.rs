@@ -166,6 +166,21 @@ impl TopicTable {
             .map(|c| (c.write_queue_nums, c.writable()))
     }
 
+    /// `write_info` for a caller that must not wait: `None` while a topic change holds the
+    /// table (it writes `topics.json` under the lock), else `Some(write_info)`.
+    pub fn try_write_info(&self, topic: &str) -> Option<Option<(u32, bool)>> {
+        let g = match self.inner.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(
+            g.topic_config_table
+                .get(topic)
+                .map(|c| (c.write_queue_nums, c.writable())),
+        )
+    }
+
     /// False only for a known topic whose permission forbids reads (an unknown topic has
     /// nothing to read either way), without cloning the config.
     pub fn readable(&self, topic: &str) -> bool {
@@ -236,6 +251,18 @@ impl TopicTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn try_write_info_declines_while_the_table_is_being_changed() {
+        let t = TopicTable::load(None, 0o600).unwrap();
+        t.put(TopicConfig::new("T", 4, PERM_READ, false)).unwrap();
+        assert_eq!(t.try_write_info("T"), Some(Some((4, false))));
+        assert_eq!(t.try_write_info("U"), Some(None));
+        let changing = t.inner.write().unwrap();
+        assert_eq!(t.try_write_info("T"), None);
+        drop(changing);
+        assert_eq!(t.try_write_info("T"), Some(Some((4, false))));
+    }
 
     #[test]
     fn json_shape_matches_rocketmq_and_reloads() {

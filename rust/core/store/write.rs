@@ -118,9 +118,11 @@ impl Store {
         }
         self.check_writable()?;
         let tags = self.check_message(msg)?;
-        let Some(queues) = self.existing_writable_queues(msg.topic)? else {
+        // Unknown topic (creating it writes a file), or the table busy with a change.
+        let Some(Some(info)) = self.inner.topics.try_write_info(msg.topic) else {
             return Ok(None);
         };
+        let queues = check_send_allowed(msg.topic, info)?;
         let mut msg = *msg;
         if let Some(next) = round_robin {
             msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
@@ -341,14 +343,6 @@ impl Store {
             self.inner.config.max_message_size,
         )?;
         check_encoded_properties(m.properties)
-    }
-
-    /// `writable_queues` of a topic that exists; `None` when it does not (nothing is created).
-    fn existing_writable_queues(&self, topic: &str) -> Result<Option<u32>> {
-        match self.inner.topics.write_info(topic) {
-            Some(info) => check_send_allowed(topic, info).map(Some),
-            None => Ok(None),
-        }
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
