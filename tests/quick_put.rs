@@ -11,6 +11,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::{body, settle, small_config};
@@ -42,6 +43,17 @@ fn contents(store: &Store, topic: &str, queue_id: u32) -> Vec<(u64, Vec<u8>)> {
         }
         at = r.next_offset;
     }
+}
+
+/// A thread blocked in `wait_for_messages` until queue 0 of `topic` holds more than `offset`
+/// messages (30 s at most); it returns whether they arrived.
+fn wait_for_more_than(store: &Arc<Store>, topic: &'static str, offset: u64) -> JoinHandle<bool> {
+    let store = Arc::clone(store);
+    std::thread::spawn(move || {
+        store
+            .wait_for_messages(&[(topic, 0, offset)], Some(Duration::from_secs(30)))
+            .unwrap()
+    })
 }
 
 #[test]
@@ -161,14 +173,7 @@ fn units_the_producer_cannot_write_reach_their_queue_through_the_reput_thread() 
     settle(&store);
     // U's consume queue does not exist: the commit log takes the record at once, its queue
     // is created by the reput thread, which also wakes a waiting reader.
-    let waiter = {
-        let store = Arc::clone(&store);
-        std::thread::spawn(move || {
-            store
-                .wait_for_messages(&[("U", 0, 0)], Some(Duration::from_secs(10)))
-                .unwrap()
-        })
-    };
+    let waiter = wait_for_more_than(&store, "U", 0);
     std::thread::sleep(Duration::from_millis(50));
     let r = store
         .try_put_nowait(&MessageRef::new("U", 0, b"first"), None, |w| w())
@@ -199,14 +204,7 @@ fn a_waiting_consumer_is_woken_through_wake_via_and_only_then() {
 
     // The waiter wants a message 20 puts ahead: every put made while it waits wakes it
     // through `wake_via` (it re-checks and waits again until the 20th).
-    let waiter = {
-        let store = Arc::clone(&store);
-        std::thread::spawn(move || {
-            store
-                .wait_for_messages(&[("T", 0, 21)], Some(Duration::from_secs(30)))
-                .unwrap()
-        })
-    };
+    let waiter = wait_for_more_than(&store, "T", 21);
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(10));
         assert!(store.try_put_nowait(&m, None, counted).unwrap().is_some());

@@ -95,6 +95,11 @@ impl TopicConfig {
     pub fn readable(&self) -> bool {
         self.perm & PERM_READ != 0
     }
+
+    /// Write queue count and writability.
+    fn write_info(&self) -> (u32, bool) {
+        (self.write_queue_nums, self.writable())
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -161,9 +166,7 @@ impl TopicTable {
     /// Write queue count and writability of `topic`, without cloning the config.
     pub fn write_info(&self, topic: &str) -> Option<(u32, bool)> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        g.topic_config_table
-            .get(topic)
-            .map(|c| (c.write_queue_nums, c.writable()))
+        g.topic_config_table.get(topic).map(TopicConfig::write_info)
     }
 
     /// `write_info` for a caller that must not wait: `None` while a topic change holds the
@@ -174,11 +177,7 @@ impl TopicTable {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        Some(
-            g.topic_config_table
-                .get(topic)
-                .map(|c| (c.write_queue_nums, c.writable())),
-        )
+        Some(g.topic_config_table.get(topic).map(TopicConfig::write_info))
     }
 
     /// False only for a known topic whose permission forbids reads (an unknown topic has

@@ -360,12 +360,10 @@ impl ConsumeQueue {
             .iter()
             .take_while(|u| u.offset + u64::from(u.size) <= known_end)
             .count();
-        let (Some(rest), Some(last)) = (units.get(skip..), units.last()) else {
+        let rest = units.get(skip..).unwrap_or(&[]);
+        let Some(last) = rest.last() else {
             return Ok(true);
         };
-        if rest.is_empty() {
-            return Ok(true);
-        }
         let mut guard = match self.writer.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),

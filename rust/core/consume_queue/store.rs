@@ -126,12 +126,7 @@ impl ConsumeQueueStore {
 
     /// The queue if it exists in memory, or (read-only followers) on disk.
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
-        if let Some(cq) = self
-            .read()
-            .get(topic)
-            .and_then(|v| v.get(queue_id as usize))
-            .and_then(Clone::clone)
-        {
+        if let Some(cq) = queue_in(&self.read(), topic, queue_id) {
             return Some(cq);
         }
         if self.read_only {
@@ -270,34 +265,27 @@ impl Dispatcher for ConsumeQueueStore {
         if !sysflag::is_dispatched(req.sysflag) {
             return Ok(true);
         }
-        let cq = {
-            let Ok(last) = self.last.try_lock() else {
-                return Ok(false);
-            };
-            let cached = last
-                .as_ref()
+        // The dispatcher's cached queues first, then the map; either lock busy: decline.
+        let cached = self.last.try_lock().ok().and_then(|last| {
+            last.as_ref()
                 .filter(|(t, _)| t == req.topic)
-                .and_then(|(_, by_id)| by_id.get(req.queue_id as usize))
-                .and_then(Clone::clone);
-            match cached {
-                Some(cq) => cq,
-                None => {
-                    let Ok(map) = self.queues.try_read() else {
-                        return Ok(false);
-                    };
-                    let found = map
-                        .get(req.topic)
-                        .and_then(|v| v.get(req.queue_id as usize))
-                        .and_then(Clone::clone);
-                    match found {
-                        Some(cq) => cq,
-                        None => return Ok(false),
-                    }
-                }
-            }
-        };
-        cq.try_put_run(req.queue_offset, &[unit_of(req)])
+                .and_then(|(_, by_id)| by_id.get(req.queue_id as usize).cloned().flatten())
+        });
+        let found = cached.or_else(|| {
+            let map = self.queues.try_read().ok()?;
+            queue_in(&map, req.topic, req.queue_id)
+        });
+        match found {
+            Some(cq) => cq.try_put_run(req.queue_offset, &[unit_of(req)]),
+            None => Ok(false),
+        }
     }
+}
+
+fn queue_in(map: &QueueMap, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+    map.get(topic)
+        .and_then(|v| v.get(queue_id as usize))
+        .and_then(Clone::clone)
 }
 
 fn unit_of(r: &DispatchRequest<'_>) -> CqUnit {

@@ -71,6 +71,7 @@ pub trait Dispatcher: Send + Sync + std::fmt::Debug {
     fn dispatch_batch(&self, reqs: &[DispatchRequest<'_>]) -> Result<()> {
         reqs.iter().try_for_each(|r| self.dispatch(r))
     }
+
     /// `dispatch_batch` for a caller that must not wait (a producer holding Python's GIL):
     /// handles the records and returns true only if that needs no file created, opened or
     /// rolled and no lock waited for; otherwise may have handled some of them and returns

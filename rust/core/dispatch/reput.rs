@@ -6,9 +6,9 @@
 //! (lock busy, or sync mode where only flushed bytes may be dispatched) and retries after
 //! errors. A producer holding Python's GIL uses the quick form, which never waits: what it
 //! cannot dispatch without creating a file or waiting for a lock, it leaves to the service
-//! thread and wakes it. The try-lock protocol cannot lose a record: a producer publishes, then issues a
-//! SeqCst fence and tries the lock; the holder releases, issues a SeqCst fence and re-reads the
-//! confirm offset, so at least one of them sees the other's work.
+//! thread and wakes it. The try-lock protocol cannot lose a record: a producer publishes,
+//! then issues a SeqCst fence and tries the lock; the holder releases, issues a SeqCst fence
+//! and re-reads the confirm offset, so at least one of them sees the other's work.
 //!
 //! Invariant: `dispatched_offset()` is a record boundary `<= confirm offset`, and every record
 //! below it was handed to every dispatcher in commit-log order.

@@ -122,12 +122,7 @@ impl Store {
         let Some(Some(info)) = self.inner.topics.try_write_info(msg.topic) else {
             return Ok(None);
         };
-        let queues = check_send_allowed(msg.topic, info)?;
-        let mut msg = *msg;
-        if let Some(next) = round_robin {
-            msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
-        }
-        check_queue_id(msg.topic, msg.queue_id, queues)?;
+        let msg = routed(msg, check_send_allowed(msg.topic, info)?, round_robin)?;
         let prepared = Prepared::new(msg)?;
         let Some(appended) = self.inner.commit_log.try_put(&prepared)? else {
             if let Some(next) = round_robin {
@@ -161,13 +156,7 @@ impl Store {
         self.check_writable()?;
         // Message first: a rejected message must not auto-create its topic.
         let tags = self.check_message(msg)?;
-        let queues = self.writable_queues(msg.topic)?;
-        let mut msg = *msg;
-        if let Some(next) = round_robin {
-            msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
-        }
-        check_queue_id(msg.topic, msg.queue_id, queues)?;
-        let msg = &msg;
+        let msg = &routed(msg, self.writable_queues(msg.topic)?, round_robin)?;
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
         let req = known_request(msg, &appended, tags.map(properties::tags_hash).unwrap_or(0));
@@ -434,6 +423,20 @@ impl Store {
         }
         Ok(self.inner.topics.get(topic))
     }
+}
+
+/// `msg` with its queue: the next in `round_robin` over `queues`, or its own, checked.
+fn routed<'m>(
+    msg: &MessageRef<'m>,
+    queues: u32,
+    round_robin: Option<&AtomicU32>,
+) -> Result<MessageRef<'m>> {
+    let mut msg = *msg;
+    if let Some(next) = round_robin {
+        msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
+    }
+    check_queue_id(msg.topic, msg.queue_id, queues)?;
+    Ok(msg)
 }
 
 /// The write queue count of a topic found with `(queues, writable)`, unless sends to it are

@@ -295,15 +295,17 @@ impl PyProducer {
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append. Waking a consumer is done without it, so that the woken
             // thread (which the scheduler may run at once) does not block on the GIL.
-            let put = match self.store.try_put_nowait(&m, rr, |wake| py.detach(wake)) {
-                Ok(Some(r)) => Ok(r),
-                Ok(None) => py.detach(|| match (wait, rr) {
-                    (true, None) => self.store.put(&m),
-                    (true, Some(next)) => self.store.put_round_robin(&m, next),
-                    (false, rr) => self.store.put_pipelined(&m, rr),
-                }),
-                Err(e) => Err(e),
-            };
+            let put = self
+                .store
+                .try_put_nowait(&m, rr, |wake| py.detach(wake))
+                .transpose()
+                .unwrap_or_else(|| {
+                    py.detach(|| match (wait, rr) {
+                        (true, None) => self.store.put(&m),
+                        (true, Some(next)) => self.store.put_round_robin(&m, next),
+                        (false, rr) => self.store.put_pipelined(&m, rr),
+                    })
+                });
             Ok((held, put))
         });
         // A message with huge properties does not pin its buffer to the thread.
