@@ -1,9 +1,10 @@
 //! `Store::try_put_nowait`, the append a Python producer makes while keeping the GIL: what it
 //! writes must be exactly what `put` writes (same queue offsets, records that pass every
-//! check on read), it must decline, writing nothing, whenever it could wait (sync mode, an
-//! unknown topic, a large body, a roll to the next file), and the consume-queue units it
-//! cannot write without creating or rolling a file must still reach their queues through the
-//! reput thread.
+//! check on read), it must decline, writing nothing, whenever it could wait (an unknown
+//! topic, a large body, a roll to the next file), in sync mode it must append without waiting
+//! for the disk (a pipelined send, confirmed by `wait_durable`), and the consume-queue units
+//! it cannot write without creating or rolling a file must still reach their queues through
+//! the reput thread.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -144,21 +145,48 @@ fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
     let end = store.commit_log_range().1;
     assert!(store.try_put_nowait(&m, None, |w| w()).unwrap().is_some());
     assert!(store.commit_log_range().1 > end);
+}
 
-    // Sync mode: a send waits for the disk, so it never goes the quick way.
-    let sdir = tempfile::tempdir().unwrap();
-    let sync = Store::open(
-        sdir.path(),
-        StoreConfig {
-            flush_mode: FlushMode::Sync,
-            ..config()
-        },
-    )
-    .unwrap();
-    sync.create_topic("T", 1, 6, false, false).unwrap();
-    sync.put(&m).unwrap();
-    assert!(sync.try_put_nowait(&m, None, |w| w()).unwrap().is_none());
-    assert_eq!(sync.queue_offsets("T", 0).unwrap(), (0, 1));
+#[test]
+fn in_sync_mode_a_quick_put_is_pipelined_and_wait_durable_confirms_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sync_config = || StoreConfig {
+        flush_mode: FlushMode::Sync,
+        ..config()
+    };
+    let store = Store::open(dir.path(), sync_config()).unwrap();
+    store.create_topic("T", 2, 6, false, false).unwrap();
+    store
+        .put(&MessageRef::new("T", 0, b"opens the log"))
+        .unwrap();
+    let rr = AtomicU32::new(0);
+    let mut ends = Vec::new();
+    for i in 0..200u32 {
+        let b = body(u64::from(i));
+        let r = store
+            .try_put_nowait(&MessageRef::new("T", 0, &b), Some(&rr), |w| w())
+            .unwrap()
+            .expect("a pipelined append in a warmed file needs no wait");
+        assert_eq!(r.queue_id, i % 2, "round robin over the write queues");
+        ends.push(r.appended.physical_offset + u64::from(r.appended.size));
+    }
+    let last = *ends.last().unwrap();
+    assert_eq!(store.commit_log_range().1, last);
+    // The group commit was requested by the puts: confirming the last covers them all, and
+    // makes them readable.
+    assert!(store.wait_durable(last, Duration::from_secs(10)).unwrap());
+    assert!(store.flushed_offset() >= last);
+    let q0 = contents(&store, "T", 0);
+    let q1 = contents(&store, "T", 1);
+    assert_eq!((q0.len(), q1.len()), (101, 100));
+    assert_eq!(q1[99], (99, body(199)));
+    drop(store);
+    let store = Store::open(dir.path(), sync_config()).unwrap();
+    assert_eq!(
+        contents(&store, "T", 1),
+        q1,
+        "confirmed records survive a reopen"
+    );
 }
 
 #[test]

@@ -93,17 +93,20 @@ impl Store {
         self.put_to(msg, Some(next), true)
     }
 
-    /// `put_round_robin` (with `round_robin`) or `put` for a caller that must not wait, such
-    /// as a Python producer keeping the GIL for a short send: in async mode, when the topic
-    /// exists, the body is at most `QUICK_BODY_MAX` bytes and the append needs no new file, no
-    /// page fault and no wait for the append lock, appends, dispatches what it can without
-    /// waiting (the reput thread does the rest) and returns the result. Otherwise returns
-    /// `Ok(None)` having written nothing (the caller then uses the blocking form). Invalid
-    /// input is rejected as by `put`, writing nothing.
+    /// `put_pipelined` for a caller that must not wait, such as a Python producer keeping the
+    /// GIL for a short send: when the topic exists, the body is at most `QUICK_BODY_MAX` bytes
+    /// and the append needs no new file, no page fault and no wait for the append lock, it
+    /// appends and returns the result; otherwise it returns `Ok(None)` having written nothing
+    /// (the caller then uses the blocking form). Invalid input is rejected as by `put`,
+    /// writing nothing. `round_robin` picks the queue as `put_round_robin` does.
     ///
-    /// Consumers waiting for the record are woken through `wake_via` (called only when there
-    /// is one): the binding releases the GIL around it, so that the woken thread, which may
-    /// run at once, finds the GIL free.
+    /// - Async mode (and an in-memory store): the record is dispatched as far as that needs
+    ///   no wait (the reput thread does the rest), as by `put`. Consumers waiting for it are
+    ///   woken through `wake_via` (called only when there is one): the binding releases the
+    ///   GIL around it, so that the woken thread, which may run at once, finds the GIL free.
+    /// - Sync mode: a group commit is requested and nothing is awaited, as by `put_pipelined`;
+    ///   the caller confirms the record with `wait_durable(result.end())`, which also
+    ///   dispatches it (consumers see a sync-mode record only once it is durable).
     ///
     /// # Errors
     /// As `put`.
@@ -113,7 +116,7 @@ impl Store {
         round_robin: Option<&AtomicU32>,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
-        if self.inner.config.flush_mode != FlushMode::Async || msg.body.len() > QUICK_BODY_MAX {
+        if msg.body.len() > QUICK_BODY_MAX {
             return Ok(None);
         }
         self.check_writable()?;
@@ -131,14 +134,20 @@ impl Store {
             }
             return Ok(None);
         };
-        if let Some(r) = &self.inner.reput {
-            let req = known_request(
-                &msg,
-                &appended,
-                tags.map(properties::tags_hash).unwrap_or(0),
-            );
-            let end = appended.physical_offset + u64::from(appended.size);
-            r.try_dispatch_quick(appended.physical_offset, end, &[req], wake_via);
+        let end = appended.physical_offset + u64::from(appended.size);
+        match (self.inner.config.flush_mode, &self.inner.flush) {
+            (FlushMode::Sync, Some(f)) => f.request_flush(end),
+            // Async mode, or an in-memory store (nothing to flush).
+            _ => {
+                if let Some(r) = &self.inner.reput {
+                    let req = known_request(
+                        &msg,
+                        &appended,
+                        tags.map(properties::tags_hash).unwrap_or(0),
+                    );
+                    r.try_dispatch_quick(appended.physical_offset, end, &[req], wake_via);
+                }
+            }
         }
         Ok(Some(PutResult {
             status: PutStatus::PutOk,

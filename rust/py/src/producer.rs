@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use mqlite::message::msg_id::UniqueIdGenerator;
-use mqlite::{Appended, MessageRef, PutStatus, Store};
+use mqlite::{Appended, FlushMode, MessageRef, PutStatus, Store};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -293,12 +293,14 @@ impl PyProducer {
             let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
             let rr = queue_id.is_none().then_some(&self.next_queue);
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
-            // more than the append. Waking a consumer is done without it, so that the woken
-            // thread (which the scheduler may run at once) does not block on the GIL.
-            let put = self
-                .store
-                .try_put_nowait(&m, rr, |wake| py.detach(wake))
-                .transpose()
+            // more than the append (and, with several sending threads, hands the GIL around
+            // once per message). Waking a consumer is done without it, so that the woken
+            // thread (which the scheduler may run at once) does not block on the GIL. A send
+            // that waits for the disk (sync mode) releases the GIL anyway: it appends there.
+            let quick = !wait || self.store.config().flush_mode == FlushMode::Async;
+            let put = quick
+                .then(|| self.store.try_put_nowait(&m, rr, |wake| py.detach(wake)))
+                .and_then(Result::transpose)
                 .unwrap_or_else(|| {
                     py.detach(|| match (wait, rr) {
                         (true, None) => self.store.put(&m),
