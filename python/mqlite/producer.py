@@ -68,18 +68,23 @@ class SendFuture(Future):  # type: ignore[type-arg]
                 raise FuturesTimeout()
             self._condition.wait(left)
 
+    # A finished future is read without the lock: ``_finish`` sets the outcome before the
+    # state, and a finished future never changes again.
+
     def result(self, timeout: float | None = None) -> SendResult:
-        with self._condition:
-            self._wait_finished(timeout)
-            if self._exception is not None:
-                raise self._exception
-            assert self._result is not None
-            return self._result
+        if self._state != _FINISHED:
+            with self._condition:
+                self._wait_finished(timeout)
+        if self._exception is not None:
+            raise self._exception
+        assert self._result is not None
+        return self._result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        with self._condition:
-            self._wait_finished(timeout)
-            return self._exception
+        if self._state != _FINISHED:
+            with self._condition:
+                self._wait_finished(timeout)
+        return self._exception
 
     def _run_done_callbacks(self) -> None:
         """Calls the ``add_done_callback`` functions (after ``_finish``, condition released)."""
@@ -90,7 +95,8 @@ class SendFuture(Future):  # type: ignore[type-arg]
                 log.exception("exception calling callback for %r", self)
 
     def _finish(self, result: SendResult | None, error: BaseException | None) -> None:
-        """Completes the future (the shared condition held; the caller notifies)."""
+        """Completes the future (the shared condition held; the caller notifies). The outcome
+        is set before the state (see ``result``)."""
         if error is None:
             self._result = result
             self._state = _FINISHED
@@ -144,8 +150,10 @@ class _Completer:
         self._sync = sync
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         # Re-entrant, as concurrent.futures.wait() takes the condition of every future it
-        # watches, which here is this one for all of them.
-        self.cond = threading.Condition(threading.RLock())
+        # watches, which here is this one for all of them. This module's own code takes the
+        # lock directly (``with self._lock``: no Python-level __enter__/__exit__ per send).
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
         self._thread.start()
@@ -153,7 +161,7 @@ class _Completer:
     def put(self, item: _Item) -> None:
         """Queues an appended send for completion; after ``stop`` (a close racing the send) the
         future fails at once instead of waiting for a thread that is gone."""
-        with self.cond:
+        with self._lock:
             if not self._stopped:
                 item[4].pending += 1
                 self._queue.put(item)  # under the lock: ordered before the stop marker
@@ -204,18 +212,33 @@ class _Completer:
             items, stop = self._take()
             durable, failure = self._durable(items)
             outcomes: list[tuple[SendResult | None, BaseException | None]] = []
-            with self.cond:
-                for fut, _, result, error, _ in items:
-                    if error is None and failure is not None:
-                        result, error = None, failure
-                    elif result is not None and not durable:
-                        result = result._timed_out()
-                    fut._finish(result, error)
-                    outcomes.append((result, error))
+            with self._lock:
+                if durable:
+                    # The common case, one group commit's sends all confirmed: each future
+                    # is finished inline (as ``_finish`` does) rather than with a call.
+                    for fut, _, result, error, _ in items:
+                        if error is None:
+                            fut._result = result
+                            fut._state = _FINISHED
+                            if fut._waiters:
+                                for w in fut._waiters:
+                                    w.add_result(fut)
+                        else:
+                            fut._finish(None, error)
+                        outcomes.append((result, error))
+                else:
+                    for fut, _, result, error, _ in items:
+                        if error is None and failure is not None:
+                            result, error = None, failure
+                        elif result is not None:
+                            result = result._timed_out()
+                        fut._finish(result, error)
+                        outcomes.append((result, error))
                 self.cond.notify_all()
             for (fut, callback, _, _, _), (result, error) in zip(items, outcomes):
-                _after_completion(fut, callback, result, error)
-            with self.cond:
+                if callback is not None or fut._done_callbacks:
+                    _after_completion(fut, callback, result, error)
+            with self._lock:
                 for item in items:
                     item[4].pending -= 1
                 self.cond.notify_all()
@@ -339,15 +362,17 @@ class Producer(_core.Producer):
         """
         if self.closed:
             raise self._dead()
-        completer = self._store._completer()
+        completer = self._store._sender or self._store._completer()
         fut = SendFuture(completer.cond)
-        result: SendResult | None = None
-        error: BaseException | None = None
         try:
-            result = self._append(msg, queue_id, sharding_key, selector, arg)
+            if sharding_key is None and selector is None:
+                result = self.send_pipelined(msg, queue_id)
+            else:
+                result = self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - handed to the future / callback
-            error = exc
-        completer.put((fut, callback, result, error, self._tally))
+            completer.put((fut, callback, None, exc, self._tally))
+        else:
+            completer.put((fut, callback, result, None, self._tally))
         return fut
 
     def send_oneway(
