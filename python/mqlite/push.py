@@ -129,6 +129,15 @@ class _PollToken:
             if self._holder == threading.get_ident():
                 self._busy_since = time.monotonic()
 
+    def idle(self) -> bool:
+        """The holder's listener call ended: True if it still holds the token (not taken over),
+        which it keeps."""
+        with self._cond:
+            if self._holder == threading.get_ident():
+                self._busy_since = None
+                return True
+            return False
+
     def release(self) -> None:
         """Gives the token up; a no-op for a holder whose token was taken over."""
         with self._cond:
@@ -378,34 +387,49 @@ class PushConsumer:
                 if not token.acquire(running):
                     return
                 try:
-                    work = self._take()
-                    if work is None:
-                        try:
-                            work = self._poll_once()
-                        except StoreClosedError as exc:
-                            # Every later poll would fail the same way: the threads end here
-                            # (said once); shutdown() still commits what it can.
-                            if self._state == "running" and not self._store_gone:
-                                self._store_gone = True
-                                log.error("store closed under a running push consumer: %s", exc)
-                            return
-                        except MQError as exc:
-                            if self._state == "running":
-                                log.error("poll failed: %s", exc)
-                                time.sleep(_POLL_SLICE)
-                            continue
-                        if work is None:
-                            work = self._take()
-                        if work is not None and self._run_as_leader():
-                            # A quick listener and nothing else ready: run it before handing
-                            # the poll on, which spares the message a thread wake-up.
-                            token.busy()
-                            self._run(work)
-                            work = None
+                    work, end = self._lead()
                 finally:
                     token.release()
+                if end:
+                    return
             if work is not None:
                 self._run(work)
+
+    def _lead(self) -> tuple[tuple[_ProcessQueue, list[MessageExt]] | None, bool]:
+        """Polls while holding the token. A batch polled while the listener is quick and nothing
+        else is ready runs here at once (sparing the message a thread wake-up), and the token
+        is kept for the next poll, so no other thread is woken per message; any other batch is
+        returned to run after the token is given up. Returns (that batch or None, True when the
+        thread must end)."""
+        token = self._token
+        while self._state == "running":
+            work = self._take()
+            if work is None:
+                try:
+                    work = self._poll_once()
+                except StoreClosedError as exc:
+                    # Every later poll would fail the same way: the threads end here (said
+                    # once); shutdown() still commits what it can.
+                    if self._state == "running" and not self._store_gone:
+                        self._store_gone = True
+                        log.error("store closed under a running push consumer: %s", exc)
+                    return None, True
+                except MQError as exc:
+                    if self._state == "running":
+                        log.error("poll failed: %s", exc)
+                        time.sleep(_POLL_SLICE)
+                    return None, False
+                if work is None:
+                    work = self._take()
+                if work is None:
+                    return None, False
+            if not self._run_as_leader():
+                return work, False
+            token.busy()
+            self._run(work)
+            if not token.idle():
+                return None, False  # taken over while the listener ran: that thread polls now
+        return None, False
 
     def _run(self, work: tuple[_ProcessQueue, list[MessageExt]]) -> None:
         if self._orderly:
