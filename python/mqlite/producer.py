@@ -213,27 +213,13 @@ class _Completer:
             durable, failure = self._durable(items)
             outcomes: list[tuple[SendResult | None, BaseException | None]] = []
             with self._lock:
-                if durable:
-                    # The common case, one group commit's sends all confirmed: each future
-                    # is finished inline (as ``_finish`` does) rather than with a call.
-                    for fut, _, result, error, _ in items:
-                        if error is None:
-                            fut._result = result
-                            fut._state = _FINISHED
-                            if fut._waiters:
-                                for w in fut._waiters:
-                                    w.add_result(fut)
-                        else:
-                            fut._finish(None, error)
-                        outcomes.append((result, error))
-                else:
-                    for fut, _, result, error, _ in items:
-                        if error is None and failure is not None:
-                            result, error = None, failure
-                        elif result is not None:
-                            result = result._timed_out()
-                        fut._finish(result, error)
-                        outcomes.append((result, error))
+                for fut, _, result, error, _ in items:
+                    if error is None and failure is not None:
+                        result, error = None, failure
+                    elif result is not None and not durable:
+                        result = result._timed_out()
+                    fut._finish(result, error)
+                    outcomes.append((result, error))
                 self.cond.notify_all()
             for (fut, callback, _, _, _), (result, error) in zip(items, outcomes):
                 if callback is not None or fut._done_callbacks:
