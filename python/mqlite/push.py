@@ -32,6 +32,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Union
 
+from mqlite import _core
 from mqlite.allocate import AllocateMessageQueueStrategy
 from mqlite.errors import (
     ClientClosedError,
@@ -64,22 +65,25 @@ class _ProcessQueue:
     """Messages of one owned queue between poll and acknowledgement."""
 
     __slots__ = (
-        "mq", "unacked", "acked", "position", "running", "backlog", "queued",
+        "mq", "cursor", "unacked", "acked", "position", "running", "backlog", "queued",
         "suspended_until", "dropped", "paused", "committed", "attempts",
     )
 
-    def __init__(self, mq: MessageQueue, position: int, committed: int | None) -> None:
+    def __init__(self, mq: MessageQueue, cursor: _core.QueueCursor) -> None:
         self.mq = mq
+        # The pull consumer's cursor of this queue: the same object from assignment to
+        # revocation, which is this process queue's whole life.
+        self.cursor = cursor
         self.unacked: list[int] = []  # min-heap of dispatched, unacknowledged offsets
         self.acked: set[int] = set()  # acknowledged offsets still inside ``unacked``
-        self.position = position  # offset after the last polled one
+        self.position = cursor.position  # offset after the last polled one
         self.running = 0
         self.backlog: deque[MessageExt] = deque()  # orderly: polled, not yet consumed
         self.queued = False
         self.suspended_until = 0.0
         self.dropped = False
         self.paused = False
-        self.committed = committed
+        self.committed: int | None = cursor.committed
         self.attempts: dict[int, int] = {}
 
     def ack(self, msgs: Sequence[MessageExt]) -> None:
@@ -124,10 +128,11 @@ class _PollToken:
                 self._cond.wait(self._stall)
 
     def busy(self) -> None:
-        """The holder starts a listener call and keeps the token meanwhile."""
-        with self._cond:
-            if self._holder == threading.get_ident():
-                self._busy_since = time.monotonic()
+        """The holder starts a listener call and keeps the token meanwhile. Only the holder calls
+        this, and only while it is not busy (just acquired, or ``idle`` said it still holds the
+        token), when no thread can take the token over: so a plain write, without the lock, is
+        enough; a waiter reads ``_busy_since`` under the lock and sees None or the new time."""
+        self._busy_since = time.monotonic()
 
     def idle(self) -> bool:
         """The holder's listener call ended: True if it still holds the token (not taken over),
@@ -347,8 +352,7 @@ class PushConsumer:
     def _on_assign(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
         with self._lock:
             for mq in mqs:
-                q = consumer._queues[mq]
-                self._pqs[mq] = _ProcessQueue(mq, q.position, q.committed)
+                self._pqs[mq] = _ProcessQueue(mq, consumer._queues[mq])
 
     def _on_revoke(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
         with self._cond:
@@ -404,6 +408,7 @@ class PushConsumer:
         token = self._token
         while self._state == "running":
             work = self._take()
+            direct = False
             if work is None:
                 try:
                     work = self._poll_once()
@@ -421,12 +426,18 @@ class PushConsumer:
                     return None, False
                 if work is None:
                     work = self._take()
-                if work is None:
-                    return None, False
-            if not self._run_as_leader():
+                    if work is None:
+                        return None, False
+                else:
+                    direct = True
+            # A `_direct` batch has just passed `_run_as_leader`'s checks: it runs without them.
+            if not direct and not self._run_as_leader():
                 return work, False
             token.busy()
-            self._run(work)
+            if direct:
+                self._run_concurrent(*work)
+            else:
+                self._run(work)
             if not token.idle():
                 return None, False  # taken over while the listener ran: that thread polls now
         return None, False
@@ -500,7 +511,6 @@ class PushConsumer:
         if direct is not None:
             return direct
         to_pause: list[MessageQueue] = []
-        positions = self._consumer._queues
         with self._lock:
             start = 0
             n = len(msgs)
@@ -514,9 +524,7 @@ class PushConsumer:
                 start = end
                 if pq is None:
                     continue
-                q = positions.get(mq)
-                if q is not None:
-                    pq.position = q.position
+                pq.position = pq.cursor.position
                 for m in run:
                     heapq.heappush(pq.unacked, m.queue_offset)
                 if self._orderly:
@@ -555,9 +563,7 @@ class PushConsumer:
             pq = self._pqs.get(mq)
             if pq is None or pq.dropped:
                 return None
-            q = self._consumer._queues.get(mq)
-            if q is not None:
-                pq.position = q.position
+            pq.position = pq.cursor.position
             for m in msgs:
                 heapq.heappush(pq.unacked, m.queue_offset)
             pq.running += 1
@@ -573,15 +579,14 @@ class PushConsumer:
 
     def _commit(self) -> None:
         self._next_commit = time.monotonic() + self._commit_interval
-        positions = self._consumer._queues
         with self._lock:
             # Called by the poller before it polls: every fetched message is in ``unacked``, so a
             # queue with none may commit its cursor, which also passes messages the filter
             # skipped or retention removed (RocketMQ moves such an offset forward the same way).
-            for mq, idle in self._pqs.items():
-                q = positions.get(mq)
-                if not idle.unacked and not idle.running and q is not None and q.position > idle.position:
-                    idle.position = q.position
+            for idle in self._pqs.values():
+                position = idle.cursor.position
+                if not idle.unacked and not idle.running and position > idle.position:
+                    idle.position = position
             offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
                        if pq.commit_offset() != pq.committed}
         if offsets:
