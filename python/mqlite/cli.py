@@ -1,4 +1,4 @@
-"""The ``mqlite`` command line: ``demo``, ``topics`` and ``tail``."""
+"""The ``mqlite`` command line: ``demo``, ``topics``, ``groups`` and ``tail``."""
 
 from __future__ import annotations
 
@@ -64,6 +64,39 @@ def _cmd_topics(args: argparse.Namespace) -> int:
     else:
         _table(f"topics in {args.path}", list(rows[0]) if rows else ["name"],
                [list(r.values()) for r in rows])
+    return 0
+
+
+def _cmd_groups(args: argparse.Namespace) -> int:
+    """Consumer groups and their lag (what ``kafka-consumer-groups --describe`` and RocketMQ's
+    ``mqadmin consumerProgress`` show): one row per group, or with ``--group`` one per queue."""
+    with _open(args.path) as store:
+        if args.group is None:
+            rows: list[dict[str, Any]] = []
+            for group in store.consumer_groups():
+                progress = store.consumer_progress(group)
+                rows.append({
+                    "group": group,
+                    "topics": len({p.topic for p in progress}),
+                    "queues": len(progress),
+                    "lag": sum(p.lag for p in progress),
+                })
+            title = f"consumer groups in {args.path}"
+            columns = ["group", "topics", "queues", "lag"]
+        else:
+            progress = store.consumer_progress(args.group)
+            if not progress:
+                print(f"mqlite: error: group {args.group!r} has no committed offsets in {args.path}",
+                      file=sys.stderr)
+                return 1
+            rows = [{"topic": p.topic, "queue_id": p.queue_id, "committed": p.committed,
+                     "max_offset": p.max_offset, "lag": p.lag} for p in progress]
+            title = f"group {args.group} in {args.path}"
+            columns = ["topic", "queue_id", "committed", "max_offset", "lag"]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _table(title, columns, [[r[c] for c in columns] for r in rows])
     return 0
 
 
@@ -153,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     topics.add_argument("path")
     topics.add_argument("--json", action="store_true", help="print JSON")
     topics.set_defaults(func=_cmd_topics)
+
+    groups = sub.add_parser("groups", help="list consumer groups with their lag")
+    groups.add_argument("path")
+    groups.add_argument("-g", "--group", default=None, help="one group: its lag per queue")
+    groups.add_argument("--json", action="store_true", help="print JSON")
+    groups.set_defaults(func=_cmd_groups)
 
     tail = sub.add_parser("tail", help="print messages of a topic (read-only)")
     tail.add_argument("path")

@@ -118,7 +118,7 @@ class InvalidConfigError(IllegalArgumentError):
 
 
 class InvalidGroupError(IllegalArgumentError):
-    """Group name empty, longer than 255 characters or outside ``[%|A-Za-z0-9_-]``."""
+    """Group name empty, longer than 120 characters or outside ``[%|A-Za-z0-9_-]``."""
 
     default_code = "INVALID_GROUP"
 

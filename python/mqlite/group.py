@@ -31,7 +31,9 @@ from mqlite.message import MessageQueue
 
 __all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id"]
 
-_GROUP = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
+# RocketMQ 5.x clients refuse group names over 120 characters (4.9 clients allowed 255), and
+# so does the engine for producer groups: one limit for every kind of group.
+_GROUP = re.compile(r"[%|A-Za-z0-9_-]{1,120}")
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 _COUNTER = itertools.count(1)
 
@@ -42,7 +44,7 @@ def check_group(group: object) -> str:
         raise InvalidGroupError(f"group must be a str, not {type(group).__name__}")
     if not _GROUP.fullmatch(group):
         raise InvalidGroupError(
-            f"invalid group {group!r}: 1 to 255 characters from [%|A-Za-z0-9_-]"
+            f"invalid group {group!r}: 1 to 120 characters from [%|A-Za-z0-9_-]"
         )
     return group
 

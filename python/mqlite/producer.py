@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqlite import _core
 from mqlite.errors import IllegalArgumentError, MQError, StoreClosedError, TopicNotFoundError
+from mqlite.group import check_group
 from mqlite.message import Message, MessageQueue, SendBatchResult, SendResult
 
 if TYPE_CHECKING:
@@ -262,7 +263,9 @@ class Producer(_core.Producer):
     __slots__ = ("_store", "_tally", "__weakref__")
 
     def __new__(cls, store: Store, group: str = "DEFAULT_PRODUCER") -> Producer:
-        return super().__new__(cls, store._live(), group)
+        # Checked here too, so that a bad producer group is the same InvalidGroupError as a bad
+        # consumer group.
+        return super().__new__(cls, store._live(), check_group(group))
 
     def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
         self._store = store

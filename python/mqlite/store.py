@@ -345,6 +345,14 @@ class Store:
 
         return PushConsumer(self, group, **options)
 
+    def consumer_groups(self) -> list[str]:
+        """The clustering groups with committed offsets in this store, sorted (RocketMQ's
+        ``consumerOffset.json`` keys are ``topic@group``; a broadcasting consumer keeps its
+        offsets to itself and is not listed)."""
+        self._live()
+        table = group_offsets(self._client_root()).load()
+        return sorted({key.rpartition("@")[2] for key in table if "@" in key})
+
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """The clustering group's committed offset, max offset and lag per queue."""
         check_group(group)

@@ -46,6 +46,47 @@ def test_topics_table(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "orders" in out and "empty" in out
 
 
+@pytest.fixture
+def grouped(filled: Path) -> Path:
+    """``filled`` with two groups: ``done`` has consumed everything, ``behind`` nothing."""
+    with mqlite.open(filled) as s:
+        s.reset_offset("done", "orders", to="latest")
+        s.reset_offset("behind", "orders", to="earliest")
+    return filled
+
+
+def test_groups_lists_each_group_with_its_lag(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["groups", str(grouped), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [
+        {"group": "behind", "topics": 1, "queues": 2, "lag": 6},
+        {"group": "done", "topics": 1, "queues": 2, "lag": 0},
+    ]
+    assert main(["groups", str(grouped)]) == 0
+    out = capsys.readouterr().out
+    assert "behind" in out and "done" in out
+
+
+def test_groups_of_one_group_show_each_queue(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["groups", str(grouped), "-g", "behind", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"topic": "orders", "queue_id": 0, "committed": 0, "max_offset": 5, "lag": 5},
+        {"topic": "orders", "queue_id": 1, "committed": 0, "max_offset": 1, "lag": 1},
+    ]
+
+
+def test_groups_errors(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["groups", str(grouped), "-g", "nobody"]) == 1
+    assert "'nobody' has no committed offsets" in capsys.readouterr().err
+    assert main(["groups", str(grouped), "-g", "bad group!"]) == 1
+    assert "[INVALID_GROUP]" in capsys.readouterr().err
+
+
+def test_groups_of_a_store_without_consumers(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["groups", str(filled), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 def test_tail_offsets(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def tail(*args: str) -> list[dict[str, object]]:
         assert main(["tail", str(filled), "orders", "--json", *args]) == 0

@@ -308,6 +308,19 @@ def test_subscribe_and_assign_do_not_mix(store: mqlite.Store) -> None:
             c.subscribe("t")
 
 
+def test_group_names_have_one_limit_for_producers_and_consumers(store: mqlite.Store) -> None:
+    # RocketMQ 5.x's 120 characters, whichever kind of group: the same name either works as
+    # both a producer and a consumer group or fails as both, with the same error.
+    longest = "g" * 120
+    store.producer(longest).close()
+    store.pull_consumer(longest).close()
+    for bad in ("g" * 121, "bad group!", ""):
+        with pytest.raises(mqlite.InvalidGroupError):
+            store.producer(bad)
+        with pytest.raises(mqlite.InvalidGroupError):
+            store.pull_consumer(bad)
+
+
 def test_bad_arguments(store: mqlite.Store) -> None:
     with pytest.raises(mqlite.InvalidGroupError):
         store.pull_consumer("bad group!")

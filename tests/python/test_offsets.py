@@ -72,6 +72,21 @@ def test_progress_and_lag(store: mqlite.Store) -> None:
     assert store.consumer_progress("nobody") == []
 
 
+def test_consumer_groups_lists_the_groups_with_committed_offsets(store: mqlite.Store) -> None:
+    assert store.consumer_groups() == []
+    fill(store)
+    for group in ("orders-b", "audit", "orders-a"):
+        with store.pull_consumer(group, consume_from=FIRST, auto_commit=False) as c:
+            c.subscribe("t")
+            c.commit({MessageQueue("t", 0): 1})
+    # a broadcasting consumer keeps its offsets in its own file: not a group of the shared table
+    with store.pull_consumer("fan", message_model=mqlite.MessageModel.BROADCASTING,
+                             client_id="c1", consume_from=FIRST) as c:
+        c.subscribe("t")
+        c.commit()
+    assert store.consumer_groups() == ["audit", "orders-a", "orders-b"]
+
+
 def test_reset_offset(store: mqlite.Store) -> None:
     fill(store)
     c = store.pull_consumer("g", consume_from=FIRST)
