@@ -68,10 +68,15 @@ impl<'a> Prepared<'a> {
 /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable). The topic maps to
 /// an index so that the append path finds its slot with one hash lookup (a map of vectors
 /// would need a second one to insert a new topic without holding the first borrow).
+/// Invariant: `names[i]` is the topic of index `i` in `index`; indexes are never reused.
 #[derive(Debug, Default)]
 pub(crate) struct QueueTable {
     index: HashMap<String, usize, FastBuild>,
+    names: Vec<String>,
     next: Vec<Vec<u64>>,
+    /// Index of the topic appended to last: appends usually go to one topic in a row, and
+    /// comparing its name costs less than hashing it.
+    last: usize,
 }
 
 impl QueueTable {
@@ -87,14 +92,21 @@ impl QueueTable {
 
     /// The next-queue-offset slot of (topic, queue id), created at 0.
     fn slot(&mut self, topic: &str, queue_id: u32) -> Option<&mut u64> {
-        let t = match self.index.get(topic) {
-            Some(&t) => t,
-            None => {
-                let t = self.next.len();
-                self.next.push(Vec::new());
-                self.index.insert(topic.to_owned(), t);
-                t
-            }
+        let t = if self.names.get(self.last).is_some_and(|n| n == topic) {
+            self.last
+        } else {
+            let t = match self.index.get(topic) {
+                Some(&t) => t,
+                None => {
+                    let t = self.next.len();
+                    self.next.push(Vec::new());
+                    self.names.push(topic.to_owned());
+                    self.index.insert(topic.to_owned(), t);
+                    t
+                }
+            };
+            self.last = t;
+            t
         };
         let v = self.next.get_mut(t)?;
         let i = queue_id as usize;
@@ -436,6 +448,31 @@ mod tests {
     use crate::message::codec::{RecordView, STORE_TIMESTAMP_POS};
 
     const FILE: u64 = 32 << 10;
+
+    #[test]
+    fn queue_table_keeps_each_topic_and_queue_apart_when_topics_alternate() {
+        let mut t = QueueTable::default();
+        // A, A, AB, A, AB, C, A: the remembered last topic changes back and forth, and a
+        // prefix of a name ("A" of "AB") is another topic.
+        for (topic, q) in [
+            ("A", 0),
+            ("A", 0),
+            ("AB", 0),
+            ("A", 1),
+            ("AB", 0),
+            ("C", 2),
+            ("A", 0),
+        ] {
+            *t.slot(topic, q).unwrap() += 1;
+        }
+        assert_eq!(t.get("A", 0), 3);
+        assert_eq!(t.get("A", 1), 1);
+        assert_eq!(t.get("AB", 0), 2);
+        assert_eq!(t.get("C", 2), 1);
+        assert_eq!(t.get("C", 0), 0);
+        assert_eq!(t.get("B", 0), 0);
+        assert_eq!(t.names, ["A", "AB", "C"]);
+    }
 
     /// Appends the same batches (the last ones rolling to a second file) through the mapping
     /// (`warmed_to` past them) and through `pwrite` (`warmed_to` 0); returns the file bytes.
