@@ -172,11 +172,7 @@ impl TopicTable {
     /// `write_info` for a caller that must not wait: `None` while a topic change holds the
     /// table (it writes `topics.json` under the lock), else `Some(write_info)`.
     pub fn try_write_info(&self, topic: &str) -> Option<Option<(u32, bool)>> {
-        let g = match self.inner.try_read() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
+        let g = crate::util::sync::try_read(&self.inner)?;
         Some(g.topic_config_table.get(topic).map(TopicConfig::write_info))
     }
 

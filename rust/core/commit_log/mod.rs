@@ -30,7 +30,7 @@ pub mod recovery;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
@@ -160,10 +160,8 @@ impl CommitLog {
     /// the log to a new file, or when its pages are not known to be faulted in yet. What is
     /// left is a copy into mapped memory already in the page cache.
     pub fn try_put(&self, p: &Prepared<'_>) -> Result<Option<Appended>> {
-        let a = match self.appender.try_lock() {
-            Ok(a) => a,
-            Err(TryLockError::Poisoned(g)) => g.into_inner(),
-            Err(TryLockError::WouldBlock) => return Ok(None),
+        let Some(a) = crate::util::sync::try_lock(&self.appender) else {
+            return Ok(None);
         };
         match a.fits(p.len as u64) {
             Some(end) if end <= self.warmed.load(Ordering::Relaxed) => {}

@@ -364,10 +364,8 @@ impl ConsumeQueue {
         let Some(last) = rest.last() else {
             return Ok(true);
         };
-        let mut guard = match self.writer.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        let Some(mut guard) = crate::util::sync::try_lock(&self.writer) else {
+            return Ok(false);
         };
         let Some(w) = guard.as_mut() else {
             return Ok(false);

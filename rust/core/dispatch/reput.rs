@@ -14,7 +14,7 @@
 //! below it was handed to every dispatcher in commit-log order.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{DispatchRequest, Dispatcher};
@@ -344,11 +344,7 @@ impl Reput {
 
     /// The dispatch cursor, unless another thread holds it.
     fn try_cursor(&self) -> Option<std::sync::MutexGuard<'_, Cursor>> {
-        match self.from.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        crate::util::sync::try_lock(&self.from)
     }
 
     /// Dispatch progressed to `to`: publish it, forget a past error, wake waiting consumers.
