@@ -152,7 +152,7 @@ fn small_config() -> StoreConfig {
 /// replaced.
 /// The golden record as the store writes it: the fixture's bytes with the assigned offsets and
 /// store time, TOTALSIZE and PROPLEN grown by 20, then the whole-record CRC property
-/// (`__CRC32#`, FORMAT.md §1.6): the masked CRC32 of everything before it, as 10 decimal digits
+/// (`__CRC32#`, FORMAT.md §1.5): the masked CRC32 of everything before it, as 10 decimal digits
 /// written least significant first.
 fn expected_on_disk(queue_offset: u64, physical_offset: u64, store_ts: i64) -> Vec<u8> {
     let mut b = fixture("record_v1.hex");
@@ -253,4 +253,51 @@ fn store_writes_the_golden_layout_to_disk() {
     assert_eq!(recs.len(), 2);
     assert_eq!(recs[0], &log[0..REC as usize]);
     assert_eq!(recs[1], &log[REC as usize..2 * REC as usize]);
+}
+
+/// The body of the compression fixtures (`COMPRESSED_BODY` of `tests/fixtures/make_golden.py`).
+fn compressed_fixture_body() -> Vec<u8> {
+    b"mqlite golden body, compressed as RocketMQ producers do. ".repeat(8)
+}
+
+#[test]
+fn compressed_body_fixtures_decode_through_a_stored_record() {
+    use mqlite::message::compression::{decoded_body, Codec};
+    let body = compressed_fixture_body();
+    assert_eq!(body.len(), 456);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    let cases = [
+        ("body_zlib.hex", Codec::Zlib, 0x301),
+        ("body_lz4.hex", Codec::Lz4, 0x101),
+        ("body_zstd.hex", Codec::Zstd, 0x201),
+    ];
+    for (i, (name, codec, flags)) in cases.into_iter().enumerate() {
+        let stored = fixture(name);
+        assert_eq!(codec.sysflag(), flags);
+        assert_eq!(codec.decompress(&stored).unwrap(), body, "{name}");
+        let mut msg = MessageRef::new("Compressed", 0, &stored);
+        msg.sysflag = flags;
+        let put = store.put(&msg).unwrap().appended;
+        assert_eq!(put.queue_offset, i as u64);
+        let got = store
+            .get_messages("Compressed", 0, i as u64, 1, &TagFilter::parse("*"))
+            .unwrap();
+        let rec = got.iter().next().unwrap();
+        let view = RecordView::parse(rec.bytes(), true).unwrap();
+        // The record keeps the compressed bytes and their CRC; the reader decodes them.
+        assert_eq!(view.sysflag(), flags, "{name}");
+        assert_eq!(view.body(), stored.as_slice(), "{name}");
+        assert_eq!(view.body_crc(), codec::body_crc(&stored), "{name}");
+        assert_eq!(
+            decoded_body(view.sysflag(), view.body()).unwrap(),
+            body,
+            "{name}"
+        );
+    }
+    // RocketMQ's zlib records from before the codec bits: the compressed bit alone.
+    let zlib = fixture("body_zlib.hex");
+    assert_eq!(decoded_body(0x1, &zlib).unwrap(), body);
+    // The same bytes without the compressed bit are a plain body.
+    assert_eq!(decoded_body(0x300, &zlib).unwrap(), zlib);
 }

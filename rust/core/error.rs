@@ -74,6 +74,9 @@ pub enum Error {
     FlushTimeout { offset: u64, timeout_ms: u64 },
     /// The store was used in a process forked from the one that opened it.
     UsedAfterFork,
+    /// A body flagged compressed does not decompress (damaged, an unknown codec, or larger
+    /// than the decompression limit), or a body could not be compressed.
+    Compression { codec: &'static str, reason: String },
 }
 
 impl Error {
@@ -101,6 +104,7 @@ impl Error {
             Error::Corrupted { .. } => "CORRUPTED",
             Error::FlushTimeout { .. } => "FLUSH_DISK_TIMEOUT",
             Error::UsedAfterFork => "USED_AFTER_FORK",
+            Error::Compression { .. } => "COMPRESSION",
         }
     }
 
@@ -194,6 +198,9 @@ impl fmt::Display for Error {
                     f,
                     "the store was opened in another process; reopen it after fork()"
                 )
+            }
+            Error::Compression { codec, reason } => {
+                write!(f, "{codec} body compression: {reason}")
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Messages: what a producer hands the store, and the record layout they are stored in.
 
 pub mod codec;
+pub mod compression;
 pub mod msg_id;
 pub mod properties;
 pub mod validate;
