@@ -10,6 +10,7 @@
 from mqlite.errors import (
     ClientClosedError,
     ClientIdInUseError,
+    CompressionError,
     ConsumerGroupActiveError,
     CorruptedLogError,
     FilterExpressionError,
@@ -125,6 +126,7 @@ __all__ = [
     "StoreLockedError",
     "StoreFullError",
     "StorePoisonedError",
+    "CompressionError",
     "CorruptedLogError",
     "StoreIOError",
     "StoreNotADirectoryError",

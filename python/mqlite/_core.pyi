@@ -107,7 +107,11 @@ class MessageExt:
     @property
     def offset_msg_id(self) -> str: ...
     @property
-    def body(self) -> bytes: ...
+    def body(self) -> bytes:
+        """The body as sent: decompressed (on each access) when the record is compressed."""
+    @property
+    def raw_body(self) -> bytes:
+        """The body bytes as stored (compressed for a compressed record)."""
     @property
     def tags(self) -> str | None: ...
     @property
@@ -174,9 +178,20 @@ class QueueCursor:
 class Producer:
     """Sends messages; queue selection is round robin over the topic's write queues unless a
     queue id, sharding key or selector decides."""
-    def __new__(cls, store: Store, group: str = "DEFAULT_PRODUCER") -> Self: ...
+    def __new__(
+        cls,
+        store: Store,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        compress_over: int | None = None,
+        compression: str = "zlib",
+        compression_level: int | None = None,
+    ) -> Self: ...
     @property
     def group(self) -> str: ...
+    @property
+    def compression(self) -> tuple[str, int, int] | None:
+        """``(codec, compress_over, level)`` when single sends are compressed, else None."""
     @property
     def closed(self) -> bool: ...
     def _mark_closed(self) -> None: ...

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, SendResult
-from mqlite.producer import MessageQueueSelector
+from mqlite.producer import Compression, MessageQueueSelector
 from mqlite.pull import PullConsumer, RebalanceCallback, _Handout
 from mqlite.selector import MessageSelector
 
@@ -50,8 +50,21 @@ class _Worker:
 class AsyncProducer:
     """``await producer.send(msg)`` without blocking the event loop."""
 
-    def __init__(self, store: Store, group: str = "DEFAULT_PRODUCER") -> None:
-        self._producer = store.producer(group)
+    def __init__(
+        self,
+        store: Store,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        compress_over: int | None = None,
+        compression: Compression = "zlib",
+        compression_level: int | None = None,
+    ) -> None:
+        self._producer = store.producer(
+            group,
+            compress_over=compress_over,
+            compression=compression,
+            compression_level=compression_level,
+        )
         self._worker = _Worker("mqlite-aio-producer")
 
     @property

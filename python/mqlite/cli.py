@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mqlite.errors import InvalidQueueError, MQError, StoreNotFoundError
+from mqlite.errors import CompressionError, InvalidQueueError, MQError, StoreNotFoundError
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.store import Store
 
@@ -141,17 +141,26 @@ def _tail_queue(store: Store, mq: MessageQueue, where: str | int, count: int) ->
 
 
 def _as_dict(m: MessageExt) -> dict[str, Any]:
+    # A compressed body that does not decompress is shown as stored, with the reason.
+    error: str | None = None
     try:
-        body: str = m.body.decode("utf-8")
+        raw = m.body
+    except CompressionError as e:
+        raw, error = m.raw_body, str(e)
+    try:
+        body: str = raw.decode("utf-8")
         encoding = "utf-8"
     except UnicodeDecodeError:
-        body, encoding = base64.b64encode(m.body).decode("ascii"), "base64"
-    return {
+        body, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    out = {
         "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
         "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "tags": m.tags, "keys": list(m.keys),
         "properties": m.properties, "store_timestamp": m.store_timestamp,
         "body": body, "body_encoding": encoding,
     }
+    if error is not None:
+        out["body_error"] = error
+    return out
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ __all__ = [
     "StoreFullError",
     "StorePoisonedError",
     "CorruptedLogError",
+    "CompressionError",
     "StoreIOError",
     "StoreNotADirectoryError",
     "StoreNotFoundError",
@@ -230,6 +231,14 @@ class CorruptedLogError(StoreError):
     """A record failed its checks."""
 
     default_code = "CORRUPTED_LOG"
+
+
+class CompressionError(MQError):
+    """A body could not be compressed, or a stored body flagged compressed does not decompress
+    (damaged, an unknown codec, or more than 128 MiB once decompressed). The record itself is
+    intact: ``MessageExt.raw_body`` still returns its stored bytes."""
+
+    default_code = "COMPRESSION"
 
 
 class StoreIOError(StoreError, OSError):

@@ -26,7 +26,7 @@ from mqlite.errors import (
 )
 from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.producer import Producer, _Completer
+from mqlite.producer import Compression, Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.topic import TopicConfig, parse_tags
 
@@ -210,9 +210,25 @@ class Store:
 
     # -- producing ------------------------------------------------------------------------------
 
-    def producer(self, group: str = "DEFAULT_PRODUCER") -> Producer:
-        """A producer in ``group``; sends go round robin over a topic's write queues."""
-        producer = Producer(self, group)
+    def producer(
+        self,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        compress_over: int | None = None,
+        compression: Compression = "zlib",
+        compression_level: int | None = None,
+    ) -> Producer:
+        """A producer in ``group``; sends go round robin over a topic's write queues.
+
+        ``compress_over=N`` compresses single sends of ``N`` body bytes or more (see
+        ``Producer``)."""
+        producer = Producer(
+            self,
+            group,
+            compress_over=compress_over,
+            compression=compression,
+            compression_level=compression_level,
+        )
         self._producers.add(producer)
         return producer
 

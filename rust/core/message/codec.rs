@@ -545,11 +545,16 @@ impl<'a> RecordView<'a> {
         Self::parse_checked(buf, Verify::Stored)
     }
 
+    /// SYSFLAG of a record that was already parsed (and verified), read in place.
+    pub fn sysflag_of(record: &[u8]) -> Option<i32> {
+        be_u32(record, 36).map(|v| v as i32)
+    }
+
     /// Where the body of a record that was already parsed (and verified) lies in `record`:
     /// only the sysflag's host widths and BODYLEN are read, for a reader that keeps the
     /// record's bytes and hands out the body later. `None` if those fields do not fit.
     pub fn body_range(record: &[u8]) -> Option<std::ops::Range<usize>> {
-        let sysflag = be_u32(record, 36)? as i32;
+        let sysflag = Self::sysflag_of(record)?;
         let born_host_len = if sysflag & super::sysflag::BORNHOST_V6 != 0 {
             20
         } else {

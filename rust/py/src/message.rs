@@ -2,11 +2,12 @@
 //! attribute by attribute into an encoded property string; stored messages become `MessageExt`
 //! objects that decode their fields lazily from a shared record buffer.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use mqlite::message::codec::{RecordView, STORE_HOST};
 use mqlite::message::msg_id::UniqueId;
-use mqlite::message::{msg_id, properties, validate};
+use mqlite::message::{compression, msg_id, properties, validate};
 use mqlite::Appended;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -412,6 +413,22 @@ pub struct PyMessageExt {
 }
 
 impl PyMessageExt {
+    fn record(&self) -> &[u8] {
+        self.buf
+            .get(self.start as usize..(self.start + self.len) as usize)
+            .unwrap_or(&[])
+    }
+
+    /// The stored body: the store verified the record when it was read, so only the body's
+    /// place is needed.
+    fn stored_body(&self) -> PyResult<&[u8]> {
+        let record = self.record();
+        match RecordView::body_range(record).and_then(|r| record.get(r)) {
+            Some(body) => Ok(body),
+            None => Ok(self.view()?.body()),
+        }
+    }
+
     fn view(&self) -> PyResult<RecordView<'_>> {
         let b = self
             .buf
@@ -458,17 +475,24 @@ impl PyMessageExt {
             self.view()?.physical_offset(),
         ))
     }
+    /// The body as the producer sent it: decompressed when the record's SYSFLAG marks it
+    /// compressed (FORMAT.md §1.6), again on each access.
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        // The store verified the record when it was read: only the body's place is needed.
-        let record = self
-            .buf
-            .get(self.start as usize..(self.start + self.len) as usize)
-            .unwrap_or(&[]);
-        match RecordView::body_range(record).and_then(|r| record.get(r)) {
-            Some(body) => Ok(PyBytes::new(py, body)),
-            None => Ok(PyBytes::new(py, self.view()?.body())),
+        let stored = self.stored_body()?;
+        let flags = RecordView::sysflag_of(self.record()).unwrap_or(0);
+        if flags & mqlite::message::sysflag::COMPRESSED == 0 {
+            return Ok(PyBytes::new(py, stored));
         }
+        let decoded = py
+            .detach(|| compression::decoded_body(flags, stored).map(Cow::into_owned))
+            .map_err(crate::errors::PyMqError)?;
+        Ok(PyBytes::new(py, &decoded))
+    }
+    /// The body bytes as stored: the compressed bytes of a compressed body.
+    #[getter]
+    fn raw_body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.stored_body()?))
     }
     #[getter]
     fn tags(&self) -> PyResult<Option<String>> {

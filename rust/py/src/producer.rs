@@ -14,6 +14,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{illegal, PyMqError};
 use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
+use mqlite::message::compression::{self, Codec};
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
@@ -26,11 +27,60 @@ pub struct PyProducer {
     pub ids: Arc<UniqueIdGenerator>,
     /// Set by `_mark_closed` (the producer's or its store's close).
     pub closed: AtomicBool,
+    /// Compression of single sends, when asked for (`compress_over`).
+    pub compress: Option<Compress>,
+}
+
+/// A producer's body compression: bodies of `over` bytes or more are compressed with `codec`
+/// at `level`, and stored compressed when that made them shorter (FORMAT.md §1.6).
+#[derive(Debug, Clone, Copy)]
+pub struct Compress {
+    pub codec: Codec,
+    pub over: usize,
+    pub level: i32,
+}
+
+impl Compress {
+    /// The settings of `Producer(..., compress_over=, compression=, compression_level=)`.
+    fn from_args(over: Option<i64>, codec: &str, level: Option<i32>) -> PyResult<Option<Self>> {
+        let codec = Codec::from_name(codec).ok_or_else(|| {
+            crate::errors::InvalidConfigError::new_err(format!(
+                "compression must be 'zlib', 'lz4' or 'zstd', not {codec:?}"
+            ))
+        })?;
+        let level = level.unwrap_or(compression::DEFAULT_LEVEL);
+        codec.check_level(level).map_err(PyMqError)?;
+        let Some(over) = over else {
+            return Ok(None);
+        };
+        let over = usize::try_from(over).map_err(|_| {
+            crate::errors::InvalidConfigError::new_err(format!(
+                "compress_over must be >= 0 bytes, not {over}"
+            ))
+        })?;
+        Ok(Some(Compress { codec, over, level }))
+    }
+
+    /// `body` compressed with its SYSFLAG bits, or `None` when it is under the threshold or
+    /// did not shrink. The GIL is released while compressing.
+    fn apply(&self, py: Python<'_>, body: &[u8]) -> PyResult<Option<(Vec<u8>, i32)>> {
+        if body.len() < self.over {
+            return Ok(None);
+        }
+        let packed = py
+            .detach(|| self.codec.compress(body, self.level))
+            .map_err(PyMqError)?;
+        Ok((packed.len() < body.len()).then(|| (packed, self.codec.sysflag())))
+    }
 }
 
 impl PyProducer {
     /// A producer of `store` in `group`.
-    pub fn create(store: &crate::store::PyStore, group: &str) -> PyResult<Self> {
+    pub fn create(
+        store: &crate::store::PyStore,
+        group: &str,
+        compress: Option<Compress>,
+    ) -> PyResult<Self> {
         check_group(group)?;
         let core = store.core();
         if core.is_closed() {
@@ -45,6 +95,7 @@ impl PyProducer {
             next_queue: AtomicU32::new(std::process::id() % 1024),
             ids: store.ids(),
             closed: AtomicBool::new(false),
+            compress,
         })
     }
 }
@@ -76,12 +127,32 @@ fn queue_arg(queue_id: Option<i64>) -> PyResult<Option<u32>> {
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (store, group = "DEFAULT_PRODUCER"))]
-    fn py_new(store: &Bound<'_, PyAny>, group: &str) -> PyResult<Self> {
+    #[pyo3(signature = (
+        store,
+        group = "DEFAULT_PRODUCER",
+        *,
+        compress_over = None,
+        compression = "zlib",
+        compression_level = None
+    ))]
+    fn py_new(
+        store: &Bound<'_, PyAny>,
+        group: &str,
+        compress_over: Option<i64>,
+        compression: &str,
+        compression_level: Option<i32>,
+    ) -> PyResult<Self> {
         let store = store
             .cast::<crate::store::PyStore>()
             .map_err(|_| crate::errors::type_error("store must be an mqlite._core.Store"))?;
-        Self::create(store.get(), group)
+        let compress = Compress::from_args(compress_over, compression, compression_level)?;
+        Self::create(store.get(), group, compress)
+    }
+
+    /// `(codec, compress_over, level)` when single sends are compressed, else None.
+    #[getter]
+    fn compression(&self) -> Option<(&'static str, usize, i32)> {
+        self.compress.map(|c| (c.codec.name(), c.over, c.level))
     }
 
     #[getter]
@@ -290,7 +361,15 @@ impl PyProducer {
         props.clear();
         let result = read_message(msg, &mut props, uniq.as_str()).and_then(|held| {
             let out = held.outgoing()?;
-            let m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
+            let packed = match &self.compress {
+                Some(c) => c.apply(py, out.body)?,
+                None => None,
+            };
+            let mut m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
+            if let Some((body, flags)) = &packed {
+                m.body = body;
+                m.sysflag = *flags;
+            }
             let rr = queue_id.is_none().then_some(&self.next_queue);
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append (and, with several sending threads, hands the GIL around

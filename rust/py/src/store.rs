@@ -200,7 +200,7 @@ impl PyStore {
 
     #[pyo3(signature = (group = "DEFAULT_PRODUCER"))]
     fn producer(&self, group: &str) -> PyResult<PyProducer> {
-        PyProducer::create(self, group)
+        PyProducer::create(self, group, None)
     }
 
     #[pyo3(signature = (topic, queues = 4, *, perm = 6, order = false, exist_ok = true))]
