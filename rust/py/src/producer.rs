@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use mqlite::message::compression::{self, Codec};
 use mqlite::message::msg_id::UniqueIdGenerator;
 use mqlite::{Appended, FlushMode, MessageRef, PutStatus, Store};
 use pyo3::intern;
@@ -14,7 +15,6 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{illegal, PyMqError};
 use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
-use mqlite::message::compression::{self, Codec};
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
