@@ -430,11 +430,7 @@ impl PyMessageExt {
     }
 
     fn view(&self) -> PyResult<RecordView<'_>> {
-        let b = self
-            .buf
-            .get(self.start as usize..(self.start + self.len) as usize)
-            .unwrap_or(&[]);
-        RecordView::parse(b, false).map_err(|e| {
+        RecordView::parse(self.record(), false).map_err(|e| {
             crate::errors::CorruptedLogError::new_err(format!("stored record does not decode: {e}"))
         })
     }
