@@ -45,6 +45,7 @@ pub mod store;
 pub mod testing;
 pub mod topic_config;
 pub mod util;
+pub mod wakeup;
 
 pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};

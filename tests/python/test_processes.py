@@ -103,6 +103,57 @@ def test_read_only_process_follows_the_writer(store_path: Path, spawn_py: SpawnP
         assert reader.wait(timeout=30) == 0
 
 
+
+SLEEPER = """
+import json, sys, time
+import mqlite
+from mqlite import MessageQueue
+
+with mqlite.open(sys.argv[1], read_only=True) as store:
+    mq = MessageQueue("feed", 0)
+    print(json.dumps({"step": "waiting"}), flush=True)
+    start = time.monotonic()
+    woke = store.wait_for({mq: 1}, timeout=60)
+    res = store.read_result(mq, 1, 8)
+    print(json.dumps({"woke": woke, "secs": time.monotonic() - start,
+                      "bodies": [m.body.decode() for m in res.messages]}), flush=True)
+"""
+
+
+def _wake_word(store_path: Path) -> int:
+    return int.from_bytes((store_path / "wakeup").read_bytes()[:4], "big")
+
+
+def test_a_follower_process_sleeps_on_the_wake_up_word_until_the_writer_wakes_it(
+    store_path: Path, spawn_py: SpawnPy
+) -> None:
+    """A read-only follower waiting in another process sleeps on the futex of ``wakeup`` (it
+    sets the word's sleeper bit, FORMAT.md §6) instead of polling, and the writer's next send
+    clears the bit and wakes it."""
+    with mqlite.open(store_path) as writer:
+        writer.create_topic("feed", 1)
+        producer = writer.producer()
+        producer.send(Message("feed", b"first"))
+        assert (store_path / "wakeup").stat().st_size == 4096
+        word = _wake_word(store_path)
+        assert word & 1 == 0, "nobody asleep yet"
+
+        reader = spawn_py(SLEEPER, store_path)
+        assert _line(reader) == {"step": "waiting"}
+        deadline = time.monotonic() + 30
+        while _wake_word(store_path) & 1 == 0:
+            assert time.monotonic() < deadline, "the follower never announced its sleep"
+            time.sleep(0.005)
+        assert reader.poll() is None, "still waiting: nothing new was sent"
+
+        producer.send(Message("feed", b"second"))
+        woke = _line(reader)
+        assert woke["woke"] is True and woke["bodies"] == ["second"]
+        after = _wake_word(store_path)
+        assert after & 1 == 0 and after >> 1 > word >> 1, "the writer cleared the bit and counted"
+        assert reader.wait(timeout=30) == 0
+
+
 def test_second_writer_in_same_process_is_locked(store_path: Path) -> None:
     with mqlite.open(store_path) as first:
         first.producer().send(Message("t", b"x"))
@@ -166,3 +217,27 @@ def test_wait_lets_a_second_writer_take_its_turn(store_path: Path, spawn_py: Spa
         s.producer().send(Message("held", b"by parent"))
     assert 0.2 < waited < 30
     assert holder.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_close_returns_a_thread_blocked_in_wait_for(store_path: Path, read_only: bool) -> None:
+    """``wait_for(timeout=None)`` in another thread ends when the store is closed: a writer
+    wakes its waiters, a follower its sleepers on the wake-up word."""
+    import threading
+
+    with mqlite.open(store_path) as writer:
+        writer.create_topic("feed", 1)
+        store = mqlite.open(store_path, read_only=True) if read_only else writer
+        result: list[object] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(store.wait_for({MessageQueue("feed", 0): 0}, None))
+        )
+        waiter.start()
+        time.sleep(0.3)  # let it block (a follower sets its sleeper bit)
+        assert waiter.is_alive() and not result
+        if read_only:
+            assert _wake_word(store_path) & 1 == 1
+        store.close()
+        waiter.join(timeout=20)
+        assert not waiter.is_alive(), "close did not wake the waiting thread"
+        assert len(result) == 1

@@ -14,20 +14,23 @@
 //! below it was handed to every dispatcher in commit-log order.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{DispatchRequest, Dispatcher};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::message::codec::{self, Peek, RecordView};
+use crate::wakeup::WakeWord;
 
-/// Wakes threads waiting for new data in any consume queue.
+/// Wakes threads waiting for new data in any consume queue: this process's, and through the
+/// store's wake-up word (when it has one) read-only followers in other processes.
 #[derive(Debug, Default)]
 pub struct Notifier {
     seq: Mutex<u64>,
     cv: Condvar,
     waiters: AtomicUsize,
+    remote: OnceLock<Arc<WakeWord>>,
 }
 
 impl Notifier {
@@ -36,15 +39,35 @@ impl Notifier {
         self.notify_via(|wake| wake());
     }
 
+    /// Also wakes followers of other processes through `word` from now on (writer stores).
+    pub fn set_remote(&self, word: Arc<WakeWord>) {
+        let _ = self.remote.set(word);
+    }
+
+    /// The wake-up word of the writer, if it has one.
+    pub fn remote(&self) -> Option<&Arc<WakeWord>> {
+        self.remote.get()
+    }
+
     /// `notify`, the wake-up itself (a lock and a futex call) run by `via` when there is a
     /// waiter to wake: a caller holding Python's GIL releases it around the call, so that a
     /// woken consumer thread does not find the GIL taken.
     pub fn notify_via(&self, via: impl FnOnce(&(dyn Fn() + Sync))) {
         fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) == 0 {
+        let local = self.waiters.load(Ordering::SeqCst) != 0;
+        // Followers of other processes: a wake-up only if one said it sleeps.
+        let remote = self.remote.get().filter(|w| w.publish());
+        if !local && remote.is_none() {
             return;
         }
-        via(&|| self.wake_all());
+        via(&|| {
+            if local {
+                self.wake_all();
+            }
+            if let Some(w) = remote {
+                w.wake();
+            }
+        });
     }
 
     fn wake_all(&self) {

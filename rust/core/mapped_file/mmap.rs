@@ -11,7 +11,8 @@
 //!    read access only below it (see `mapped_file/mod.rs`).
 //! 3. Other processes may write the mapped file concurrently (a read-only open following a
 //!    writer). Those bytes are only ever copied out and validated (CRC, magic, size) before use;
-//!    publication across processes goes through 4-byte aligned atomic words.
+//!    publication across processes goes through 4-byte aligned atomic words, on which a thread
+//!    may also sleep (a shared futex) until another process changes the word and wakes it.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -19,6 +20,7 @@ use std::io;
 use std::os::unix::io::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// One memory mapping, unmapped on drop.
 #[derive(Debug)]
@@ -217,7 +219,7 @@ impl MmapRegion {
 
     /// Release-store of a big-endian u32 at an aligned `pos`: every byte written before it is
     /// visible to a reader (in any process) whose acquire-load sees this value.
-    pub(super) fn store_u32_be_release(&self, pos: usize, value: u32) -> bool {
+    pub(crate) fn store_u32_be_release(&self, pos: usize, value: u32) -> bool {
         if !self.writable {
             return false;
         }
@@ -227,6 +229,92 @@ impl MmapRegion {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Sequentially consistent compare-and-swap of the big-endian u32 at an aligned `pos` (a
+    /// word other processes update too): `Ok(previous)` if it held `current` and now holds
+    /// `new`, else `Err(actual)`. `Err(current)` back on a read-only or too short mapping
+    /// would be ambiguous, so those report `None`.
+    pub fn compare_exchange_u32_be(
+        &self,
+        pos: usize,
+        current: u32,
+        new: u32,
+    ) -> Option<Result<u32, u32>> {
+        if !self.writable {
+            return None;
+        }
+        let a = self.atomic_u32(pos)?;
+        Some(
+            a.compare_exchange(
+                current.to_be(),
+                new.to_be(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .map(u32::from_be)
+            .map_err(u32::from_be),
+        )
+    }
+
+    /// Sleeps while the big-endian u32 at an aligned `pos` still holds `expected`: a shared
+    /// `FUTEX_WAIT`, so the waker may be another process mapping the same file. Returns at once
+    /// if the word differs; otherwise on a `futex_wake` of the word, after `timeout`, or on a
+    /// signal. Callers re-check their condition whichever it was.
+    pub fn futex_wait_be(&self, pos: usize, expected: u32, timeout: Duration) -> io::Result<()> {
+        let word = self
+            .atomic_u32(pos)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+        };
+        // SAFETY: the word is an aligned, in-bounds u32 of this live mapping (`atomic_u32`);
+        // the kernel only reads it and the timespec, which outlives the call. No FUTEX_PRIVATE
+        // flag: the futex is keyed by the file page, so other processes' wakes reach it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT,
+                expected.to_be(),
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => Ok(()),
+            _ => Err(err),
+        }
+    }
+
+    /// Wakes every thread, of any process, sleeping in `futex_wait_be` on the word at `pos`.
+    pub fn futex_wake(&self, pos: usize) -> io::Result<()> {
+        let word = self
+            .atomic_u32(pos)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: as in `futex_wait_be`; FUTEX_WAKE does not touch the word's memory.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAKE,
+                libc::c_int::MAX,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<u32>(),
+                0u32,
+            )
+        };
+        if rc >= 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 

@@ -48,6 +48,9 @@ struct Inner {
     reput: Option<Arc<Reput>>,
     flush: Option<Arc<FlushService>>,
     notifier: Arc<Notifier>,
+    /// The wake-up word: the writer's (also held by `notifier`) or, on a read-only store, the
+    /// one this follower sleeps on.
+    wake: Option<Arc<crate::wakeup::WakeWord>>,
     lock: Mutex<Option<StoreLock>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
@@ -218,6 +221,9 @@ impl Store {
 
 impl Inner {
     fn shutdown(&self) -> Result<()> {
+        // Threads blocked waiting for messages return (`closed` is set); a follower's sleepers
+        // on the wake-up word are woken when it is released below.
+        self.notifier.notify();
         if let Some(r) = &self.reput {
             r.stop();
         }
@@ -256,6 +262,9 @@ impl Inner {
         self.cqs.close_files();
         if let Some(cp) = &self.checkpoint {
             cp.close();
+        }
+        if let Some(w) = &self.wake {
+            w.release();
         }
         *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result

@@ -21,6 +21,7 @@ use crate::message::msg_id::UniqueIdGenerator;
 use crate::recovery::{self, RecoveryReport};
 use crate::topic_config::TopicTable;
 use crate::util::fs;
+use crate::wakeup::WakeWord;
 
 pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
     config.validate()?;
@@ -136,6 +137,16 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         }
     }
 
+    // The wake-up word is optional: without it, followers of other processes poll.
+    let wake = match root {
+        Some(r) if writable => WakeWord::create(r, config.file_mode).ok().map(Arc::new),
+        Some(r) => WakeWord::follow(r).map(Arc::new),
+        None => None,
+    };
+    if let (Some(w), true) = (&wake, writable) {
+        notifier.set_remote(Arc::clone(w));
+    }
+
     let inner = Arc::new(Inner {
         config,
         root: root.map(Path::to_path_buf),
@@ -146,6 +157,7 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         reput,
         flush,
         notifier,
+        wake,
         lock: Mutex::new(store_lock),
         threads: Mutex::new(Vec::new()),
         closed: AtomicBool::new(false),

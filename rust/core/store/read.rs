@@ -446,6 +446,9 @@ impl Store {
         };
         if self.inner.config.read_only {
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            if let Some(w) = &self.inner.wake {
+                return Ok(w.wait(deadline, crate::wakeup::FOLLOWER_NAP, ready));
+            }
             loop {
                 if ready() {
                     return Ok(true);

@@ -1,0 +1,302 @@
+//! The wake-up word: how a read-only follower in another process sleeps until the writer has
+//! published something, instead of polling the consume queues.
+//!
+//! On disk: `<store>/wakeup`, one page (FORMAT.md §6). Its first four bytes are a big-endian
+//! word: bit 0 says a follower may be asleep on the word, bits 1 to 31 count the writer's
+//! wake-ups. The file holds no data: any content is valid, and a missing or unwritable file only
+//! means the followers that cannot use it poll as before.
+//!
+//! Invariants
+//! - A follower sets bit 0, then looks for data, then sleeps only while the word still holds
+//!   what it set (the kernel compares and sleeps atomically).
+//! - After publishing consume-queue units the writer reads the word. If bit 0 is set it changes
+//!   the word (the count goes up, bit 0 is cleared) and wakes every sleeper. Both sides put a
+//!   sequentially consistent fence between their write and their read, so either the writer
+//!   sees the bit or the follower sees the data: no wake-up is lost.
+//! - While no follower sleeps the writer only reads the word: no store, no system call.
+//!
+//! Crash behaviour: nothing to recover. A follower that dies asleep leaves bit 0 set, which costs
+//! the writer one needless wake-up call. A writer that dies leaves a word as valid as any other.
+
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::mapped_file::mmap::MmapRegion;
+use crate::util::fs;
+
+/// Length of the file (one page).
+pub const FILE_LEN: u64 = 4096;
+/// Longest single sleep of a follower: a safety net for a writer that never wakes anyone (one
+/// predating this file), not the way followers normally learn of new data.
+pub const FOLLOWER_NAP: Duration = Duration::from_millis(250);
+/// Bit 0 of the word: a follower may be asleep on it.
+const SLEEPER: u32 = 1;
+
+/// One store's handle on its wake-up file: the writer's or a follower's.
+#[derive(Debug)]
+pub struct WakeWord {
+    /// `None` once released (store close): every operation is then a no-op.
+    map: RwLock<Option<MmapRegion>>,
+    path: PathBuf,
+}
+
+impl WakeWord {
+    /// The writer's handle: creates the file (mode `mode`) or reuses it as it is. Reusing
+    /// matters: followers already open keep sleeping on the same file.
+    pub fn create(root: &Path, mode: u32) -> Result<Self> {
+        let path = root.join("wakeup");
+        let file = fs::open_rw(&path, mode)?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len();
+        if len < FILE_LEN {
+            file.set_len(FILE_LEN)
+                .map_err(|e| Error::io("truncate", &path, e))?;
+        }
+        let map = map(&file, &path)?;
+        Ok(WakeWord::new(map, path))
+    }
+
+    /// A follower's handle, or `None` when the file is missing (a writer that predates it),
+    /// not writable by this process or too short: the follower then polls.
+    pub fn follow(root: &Path) -> Option<Self> {
+        let path = root.join("wakeup");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        if file.metadata().ok()?.len() < FILE_LEN {
+            return None;
+        }
+        let map = map(&file, &path).ok()?;
+        Some(WakeWord::new(map, path))
+    }
+
+    fn new(map: MmapRegion, path: PathBuf) -> Self {
+        WakeWord {
+            map: RwLock::new(Some(map)),
+            path,
+        }
+    }
+
+    /// Unmaps the file (store close). This handle's sleepers are woken first (and, finding
+    /// their store closed, let go of the mapping); so are other processes' (which sleep again).
+    pub fn release(&self) {
+        self.wake();
+        *self.map.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writer, after publishing (and after a sequentially consistent fence): returns whether a
+    /// follower may be asleep, having changed the word so that none goes back to sleep on the
+    /// old value. The caller then calls `wake` (a system call, best made without holding locks
+    /// others wait for).
+    pub fn publish(&self) -> bool {
+        let guard = self.map.read().unwrap_or_else(|p| p.into_inner());
+        let Some(map) = guard.as_ref() else {
+            return false;
+        };
+        let Some(mut cur) = map.load_u32_be_acquire(0) else {
+            return false;
+        };
+        while cur & SLEEPER != 0 {
+            // Count up, clear the bit: (cur | 1) + 1 carries the set bit into the count.
+            match map.compare_exchange_u32_be(0, cur, cur.wrapping_add(1)) {
+                Some(Ok(_)) => return true,
+                Some(Err(actual)) => cur = actual,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// Wakes every thread, of any process, asleep on the word. A failure leaves them to their
+    /// naps.
+    pub fn wake(&self) {
+        if let Some(map) = self.map.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = map.futex_wake(0);
+        }
+    }
+
+    /// Follower: blocks until `ready()` is true or `deadline` passes (`None`: never), sleeping
+    /// on the word between looks, `nap` at most at a time. Returns `ready()`.
+    pub fn wait(
+        &self,
+        deadline: Option<Instant>,
+        nap: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> bool {
+        loop {
+            if ready() {
+                return true;
+            }
+            let guard = self.map.read().unwrap_or_else(|p| p.into_inner());
+            let Some(map) = guard.as_ref() else {
+                return ready();
+            };
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+                None => nap,
+            };
+            let Some(seen) = map.load_u32_be_acquire(0) else {
+                return ready();
+            };
+            if seen & SLEEPER == 0 {
+                match map.compare_exchange_u32_be(0, seen, seen | SLEEPER) {
+                    Some(Ok(_)) => {}
+                    // The writer changed it meanwhile: look again.
+                    Some(Err(_)) => continue,
+                    None => return ready(),
+                }
+            }
+            // Pairs with the writer's fence between publishing and reading the word.
+            fence(Ordering::SeqCst);
+            if ready() {
+                return true;
+            }
+            // The read guard is held while asleep: `release` (store close) wakes the sleepers
+            // before it waits for the guard.
+            if map.futex_wait_be(0, seen | SLEEPER, left.min(nap)).is_err() {
+                // No futex on this mapping: a short sleep instead.
+                std::thread::sleep(left.min(Duration::from_millis(2)));
+            }
+        }
+    }
+}
+
+fn map(file: &File, path: &Path) -> Result<MmapRegion> {
+    let len = usize::try_from(FILE_LEN).unwrap_or(4096);
+    MmapRegion::map_file(file, len, true, false).map_err(|e| Error::io("mmap", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    fn word(w: &WakeWord) -> u32 {
+        let b = std::fs::read(w.path()).unwrap();
+        u32::from_be_bytes(b[..4].try_into().unwrap())
+    }
+
+    #[test]
+    fn the_writer_only_reads_the_word_while_nobody_sleeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = WakeWord::create(dir.path(), 0o600).unwrap();
+        for _ in 0..3 {
+            assert!(!w.publish(), "no sleeper, no wake-up");
+        }
+        assert_eq!(word(&w), 0, "no store either");
+    }
+
+    #[test]
+    fn a_sleeping_follower_is_woken_by_the_writer_not_by_its_nap() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = WakeWord::create(dir.path(), 0o600).unwrap();
+        let f = WakeWord::follow(dir.path()).unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        let flag2 = Arc::clone(&flag);
+        let t = Instant::now();
+        // A nap far longer than the test's bound: only a wake-up can end the sleep in time.
+        let waiter = std::thread::spawn(move || {
+            f.wait(
+                Some(Instant::now() + Duration::from_secs(60)),
+                Duration::from_secs(60),
+                || flag2.load(Ordering::Acquire),
+            )
+        });
+        // Wait until the follower announced itself asleep.
+        while word(&w) & SLEEPER == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        flag.store(true, Ordering::Release);
+        fence(Ordering::SeqCst);
+        assert!(w.publish(), "the follower's bit asks for a wake-up");
+        assert_eq!(word(&w), 2, "count 1, bit cleared");
+        w.wake();
+        assert!(waiter.join().unwrap(), "woken with the condition true");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "woken by the writer, not by the 60 s nap: {:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_publication_before_the_sleep_is_not_missed() {
+        // The writer publishes between the follower's last look and its sleep, and makes no
+        // wake-up call: the changed word makes the kernel return at once.
+        let dir = tempfile::tempdir().unwrap();
+        let w = WakeWord::create(dir.path(), 0o600).unwrap();
+        let f = WakeWord::follow(dir.path()).unwrap();
+        let mut looks = 0;
+        let t = Instant::now();
+        let ok = f.wait(
+            Some(Instant::now() + Duration::from_secs(60)),
+            Duration::from_secs(60),
+            || {
+                looks += 1;
+                match looks {
+                    1 => false,
+                    // The second look comes after the bit was set: publish now, wake nobody.
+                    2 => {
+                        assert!(w.publish());
+                        false
+                    }
+                    _ => true,
+                }
+            },
+        );
+        assert!(ok);
+        assert_eq!(looks, 3);
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn the_writer_reuses_the_file_and_clears_a_dead_followers_bit() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = {
+            let _writer = WakeWord::create(dir.path(), 0o600).unwrap();
+            WakeWord::follow(dir.path()).unwrap()
+        };
+        // A follower that gave up (or died) asleep leaves its bit.
+        assert!(!f.wait(
+            Some(Instant::now() + Duration::from_millis(5)),
+            Duration::from_millis(1),
+            || false
+        ));
+        drop(f);
+        let w2 = WakeWord::create(dir.path(), 0o600).unwrap();
+        assert_eq!(word(&w2), SLEEPER);
+        assert!(w2.publish(), "one needless wake-up");
+        assert!(!w2.publish(), "then none");
+        assert_eq!(std::fs::metadata(w2.path()).unwrap().len(), FILE_LEN);
+    }
+
+    #[test]
+    fn no_usable_file_means_no_follower_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(WakeWord::follow(dir.path()).is_none());
+        std::fs::write(dir.path().join("wakeup"), b"short").unwrap();
+        assert!(
+            WakeWord::follow(dir.path()).is_none(),
+            "too short to hold the page"
+        );
+    }
+}
