@@ -44,11 +44,6 @@ impl Notifier {
         let _ = self.remote.set(word);
     }
 
-    /// The wake-up word of the writer, if it has one.
-    pub fn remote(&self) -> Option<&Arc<WakeWord>> {
-        self.remote.get()
-    }
-
     /// `notify`, the wake-up itself (a lock and a futex call) run by `via` when there is a
     /// waiter to wake: a caller holding Python's GIL releases it around the call, so that a
     /// woken consumer thread does not find the GIL taken.
