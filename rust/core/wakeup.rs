@@ -20,7 +20,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -42,7 +42,6 @@ const SLEEPER: u32 = 1;
 pub struct WakeWord {
     /// `None` once released (store close): every operation is then a no-op.
     map: RwLock<Option<MmapRegion>>,
-    path: PathBuf,
 }
 
 impl WakeWord {
@@ -60,7 +59,7 @@ impl WakeWord {
                 .map_err(|e| Error::io("truncate", &path, e))?;
         }
         let map = map(&file, &path)?;
-        Ok(WakeWord::new(map, path))
+        Ok(WakeWord::new(map))
     }
 
     /// A follower's handle, or `None` when the file is missing (a writer that predates it),
@@ -77,13 +76,12 @@ impl WakeWord {
             return None;
         }
         let map = map(&file, &path).ok()?;
-        Some(WakeWord::new(map, path))
+        Some(WakeWord::new(map))
     }
 
-    fn new(map: MmapRegion, path: PathBuf) -> Self {
+    fn new(map: MmapRegion) -> Self {
         WakeWord {
             map: RwLock::new(Some(map)),
-            path,
         }
     }
 
@@ -92,11 +90,6 @@ impl WakeWord {
     pub fn release(&self) {
         self.wake();
         *self.map.write().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    /// Path of the file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Writer, after publishing (and after a sequentially consistent fence): returns whether a
@@ -190,8 +183,8 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
-    fn word(w: &WakeWord) -> u32 {
-        let b = std::fs::read(w.path()).unwrap();
+    fn word(root: &Path) -> u32 {
+        let b = std::fs::read(root.join("wakeup")).unwrap();
         u32::from_be_bytes(b[..4].try_into().unwrap())
     }
 
@@ -202,7 +195,7 @@ mod tests {
         for _ in 0..3 {
             assert!(!w.publish(), "no sleeper, no wake-up");
         }
-        assert_eq!(word(&w), 0, "no store either");
+        assert_eq!(word(dir.path()), 0, "no store either");
     }
 
     #[test]
@@ -222,13 +215,13 @@ mod tests {
             )
         });
         // Wait until the follower announced itself asleep.
-        while word(&w) & SLEEPER == 0 {
+        while word(dir.path()) & SLEEPER == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         flag.store(true, Ordering::Release);
         fence(Ordering::SeqCst);
         assert!(w.publish(), "the follower's bit asks for a wake-up");
-        assert_eq!(word(&w), 2, "count 1, bit cleared");
+        assert_eq!(word(dir.path()), 2, "count 1, bit cleared");
         w.wake();
         assert!(waiter.join().unwrap(), "woken with the condition true");
         assert!(
@@ -283,10 +276,13 @@ mod tests {
         ));
         drop(f);
         let w2 = WakeWord::create(dir.path(), 0o600).unwrap();
-        assert_eq!(word(&w2), SLEEPER);
+        assert_eq!(word(dir.path()), SLEEPER);
         assert!(w2.publish(), "one needless wake-up");
         assert!(!w2.publish(), "then none");
-        assert_eq!(std::fs::metadata(w2.path()).unwrap().len(), FILE_LEN);
+        assert_eq!(
+            std::fs::metadata(dir.path().join("wakeup")).unwrap().len(),
+            FILE_LEN
+        );
     }
 
     #[test]
