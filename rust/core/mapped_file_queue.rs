@@ -45,7 +45,7 @@ pub struct MappedFileQueue {
     writable: bool,
     files: RwLock<Vec<Arc<MappedFile>>>,
     // A file created ahead of need by a background thread (commit log only).
-    ready: Mutex<Option<MappedFile>>,
+    ready: Mutex<Option<Arc<MappedFile>>>,
 }
 
 impl MappedFileQueue {
@@ -256,7 +256,11 @@ impl MappedFileQueue {
         }
     }
 
-    /// Creates the file starting at `start` ahead of need (background preallocation).
+    /// Creates the file starting at `start` ahead of need (background preallocation), then
+    /// faults in its first pages. The file is handed over before the pages are faulted in:
+    /// that takes several milliseconds (a page fault per 4 KiB), and a roll arriving
+    /// meanwhile must find the file ready rather than create (and fsync) it again on the
+    /// appender's thread. Faulting in pages the appender is already writing is harmless.
     pub fn prepare(&self, start: u64) -> Result<()> {
         if let Some(f) = self.lock_ready().as_ref() {
             if f.from_offset() == start {
@@ -266,11 +270,11 @@ impl MappedFileQueue {
         if self.path_for(start).is_some_and(|p| p.exists()) {
             return Ok(());
         }
-        let f = self.make_file(start)?;
+        let f = Arc::new(self.make_file(start)?);
+        *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
         let _ = f.advise(0, WARM_AHEAD, Advice::PopulateWrite);
-        *self.lock_ready() = Some(f);
         Ok(())
     }
 
@@ -318,7 +322,7 @@ impl MappedFileQueue {
         at
     }
 
-    fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<MappedFile>> {
+    fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<Arc<MappedFile>>> {
         self.ready.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -331,9 +335,8 @@ impl MappedFileQueue {
             .filter(|f| f.from_offset() == start);
         let file = match prepared {
             Some(f) => f,
-            None => self.make_file(start)?,
+            None => Arc::new(self.make_file(start)?),
         };
-        let file = Arc::new(file);
         let writer = file.writer().ok_or(Error::ReadOnly)?;
         self.write_files().push(file);
         Ok(writer)
