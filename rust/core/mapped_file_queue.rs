@@ -256,12 +256,12 @@ impl MappedFileQueue {
         }
     }
 
-    /// Creates the file starting at `start` ahead of need (background preallocation), then
-    /// faults in its first pages. The file is handed over before the pages are faulted in:
-    /// that takes several milliseconds (a page fault per 4 KiB), and a roll arriving
-    /// meanwhile must find the file ready rather than create (and fsync) it again on the
-    /// appender's thread. Faulting in pages the appender is already writing is harmless.
-    pub fn prepare(&self, start: u64) -> Result<()> {
+    /// Creates the file starting at `start` ahead of need (background preallocation), then,
+    /// if `fault_in`, faults in its first pages. The file is handed over before the pages are
+    /// faulted in: that takes several milliseconds (a page fault per 4 KiB), and a roll
+    /// arriving meanwhile must find the file ready rather than create (and fsync) it again on
+    /// the appender's thread. Faulting in pages the appender is already writing is harmless.
+    pub fn prepare(&self, start: u64, fault_in: bool) -> Result<()> {
         if let Some(f) = self.lock_ready().as_ref() {
             if f.from_offset() == start {
                 return Ok(());
@@ -274,7 +274,9 @@ impl MappedFileQueue {
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        let _ = f.advise(0, WARM_AHEAD, Advice::PopulateWrite);
+        if fault_in {
+            let _ = f.advise(0, WARM_AHEAD, Advice::PopulateWrite);
+        }
         Ok(())
     }
 

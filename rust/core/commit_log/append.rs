@@ -295,7 +295,7 @@ impl Appender {
         };
         let written = if direct {
             w.append_with(len, encode_all).ok_or(Error::Closed)
-        } else if total >= VECTORED_MIN_AVG_RECORD * batch.len() as u64 {
+        } else if written_by_gathering(total, batch.len()) {
             // Large bodies: only heads and tails are encoded; the kernel gathers them with the
             // caller's bodies, so a body is read by the CRCs and the page-cache copy only.
             self.append_batch_vectored(batch, &place, physical_offset, out)
@@ -370,6 +370,12 @@ impl Placement {
 /// gathered `write`s (header, body, tail per record) instead of being encoded into one buffer:
 /// the copy it saves outweighs the kernel's per-slice cost only for large bodies.
 const VECTORED_MIN_AVG_RECORD: u64 = 2048;
+
+/// Whether a batch of `n` records and `total` bytes that lies beyond the faulted-in pages is
+/// written with gathered `write()`s of heads, caller's bodies and tails (large records).
+pub(crate) fn written_by_gathering(total: u64, n: usize) -> bool {
+    total >= VECTORED_MIN_AVG_RECORD * n as u64
+}
 
 impl Appender {
     /// The vectored form of `append_batch`'s write: heads and tails are encoded into the reused

@@ -223,7 +223,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
                             // A failure here only means the roll creates the file itself and
                             // reports the error to the producer.
                             Prepare::File(start) => {
-                                let _ = cl.files().prepare(start);
+                                let _ = cl.files().prepare(start, cl.warm_wanted());
                             }
                             Prepare::Warm(from, to) => cl.set_warmed(cl.files().warm(from, to)),
                         }
