@@ -326,7 +326,8 @@ class Store:
     ) -> bool:
         """Block until a message exists at or beyond the given offset of any queue.
 
-        Returns False on timeout (``None`` waits forever).
+        Returns True when one does, False on timeout (``None`` waits forever). Closing the
+        store ends the wait too, with True: check ``closed`` before reading.
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
         queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]

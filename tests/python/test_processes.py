@@ -240,4 +240,4 @@ def test_close_returns_a_thread_blocked_in_wait_for(store_path: Path, read_only:
         store.close()
         waiter.join(timeout=20)
         assert not waiter.is_alive(), "close did not wake the waiting thread"
-        assert len(result) == 1
+        assert result == [True]  # as documented: the caller checks ``closed``
