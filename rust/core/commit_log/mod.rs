@@ -23,9 +23,9 @@
 //! every `WARM_STEP` bytes written, unless the latest append was a batch of large records
 //! (those go to the kernel with gathered `write()`s, for which faulted-in pages only cost).
 //! Both are optimisations only: a failed or late job means the appender creates the file or
-//! takes the page faults itself. A batch is encoded straight into
-//! the mapping when the preparer reports its pages faulted in (`warmed`), and otherwise written
-//! with one `pwrite` from a buffer (the kernel fills the page cache without faults).
+//! takes the page faults itself. A batch is encoded straight into the mapping when the
+//! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
+//! from a buffer (the kernel fills the page cache without faults).
 
 pub mod append;
 pub mod recovery;
@@ -371,8 +371,8 @@ mod tests {
         batch(&small);
         assert!(cl.warm_wanted());
         assert_eq!(warm_jobs(&rx), 1);
-        // 300 x 4 KiB per batch, 3.6 MiB in all: more than the `WARM_STEP` that would
-        // otherwise have asked for warm-ahead three more times.
+        // 300 x 4 KiB per batch, 3.6 MiB in all: past the point (`WARM_STEP`, 1 MiB on) where
+        // the writer would have asked for warm-ahead again.
         for _ in 0..3 {
             batch(&large);
         }
