@@ -221,22 +221,22 @@ impl Appender {
     }
 
     /// Appends a batch for one (topic, queue) into one file with consecutive queue offsets and
-    /// publishes it at once. The batch never spans files. `warmed_to`: the pages of the log
-    /// below it are faulted in.
+    /// publishes it at once; returns its size in bytes. The batch never spans files.
+    /// `warmed_to`: the pages of the log below it are faulted in.
     pub fn append_batch(
         &mut self,
         files: &MappedFileQueue,
         batch: &[Prepared<'_>],
         warmed_to: u64,
         out: &mut Vec<Appended>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         if let Some(reason) = &self.poisoned {
             return Err(Error::Poisoned {
                 reason: reason.clone(),
             });
         }
         let Some(first) = batch.first() else {
-            return Ok(());
+            return Ok(0);
         };
         let total: u64 = batch.iter().map(|p| p.len as u64).sum();
         if total + END_FILE_MIN_BLANK_LENGTH > files.file_size() {
@@ -324,7 +324,7 @@ impl Appender {
                 *slot += batch.len() as u64;
             }
         }
-        Ok(())
+        Ok(total)
     }
 }
 
@@ -374,7 +374,7 @@ const VECTORED_MIN_AVG_RECORD: u64 = 2048;
 /// Whether a batch of `n` records and `total` bytes that lies beyond the faulted-in pages is
 /// written with gathered `write()`s of heads, caller's bodies and tails (large records).
 pub(crate) fn written_by_gathering(total: u64, n: usize) -> bool {
-    total >= VECTORED_MIN_AVG_RECORD * n as u64
+    n > 0 && total >= VECTORED_MIN_AVG_RECORD * n as u64
 }
 
 impl Appender {

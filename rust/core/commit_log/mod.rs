@@ -203,10 +203,9 @@ impl CommitLog {
 
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
-        let total: u64 = batch.iter().map(|p| p.len as u64).sum();
-        let gathered = append::written_by_gathering(total, batch.len());
         let mut a = self.lock_appender();
-        a.append_batch(&self.files, batch, self.warmed.load(Ordering::Relaxed), out)?;
+        let total = a.append_batch(&self.files, batch, self.warmed.load(Ordering::Relaxed), out)?;
+        let gathered = append::written_by_gathering(total, batch.len());
         if self.warm_wanted.load(Ordering::Relaxed) == gathered {
             self.warm_wanted.store(!gathered, Ordering::Relaxed);
         }
