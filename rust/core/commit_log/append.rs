@@ -275,13 +275,15 @@ impl Appender {
             store_timestamp,
         };
         let mut encode_all = |mut buf: &mut [u8]| {
+            // Each record's CRC is sealed one record later (see `codec::encode_unsealed`).
+            let mut unsealed: Option<&mut [u8]> = None;
             for (i, p) in batch.iter().enumerate() {
                 let m = &p.msg;
                 let (meta, appended) = place.record(i, p, physical_offset);
                 let n = p.len.min(buf.len());
                 let (record, rest) = std::mem::take(&mut buf).split_at_mut(n);
                 buf = rest;
-                codec::encode_with_record_crc(
+                codec::encode_unsealed(
                     record,
                     &meta,
                     p.crc,
@@ -289,8 +291,14 @@ impl Appender {
                     topic.as_bytes(),
                     m.properties,
                 );
+                if let Some(prev) = unsealed.replace(record) {
+                    codec::seal_record_crc(prev);
+                }
                 out.push(appended);
                 physical_offset += p.len as u64;
+            }
+            if let Some(last) = unsealed {
+                codec::seal_record_crc(last);
             }
         };
         let written = if direct {

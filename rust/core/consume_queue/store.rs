@@ -265,16 +265,25 @@ impl Dispatcher for ConsumeQueueStore {
         if !sysflag::is_dispatched(req.sysflag) {
             return Ok(true);
         }
-        // The dispatcher's cached queues first, then the map; either lock busy: decline.
-        let cached = self.last.try_lock().ok().and_then(|last| {
-            last.as_ref()
+        // The dispatcher's cached queues first, then the map; either lock busy: decline. The
+        // cached queue is used under the cache's lock rather than cloned out of it: the put
+        // only try-locks, so holding the cache cannot deadlock, and a send saves the two
+        // atomic reference-count updates of a clone.
+        if let Ok(last) = self.last.try_lock() {
+            let cached = last
+                .as_ref()
                 .filter(|(t, _)| t == req.topic)
-                .and_then(|(_, by_id)| by_id.get(req.queue_id as usize).cloned().flatten())
-        });
-        let found = cached.or_else(|| {
-            let map = self.queues.try_read().ok()?;
-            queue_in(&map, req.topic, req.queue_id)
-        });
+                .and_then(|(_, by_id)| by_id.get(req.queue_id as usize))
+                .and_then(Option::as_ref);
+            if let Some(cq) = cached {
+                return cq.try_put_run(req.queue_offset, &[unit_of(req)]);
+            }
+        }
+        let found = self
+            .queues
+            .try_read()
+            .ok()
+            .and_then(|map| queue_in(&map, req.topic, req.queue_id));
         match found {
             Some(cq) => cq.try_put_run(req.queue_offset, &[unit_of(req)]),
             None => Ok(false),
