@@ -39,6 +39,7 @@ pub mod lock;
 pub mod mapped_file;
 pub mod mapped_file_queue;
 pub mod message;
+pub mod prepare;
 pub mod recovery;
 pub mod store;
 #[cfg(feature = "fault-injection")]

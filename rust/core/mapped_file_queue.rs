@@ -128,6 +128,45 @@ impl MappedFileQueue {
         Ok(())
     }
 
+    /// Writers, before `load`: deletes the files at the end of the queue for which `unused`
+    /// says yes (files prepared ahead of a roll that never came), never the first one.
+    /// Returns how many went.
+    pub fn discard_unused_tail(&self, unused: impl Fn(&Path) -> Result<bool>) -> Result<usize> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(0);
+        };
+        let mut names = list_offsets(dir)?;
+        names.sort_unstable();
+        let mut removed = 0;
+        while names.len() > 1 {
+            let Some(start) = names.pop() else { break };
+            let path = dir.join(fs::offset_file_name(start));
+            if fs::is_symlink(&path) || !unused(&path)? {
+                break;
+            }
+            std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
+            removed += 1;
+        }
+        if removed > 0 {
+            fs::fsync_dir(dir)?;
+        }
+        Ok(removed)
+    }
+
+    /// Deletes the file prepared ahead of a roll, if one waits (store close).
+    pub fn discard_prepared(&self) {
+        let Some(f) = self.lock_ready().take() else {
+            return;
+        };
+        let listed = self
+            .read_files()
+            .iter()
+            .any(|g| g.from_offset() == f.from_offset());
+        if !listed {
+            let _ = std::fs::remove_file(f.path());
+        }
+    }
+
     /// Re-reads the directory and maps files that appeared since (read-only followers).
     pub fn refresh(&self) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {

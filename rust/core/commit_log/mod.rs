@@ -18,7 +18,7 @@
 //! Writers: producers through `put`/`put_batch`, and `try_put`, which declines instead of
 //! waiting for the lock, a new file or a page fault. Readers: dispatch, consumers, lookups.
 //!
-//! Background preparer (one thread, fed by `Prepare` jobs): creates the next file once the
+//! Background preparer (prepare.rs, one thread fed by `Prepare` jobs): creates the next file once the
 //! current one is half full, and faults in the pages up to `WARM_AHEAD` past the write position
 //! every `WARM_STEP` bytes written, unless the latest append was a batch of large records
 //! (those go to the kernel with gathered `write()`s, for which faulted-in pages only cost).
@@ -38,16 +38,8 @@ use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordView};
+use crate::prepare::Prepare;
 use append::{Appended, Appender, Prepared};
-
-/// Work for the background preparer thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prepare {
-    /// Create (preallocate, map) the file starting at this offset.
-    File(u64),
-    /// Fault in the pages of `[from, to)` so the appender does not stop on them.
-    Warm(u64, u64),
-}
 
 /// Warm-ahead is re-requested each time the write position has advanced this far.
 const WARM_STEP: u64 = 1 << 20;

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::util::fs;
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
 
 /// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer.
@@ -49,7 +50,14 @@ pub struct ConsumeQueue {
     read_only: bool,
     // Set by recovery when a damaged unit cut the queue short (see `recover`).
     damaged: std::sync::atomic::AtomicBool,
+    // Start of the file whose successor was asked for (`u64::MAX`: none yet), and the start
+    // of that successor until the dispatcher takes the request (`NO_FILE`: nothing to ask).
+    next_asked: AtomicU64,
+    next_due: AtomicU64,
 }
+
+/// `next_due` when no file is due.
+const NO_FILE: u64 = u64::MAX;
 
 impl ConsumeQueue {
     /// A queue whose files live in `dir` (or in memory when `dir` is `None`).
@@ -79,6 +87,8 @@ impl ConsumeQueue {
             min_corrected_for: AtomicU64::new(0),
             read_only,
             damaged: std::sync::atomic::AtomicBool::new(false),
+            next_asked: AtomicU64::new(u64::MAX),
+            next_due: AtomicU64::new(NO_FILE),
         }
     }
 
@@ -98,6 +108,11 @@ impl ConsumeQueue {
     /// Loads files and finds the end of valid units (writers zero the rest of the last file
     /// when `zero_tail`). Returns the max offset.
     pub fn recover(&self, zero_tail: bool) -> Result<u64> {
+        if !self.read_only {
+            // Files prepared ahead of a roll that never came (prepare.rs) are all zeros: the
+            // queue ends where its units do.
+            self.files.discard_unused_tail(fs::is_all_zero)?;
+        }
         self.files.load()?;
         if self.read_only {
             return Ok(self.max_offset());
@@ -142,6 +157,8 @@ impl ConsumeQueue {
     /// Unmaps the queue's files (store close).
     pub fn close_files(&self) {
         *self.lock_writer() = None;
+        // A file prepared ahead of a roll is all zeros: deleted rather than left on disk.
+        self.files.discard_prepared();
         self.files.clear();
     }
 
@@ -245,11 +262,18 @@ impl ConsumeQueue {
         let Some(last) = self.files.last_file() else {
             return 0;
         };
-        let end = if self.read_only {
-            valid_units_end(&last)
-        } else {
-            last.published()
-        };
+        if !self.read_only {
+            return (last.from_offset() + last.published()) / UNIT_SIZE;
+        }
+        let end = valid_units_end(&last);
+        if end == 0 && last.from_offset() > 0 {
+            // An empty last file may have been prepared ahead of its roll while the one
+            // before it still fills (prepare.rs): the queue ends in that one. (When it is
+            // full, both answers are the same.)
+            if let Some(prev) = self.files.find(last.from_offset() - 1) {
+                return (prev.from_offset() + valid_units_end(&prev)) / UNIT_SIZE;
+            }
+        }
         (last.from_offset() + end) / UNIT_SIZE
     }
 
@@ -343,6 +367,7 @@ impl ConsumeQueue {
         };
         if let Some(w) = guard.as_mut() {
             w.publish();
+            self.note_fill(w);
         }
         self.max_physical.fetch_max(max_end, Ordering::AcqRel);
         Ok(true)
@@ -378,9 +403,37 @@ impl ConsumeQueue {
             write_unit(w, *u)?;
         }
         w.publish();
+        self.note_fill(w);
         self.max_physical
             .fetch_max(last.offset + u64::from(last.size), Ordering::AcqRel);
         Ok(true)
+    }
+
+    /// Under the writer lock, after a write: once the current file is half full, notes (once
+    /// per file) that its successor should be prepared in the background (prepare.rs).
+    fn note_fill(&self, w: &FileWriter) {
+        let f = w.file();
+        if w.pos() * 2 < f.size() || self.next_asked.load(Ordering::Relaxed) == f.from_offset() {
+            return;
+        }
+        self.next_asked.store(f.from_offset(), Ordering::Relaxed);
+        self.next_due
+            .store(f.from_offset() + f.size(), Ordering::Relaxed);
+    }
+
+    /// The start of the file to prepare next, once per file (the dispatcher sends it to the
+    /// preparer after its write).
+    pub fn take_next_file_due(&self) -> Option<u64> {
+        if self.next_due.load(Ordering::Relaxed) == NO_FILE {
+            return None;
+        }
+        let start = self.next_due.swap(NO_FILE, Ordering::Relaxed);
+        (start != NO_FILE).then_some(start)
+    }
+
+    /// Puts back a due file the dispatcher could not send (the preparer's lock was busy).
+    pub fn restore_next_file_due(&self, start: u64) {
+        self.next_due.store(start, Ordering::Relaxed);
     }
 
     /// Writes one unit at `queue_offset` (placeholders first over a gap) unless the queue is

@@ -6,13 +6,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::unit::CqUnit;
 use super::ConsumeQueue;
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
 use crate::message::sysflag;
+use crate::prepare::Prepare;
 use crate::util::fs;
 
 /// A topic's queues by queue id.
@@ -31,6 +33,8 @@ pub struct ConsumeQueueStore {
     // The queues of the topic the dispatcher used last, by queue id: consecutive records mostly
     // share a topic (round robin over its queues), and this saves a map lookup per record.
     last: std::sync::Mutex<Option<(String, ById)>>,
+    // Where queues' next files are asked for (prepare.rs); `None` without a preparer.
+    preparer: Mutex<Option<Sender<Prepare>>>,
 }
 
 impl ConsumeQueueStore {
@@ -50,6 +54,7 @@ impl ConsumeQueueStore {
             read_only,
             queues: RwLock::new(QueueMap::default()),
             last: std::sync::Mutex::new(None),
+            preparer: Mutex::new(None),
         }
     }
 
@@ -162,6 +167,34 @@ impl ConsumeQueueStore {
             .collect()
     }
 
+    /// Sends queues' next-file requests to `tx` from now on.
+    pub fn set_preparer(&self, tx: Sender<Prepare>) {
+        *self.preparer.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// Stops sending requests (store close: the preparer thread exits once every sender is
+    /// gone).
+    pub fn stop_preparer(&self) {
+        *self.preparer.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// After a write to `cq`: asks the preparer for its next file when one is due. Never
+    /// waits (a producer holding Python's GIL may be the caller): with the preparer's lock
+    /// busy, the request stays due for the next write.
+    fn ask_next_file(&self, cq: &Arc<ConsumeQueue>) {
+        let Some(start) = cq.take_next_file_due() else {
+            return;
+        };
+        match self.preparer.try_lock() {
+            Ok(tx) => {
+                if let Some(tx) = tx.as_ref() {
+                    let _ = tx.send(Prepare::QueueFile(Arc::downgrade(cq), start));
+                }
+            }
+            Err(_) => cq.restore_next_file_due(start),
+        }
+    }
+
     /// Unmaps every queue's files (store close).
     pub fn close_files(&self) {
         for cq in self.all() {
@@ -252,6 +285,7 @@ impl Dispatcher for ConsumeQueueStore {
                 None => slot.insert(self.get_or_create(first.topic, first.queue_id)?),
             };
             cq.put_run(first.queue_offset, head.iter().map(unit_of))?;
+            self.ask_next_file(cq);
         }
         Ok(())
     }
@@ -276,7 +310,9 @@ impl Dispatcher for ConsumeQueueStore {
                 .and_then(|(_, by_id)| by_id.get(req.queue_id as usize))
                 .and_then(Option::as_ref);
             if let Some(cq) = cached {
-                return cq.try_put_run(req.queue_offset, &[unit_of(req)]);
+                let put = cq.try_put_run(req.queue_offset, &[unit_of(req)]);
+                self.ask_next_file(cq);
+                return put;
             }
         }
         let found = self
@@ -285,7 +321,11 @@ impl Dispatcher for ConsumeQueueStore {
             .ok()
             .and_then(|map| queue_in(&map, req.topic, req.queue_id));
         match found {
-            Some(cq) => cq.try_put_run(req.queue_offset, &[unit_of(req)]),
+            Some(cq) => {
+                let put = cq.try_put_run(req.queue_offset, &[unit_of(req)]);
+                self.ask_next_file(&cq);
+                put
+            }
             None => Ok(false),
         }
     }

@@ -231,6 +231,7 @@ impl Inner {
             f.stop();
         }
         self.commit_log.stop_preallocator();
+        self.cqs.stop_preparer();
         let threads: Vec<_> = self
             .threads
             .lock()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Inner, Store};
 use crate::checkpoint::Checkpoint;
-use crate::commit_log::{CommitLog, Prepare};
+use crate::commit_log::CommitLog;
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::dispatch::reput::{Notifier, Reput};
@@ -18,6 +18,7 @@ use crate::lock::{self, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
+use crate::prepare::{self, Prepare};
 use crate::recovery::{self, RecoveryReport};
 use crate::topic_config::TopicTable;
 use crate::util::fs;
@@ -201,13 +202,14 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         );
     }
     if inner.reput.is_some() {
-        // Background preallocation of the next commit-log file; it exits when the store (the
-        // sender's owner) is dropped.
+        // The preparer (prepare.rs) of the next commit-log and consume-queue files; it exits
+        // when the store stops sending (close) or is dropped.
         let (tx, rx) = mpsc::channel::<Prepare>();
         if inner.commit_log.files().is_empty() && inner.root.is_some() {
             // A new store: have the first file ready before the first send needs it.
             let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
         }
+        inner.cqs.set_preparer(tx.clone());
         // Pages are faulted in ahead of the writer unless whole files are populated anyway.
         inner
             .commit_log
@@ -216,19 +218,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         threads.push(
             std::thread::Builder::new()
                 .name("mqlite-prealloc".into())
-                .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        let Some(cl) = weak.upgrade() else { break };
-                        match job {
-                            // A failure here only means the roll creates the file itself and
-                            // reports the error to the producer.
-                            Prepare::File(start) => {
-                                let _ = cl.files().prepare(start, cl.warm_wanted());
-                            }
-                            Prepare::Warm(from, to) => cl.set_warmed(cl.files().warm(from, to)),
-                        }
-                    }
-                })
+                .spawn(move || prepare::run(&weak, &rx))
                 .map_err(spawn_err)?,
         );
     }

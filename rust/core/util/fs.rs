@@ -27,6 +27,26 @@ pub fn open_rw(path: &Path, mode: u32) -> Result<File> {
         .map_err(|e| Error::io("open", path, e))
 }
 
+/// True when every byte of the file at `path` is zero (a file preallocated and never
+/// written). Reads at most up to the first non-zero byte.
+pub fn is_all_zero(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut f = open_ro(path)?;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io("read", path, e))?;
+        let Some(chunk) = buf.get(..n) else {
+            return Ok(false);
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        if chunk.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+    }
+}
+
 /// Opens an existing file read-only without following symlinks.
 pub fn open_ro(path: &Path) -> Result<File> {
     OpenOptions::new()

@@ -1,0 +1,60 @@
+//! The preparer (RocketMQ's AllocateMappedFileService): one background thread per writable
+//! store that creates files before their writers need them and faults in the pages just ahead
+//! of the commit log's writer.
+//!
+//! Creating a file costs an open, an fallocate, a mapping and two fsyncs (the file's and its
+//! directory's), 0.3 to a few milliseconds; done at a roll, it would stall the sender. So
+//! writers ask for the next file once their current one is half full:
+//! - the commit log (`Prepare::File`), and its warm-ahead (`Prepare::Warm`);
+//! - each consume queue (`Prepare::QueueFile`), whose files are written by the dispatching
+//!   thread, usually a producer's: with the default 50,000-unit files and 128-byte messages a
+//!   queue rolls every few milliseconds at full speed.
+//!
+//! Jobs are hints. A failed, late or dropped job only means the writer creates the file, or
+//! takes the page faults, itself. A prepared file waits in its queue's ready slot
+//! (`MappedFileQueue::prepare`) and is taken by the roll to its offset.
+//!
+//! Crash behaviour: a prepared file not yet rolled to is all zeros. Recovery never reads past
+//! the end of the valid data before it (commit log: the scan stops at the first zero header;
+//! consume queue: `ConsumeQueue::recover` deletes empty files at the end, and read-only
+//! followers skip an empty last file), so it needs no repair.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Weak;
+
+use crate::commit_log::CommitLog;
+use crate::consume_queue::ConsumeQueue;
+
+/// Work for the preparer.
+#[derive(Debug, Clone)]
+pub enum Prepare {
+    /// Create (preallocate, map) the commit-log file starting at this offset.
+    File(u64),
+    /// Fault in the commit-log pages of `[from, to)` so the appender does not stop on them.
+    Warm(u64, u64),
+    /// Create the file of this consume queue starting at this byte offset, its pages faulted
+    /// in (a queue file is small and is written right from its start).
+    QueueFile(Weak<ConsumeQueue>, u64),
+}
+
+/// Body of the preparer thread: runs jobs until every sender is gone or the commit log is.
+pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>) {
+    while let Ok(job) = jobs.recv() {
+        let Some(cl) = commit_log.upgrade() else {
+            break;
+        };
+        // A failure here only means the roll creates the file itself and reports the error
+        // to the writer.
+        match job {
+            Prepare::File(start) => {
+                let _ = cl.files().prepare(start, cl.warm_wanted());
+            }
+            Prepare::Warm(from, to) => cl.set_warmed(cl.files().warm(from, to)),
+            Prepare::QueueFile(cq, start) => {
+                if let Some(cq) = cq.upgrade() {
+                    let _ = cq.files().prepare(start, true);
+                }
+            }
+        }
+    }
+}

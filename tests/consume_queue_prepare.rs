@@ -1,0 +1,122 @@
+//! The next consume-queue file is created in the background (prepare.rs) before the queue
+//! rolls to it; a prepared file never rolled to (all zeros) must not move the queue's end,
+//! whether the store closed cleanly, crashed, or is read by a follower.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{body, small_config};
+use mqlite::{GetStatus, MessageRef, Store, StoreConfig, TagFilter};
+
+const TOPIC: &str = "Prep";
+/// `small_config`: 64 units of 20 bytes per consume-queue file.
+const FILE_BYTES: u64 = 64 * 20;
+
+fn cq_file(root: &Path, start: u64) -> PathBuf {
+    root.join("consumequeue")
+        .join(TOPIC)
+        .join("0")
+        .join(format!("{start:020}"))
+}
+
+fn cq_starts(root: &Path) -> Vec<u64> {
+    let dir = root.join("consumequeue").join(TOPIC).join("0");
+    let mut v: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn put_range(store: &Store, from: u64, to: u64) {
+    for i in from..to {
+        let a = store.put(&MessageRef::new(TOPIC, 0, &body(i))).unwrap();
+        assert_eq!(a.appended.queue_offset, i);
+    }
+}
+
+fn assert_queue_holds(store: &Store, n: u64) {
+    assert_eq!(store.queue_offsets(TOPIC, 0).unwrap(), (0, n));
+    let got = store
+        .get_messages(TOPIC, 0, 0, 1000, &TagFilter::all())
+        .unwrap();
+    assert_eq!(got.status, GetStatus::Found);
+    let read: Vec<(u64, Vec<u8>)> = got
+        .iter()
+        .map(|v| (v.queue_offset(), v.body().to_vec()))
+        .collect();
+    let want: Vec<(u64, Vec<u8>)> = (0..n).map(|i| (i, body(i))).collect();
+    assert_eq!(read, want);
+}
+
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was not prepared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_next_file_is_prepared_before_the_roll_and_deleted_at_close_if_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    // Past half of the first file: the second is created before any unit goes into it.
+    put_range(&store, 0, 40);
+    wait_for_file(&cq_file(dir.path(), FILE_BYTES));
+    assert_eq!(store.queue_offsets(TOPIC, 0).unwrap(), (0, 40));
+    // The roll uses it; past half of the second file, the third is prepared.
+    put_range(&store, 40, 100);
+    wait_for_file(&cq_file(dir.path(), 2 * FILE_BYTES));
+    assert_queue_holds(&store, 100);
+    store.close().unwrap();
+    assert_eq!(
+        cq_starts(dir.path()),
+        [0, FILE_BYTES],
+        "the unused third file is gone"
+    );
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    assert_queue_holds(&store, 100);
+    put_range(&store, 100, 140);
+    assert_queue_holds(&store, 140);
+}
+
+#[test]
+fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    put_range(&store, 0, 40);
+    store.close().unwrap();
+    // What a crash leaves when it comes after the preparer made the next file: a file of
+    // zeros after a partly filled one.
+    std::fs::write(
+        cq_file(dir.path(), FILE_BYTES),
+        vec![0u8; FILE_BYTES as usize],
+    )
+    .unwrap();
+
+    let follower = Store::open(
+        dir.path(),
+        StoreConfig {
+            read_only: true,
+            ..small_config()
+        },
+    )
+    .unwrap();
+    assert_queue_holds(&follower, 40);
+    drop(follower);
+
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    assert_eq!(cq_starts(dir.path()), [0], "the empty file was deleted");
+    assert_queue_holds(&store, 40);
+    put_range(&store, 40, 80);
+    assert_queue_holds(&store, 80);
+}
