@@ -158,6 +158,9 @@ impl MappedFileQueue {
         let Some(f) = self.lock_ready().take() else {
             return;
         };
+        if f.is_anonymous() {
+            return;
+        }
         let listed = self
             .read_files()
             .iter()

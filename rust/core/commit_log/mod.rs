@@ -18,10 +18,11 @@
 //! Writers: producers through `put`/`put_batch`, and `try_put`, which declines instead of
 //! waiting for the lock, a new file or a page fault. Readers: dispatch, consumers, lookups.
 //!
-//! Background preparer (prepare.rs, one thread fed by `Prepare` jobs): creates the next file once the
-//! current one is half full, and faults in the pages up to `WARM_AHEAD` past the write position
-//! every `WARM_STEP` bytes written, unless the latest append was a batch of large records
-//! (those go to the kernel with gathered `write()`s, for which faulted-in pages only cost).
+//! Background preparer (prepare.rs, one thread fed by `Prepare` jobs): creates the next file
+//! once the current one is half full, and faults in the pages up to `WARM_AHEAD` past the write
+//! position every `WARM_STEP` bytes written, unless the latest append was a batch of large
+//! records (those go to the kernel with gathered `write()`s, for which faulted-in pages only
+//! cost).
 //! Both are optimisations only: a failed or late job means the appender creates the file or
 //! takes the page faults itself. A batch is encoded straight into the mapping when the
 //! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
