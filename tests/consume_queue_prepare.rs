@@ -8,18 +8,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{body, small_config};
-use mqlite::{GetStatus, MessageRef, Store, StoreConfig, TagFilter};
+use common::{body, read_queue, small_config};
+use mqlite::{MessageRef, Store, StoreConfig};
 
 const TOPIC: &str = "Prep";
 /// `small_config`: 64 units of 20 bytes per consume-queue file.
 const FILE_BYTES: u64 = 64 * 20;
 
 fn cq_file(root: &Path, start: u64) -> PathBuf {
-    root.join("consumequeue")
-        .join(TOPIC)
-        .join("0")
-        .join(format!("{start:020}"))
+    common::cq_file(root, TOPIC, 0, start)
 }
 
 fn cq_starts(root: &Path) -> Vec<u64> {
@@ -41,14 +38,7 @@ fn put_range(store: &Store, from: u64, to: u64) {
 
 fn assert_queue_holds(store: &Store, n: u64) {
     assert_eq!(store.queue_offsets(TOPIC, 0).unwrap(), (0, n));
-    let got = store
-        .get_messages(TOPIC, 0, 0, 1000, &TagFilter::all())
-        .unwrap();
-    assert_eq!(got.status, GetStatus::Found);
-    let read: Vec<(u64, Vec<u8>)> = got
-        .iter()
-        .map(|v| (v.queue_offset(), v.body().to_vec()))
-        .collect();
+    let read = read_queue(store, TOPIC, 0);
     let want: Vec<(u64, Vec<u8>)> = (0..n).map(|i| (i, body(i))).collect();
     assert_eq!(read, want);
 }

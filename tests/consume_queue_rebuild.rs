@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{body, child_dir, child_ready_and_wait, cq_file, crash_child, settle};
+use common::{body, child_dir, child_ready_and_wait, cq_file, crash_child, read_queue, settle};
 use mqlite::{GetStatus, MessageRef, Store, StoreConfig, TagFilter};
 
 const TOPIC: &str = "Rebuild";
@@ -58,14 +58,7 @@ fn crashed_store(test_name: &str) -> tempfile::TempDir {
 }
 
 fn assert_all_readable(store: &Store) {
-    let got = store
-        .get_messages(TOPIC, 0, 0, 1000, &TagFilter::all())
-        .unwrap();
-    assert_eq!(got.status, GetStatus::Found);
-    let read: Vec<(u64, Vec<u8>)> = got
-        .iter()
-        .map(|v| (v.queue_offset(), v.body().to_vec()))
-        .collect();
+    let read = read_queue(store, TOPIC, 0);
     let want: Vec<(u64, Vec<u8>)> = (0..M + K).map(|i| (i, body(i))).collect();
     assert_eq!(read, want);
     assert_eq!(store.queue_offsets(TOPIC, 0).unwrap(), (0, M + K));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mqlite::{Store, StoreConfig};
+use mqlite::{GetStatus, Store, StoreConfig, TagFilter};
 
 /// Small files so rolls happen after a few records.
 pub fn small_config() -> StoreConfig {
@@ -39,6 +39,18 @@ pub fn settle(store: &Store) {
         assert!(Instant::now() < deadline, "dispatch did not catch up");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Every message of `topic`/`queue` from offset 0 (up to 1000), as (queue offset, body);
+/// asserts the read found messages.
+pub fn read_queue(store: &Store, topic: &str, queue: u32) -> Vec<(u64, Vec<u8>)> {
+    let got = store
+        .get_messages(topic, queue, 0, 1000, &TagFilter::all())
+        .unwrap();
+    assert_eq!(got.status, GetStatus::Found);
+    got.iter()
+        .map(|v| (v.queue_offset(), v.body().to_vec()))
+        .collect()
 }
 
 /// Deterministic body of message `i` (length varies with `i`).

@@ -94,10 +94,7 @@ pub fn encode(
     props: &[u8],
 ) {
     let total = out.len();
-    let mut w = Writer { buf: out, pos: 0 };
-    emit(total, meta, body_crc, body, topic, props, false, |b| {
-        w.bytes(b)
-    });
+    emit_into(out, total, meta, body_crc, body, topic, props, false);
 }
 
 /// Like [`encode`], and ends the properties with the whole-record CRC property
@@ -129,14 +126,29 @@ pub fn encode_unsealed(
     props: &[u8],
 ) {
     let total = out.len();
-    let Some(covered_len) = total.checked_sub(RECORD_CRC_LEN) else {
+    let Some(covered) = total
+        .checked_sub(RECORD_CRC_LEN)
+        .and_then(|n| out.get_mut(..n))
+    else {
         return;
     };
-    let mut w = Writer {
-        buf: out.get_mut(..covered_len).unwrap_or_default(),
-        pos: 0,
-    };
-    emit(total, meta, body_crc, body, topic, props, true, |b| {
+    emit_into(covered, total, meta, body_crc, body, topic, props, true);
+}
+
+/// `emit` of a record of `total` bytes into `buf` (all of it, or all but the CRC property).
+#[allow(clippy::too_many_arguments)]
+fn emit_into(
+    buf: &mut [u8],
+    total: usize,
+    meta: &RecordMeta,
+    body_crc: u32,
+    body: &[u8],
+    topic: &[u8],
+    props: &[u8],
+    record_crc: bool,
+) {
+    let mut w = Writer { buf, pos: 0 };
+    emit(total, meta, body_crc, body, topic, props, record_crc, |b| {
         w.bytes(b)
     });
 }

@@ -32,7 +32,8 @@ pub fn open_rw(path: &Path, mode: u32) -> Result<File> {
 pub fn is_all_zero(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut f = open_ro(path)?;
-    let mut buf = vec![0u8; 64 << 10];
+    // Small reads: the usual file has data in its first page, and one read answers.
+    let mut buf = [0u8; 4096];
     loop {
         let n = f.read(&mut buf).map_err(|e| Error::io("read", path, e))?;
         let Some(chunk) = buf.get(..n) else {
