@@ -1,6 +1,7 @@
 //! Dispatch: turning commit-log records into derived data (consume queues now; the index and
 //! the timer wheel implement the same trait when they land).
 
+pub mod notifier;
 pub mod reput;
 
 use crate::error::Result;

@@ -13,98 +13,15 @@
 //! Invariant: `dispatched_offset()` is a record boundary `<= confirm offset`, and every record
 //! below it was handed to every dispatcher in commit-log order.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
+use super::notifier::Notifier;
 use super::{DispatchRequest, Dispatcher};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::message::codec::{self, Peek, RecordView};
-use crate::wakeup::WakeWord;
-
-/// Wakes threads waiting for new data in any consume queue: this process's, and through the
-/// store's wake-up word (when it has one) read-only followers in other processes.
-#[derive(Debug, Default)]
-pub struct Notifier {
-    seq: Mutex<u64>,
-    cv: Condvar,
-    waiters: AtomicUsize,
-    remote: OnceLock<Arc<WakeWord>>,
-}
-
-impl Notifier {
-    /// Wakes every waiter (cheap when nobody waits).
-    pub fn notify(&self) {
-        self.notify_via(|wake| wake());
-    }
-
-    /// Also wakes followers of other processes through `word` from now on (writer stores).
-    pub fn set_remote(&self, word: Arc<WakeWord>) {
-        let _ = self.remote.set(word);
-    }
-
-    /// `notify`, the wake-up itself (a lock and a futex call) run by `via` when there is a
-    /// waiter to wake: a caller holding Python's GIL releases it around the call, so that a
-    /// woken consumer thread does not find the GIL taken.
-    pub fn notify_via(&self, via: impl FnOnce(&(dyn Fn() + Sync))) {
-        fence(Ordering::SeqCst);
-        let local = self.waiters.load(Ordering::SeqCst) != 0;
-        // Followers of other processes: a wake-up only if one said it sleeps.
-        let remote = self.remote.get().filter(|w| w.publish());
-        if !local && remote.is_none() {
-            return;
-        }
-        via(&|| {
-            if local {
-                self.wake_all();
-            }
-            if let Some(w) = remote {
-                w.wake();
-            }
-        });
-    }
-
-    fn wake_all(&self) {
-        {
-            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-            *s += 1;
-        }
-        // Notified after the lock is released, so a woken waiter does not block on it at once.
-        // No wake-up is lost: the waiter re-checks `ready()` under the lock before sleeping.
-        self.cv.notify_all();
-    }
-
-    /// Blocks until `ready()` is true or `timeout` passes (`None`: forever). Returns `ready()`.
-    pub fn wait_until(&self, timeout: Option<Duration>, mut ready: impl FnMut() -> bool) -> bool {
-        if ready() {
-            return true;
-        }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let mut guard = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        let result = loop {
-            if ready() {
-                break true;
-            }
-            let wait = match deadline {
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => left,
-                    _ => break false,
-                },
-                None => Duration::from_secs(3600),
-            };
-            guard = match self.cv.wait_timeout(guard, wait) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        };
-        drop(guard);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        result
-    }
-}
 
 /// Where dispatch continues, and the commit-log file holding that offset (kept across records
 /// and runs: looking the file up each time would take the file list's lock).
