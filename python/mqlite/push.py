@@ -58,7 +58,7 @@ MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrder
 _SUCCESS = (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
 _POLL_SLICE = 0.1
 _STALL = 0.05  # s: a poller busy this long in a listener call loses the poll to a waiting thread
-_QUICK_LISTENER = 200e-6  # s: a listener quicker than this on average takes the fast path (_direct)
+_QUICK_LISTENER = 200e-6  # s: a listener quicker than this on average takes the fast path (_claim)
 
 
 class _ProcessQueue:
@@ -66,7 +66,7 @@ class _ProcessQueue:
 
     __slots__ = (
         "mq", "cursor", "unacked", "acked", "position", "running", "backlog", "queued",
-        "suspended_until", "dropped", "paused", "committed", "attempts",
+        "suspended_until", "dropped", "paused", "committed", "attempts", "direct",
     )
 
     def __init__(self, mq: MessageQueue, cursor: _core.QueueCursor) -> None:
@@ -85,6 +85,9 @@ class _ProcessQueue:
         self.paused = False
         self.committed: int | None = cursor.committed
         self.attempts: dict[int, int] = {}
+        # First offset of the batch the poller is running straight after its poll (``_claim``),
+        # which is in neither ``unacked`` nor ``position`` until it settles.
+        self.direct: int | None = None
 
     def ack(self, msgs: Sequence[MessageExt]) -> None:
         for m in msgs:
@@ -96,7 +99,9 @@ class _ProcessQueue:
 
     def commit_offset(self) -> int:
         """The next offset to consume as far as the group is concerned: the oldest unacked."""
-        return self.unacked[0] if self.unacked else self.position
+        off = self.unacked[0] if self.unacked else self.position
+        direct = self.direct
+        return off if direct is None or direct >= off else direct
 
     @property
     def buffered(self) -> int:
@@ -408,10 +413,9 @@ class PushConsumer:
         token = self._token
         while self._state == "running":
             work = self._take()
-            direct = False
             if work is None:
                 try:
-                    work = self._poll_once()
+                    msgs = self._poll_once()
                 except StoreClosedError as exc:
                     # Every later poll would fail the same way: the threads end here (said
                     # once); shutdown() still commits what it can.
@@ -424,20 +428,23 @@ class PushConsumer:
                         log.error("poll failed: %s", exc)
                         time.sleep(_POLL_SLICE)
                     return None, False
+                if msgs:
+                    # The fast path, kept short: this is the message's way to the listener.
+                    pq = self._claim(msgs)
+                    if pq is not None:
+                        token.busy()
+                        self._settle_direct(pq, msgs, self._call(msgs))
+                        if not token.idle():
+                            return None, False  # taken over meanwhile: that thread polls now
+                        continue
+                    self._spread(msgs)
+                work = self._take()
                 if work is None:
-                    work = self._take()
-                    if work is None:
-                        return None, False
-                else:
-                    direct = True
-            # A `_direct` batch has just passed `_run_as_leader`'s checks: it runs without them.
-            if not direct and not self._run_as_leader():
+                    return None, False
+            if not self._run_as_leader():
                 return work, False
             token.busy()
-            if direct:
-                self._run_concurrent(*work)
-            else:
-                self._run(work)
+            self._run(work)
             if not token.idle():
                 return None, False  # taken over while the listener ran: that thread polls now
         return None, False
@@ -494,9 +501,8 @@ class PushConsumer:
             pq.queued = True
             self._ready_queues.append(pq)
 
-    def _poll_once(self) -> tuple[_ProcessQueue, list[MessageExt]] | None:
-        """Poll once (holding the token) and spread the messages into ready work; or, on the
-        fast path (``_direct``), return the one batch polled for the caller to run at once."""
+    def _poll_once(self) -> list[MessageExt]:
+        """Commits if it is time, then polls once (holding the token)."""
         now = time.monotonic()
         wait = _POLL_SLICE
         with self._lock:
@@ -504,12 +510,10 @@ class PushConsumer:
                 wait = max(0.0, min(wait, self._timers[0][0] - now))
         if now >= self._next_commit:
             self._commit()
-        msgs = self._consumer.poll(wait, self._pull_batch)
-        if not msgs:
-            return None
-        direct = self._direct(msgs)
-        if direct is not None:
-            return direct
+        return self._consumer.poll(wait, self._pull_batch)
+
+    def _spread(self, msgs: list[MessageExt]) -> None:
+        """Turns a poll into ready work: batches (concurrent) or queue backlogs (orderly)."""
         to_pause: list[MessageQueue] = []
         with self._lock:
             start = 0
@@ -545,13 +549,15 @@ class PushConsumer:
                 undo = [mq for mq in to_pause if (pq2 := self._pqs.get(mq)) is None or not pq2.paused]
             if undo:
                 self._consumer.resume(undo)
-        return None
 
-    def _direct(self, msgs: list[MessageExt]) -> tuple[_ProcessQueue, list[MessageExt]] | None:
+    def _claim(self, msgs: list[MessageExt]) -> _ProcessQueue | None:
         """Leader fast path (concurrent mode): a quick listener with nothing else waiting gets a
         poll of one batch of one queue straight away, without going through the ready queue.
-        Returns the batch, marked running and tracked as unacknowledged (so a commit made while
-        it runs stays behind it), for the caller to run at once on the polling thread; else None.
+        Returns the batch's process queue, with the batch marked running and its first offset
+        recorded as the queue's ``direct`` batch (so a commit made while it runs stays behind
+        it), for the caller to run at once on the polling thread and then ``_settle_direct``;
+        None when the batch must go through ``_spread``. The least work that keeps those
+        guarantees: this is on every message's way from the store to the listener.
         """
         if (self._orderly or len(msgs) > self._batch or self._ready
                 or self._listener_time >= _QUICK_LISTENER):
@@ -561,13 +567,31 @@ class PushConsumer:
             return None
         with self._lock:
             pq = self._pqs.get(mq)
-            if pq is None or pq.dropped:
+            # A queue revoked since the poll is not run (its new owner reads it from the
+            # committed offset); one whose earlier direct batch still runs (this thread took
+            # the poll over from a stalled one) goes the ordinary way.
+            if pq is None or pq.dropped or pq.direct is not None:
                 return None
-            pq.position = pq.cursor.position
-            for m in msgs:
-                heapq.heappush(pq.unacked, m.queue_offset)
+            pq.direct = msgs[0].queue_offset
             pq.running += 1
-        return pq, msgs
+        return pq
+
+    def _settle_direct(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool) -> None:
+        """After a ``_claim``ed batch ran: the queue's position passes it; a failed batch is
+        kept unacknowledged (commits stay behind it) for redelivery."""
+        with self._cond:
+            pq.direct = None
+            end = msgs[-1].queue_offset + 1
+            if end > pq.position:
+                pq.position = end
+            if not ok:
+                for m in msgs:
+                    heapq.heappush(pq.unacked, m.queue_offset)
+                self._retry_later(pq, msgs)
+            pq.running -= 1
+            resume = self._after(pq)
+            self._cond.notify_all()
+        self._resume(resume)
 
     def _retry_later(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
         """Schedules a failed batch's local redelivery with exponential backoff (lock held)."""
@@ -629,7 +653,10 @@ class PushConsumer:
                 pass  # a listener that outlasted shutdown, or the store closed under it
 
     def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
-        ok = self._call(msgs)
+        self._settle(pq, msgs, self._call(msgs))
+
+    def _settle(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool) -> None:
+        """After a concurrent batch ran: acknowledge it or schedule its redelivery."""
         with self._cond:
             if ok:
                 pq.ack(msgs)

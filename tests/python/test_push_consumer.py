@@ -334,6 +334,44 @@ def test_a_slow_listener_call_does_not_hold_up_other_queues(store: mqlite.Store)
         wait_until(lambda: b"slow" in arrived)
 
 
+def test_commits_stay_behind_a_batch_the_poller_still_runs(store: mqlite.Store) -> None:
+    """The poller runs a quick listener's batch straight after its poll, outside the ready
+    queue. While that call hangs, another thread takes the poll over and later messages of the
+    same queue are consumed and acknowledged: the commits made meanwhile must not pass the
+    hanging message (a crash would lose it)."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    arrived: list[bytes] = []
+    release = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            if m.body == b"slow":
+                release.wait(10)
+            arrived.append(m.body)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=4, consume_from=FIRST, commit_interval=0.05)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    mq = MessageQueue("t", 0)
+    with c:
+        for i in range(50):  # a quick listener: the poller takes the fast path
+            p.send(Message("t", b"w%d" % i))
+            time.sleep(0.002)
+        wait_until(lambda: len(arrived) == 50)
+        slow = p.send(Message("t", b"slow")).queue_offset
+        time.sleep(0.2)  # the poller is stuck in the call; another thread polls now
+        for i in range(10):
+            p.send(Message("t", b"late%d" % i))
+        wait_until(lambda: sum(b.startswith(b"late") for b in arrived) == 10)
+        time.sleep(0.3)  # several commit intervals
+        assert (group_offset(store, mq) or 0) <= slow
+        release.set()
+        wait_until(lambda: b"slow" in arrived)
+        wait_until(lambda: group_offset(store, mq) == slow + 11)
+
+
 def test_shutdown_timeout_bounds_a_stuck_listener_and_nothing_is_acknowledged(store: mqlite.Store) -> None:
     store.create_topic("t", 1)
     store.producer().send(Message("t", b"stuck"))

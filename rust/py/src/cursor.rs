@@ -21,12 +21,16 @@ use pyo3::types::PyList;
 
 use crate::errors::{illegal, value_error, PyMqError};
 use crate::message::messages_from;
+use crate::queue::PyMessageQueue;
 
 /// One assigned queue's state in a pull consumer (mutable: the consumer moves it).
 #[pyclass(module = "mqlite._core", name = "QueueCursor")]
 #[derive(Debug)]
 pub struct PyQueueCursor {
     mq: Py<PyAny>,
+    /// `mq` when it is a `MessageQueue` (always, from the consumers): shared by the messages
+    /// read through this cursor (see `PyMessageExt::mq`).
+    queue: Option<Py<PyMessageQueue>>,
     topic: Arc<str>,
     queue_id: u32,
     /// The next offset to read.
@@ -63,8 +67,14 @@ impl PyQueueCursor {
             }
             None => TagFilter::all(),
         };
+        let queue = mq
+            .bind(py)
+            .cast::<PyMessageQueue>()
+            .ok()
+            .map(|q| q.clone().unbind());
         Ok(PyQueueCursor {
             mq,
+            queue,
             topic: Arc::from(topic),
             queue_id,
             position,
@@ -113,6 +123,9 @@ impl PyQueueCursor {
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         visit.call(&self.mq)?;
+        if let Some(q) = &self.queue {
+            visit.call(q)?;
+        }
         if let Some(t) = &self.tags {
             visit.call(t)?;
         }
@@ -242,8 +255,9 @@ fn advance(
         }
         cur.position = r.next_offset;
         let sql = cur.sql.as_ref().map(|s| s.clone_ref(py));
+        let queue = cur.queue.as_ref().map(|q| q.clone_ref(py));
         drop(cur);
-        let msgs = messages_from(py, r.buffer, &r.records)?;
+        let msgs = messages_from(py, r.buffer, &r.records, queue.as_ref())?;
         match sql {
             None => {
                 for m in msgs {

@@ -410,6 +410,10 @@ pub struct PyMessageExt {
     pub buf: Arc<Vec<u8>>,
     pub start: u32,
     pub len: u32,
+    /// The queue the message was read from, shared by the messages of one read: a consumer
+    /// asks for it per batch (to find its bookkeeping), and building it means a decode and a
+    /// string copy. None: built on demand.
+    pub mq: Option<Py<PyMessageQueue>>,
 }
 
 impl PyMessageExt {
@@ -538,12 +542,18 @@ impl PyMessageExt {
         Ok(self.len)
     }
     #[getter]
-    fn message_queue(&self) -> PyResult<PyMessageQueue> {
+    fn message_queue(&self, py: Python<'_>) -> PyResult<Py<PyMessageQueue>> {
+        if let Some(mq) = &self.mq {
+            return Ok(mq.clone_ref(py));
+        }
         let v = self.view()?;
-        Ok(PyMessageQueue {
-            topic: v.topic().to_owned(),
-            queue_id: v.queue_id(),
-        })
+        Py::new(
+            py,
+            PyMessageQueue {
+                topic: v.topic().to_owned(),
+                queue_id: v.queue_id(),
+            },
+        )
     }
     fn __repr__(&self) -> PyResult<String> {
         let v = self.view()?;
@@ -562,6 +572,7 @@ pub fn messages_from(
     py: Python<'_>,
     buffer: Vec<u8>,
     records: &[(u32, u32)],
+    mq: Option<&Py<PyMessageQueue>>,
 ) -> PyResult<Vec<Py<PyAny>>> {
     let buf = Arc::new(buffer);
     records
@@ -571,6 +582,7 @@ pub fn messages_from(
                 buf: Arc::clone(&buf),
                 start,
                 len,
+                mq: mq.map(|q| q.clone_ref(py)),
             }
             .into_py_any(py)
         })

@@ -12,6 +12,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
 use crate::message::{messages_from, PyMessageExt};
 use crate::producer::PyProducer;
+use crate::queue::PyMessageQueue;
 
 /// An open store.
 #[pyclass(frozen, module = "mqlite._core", name = "Store")]
@@ -279,7 +280,17 @@ impl PyStore {
         let r = py
             .detach(|| self.store.get_messages(topic, q, offset, max, &filter))
             .map_err(PyMqError)?;
-        let msgs = messages_from(py, r.buffer, &r.records)?;
+        let mq = match r.records.is_empty() {
+            true => None,
+            false => Some(Py::new(
+                py,
+                PyMessageQueue {
+                    topic: topic.to_owned(),
+                    queue_id: q,
+                },
+            )?),
+        };
+        let msgs = messages_from(py, r.buffer, &r.records, mq.as_ref())?;
         Ok(PyGetResult {
             status: r.status,
             next_offset: r.next_offset,
@@ -304,6 +315,7 @@ impl PyStore {
             buf: Arc::new(bytes),
             start: 0,
             len,
+            mq: None,
         })
     }
 
