@@ -28,8 +28,8 @@ use crate::queue::PyMessageQueue;
 #[derive(Debug)]
 pub struct PyQueueCursor {
     mq: Py<PyAny>,
-    /// `mq` when it is a `MessageQueue` (always, from the consumers): shared by the messages
-    /// read through this cursor (see `PyMessageExt::mq`).
+    /// `mq` when it is a `MessageQueue` (always, from the consumers): the queue the messages
+    /// read through this cursor report (see `ReadBatch::mq`).
     queue: Option<Py<PyMessageQueue>>,
     topic: Arc<str>,
     queue_id: u32,
@@ -257,7 +257,7 @@ fn advance(
         let sql = cur.sql.as_ref().map(|s| s.clone_ref(py));
         let queue = cur.queue.as_ref().map(|q| q.clone_ref(py));
         drop(cur);
-        let msgs = messages_from(py, r.buffer, &r.records, queue.as_ref())?;
+        let msgs = messages_from(py, r.buffer, &r.records, queue)?;
         match sql {
             None => {
                 for m in msgs {

@@ -403,22 +403,28 @@ impl PySendBatchResult {
     }
 }
 
+/// The records of one read and the queue they came from, shared by the read's messages.
+#[derive(Debug)]
+pub struct ReadBatch {
+    pub bytes: Vec<u8>,
+    /// A consumer asks for a batch's queue (to find its bookkeeping); building it means a
+    /// decode and a string copy. None: built on demand.
+    pub mq: Option<Py<PyMessageQueue>>,
+}
+
 /// A stored message: a view into a shared buffer of raw records.
 #[pyclass(frozen, module = "mqlite._core", name = "MessageExt")]
 #[derive(Debug)]
 pub struct PyMessageExt {
-    pub buf: Arc<Vec<u8>>,
+    pub batch: Arc<ReadBatch>,
     pub start: u32,
     pub len: u32,
-    /// The queue the message was read from, shared by the messages of one read: a consumer
-    /// asks for it per batch (to find its bookkeeping), and building it means a decode and a
-    /// string copy. None: built on demand.
-    pub mq: Option<Py<PyMessageQueue>>,
 }
 
 impl PyMessageExt {
     fn record(&self) -> &[u8] {
-        self.buf
+        self.batch
+            .bytes
             .get(self.start as usize..(self.start + self.len) as usize)
             .unwrap_or(&[])
     }
@@ -543,7 +549,7 @@ impl PyMessageExt {
     }
     #[getter]
     fn message_queue(&self, py: Python<'_>) -> PyResult<Py<PyMessageQueue>> {
-        if let Some(mq) = &self.mq {
+        if let Some(mq) = &self.batch.mq {
             return Ok(mq.clone_ref(py));
         }
         let v = self.view()?;
@@ -572,17 +578,16 @@ pub fn messages_from(
     py: Python<'_>,
     buffer: Vec<u8>,
     records: &[(u32, u32)],
-    mq: Option<&Py<PyMessageQueue>>,
+    mq: Option<Py<PyMessageQueue>>,
 ) -> PyResult<Vec<Py<PyAny>>> {
-    let buf = Arc::new(buffer);
+    let batch = Arc::new(ReadBatch { bytes: buffer, mq });
     records
         .iter()
         .map(|&(start, len)| {
             PyMessageExt {
-                buf: Arc::clone(&buf),
+                batch: Arc::clone(&batch),
                 start,
                 len,
-                mq: mq.map(|q| q.clone_ref(py)),
             }
             .into_py_any(py)
         })

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
-use crate::message::{messages_from, PyMessageExt};
+use crate::message::{messages_from, PyMessageExt, ReadBatch};
 use crate::producer::PyProducer;
 use crate::queue::PyMessageQueue;
 
@@ -290,7 +290,7 @@ impl PyStore {
                 },
             )?),
         };
-        let msgs = messages_from(py, r.buffer, &r.records, mq.as_ref())?;
+        let msgs = messages_from(py, r.buffer, &r.records, mq)?;
         Ok(PyGetResult {
             status: r.status,
             next_offset: r.next_offset,
@@ -312,10 +312,9 @@ impl PyStore {
             .map_err(PyMqError)?;
         let len = bytes.len() as u32;
         Ok(PyMessageExt {
-            buf: Arc::new(bytes),
+            batch: Arc::new(ReadBatch { bytes, mq: None }),
             start: 0,
             len,
-            mq: None,
         })
     }
 
