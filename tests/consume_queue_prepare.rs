@@ -110,3 +110,71 @@ fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
     put_range(&store, 40, 80);
     assert_queue_holds(&store, 80);
 }
+
+fn queue_dir_files(root: &Path, queue: u32) -> Vec<u64> {
+    let dir = root
+        .join("consumequeue")
+        .join(TOPIC)
+        .join(queue.to_string());
+    let mut v: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_new_topics_queues_get_their_first_files_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    store.create_topic(TOPIC, 3, 6, false, false).unwrap();
+    // Before any send: the first sends to each queue find their file made.
+    for q in 0..3 {
+        wait_for_file(&common::cq_file(dir.path(), TOPIC, q, 0));
+        assert_eq!(store.queue_offsets(TOPIC, q).unwrap(), (0, 0));
+    }
+    put_range(&store, 0, 10);
+    assert_queue_holds(&store, 10);
+    store.close().unwrap();
+    assert_eq!(queue_dir_files(dir.path(), 0), [0]);
+    for q in 1..3 {
+        assert!(
+            queue_dir_files(dir.path(), q).is_empty(),
+            "queue {q}: an unused prepared file is deleted at close"
+        );
+    }
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    assert_queue_holds(&store, 10);
+    for q in 1..3 {
+        assert_eq!(store.queue_offsets(TOPIC, q).unwrap(), (0, 0));
+        let a = store
+            .put(&MessageRef::new(TOPIC, q, &body(q.into())))
+            .unwrap();
+        assert_eq!(a.appended.queue_offset, 0);
+    }
+}
+
+#[test]
+fn a_new_queues_first_file_left_empty_by_a_crash_is_an_empty_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    store.create_topic(TOPIC, 1, 6, false, false).unwrap();
+    store.close().unwrap();
+    // What a crash leaves after the preparer made the first file: one file of zeros.
+    std::fs::write(cq_file(dir.path(), 0), vec![0u8; FILE_BYTES as usize]).unwrap();
+    let follower = Store::open(
+        dir.path(),
+        StoreConfig {
+            read_only: true,
+            ..small_config()
+        },
+    )
+    .unwrap();
+    assert_eq!(follower.queue_offsets(TOPIC, 0).unwrap(), (0, 0));
+    drop(follower);
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    assert_eq!(store.queue_offsets(TOPIC, 0).unwrap(), (0, 0));
+    put_range(&store, 0, 5);
+    assert_queue_holds(&store, 5);
+}

@@ -230,3 +230,33 @@ fn load_reports_a_gap_as_corruption() {
         Err(Error::Corrupted { offset: 4097, .. })
     ));
 }
+
+#[test]
+fn deferred_creation_syncs_are_paid_by_the_next_flush_and_only_then_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path()).with_deferred_create_sync();
+    let mut w = q.roll(0).unwrap();
+    let first = q.find(0).unwrap();
+    assert!(first.create_sync_due(), "a rolled-to file owes its fsyncs");
+    // A file prepared ahead of its roll sits in the ready slot, outside the list.
+    q.prepare(SIZE, false).unwrap();
+    w.append_with(8, |b| b.fill(7)).unwrap();
+    w.publish();
+    q.flush().unwrap();
+    assert!(!first.create_sync_due(), "the flush paid it");
+    let w2 = q.roll(SIZE).unwrap();
+    assert!(
+        !w2.file().create_sync_due(),
+        "the flush also paid for the prepared file"
+    );
+    drop(w2);
+    q.prepare(2 * SIZE, false).unwrap();
+    let third = q.roll(2 * SIZE).unwrap();
+    assert!(third.file().create_sync_due());
+
+    // Without deferral the creation syncs at once.
+    let dir2 = tempfile::tempdir().unwrap();
+    let q2 = queue(dir2.path());
+    let w = q2.roll(0).unwrap();
+    assert!(!w.file().create_sync_due());
+}

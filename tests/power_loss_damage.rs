@@ -308,6 +308,47 @@ fn t0_undamaged_crash_image_keeps_everything() {
     assert_store_holds(img.root(), &img.msgs, "T0");
 }
 
+// ---- T0b: consume-queue files created above the watermark are lost ---------------------
+
+/// A new consume-queue file is made durable (its fsync and its directory's) by the queue's
+/// next flush, not when it is created; an OS crash before that flush may lose it. The flush
+/// comes before the checkpoint that could cover the file's units, so every unit of such a
+/// file is above the watermark, and recovery must rebuild the file from the commit log.
+#[test]
+fn t0b_consume_queue_files_created_above_the_watermark_are_lost() {
+    let img = build();
+    let units_per_file = config().consume_queue_file_units;
+    let file_bytes = units_per_file * 20;
+    let mut lost = 0;
+    for q in 0..QUEUES {
+        let prefix_units = img
+            .msgs
+            .iter()
+            .filter(|m| m.queue == q && m.end() <= img.w)
+            .count() as u64;
+        // The file holding the last unit below the watermark stays; later ones go.
+        let last_kept = (prefix_units - 1) / units_per_file * file_bytes;
+        let dir = img
+            .root()
+            .join("consumequeue")
+            .join(TOPIC)
+            .join(q.to_string());
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            let start: u64 = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            if start > last_kept {
+                std::fs::remove_file(&p).unwrap();
+                lost += 1;
+            }
+        }
+    }
+    assert!(
+        lost >= QUEUES as usize,
+        "the tail must create consume-queue files"
+    );
+    assert_store_holds(img.root(), &img.msgs, "T0b");
+}
+
 // ---- T1: truncated last commit-log file -------------------------------------------------
 
 /// Removes commit-log files after the one holding the last record (an empty preallocated

@@ -11,6 +11,11 @@
 //!
 //! Crash behaviour: a zero-length or short last file (a roll interrupted by a kill) is repaired
 //! (deleted if empty, re-preallocated if short); a gap between files is reported as corruption.
+//! A new file's size, allocation and directory entry are made durable by fsyncs right after
+//! it is created, or, for queues built with `defer_create_sync` (consume queues, whose data is
+//! derived and only trusted up to the checkpoint), by the queue's next `flush`: the flush that
+//! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
+//! file, which recovery then rebuilds from the commit log.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -46,6 +51,8 @@ pub struct MappedFileQueue {
     files: RwLock<Vec<Arc<MappedFile>>>,
     // A file created ahead of need by a background thread (commit log only).
     ready: Mutex<Option<Arc<MappedFile>>>,
+    // New files' fsyncs are left to the next flush (see the module doc).
+    defer_create_sync: bool,
 }
 
 impl MappedFileQueue {
@@ -57,7 +64,15 @@ impl MappedFileQueue {
             writable,
             files: RwLock::new(Vec::new()),
             ready: Mutex::new(None),
+            defer_create_sync: false,
         }
+    }
+
+    /// This queue's new files are made durable by its next flush rather than at creation: no
+    /// fsync on the thread that rolls to a new file (see the module doc).
+    pub fn with_deferred_create_sync(mut self) -> Self {
+        self.defer_create_sync = true;
+        self
     }
 
     /// Loads existing files of the directory (sorted by name). Writers repair an empty or short
@@ -290,8 +305,12 @@ impl MappedFileQueue {
                 let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
                 // The file's size and allocation must be durable before any checkpoint or
                 // record points into it.
-                f.sync_metadata()?;
-                fs::fsync_dir(dir)?;
+                if self.defer_create_sync {
+                    f.defer_create_sync();
+                } else {
+                    f.sync_metadata()?;
+                    fs::fsync_dir(dir)?;
+                }
                 Ok(f)
             }
             Backing::Memory => MappedFile::anonymous(start, self.file_size),
@@ -440,13 +459,38 @@ impl MappedFileQueue {
     pub fn flush(&self) -> Result<u64> {
         let files = self.files();
         let mut flushed = self.min_offset();
-        for f in files {
+        for f in &files {
             if f.flushed() < f.published() {
                 f.flush()?;
             }
             flushed = f.from_offset() + f.flushed();
         }
+        self.sync_created(&files)?;
         Ok(flushed)
+    }
+
+    /// The fsyncs owed by files created with their sync deferred (in the list or the ready
+    /// slot): each file's, then the directory's; a file's debt is cleared only after both.
+    fn sync_created(&self, files: &[Arc<MappedFile>]) -> Result<()> {
+        let ready = self.lock_ready().clone();
+        let due: Vec<&Arc<MappedFile>> = files
+            .iter()
+            .chain(ready.as_ref())
+            .filter(|f| f.create_sync_due())
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        for f in &due {
+            f.sync_metadata()?;
+        }
+        if let Backing::Dir { dir, .. } = &self.backing {
+            fs::fsync_dir(dir)?;
+        }
+        for f in due {
+            f.create_synced();
+        }
+        Ok(())
     }
 
     /// Deletes every file (a queue whose data is gone).

@@ -13,7 +13,10 @@
 //!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
-//! what is missing (duplicates are ignored by the `max_physical_offset` rule).
+//! what is missing (duplicates are ignored by the `max_physical_offset` rule). A new file is
+//! made durable (its fsync and its directory's) by the queue's next flush, not by the thread
+//! that rolls to it: the flush comes before any checkpoint that covers the file's units, so
+//! an OS crash can only lose a file whose units recovery re-dispatches anyway.
 //!
 //! Writers: only the dispatcher. Readers: any thread, any process.
 
@@ -80,7 +83,7 @@ impl ConsumeQueue {
         ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
-            files: MappedFileQueue::new(backing, file_size, !read_only),
+            files: MappedFileQueue::new(backing, file_size, !read_only).with_deferred_create_sync(),
             writer: Mutex::new(None),
             max_physical: AtomicU64::new(0),
             min_logic: AtomicU64::new(0),
@@ -248,6 +251,12 @@ impl ConsumeQueue {
         drop(guard);
         self.refresh_max_physical();
         Ok(())
+    }
+
+    /// Where a new queue's first file starts (byte 0: a new topic's queues start at offset 0),
+    /// for the preparer; None once the queue has a file, or in a read-only store.
+    pub fn first_file_start(&self) -> Option<u64> {
+        (!self.read_only && self.files.is_empty()).then_some(0)
     }
 
     /// Minimum logical offset still stored.

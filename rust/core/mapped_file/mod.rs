@@ -39,6 +39,9 @@ pub struct MappedFile {
     published: AtomicU64,
     flushed: AtomicU64,
     writer_taken: AtomicBool,
+    // Created without the fsyncs of its metadata and directory entry, which the next flush of
+    // its queue owes (`MappedFileQueue::flush`).
+    create_sync_due: AtomicBool,
 }
 
 /// The unique write handle of a `MappedFile`.
@@ -156,6 +159,7 @@ impl MappedFile {
             published: AtomicU64::new(pos),
             flushed: AtomicU64::new(pos),
             writer_taken: AtomicBool::new(false),
+            create_sync_due: AtomicBool::new(false),
         }
     }
 
@@ -262,6 +266,21 @@ impl MappedFile {
         }
         self.flushed.fetch_max(target, Ordering::AcqRel);
         Ok(target)
+    }
+
+    /// Records that the creation's fsyncs were left to the next flush.
+    pub fn defer_create_sync(&self) {
+        self.create_sync_due.store(true, Ordering::Release);
+    }
+
+    /// Whether the creation's fsyncs are still owed.
+    pub fn create_sync_due(&self) -> bool {
+        self.create_sync_due.load(Ordering::Acquire)
+    }
+
+    /// The creation's fsyncs were done.
+    pub fn create_synced(&self) {
+        self.create_sync_due.store(false, Ordering::Release);
     }
 
     /// fsync of the file itself (size and allocation metadata), used after creating it.

@@ -412,7 +412,7 @@ impl Store {
         self.inner
             .topics
             .put(TopicConfig::new(topic, queues, perm, order))?;
-        Ok(())
+        self.inner.cqs.prepare_topic(topic, queues)
     }
 
     /// Every topic's configuration.
