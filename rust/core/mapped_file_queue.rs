@@ -12,7 +12,7 @@
 //! Crash behaviour: a zero-length or short last file (a roll interrupted by a kill) is repaired
 //! (deleted if empty, re-preallocated if short); a gap between files is reported as corruption.
 //! A new file's size, allocation and directory entry are made durable by fsyncs right after
-//! it is created, or, for queues built with `defer_create_sync` (consume queues, whose data is
+//! it is created, or, for queues built `with_deferred_create_sync` (consume queues, whose data is
 //! derived and only trusted up to the checkpoint), by the queue's next `flush`: the flush that
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
 //! file, which recovery then rebuilds from the commit log.
@@ -49,7 +49,7 @@ pub struct MappedFileQueue {
     file_size: u64,
     writable: bool,
     files: RwLock<Vec<Arc<MappedFile>>>,
-    // A file created ahead of need by a background thread (commit log only).
+    // A file created ahead of need by the preparer thread (prepare.rs).
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
     defer_create_sync: bool,
