@@ -19,7 +19,7 @@
 //! consume queue: `ConsumeQueue::recover` deletes empty files at the end, and read-only
 //! followers skip an empty last file), so it needs no repair.
 
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Weak;
 
 use crate::commit_log::CommitLog;
@@ -35,6 +35,8 @@ pub enum Prepare {
     /// Create the file of this consume queue starting at this byte offset, its pages faulted
     /// in (a queue file is small and is written right from its start).
     QueueFile(Weak<ConsumeQueue>, u64),
+    /// Answer once every job sent before this one is done (`Store::flush` waits for it).
+    Barrier(Sender<()>),
 }
 
 /// Body of the preparer thread: runs jobs until every sender is gone or the commit log is.
@@ -54,6 +56,9 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>) {
                 if let Some(cq) = cq.upgrade() {
                     let _ = cq.files().prepare(start, true);
                 }
+            }
+            Prepare::Barrier(done) => {
+                let _ = done.send(());
             }
         }
     }

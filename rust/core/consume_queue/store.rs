@@ -195,6 +195,15 @@ impl ConsumeQueueStore {
         }
     }
 
+    /// Sends `job` to the preparer; false without one (in-memory, read-only or closing).
+    pub fn send_job(&self, job: Prepare) -> bool {
+        self.preparer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|tx| tx.send(job).is_ok())
+    }
+
     /// A new topic's queues: each is created (directory included) and the preparer is asked
     /// for its first file, so that the first sends to each queue do not create it (an
     /// fallocate and two fsyncs, a millisecond or more) on the dispatching thread. Without a

@@ -181,6 +181,12 @@ fn seed() -> u32 {
     t ^ std::process::id().rotate_left(16)
 }
 
+/// The reput thread's safety-net period. Producers (or the flush thread, in sync mode) wake it
+/// whenever they leave records to it, so this only bounds how soon a failed dispatch is
+/// retried when nothing else happens; every idle wake-up is CPU time taken from the store's
+/// users (and, on a small machine, a chance to move a consumer to another CPU).
+const REPUT_IDLE: Duration = Duration::from_millis(100);
+
 fn start_threads(inner: &Arc<Inner>) -> Result<()> {
     let mut threads = inner.threads.lock().unwrap_or_else(|p| p.into_inner());
     let spawn_err = |e: std::io::Error| Error::io("spawn_thread", "mqlite", e);
@@ -189,7 +195,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         threads.push(
             std::thread::Builder::new()
                 .name("mqlite-reput".into())
-                .spawn(move || r.run_thread(Duration::from_millis(10)))
+                .spawn(move || r.run_thread(REPUT_IDLE))
                 .map_err(spawn_err)?,
         );
     }
