@@ -178,3 +178,21 @@ fn a_new_queues_first_file_left_empty_by_a_crash_is_an_empty_queue() {
     put_range(&store, 0, 5);
     assert_queue_holds(&store, 5);
 }
+
+#[test]
+fn flush_returns_after_the_files_being_made_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    // Default sizes: a new store's preparer first makes the 32 MiB commit-log file and faults
+    // in its first 4 MiB, so the queue files asked for next are still to come when an
+    // (otherwise quick) flush of the empty store is called.
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let queues = 8;
+    store.create_topic(TOPIC, queues, 6, false, false).unwrap();
+    store.flush().unwrap();
+    let want = StoreConfig::default().consume_queue_file_units * 20;
+    for q in 0..queues {
+        let path = common::cq_file(dir.path(), TOPIC, q, 0);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(len, want, "{} after flush", path.display());
+    }
+}

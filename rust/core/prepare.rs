@@ -19,8 +19,9 @@
 //! consume queue: `ConsumeQueue::recover` deletes empty files at the end, and read-only
 //! followers skip an empty last file), so it needs no repair.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use crate::commit_log::CommitLog;
 use crate::consume_queue::ConsumeQueue;
@@ -35,13 +36,70 @@ pub enum Prepare {
     /// Create the file of this consume queue starting at this byte offset, its pages faulted
     /// in (a queue file is small and is written right from its start).
     QueueFile(Weak<ConsumeQueue>, u64),
-    /// Answer once every job sent before this one is done (`Store::flush` waits for it).
+    /// Answer once every job sent before this one is done (`Preparer::wait_for_files`).
     Barrier(Sender<()>),
 }
 
-/// Body of the preparer thread: runs jobs until every sender is gone or the commit log is.
-pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>) {
+impl Prepare {
+    /// Whether the job creates a file (counted in `Preparer::files_pending`).
+    fn makes_file(&self) -> bool {
+        matches!(self, Prepare::File(_) | Prepare::QueueFile(..))
+    }
+}
+
+/// The writers' handle on the preparer: its job queue, and how many file-creating jobs were
+/// sent and are not done yet.
+#[derive(Debug, Clone)]
+pub struct Preparer {
+    tx: Sender<Prepare>,
+    files_pending: Arc<AtomicUsize>,
+}
+
+impl Preparer {
+    /// A handle on `tx`, whose receiving thread runs `run` with `self.counter()`.
+    pub fn new(tx: Sender<Prepare>) -> Self {
+        Preparer {
+            tx,
+            files_pending: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The count the preparer thread lowers as it finishes file jobs.
+    pub fn counter(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.files_pending)
+    }
+
+    /// Queues `job`; false when the preparer is gone.
+    pub fn send(&self, job: Prepare) -> bool {
+        let file = job.makes_file();
+        if file {
+            self.files_pending.fetch_add(1, Ordering::AcqRel);
+        }
+        let sent = self.tx.send(job).is_ok();
+        if file && !sent {
+            self.files_pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        sent
+    }
+
+    /// Blocks until every file job sent so far is done (at most `limit`); warm-ups are waited
+    /// for only when queued before such a job.
+    pub fn wait_for_files(&self, limit: std::time::Duration) {
+        if self.files_pending.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let (done, answer) = std::sync::mpsc::channel();
+        if self.tx.send(Prepare::Barrier(done)).is_ok() {
+            let _ = answer.recv_timeout(limit);
+        }
+    }
+}
+
+/// Body of the preparer thread: runs jobs until every sender is gone or the commit log is;
+/// lowers `files_pending` after each file job.
+pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending: &AtomicUsize) {
     while let Ok(job) = jobs.recv() {
+        let file = job.makes_file();
         let Some(cl) = commit_log.upgrade() else {
             break;
         };
@@ -60,6 +118,9 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>) {
             Prepare::Barrier(done) => {
                 let _ = done.send(());
             }
+        }
+        if file {
+            files_pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -32,14 +32,13 @@ pub mod append;
 pub mod recovery;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordView};
-use crate::prepare::Prepare;
+use crate::prepare::{Prepare, Preparer};
 use append::{Appended, Appender, Prepared};
 
 /// Warm-ahead is re-requested each time the write position has advanced this far.
@@ -51,7 +50,7 @@ pub struct CommitLog {
     files: MappedFileQueue,
     appender: Mutex<Appender>,
     flushed: AtomicU64,
-    prealloc: Mutex<Option<Sender<Prepare>>>,
+    prealloc: Mutex<Option<Preparer>>,
     // Start of the last file for which the next one was requested.
     prealloc_asked: AtomicU64,
     // Pages below this commit-log offset were asked to be faulted in (warm-ahead);
@@ -92,7 +91,7 @@ impl CommitLog {
 
     /// Sends `Prepare` jobs to a background preparer: next files always, and warm-ahead
     /// requests when `warm_ahead` (pointless when whole files are populated at creation).
-    pub fn set_preallocator(&self, tx: Sender<Prepare>, warm_ahead: bool) {
+    pub fn set_preallocator(&self, tx: Preparer, warm_ahead: bool) {
         *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         if warm_ahead {
             self.warm_to.store(0, Ordering::Relaxed);
@@ -349,7 +348,7 @@ mod tests {
         };
         let cl = CommitLog::new(MappedFileQueue::new(backing, 64 << 20, true));
         let (tx, rx) = mpsc::channel();
-        cl.set_preallocator(tx, true);
+        cl.set_preallocator(crate::prepare::Preparer::new(tx), true);
         let (small, large) = (vec![1u8; 128], vec![2u8; 4096]);
         let batch = |body: &[u8]| {
             let prepared: Vec<Prepared<'_>> = (0..300)

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::unit::CqUnit;
@@ -14,7 +13,7 @@ use super::ConsumeQueue;
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
 use crate::message::sysflag;
-use crate::prepare::Prepare;
+use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
 
 /// A topic's queues by queue id.
@@ -34,7 +33,7 @@ pub struct ConsumeQueueStore {
     // share a topic (round robin over its queues), and this saves a map lookup per record.
     last: std::sync::Mutex<Option<(String, ById)>>,
     // Where queues' next files are asked for (prepare.rs); `None` without a preparer.
-    preparer: Mutex<Option<Sender<Prepare>>>,
+    preparer: Mutex<Option<Preparer>>,
 }
 
 impl ConsumeQueueStore {
@@ -168,7 +167,7 @@ impl ConsumeQueueStore {
     }
 
     /// Sends queues' next-file requests to `tx` from now on.
-    pub fn set_preparer(&self, tx: Sender<Prepare>) {
+    pub fn set_preparer(&self, tx: Preparer) {
         *self.preparer.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
@@ -195,13 +194,17 @@ impl ConsumeQueueStore {
         }
     }
 
-    /// Sends `job` to the preparer; false without one (in-memory, read-only or closing).
-    pub fn send_job(&self, job: Prepare) -> bool {
-        self.preparer
+    /// Blocks until the preparer has made every file asked of it so far (at most `limit`); at
+    /// once without a preparer or a pending file job.
+    pub fn wait_for_prepared_files(&self, limit: std::time::Duration) {
+        let p = self
+            .preparer
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|tx| tx.send(job).is_ok())
+            .clone();
+        if let Some(p) = p {
+            p.wait_for_files(limit);
+        }
     }
 
     /// A new topic's queues: each is created (directory included) and the preparer is asked

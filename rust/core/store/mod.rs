@@ -184,10 +184,14 @@ impl Store {
     }
 
     /// Forces the commit log and consume queues to disk and updates the checkpoint, after the
-    /// files being prepared in the background are complete.
+    /// files being created in the background are complete.
     pub fn flush(&self) -> Result<()> {
         self.check_usable()?;
-        self.wait_for_preparer();
+        // Files being made in the background are finished first: after a flush, nothing is
+        // being created in the store's directories (and the new files are covered).
+        self.inner
+            .cqs
+            .wait_for_prepared_files(std::time::Duration::from_secs(10));
         if let Some(f) = &self.inner.flush {
             f.flush_commit_log()?;
             if let Some(r) = &self.inner.reput {
@@ -196,20 +200,6 @@ impl Store {
             f.flush_logics_and_checkpoint()?;
         }
         Ok(())
-    }
-
-    /// Blocks until the preparer thread has done every job sent to it so far (files being
-    /// created, pages being faulted in), for at most 10 s. `flush` starts with it: the files
-    /// made in the background are then complete, and covered by the flush.
-    fn wait_for_preparer(&self) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        if self
-            .inner
-            .cqs
-            .send_job(crate::prepare::Prepare::Barrier(tx))
-        {
-            let _ = rx.recv_timeout(std::time::Duration::from_secs(10));
-        }
     }
 
     /// Deletes expired commit-log files now (the flush thread also does it every 10 s) and the

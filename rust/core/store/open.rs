@@ -19,7 +19,7 @@ use crate::lock::{self, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
-use crate::prepare::{self, Prepare};
+use crate::prepare::{self, Prepare, Preparer};
 use crate::recovery::{self, RecoveryReport};
 use crate::topic_config::TopicTable;
 use crate::util::fs;
@@ -212,6 +212,8 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         // The preparer (prepare.rs) of the next commit-log and consume-queue files; it exits
         // when the store stops sending (close) or is dropped.
         let (tx, rx) = mpsc::channel::<Prepare>();
+        let tx = Preparer::new(tx);
+        let files_pending = tx.counter();
         if inner.commit_log.files().is_empty() && inner.root.is_some() {
             // A new store: have the first file ready before the first send needs it.
             let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
@@ -225,7 +227,7 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         threads.push(
             std::thread::Builder::new()
                 .name("mqlite-prealloc".into())
-                .spawn(move || prepare::run(&weak, &rx))
+                .spawn(move || prepare::run(&weak, &rx, &files_pending))
                 .map_err(spawn_err)?,
         );
     }
