@@ -12,7 +12,9 @@
 //!
 //! Jobs are hints. A failed, late or dropped job only means the writer creates the file, or
 //! takes the page faults, itself. A prepared file waits in its queue's ready slot
-//! (`MappedFileQueue::prepare`) and is taken by the roll to its offset.
+//! (`MappedFileQueue::prepare`) and is taken by the roll to its offset. Writers hold a
+//! `Preparer`, which counts the file jobs not yet done: `Store::flush` waits for those
+//! (`Preparer::wait_for_files`), so that after a flush nothing is being created on disk.
 //!
 //! Crash behaviour: a prepared file not yet rolled to is all zeros. Recovery never reads past
 //! the end of the valid data before it (commit log: the scan stops at the first zero header;
