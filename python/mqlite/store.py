@@ -271,7 +271,8 @@ class Store:
         return self._live().offset_for_timestamp(mq.topic, mq.queue_id, ms)
 
     def flush(self) -> None:
-        """Write dirty pages to disk now."""
+        """Write dirty pages to disk now (after the files being created in the background, such
+        as a new topic's queue files, are complete)."""
         self._live().flush()
 
     def delete_expired_files(self) -> int:
