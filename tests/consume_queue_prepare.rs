@@ -19,14 +19,30 @@ fn cq_file(root: &Path, start: u64) -> PathBuf {
     common::cq_file(root, TOPIC, 0, start)
 }
 
-fn cq_starts(root: &Path) -> Vec<u64> {
-    let dir = root.join("consumequeue").join(TOPIC).join("0");
+/// The start offsets of the files in queue `queue`'s directory, sorted.
+fn queue_dir_files(root: &Path, queue: u32) -> Vec<u64> {
+    let dir = root
+        .join("consumequeue")
+        .join(TOPIC)
+        .join(queue.to_string());
     let mut v: Vec<u64> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
         .collect();
     v.sort_unstable();
     v
+}
+
+/// A read-only follower of the store in `root`.
+fn follower(root: &Path) -> Store {
+    Store::open(
+        root,
+        StoreConfig {
+            read_only: true,
+            ..small_config()
+        },
+    )
+    .unwrap()
 }
 
 fn put_range(store: &Store, from: u64, to: u64) {
@@ -69,7 +85,7 @@ fn the_next_file_is_prepared_before_the_roll_and_deleted_at_close_if_unused() {
     assert_queue_holds(&store, 100);
     store.close().unwrap();
     assert_eq!(
-        cq_starts(dir.path()),
+        queue_dir_files(dir.path(), 0),
         [0, FILE_BYTES],
         "the unused third file is gone"
     );
@@ -93,35 +109,19 @@ fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
     )
     .unwrap();
 
-    let follower = Store::open(
-        dir.path(),
-        StoreConfig {
-            read_only: true,
-            ..small_config()
-        },
-    )
-    .unwrap();
+    let follower = follower(dir.path());
     assert_queue_holds(&follower, 40);
     drop(follower);
 
     let store = Store::open(dir.path(), small_config()).unwrap();
-    assert_eq!(cq_starts(dir.path()), [0], "the empty file was deleted");
+    assert_eq!(
+        queue_dir_files(dir.path(), 0),
+        [0],
+        "the empty file was deleted"
+    );
     assert_queue_holds(&store, 40);
     put_range(&store, 40, 80);
     assert_queue_holds(&store, 80);
-}
-
-fn queue_dir_files(root: &Path, queue: u32) -> Vec<u64> {
-    let dir = root
-        .join("consumequeue")
-        .join(TOPIC)
-        .join(queue.to_string());
-    let mut v: Vec<u64> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 #[test]
@@ -163,14 +163,7 @@ fn a_new_queues_first_file_left_empty_by_a_crash_is_an_empty_queue() {
     store.close().unwrap();
     // What a crash leaves after the preparer made the first file: one file of zeros.
     std::fs::write(cq_file(dir.path(), 0), vec![0u8; FILE_BYTES as usize]).unwrap();
-    let follower = Store::open(
-        dir.path(),
-        StoreConfig {
-            read_only: true,
-            ..small_config()
-        },
-    )
-    .unwrap();
+    let follower = follower(dir.path());
     assert_eq!(follower.queue_offsets(TOPIC, 0).unwrap(), (0, 0));
     drop(follower);
     let store = Store::open(dir.path(), small_config()).unwrap();
