@@ -260,3 +260,25 @@ fn deferred_creation_syncs_are_paid_by_the_next_flush_and_only_then_cleared() {
     let w = q2.roll(0).unwrap();
     assert!(!w.file().create_sync_due());
 }
+
+#[test]
+fn warming_ahead_reaches_into_the_prepared_next_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    let mut w = q.roll(0).unwrap();
+    w.append_with(100, |b| b.fill(1)).unwrap();
+    w.publish();
+    if q.warm(0, SIZE) < SIZE {
+        eprintln!("MADV_POPULATE_WRITE unsupported here: nothing to check");
+        return;
+    }
+    // No next file yet: warming stops at the end of the last one.
+    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE);
+    // Prepared (not rolled to): its pages are warmed before the writer arrives.
+    q.prepare(SIZE, false).unwrap();
+    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE + SIZE / 2);
+    // Not past it, and the roll still takes the prepared file.
+    assert_eq!(q.warm(SIZE, 3 * SIZE), 2 * SIZE);
+    assert_eq!(q.roll(SIZE).unwrap().pos(), 0);
+    assert_eq!(names(dir.path()).len(), 2);
+}

@@ -365,12 +365,15 @@ impl MappedFileQueue {
 
     /// Faults in, writable, the bytes `[from, to)` (commit-log offsets) of existing files, so
     /// the appender's first writes to those pages do not stop for page allocation and zeroing.
-    /// Returns how far it got: it stops at a failed advice (old kernels lack it; advice is an
-    /// optimisation) or at a file that does not exist yet.
+    /// The prepared next file counts: warming it before the roll spares the writer a run of
+    /// cold pages right after it. Returns how far it got: it stops at a failed advice (old
+    /// kernels lack it; advice is an optimisation) or at a file that does not exist yet.
     pub fn warm(&self, from: u64, to: u64) -> u64 {
         let mut at = from;
         while at < to {
-            let Some(f) = self.find(at) else { break };
+            let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
+                break;
+            };
             let end = (f.from_offset() + f.size()).min(to);
             let advised = f.advise(
                 at - f.from_offset(),
@@ -383,6 +386,14 @@ impl MappedFileQueue {
             at = end;
         }
         at
+    }
+
+    /// The prepared next file, if it holds `offset`.
+    fn ready_holding(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        self.lock_ready()
+            .as_ref()
+            .filter(|f| (f.from_offset()..f.from_offset() + f.size()).contains(&offset))
+            .cloned()
     }
 
     fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<Arc<MappedFile>>> {

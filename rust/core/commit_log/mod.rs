@@ -100,6 +100,11 @@ impl CommitLog {
         }
     }
 
+    /// Pages below this offset are known to be faulted in (`u64::MAX`: whole files are).
+    pub fn warmed(&self) -> u64 {
+        self.warmed.load(Ordering::Relaxed)
+    }
+
     /// The preparer faulted in the pages below `to`.
     pub fn set_warmed(&self, to: u64) {
         self.warmed.fetch_max(to, Ordering::Relaxed);
