@@ -1,20 +1,14 @@
-//! The preparer (RocketMQ's AllocateMappedFileService): background threads of a writable
-//! store that create files before their writers need them and fault in the pages just ahead
+//! The preparer (RocketMQ's AllocateMappedFileService): one background thread per writable
+//! store that creates files before their writers need them and faults in the pages just ahead
 //! of the commit log's writer.
 //!
-//! Creating a file costs an open, an fallocate, a mapping and, for the commit log, two fsyncs
-//! (the file's and its directory's), 0.3 to a few milliseconds; done at a roll, it would stall
-//! the sender. So writers ask for the next file once their current one is half full:
+//! Creating a file costs an open, an fallocate, a mapping and two fsyncs (the file's and its
+//! directory's), 0.3 to a few milliseconds; done at a roll, it would stall the sender. So
+//! writers ask for the next file once their current one is half full:
 //! - the commit log (`Prepare::File`), and its warm-ahead (`Prepare::Warm`);
 //! - each consume queue (`Prepare::QueueFile`), whose files are written by the dispatching
 //!   thread, usually a producer's: with the default 50,000-unit files and 128-byte messages a
 //!   queue rolls every few milliseconds at full speed.
-//!
-//! Two threads share the jobs (`Preparer::with_quick_lane`): the commit log's files on one,
-//! everything else on the other. A commit-log file's fsyncs queue behind the flush thread's
-//! writeback and can take 20 ms; on a single thread the warm-ahead and queue files waiting
-//! behind them fell several megabytes behind a fast producer, whose sends then took the page
-//! faults themselves.
 //!
 //! Jobs are hints. A failed, late or dropped job only means the writer creates the file, or
 //! takes the page faults, itself. A prepared file waits in its queue's ready slot
@@ -55,14 +49,11 @@ impl Prepare {
     }
 }
 
-/// The writers' handle on the preparer: its job queues, and how many file-creating jobs were
+/// The writers' handle on the preparer: its job queue, and how many file-creating jobs were
 /// sent and are not done yet.
 #[derive(Debug, Clone)]
 pub struct Preparer {
-    /// Every job, or only commit-log files when there is a quick lane.
     tx: Sender<Prepare>,
-    /// Warm-ahead and queue files, on a thread that never waits for an fsync.
-    quick: Option<Sender<Prepare>>,
     files_pending: Arc<AtomicUsize>,
 }
 
@@ -71,21 +62,8 @@ impl Preparer {
     pub fn new(tx: Sender<Prepare>) -> Self {
         Preparer {
             tx,
-            quick: None,
             files_pending: Arc::new(AtomicUsize::new(0)),
         }
-    }
-
-    /// Sends every job but the commit log's files to `quick`, whose thread also runs `run`.
-    #[must_use]
-    pub fn with_quick_lane(mut self, quick: Sender<Prepare>) -> Self {
-        self.quick = Some(quick);
-        self
-    }
-
-    /// The lanes, the slow one first.
-    fn lanes(&self) -> impl Iterator<Item = &Sender<Prepare>> {
-        std::iter::once(&self.tx).chain(self.quick.as_ref())
     }
 
     /// The count the preparer thread lowers as it finishes file jobs.
@@ -99,34 +77,22 @@ impl Preparer {
         if file {
             self.files_pending.fetch_add(1, Ordering::AcqRel);
         }
-        let lane = match (&job, &self.quick) {
-            (Prepare::File(_), _) | (_, None) => &self.tx,
-            (_, Some(quick)) => quick,
-        };
-        let sent = lane.send(job).is_ok();
+        let sent = self.tx.send(job).is_ok();
         if file && !sent {
             self.files_pending.fetch_sub(1, Ordering::AcqRel);
         }
         sent
     }
 
-    /// Blocks until every file job sent so far is done (at most `limit` in all); warm-ups are
-    /// waited for only when queued before such a job.
+    /// Blocks until every file job sent so far is done (at most `limit`); warm-ups are waited
+    /// for only when queued before such a job.
     pub fn wait_for_files(&self, limit: std::time::Duration) {
         if self.files_pending.load(Ordering::Acquire) == 0 {
             return;
         }
-        let deadline = std::time::Instant::now() + limit;
         let (done, answer) = std::sync::mpsc::channel();
-        let asked = self
-            .lanes()
-            .filter(|lane| lane.send(Prepare::Barrier(done.clone())).is_ok())
-            .count();
-        for _ in 0..asked {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if answer.recv_timeout(left).is_err() {
-                return;
-            }
+        if self.tx.send(Prepare::Barrier(done)).is_ok() {
+            let _ = answer.recv_timeout(limit);
         }
     }
 }
@@ -171,7 +137,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use std::sync::mpsc;
-    use std::time::{Duration, Instant};
 
     use super::*;
     use crate::mapped_file_queue::{Backing, MappedFileQueue, WARM_AHEAD};
@@ -217,62 +182,5 @@ mod tests {
         cl.set_max_offset(4096);
         run_jobs(&cl, vec![Prepare::File(1 << 20)]);
         assert_eq!(cl.warmed(), 0);
-    }
-
-    #[test]
-    fn commit_log_files_take_the_slow_lane_and_everything_else_the_quick_one() {
-        let (slow_tx, slow) = mpsc::channel();
-        let (quick_tx, quick) = mpsc::channel();
-        let p = Preparer::new(slow_tx).with_quick_lane(quick_tx);
-        assert!(p.send(Prepare::File(0)));
-        assert!(p.send(Prepare::Warm(0, 4096)));
-        assert!(p.send(Prepare::QueueFile(Weak::new(), 0)));
-        let kinds = |rx: &Receiver<Prepare>| {
-            rx.try_iter()
-                .map(|j| match j {
-                    Prepare::File(_) => "file",
-                    Prepare::Warm(..) => "warm",
-                    Prepare::QueueFile(..) => "queue file",
-                    Prepare::Barrier(_) => "barrier",
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(kinds(&slow), ["file"]);
-        assert_eq!(kinds(&quick), ["warm", "queue file"]);
-        assert_eq!(p.files_pending.load(Ordering::Acquire), 2);
-    }
-
-    #[test]
-    fn waiting_for_files_waits_for_both_lanes() {
-        let (slow_tx, slow) = mpsc::channel::<Prepare>();
-        let (quick_tx, quick) = mpsc::channel::<Prepare>();
-        let p = Preparer::new(slow_tx).with_quick_lane(quick_tx);
-        assert!(p.send(Prepare::File(0)));
-        // Only the quick lane answers: the wait lasts its whole limit.
-        let answer = |rx: Receiver<Prepare>| {
-            std::thread::spawn(move || {
-                for job in rx {
-                    if let Prepare::Barrier(done) = job {
-                        let _ = done.send(());
-                    }
-                }
-            })
-        };
-        let quick_thread = answer(quick);
-        let limit = Duration::from_millis(300);
-        let t = Instant::now();
-        p.wait_for_files(limit);
-        assert!(
-            t.elapsed() >= limit,
-            "returned before the slow lane answered"
-        );
-        // Both lanes answer: the wait ends long before its limit.
-        let slow_thread = answer(slow);
-        let t = Instant::now();
-        p.wait_for_files(Duration::from_secs(30));
-        assert!(t.elapsed() < Duration::from_secs(10));
-        drop(p);
-        quick_thread.join().unwrap();
-        slow_thread.join().unwrap();
     }
 }

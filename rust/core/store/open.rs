@@ -209,12 +209,10 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         );
     }
     if inner.reput.is_some() {
-        // The preparer (prepare.rs) of the next commit-log and consume-queue files: one thread
-        // for the commit log's files (they wait for fsyncs), one for the rest. Both exit when
-        // the store stops sending (close) or is dropped.
+        // The preparer (prepare.rs) of the next commit-log and consume-queue files; it exits
+        // when the store stops sending (close) or is dropped.
         let (tx, rx) = mpsc::channel::<Prepare>();
-        let (quick_tx, quick_rx) = mpsc::channel::<Prepare>();
-        let tx = Preparer::new(tx).with_quick_lane(quick_tx);
+        let tx = Preparer::new(tx);
         let files_pending = tx.counter();
         if inner.commit_log.files().is_empty() && inner.root.is_some() {
             // A new store: have the first file ready before the first send needs it.
@@ -225,16 +223,13 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
         inner
             .commit_log
             .set_preallocator(tx, !inner.config.warm_mapped_files);
-        for (name, jobs) in [("mqlite-prealloc", rx), ("mqlite-warm", quick_rx)] {
-            let weak = Arc::downgrade(&inner.commit_log);
-            let files_pending = Arc::clone(&files_pending);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name.into())
-                    .spawn(move || prepare::run(&weak, &jobs, &files_pending))
-                    .map_err(spawn_err)?,
-            );
-        }
+        let weak = Arc::downgrade(&inner.commit_log);
+        threads.push(
+            std::thread::Builder::new()
+                .name("mqlite-prealloc".into())
+                .spawn(move || prepare::run(&weak, &rx, &files_pending))
+                .map_err(spawn_err)?,
+        );
     }
     Ok(())
 }
