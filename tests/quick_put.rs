@@ -240,3 +240,45 @@ fn a_waiting_consumer_is_woken_through_wake_via_and_only_then() {
     let woken = calls.load(Ordering::SeqCst);
     assert!((1..=20).contains(&woken), "{woken} wake-ups");
 }
+
+#[test]
+fn a_quick_put_stamps_the_callers_clock_reading_and_store_time_never_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), config()).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    store.put(&MessageRef::new("T", 0, b"first")).unwrap();
+    let stamp = |s: &Store, offset: u64| {
+        let r = s
+            .get_messages("T", 0, offset, 1, &TagFilter::all())
+            .unwrap();
+        let ts = r.iter().next().unwrap().store_timestamp();
+        ts
+    };
+    let first = stamp(&store, 0);
+    // A reading later than the log's latest stamp is the record's store timestamp as given.
+    let later = first + 60_000;
+    let m = MessageRef::new("T", 0, b"later");
+    let r = store.try_put_nowait_at(&m, None, later, |w| w()).unwrap();
+    assert!(r.is_some(), "the quick put was declined");
+    settle(&store);
+    assert_eq!(stamp(&store, 1), later);
+    // An older reading (a caller that read the clock before another thread appended) does
+    // not put the log's store time back.
+    let m = MessageRef::new("T", 0, b"earlier");
+    assert!(store
+        .try_put_nowait_at(&m, None, first - 5, |w| w())
+        .unwrap()
+        .is_some());
+    // Nor does a blocking put or a batch, which read the clock themselves.
+    store.put(&MessageRef::new("T", 0, b"blocking")).unwrap();
+    let batch = [
+        MessageRef::new("T", 0, b"b1"),
+        MessageRef::new("T", 0, b"b2"),
+    ];
+    let mut out = Vec::new();
+    store.put_batch(&batch, &mut out).unwrap();
+    settle(&store);
+    for offset in 2..6 {
+        assert_eq!(stamp(&store, offset), later, "offset {offset}");
+    }
+}

@@ -36,6 +36,9 @@ pub struct Appender {
     pub(crate) poisoned: Option<String>,
     // Reused encoding buffer of batch appends.
     scratch: Vec<u8>,
+    // The latest store timestamp written: store timestamps never decrease along the log, even
+    // when a caller's clock reading (`append_one`'s `now`) was taken before the lock.
+    last_store_ts: i64,
 }
 
 /// A record ready to be written: the message plus its precomputed size and body CRC (computed
@@ -164,7 +167,14 @@ impl Appender {
     }
 
     /// Appends one record and publishes it.
-    pub fn append_one(&mut self, files: &MappedFileQueue, p: &Prepared<'_>) -> Result<Appended> {
+    /// `now`: a clock reading (ms) the caller took just before the append, or `None` to read
+    /// the clock here; the store timestamp is the later of it and the previous record's.
+    pub fn append_one(
+        &mut self,
+        files: &MappedFileQueue,
+        p: &Prepared<'_>,
+        now: Option<i64>,
+    ) -> Result<Appended> {
         if let Some(reason) = &self.poisoned {
             return Err(Error::Poisoned {
                 reason: reason.clone(),
@@ -183,7 +193,7 @@ impl Appender {
             return Err(Error::Closed);
         };
         let physical_offset = w.file().from_offset() + w.pos();
-        let store_timestamp = now_ms();
+        let store_timestamp = now.unwrap_or_else(now_ms).max(self.last_store_ts);
         let meta = RecordMeta {
             queue_id: m.queue_id,
             flag: m.flag,
@@ -212,6 +222,7 @@ impl Appender {
         if let Some(s) = slot {
             *s += 1;
         }
+        self.last_store_ts = store_timestamp;
         Ok(Appended {
             physical_offset,
             size: p.len as u32,
@@ -254,8 +265,8 @@ impl Appender {
         } else {
             0
         };
+        let store_timestamp = now_ms().max(self.last_store_ts);
         let w = self.ensure_room(files, total)?;
-        let store_timestamp = now_ms();
         let mut physical_offset = w.file().from_offset() + w.pos();
         out.reserve(batch.len());
         // Through the mapping when its pages are already faulted in (the warm-ahead thread
@@ -332,6 +343,7 @@ impl Appender {
                 *slot += batch.len() as u64;
             }
         }
+        self.last_store_ts = store_timestamp;
         Ok(total)
     }
 }

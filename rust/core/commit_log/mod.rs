@@ -164,14 +164,16 @@ impl CommitLog {
     /// Appends one prepared record.
     pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
         let a = self.lock_appender();
-        self.put_locked(a, p)
+        self.put_locked(a, p, None)
     }
 
     /// `put` for a caller that must not wait (it holds Python's GIL): `Ok(None)`, with
     /// nothing written, when another thread holds the append lock, when the record would roll
     /// the log to a new file, or when its pages are not known to be faulted in yet. What is
-    /// left is a copy into mapped memory already in the page cache.
-    pub fn try_put(&self, p: &Prepared<'_>) -> Result<Option<Appended>> {
+    /// left is a copy into mapped memory already in the page cache. `now_ms`: the caller's
+    /// clock reading, taken just before (the lock was free, so it is current): one clock call
+    /// fewer per send.
+    pub fn try_put(&self, p: &Prepared<'_>, now_ms: i64) -> Result<Option<Appended>> {
         let Some(a) = crate::util::sync::try_lock(&self.appender) else {
             return Ok(None);
         };
@@ -179,11 +181,16 @@ impl CommitLog {
             Some(end) if end <= self.warmed.load(Ordering::Relaxed) => {}
             _ => return Ok(None),
         }
-        self.put_locked(a, p).map(Some)
+        self.put_locked(a, p, Some(now_ms)).map(Some)
     }
 
-    fn put_locked(&self, mut a: MutexGuard<'_, Appender>, p: &Prepared<'_>) -> Result<Appended> {
-        let r = a.append_one(&self.files, p)?;
+    fn put_locked(
+        &self,
+        mut a: MutexGuard<'_, Appender>,
+        p: &Prepared<'_>,
+        now_ms: Option<i64>,
+    ) -> Result<Appended> {
+        let r = a.append_one(&self.files, p, now_ms)?;
         let end = r.physical_offset + u64::from(r.size);
         self.max.store(end, Ordering::Release);
         self.maybe_preallocate(&a);

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
 use crate::util::bytes;
+use crate::util::clock::now_ms;
 
 /// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
 /// microseconds); larger ones take the blocking path.
@@ -116,6 +117,23 @@ impl Store {
         round_robin: Option<&AtomicU32>,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
+        self.try_put_nowait_at(msg, round_robin, now_ms(), wake_via)
+    }
+
+    /// `try_put_nowait` for a caller that has just read the clock (`now_ms`, milliseconds
+    /// since the epoch; a producer stamps the born timestamp with it): the record's store
+    /// timestamp is taken from it rather than from another clock call, which costs about 20
+    /// ns on a virtual machine, 4% of a send from Python.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub fn try_put_nowait_at(
+        &self,
+        msg: &MessageRef<'_>,
+        round_robin: Option<&AtomicU32>,
+        now_ms: i64,
+        wake_via: impl FnOnce(&(dyn Fn() + Sync)),
+    ) -> Result<Option<PutResult>> {
         if msg.body.len() > QUICK_BODY_MAX {
             return Ok(None);
         }
@@ -127,7 +145,7 @@ impl Store {
         };
         let msg = routed(msg, check_send_allowed(msg.topic, info)?, round_robin)?;
         let prepared = Prepared::new(msg)?;
-        let Some(appended) = self.inner.commit_log.try_put(&prepared)? else {
+        let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
             if let Some(next) = round_robin {
                 // Not sent: the blocking retry takes this queue's turn again.
                 next.fetch_sub(1, Ordering::Relaxed);

@@ -378,7 +378,10 @@ impl PyProducer {
             // that waits for the disk (sync mode) releases the GIL anyway: it appends there.
             let quick = !wait || self.store.config().flush_mode == FlushMode::Async;
             let put = quick
-                .then(|| self.store.try_put_nowait(&m, rr, |wake| py.detach(wake)))
+                .then(|| {
+                    self.store
+                        .try_put_nowait_at(&m, rr, now, |wake| py.detach(wake))
+                })
                 .and_then(Result::transpose)
                 .unwrap_or_else(|| {
                     py.detach(|| match (wait, rr) {
