@@ -322,23 +322,22 @@ impl MappedFileQueue {
     /// faulted in: that takes several milliseconds (a page fault per 4 KiB), and a roll
     /// arriving meanwhile must find the file ready rather than create (and fsync) it again on
     /// the appender's thread. Faulting in pages the appender is already writing is harmless.
-    pub fn prepare(&self, start: u64, fault_in: bool) -> Result<()> {
+    /// Returns whether the first `WARM_AHEAD` bytes were faulted in here (false when the file
+    /// already existed, or when `fault_in` is false or the advice failed).
+    pub fn prepare(&self, start: u64, fault_in: bool) -> Result<bool> {
         if let Some(f) = self.lock_ready().as_ref() {
             if f.from_offset() == start {
-                return Ok(());
+                return Ok(false);
             }
         }
         if self.path_for(start).is_some_and(|p| p.exists()) {
-            return Ok(());
+            return Ok(false);
         }
         let f = Arc::new(self.make_file(start)?);
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        if fault_in {
-            let _ = f.advise(0, WARM_AHEAD, Advice::PopulateWrite);
-        }
-        Ok(())
+        Ok(fault_in && f.advise(0, WARM_AHEAD, Advice::PopulateWrite).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping and descriptor goes as soon as

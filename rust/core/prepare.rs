@@ -109,10 +109,10 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
         // to the writer.
         match job {
             Prepare::File(start) => {
-                let warm = cl.warm_wanted();
-                let made = cl.files().prepare(start, warm).is_ok();
-                // A new log's first file: its first pages are the writer's next ones.
-                if made && warm && cl.max_offset() == start {
+                let warmed = cl.files().prepare(start, cl.warm_wanted());
+                // A new log's first file, faulted in here: its first pages are the writer's
+                // next ones.
+                if matches!(warmed, Ok(true)) && cl.max_offset() == start {
                     cl.set_warmed(start + crate::mapped_file_queue::WARM_AHEAD);
                 }
             }
@@ -181,6 +181,14 @@ mod tests {
         let cl = commit_log(other.path());
         cl.set_max_offset(4096);
         run_jobs(&cl, vec![Prepare::File(1 << 20)]);
+        assert_eq!(cl.warmed(), 0);
+
+        // The first file was made without its pages (as a writer rolling to it first would):
+        // the job finds it and faults nothing in, so it marks nothing.
+        let third = tempfile::tempdir().unwrap();
+        let cl = commit_log(third.path());
+        assert!(!cl.files().prepare(0, false).unwrap());
+        run_jobs(&cl, vec![Prepare::File(0)]);
         assert_eq!(cl.warmed(), 0);
     }
 }

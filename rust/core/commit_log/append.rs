@@ -265,8 +265,9 @@ impl Appender {
         } else {
             0
         };
-        let store_timestamp = now_ms().max(self.last_store_ts);
+        let last_store_ts = self.last_store_ts;
         let w = self.ensure_room(files, total)?;
+        let store_timestamp = now_ms().max(last_store_ts);
         let mut physical_offset = w.file().from_offset() + w.pos();
         out.reserve(batch.len());
         // Through the mapping when its pages are already faulted in (the warm-ahead thread
