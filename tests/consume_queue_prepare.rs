@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{body, read_queue, small_config};
+use common::{body, cq_dir, read_queue, small_config};
 use mqlite::{MessageRef, Store, StoreConfig};
 
 const TOPIC: &str = "Prep";
@@ -21,11 +21,7 @@ fn cq_file(root: &Path, start: u64) -> PathBuf {
 
 /// The start offsets of the files in queue `queue`'s directory, sorted.
 fn queue_dir_files(root: &Path, queue: u32) -> Vec<u64> {
-    let dir = root
-        .join("consumequeue")
-        .join(TOPIC)
-        .join(queue.to_string());
-    let mut v: Vec<u64> = std::fs::read_dir(dir)
+    let mut v: Vec<u64> = std::fs::read_dir(cq_dir(root, TOPIC, queue))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
         .collect();

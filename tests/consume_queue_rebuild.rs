@@ -7,7 +7,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{body, child_dir, child_ready_and_wait, cq_file, crash_child, read_queue, settle};
+use common::{
+    body, child_dir, child_ready_and_wait, cq_dir, cq_file, crash_child, read_queue, settle,
+};
 use mqlite::{GetStatus, MessageRef, Store, StoreConfig, TagFilter};
 
 const TOPIC: &str = "Rebuild";
@@ -126,7 +128,7 @@ fn cq_file_truncated_to_a_partial_unit_is_rebuilt() {
 #[ignore = "known limitation: re-dispatch starts at the checkpoint, units below it are not rebuilt"]
 fn deleted_queue_directory_is_rebuilt_completely() {
     let dir = crashed_store("deleted_queue_directory_is_rebuilt_completely");
-    std::fs::remove_dir_all(dir.path().join("consumequeue").join(TOPIC).join("0")).unwrap();
+    std::fs::remove_dir_all(cq_dir(dir.path(), TOPIC, 0)).unwrap();
     let store = Store::open(dir.path(), config()).unwrap();
     assert_all_readable(&store);
 }
@@ -135,7 +137,7 @@ fn deleted_queue_directory_is_rebuilt_completely() {
 #[test]
 fn deleted_queue_directory_keeps_only_units_above_watermark() {
     let dir = crashed_store("deleted_queue_directory_keeps_only_units_above_watermark");
-    std::fs::remove_dir_all(dir.path().join("consumequeue").join(TOPIC).join("0")).unwrap();
+    std::fs::remove_dir_all(cq_dir(dir.path(), TOPIC, 0)).unwrap();
     let store = Store::open(dir.path(), config()).unwrap();
     let (min, max) = store.queue_offsets(TOPIC, 0).unwrap();
     assert_eq!((min, max), (M, M + K));

@@ -27,7 +27,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{commit_log_file, cq_file, Rng};
+use common::{commit_log_file, cq_dir, cq_file, Rng};
 use mqlite::checkpoint::CheckpointData;
 use mqlite::{Error, MessageRef, Store, StoreConfig, TagFilter};
 
@@ -328,12 +328,7 @@ fn t0b_consume_queue_files_created_above_the_watermark_are_lost() {
             .count() as u64;
         // The file holding the last unit below the watermark stays; later ones go.
         let last_kept = (prefix_units - 1) / units_per_file * file_bytes;
-        let dir = img
-            .root()
-            .join("consumequeue")
-            .join(TOPIC)
-            .join(q.to_string());
-        for entry in std::fs::read_dir(dir).unwrap() {
+        for entry in std::fs::read_dir(cq_dir(img.root(), TOPIC, q)).unwrap() {
             let p = entry.unwrap().path();
             let start: u64 = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
             if start > last_kept {
@@ -675,11 +670,7 @@ fn t6_truncated_middle_file_is_corruption_at_open() {
 // ---- T7: consume-queue damage ---------------------------------------------------------------
 
 fn cq_files(root: &Path, queue: u32) -> Vec<PathBuf> {
-    let dir = root
-        .join("consumequeue")
-        .join(TOPIC)
-        .join(queue.to_string());
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut v: Vec<PathBuf> = std::fs::read_dir(cq_dir(root, TOPIC, queue))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();

@@ -24,12 +24,16 @@ pub fn commit_log_file(root: &Path, start: u64) -> PathBuf {
     root.join("commitlog").join(format!("{start:020}"))
 }
 
-/// Path of a consume-queue file.
-pub fn cq_file(root: &Path, topic: &str, queue_id: u32, start: u64) -> PathBuf {
+/// Directory of one consume queue's files.
+pub fn cq_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
     root.join("consumequeue")
         .join(topic)
         .join(queue_id.to_string())
-        .join(format!("{start:020}"))
+}
+
+/// Path of a consume-queue file.
+pub fn cq_file(root: &Path, topic: &str, queue_id: u32, start: u64) -> PathBuf {
+    cq_dir(root, topic, queue_id).join(format!("{start:020}"))
 }
 
 /// Waits until every published record is in its consume queue.
