@@ -485,3 +485,66 @@ def test_flow_control_pause_racing_a_resume_does_not_stall_a_queue(
     c.register_message_listener(listener)
     with c:
         wait_until(lambda: len(seen) == n, timeout=30)
+
+
+def _token_waiters(token: object, n: int, keep: Callable[[], bool], got: list[int]) -> list[threading.Thread]:
+    def wait() -> None:
+        if token.acquire(keep):  # type: ignore[attr-defined]
+            got.append(threading.get_ident())
+
+    threads = [threading.Thread(target=wait, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_poll_token_only_one_waiter_wakes_on_the_timer() -> None:
+    # Idle waiters used to wake every `stall` seconds each: a GIL hand-off per waiter per period,
+    # landing on the vCPU delivering messages. Now one watcher wakes; the others sleep.
+    from mqlite.push import _PollToken
+
+    token = _PollToken(0.05)
+    assert token.acquire(lambda: True)
+    checks = []
+    running = True
+
+    def keep() -> bool:
+        checks.append(1)
+        return running
+
+    got: list[int] = []
+    threads = _token_waiters(token, 3, keep, got)
+    time.sleep(0.6)
+    seen = len(checks)
+    # 3 first checks, then at most one per 50 ms for the single watcher (12 in 0.6 s); three
+    # timed waiters would make about 36.
+    assert 3 <= seen <= 3 + 13, seen
+    running = False
+    token.wake_all()  # every waiter re-checks at once, none holds on for a timer
+    for t in threads:
+        t.join(2)
+        assert not t.is_alive()
+    assert got == []
+
+
+def test_poll_token_stalled_holders_are_taken_over_one_after_another() -> None:
+    # After the watcher takes the token over, another waiter must take up the watch: a second
+    # stall is detected too.
+    from mqlite.push import _PollToken
+
+    token = _PollToken(0.05)
+    assert token.acquire(lambda: True)
+    got: list[int] = []
+    threads = _token_waiters(token, 3, lambda: True, got)
+    time.sleep(0.1)
+    token.busy(time.perf_counter() - 1)  # the holder is stuck in a listener
+    wait_until(lambda: len(got) == 1, 5)
+    token._busy_since = time.perf_counter() - 1  # the new holder gets stuck as well
+    wait_until(lambda: len(got) == 2, 5)
+    assert len(set(got)) == 2
+    token._holder = None  # the second new holder ends: the last waiter gets the token
+    token.wake_all()
+    wait_until(lambda: len(got) == 3, 5)
+    for t in threads:
+        t.join(2)
+        assert not t.is_alive()
