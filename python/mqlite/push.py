@@ -118,11 +118,10 @@ class _PollToken:
     polls on.
 
     Only one waiter, the watcher, looks for a stalled holder (every ``stall`` seconds); the
-    others sleep until notified. Every waiter waking on a timer would cost a GIL hand-off per
-    waiter and per ``stall`` in an idle consumer, and those wake-ups, landing on the vCPU that
-    is delivering a message, made the push consumer's latency tail. Invariant: while anyone
-    waits, one waiter is the watcher or is awake to become it (a watcher that stops waiting
-    wakes another).
+    others sleep until notified: every waiter waking on a timer would cost a thread wake-up and
+    a GIL hand-off per waiter and per ``stall`` in a consumer with nothing to do. Invariant:
+    while anyone waits, one waiter is the watcher or is awake to become it (a watcher that
+    stops waiting wakes another).
     """
 
     def __init__(self, stall: float) -> None:

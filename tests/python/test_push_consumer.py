@@ -499,8 +499,8 @@ def _token_waiters(token: object, n: int, keep: Callable[[], bool], got: list[in
 
 
 def test_poll_token_only_one_waiter_wakes_on_the_timer() -> None:
-    # Idle waiters used to wake every `stall` seconds each: a GIL hand-off per waiter per period,
-    # landing on the vCPU delivering messages. Now one watcher wakes; the others sleep.
+    # Idle waiters used to wake every `stall` seconds each: a thread wake-up and a GIL hand-off
+    # per waiter per period. Now one watcher wakes; the others sleep.
     from mqlite.push import _PollToken
 
     token = _PollToken(0.05)
