@@ -648,14 +648,10 @@ class PushConsumer:
                 for m in msgs:
                     heapq.heappush(pq.unacked, m.queue_offset)
                 self._retry_later(pq, msgs)
-            pq.running -= 1
-            resume = self._after(pq) if pq.paused else None
-            if self._idle_waiters:
-                self._cond.notify_all()
+            resume = self._batch_done(pq)
         finally:
             lock.release()
-        if resume is not None:
-            self._resume(resume)
+        self._resume(resume)
 
     def _retry_later(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
         """Schedules a failed batch's local redelivery with exponential backoff (lock held)."""
@@ -705,8 +701,13 @@ class PushConsumer:
             log.warning("message listener returned %r; treated as a failure", status)
         return False
 
-    def _after(self, pq: _ProcessQueue) -> MessageQueue | None:
-        """Resume bookkeeping (lock held): the queue to resume, if it drained enough."""
+    def _batch_done(self, pq: _ProcessQueue) -> MessageQueue | None:
+        """A batch of ``pq`` stopped running (lock held): wakes a revoke waiting for that (the
+        only waiters on ``_cond``), and returns the queue to resume if it was paused and has
+        drained enough."""
+        pq.running -= 1
+        if self._idle_waiters:
+            self._cond.notify_all()
         if pq.paused and pq.buffered <= self._max_buffered // 2 and not pq.dropped:
             pq.paused = False
             return pq.mq
@@ -731,14 +732,10 @@ class PushConsumer:
                 pq.ack(msgs)
             else:
                 self._retry_later(pq, msgs)
-            pq.running -= 1
-            resume = self._after(pq) if pq.paused else None
-            if self._idle_waiters:
-                self._cond.notify_all()
+            resume = self._batch_done(pq)
         finally:
             lock.release()
-        if resume is not None:
-            self._resume(resume)
+        self._resume(resume)
 
     def _run_orderly(self, pq: _ProcessQueue, batch: list[MessageExt]) -> None:
         while True:
@@ -752,9 +749,7 @@ class PushConsumer:
                     pq.suspended_until = time.monotonic() + self._suspend_time
                     heapq.heappush(self._timers, (pq.suspended_until, next(self._seq), pq, None))
                 if not ok or pq.dropped or self._state != "running" or not pq.backlog:
-                    pq.running = 0
-                    resume = self._after(pq)
-                    self._cond.notify_all()
+                    resume = self._batch_done(pq)  # the queue's one running batch (_take)
                     break
                 batch = list(itertools.islice(pq.backlog, self._batch))
         self._resume(resume)
