@@ -13,12 +13,19 @@ renames and fsyncs the directory.
 
 A broadcasting consumer keeps its own offsets, in the same shape, in
 ``<store>/config/broadcast/<group>/<client_id>.json``.
+
+Automatic commits are written by an ``OffsetWriter`` on a thread of their own, so that a poll
+or a push delivery never waits for those fsyncs (1 to 20 ms); RocketMQ's clients likewise
+persist offsets from a scheduled thread.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +33,9 @@ from typing import Any
 from mqlite._files import atomic_write_json, flocked, read_json_with_backup
 from mqlite.message import MessageQueue
 
-__all__ = ["OffsetFile", "QueueProgress", "broadcast_offsets", "group_offsets", "offset_key"]
+__all__ = ["OffsetFile", "OffsetWriter", "QueueProgress", "broadcast_offsets", "group_offsets", "offset_key"]
+
+log = logging.getLogger("mqlite.consumer")
 
 
 def offset_key(topic: str, group: str) -> str:
@@ -115,3 +124,107 @@ def broadcast_offsets(root: Path, group: str, client_id: str, *, durable: bool =
     """The private offsets file of one broadcasting consumer."""
     d = root / "config" / "broadcast" / group
     return OffsetFile(d / f"{client_id}.json", d / f".{client_id}.offsets.lock", durable=durable)
+
+
+_WRITER_IDLE = 30.0  # s: an offset writer thread with nothing to write this long ends
+
+
+class OffsetWriter:
+    """Writes one consumer's offsets, in the background (``submit``) or at once (``write``).
+
+    ``write_offsets`` is called with ``{queue: next offset}`` and does the durable write.
+
+    Invariants:
+    - For each queue, writes reach the file in the order they were asked for, and a later
+      request supersedes an earlier one not yet written: ``submit`` replaces it; ``write`` and
+      ``discard`` drop it.
+    - ``_io`` is held across every write, and the background thread takes its batch only while
+      holding it. So ``write`` and ``discard`` also wait for a background write already under
+      way. After ``discard(queues)`` returns, no write of those queues is pending or running.
+      That is what a revoke needs before another member may own the queue: a late write of an
+      older offset would move the group back.
+
+    Crash behaviour: a submitted offset not yet written dies with the process. The queue is then
+    consumed again from the previous commit (at-least-once), never skipped.
+
+    The thread starts with the first ``submit`` and ends after ``_WRITER_IDLE`` seconds with
+    nothing to write, or at ``close`` once the pending offsets are written. It holds only what
+    ``write_offsets`` holds: pass a weak reference to a consumer so that a consumer dropped
+    without ``close`` can still be collected.
+    """
+
+    def __init__(self, write_offsets: Callable[[dict[Any, int]], None], name: str) -> None:
+        self._write_offsets = write_offsets
+        self._name = name
+        self._io = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: dict[Any, int] = {}
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._closed = False
+
+    def submit(self, offsets: Mapping[Any, int]) -> None:
+        """Queues ``offsets`` for the background thread and returns at once."""
+        if not offsets:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._pending.update(offsets)
+            if self._thread is None or self._pid != os.getpid():
+                # A forked child has no copy of the parent's thread: it starts its own.
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def write(self, offsets: Mapping[Any, int]) -> None:
+        """Writes ``offsets`` now on the calling thread, after any background write under way;
+        pending offsets of the same queues are dropped (these supersede them). Raises what the
+        write raises."""
+        with self._io:
+            with self._cond:
+                for q in offsets:
+                    self._pending.pop(q, None)
+            if offsets:
+                self._write_offsets(dict(offsets))
+
+    def discard(self, queues: Iterable[Any]) -> None:
+        """Forgets the pending offsets of ``queues``, once no background write is under way."""
+        with self._io, self._cond:
+            for q in queues:
+                self._pending.pop(q, None)
+
+    def pending(self) -> dict[Any, int]:
+        """The offsets submitted and not yet written."""
+        with self._cond:
+            return dict(self._pending)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Writes what is pending (on the thread) and ends the thread. Idempotent."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread if self._pid == os.getpid() else None
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._pending and not self._closed:
+                    self._cond.wait(_WRITER_IDLE)
+                if not self._pending:
+                    # Idle or closed: end; a later submit starts a new thread.
+                    self._thread = None
+                    return
+            with self._io:
+                with self._cond:
+                    batch, self._pending = self._pending, {}
+                if not batch:
+                    continue
+                try:
+                    self._write_offsets(batch)
+                except Exception as exc:  # noqa: BLE001 - the next commit retries (committed is unchanged)
+                    log.error("offset commit failed (retried at the next commit): %s", exc)

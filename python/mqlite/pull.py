@@ -3,9 +3,10 @@ consumer with Kafka's verbs).
 
 Offsets are the **next** offset to consume. ``poll`` returns messages and moves the position past
 them; with ``auto_commit`` the positions reached by earlier polls are committed every
-``auto_commit_interval`` seconds (checked in ``poll``), when a queue is revoked and on ``close``,
-so a message counts as consumed once the next ``poll`` is called (at-least-once: a crash re-delivers
-what was polled since the last commit). Group rebalancing also runs inside ``poll`` (every
+``auto_commit_interval`` seconds (checked in ``poll``, written on the consumer's offset writer
+thread so that ``poll`` does not wait for the file's fsyncs), and at once when a queue is revoked
+and on ``close``. So a message counts as consumed once the next ``poll`` is called
+(at-least-once: a crash re-delivers what was polled since the last commit written). Group rebalancing also runs inside ``poll`` (every
 ``rebalance_interval`` seconds, also while ``poll`` waits) and in ``subscribe``.
 """
 
@@ -15,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,7 +38,7 @@ from mqlite.errors import (
 )
 from mqlite.group import GroupMember, check_client_id, check_group, new_client_id
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.offsets import OffsetFile, broadcast_offsets, group_offsets, offset_key
+from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
 
@@ -196,6 +198,7 @@ class PullConsumer:
         self._internal_assign: list[RebalanceCallback] = []
         self._internal_revoke: list[RebalanceCallback] = []
         self._handout: _Handout | None = None
+        self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -389,6 +392,8 @@ class PullConsumer:
         if h is not None and any(m.message_queue in mqs for m in h.batch[h.next :]):
             # Not handed out and no longer ours: rewound before the commit below, never yielded.
             self._give_back()
+        # No automatic commit of these queues may land once another member owns them.
+        self._writer.discard(mqs)
         if self._auto_commit:
             changed = {mq: self._queues[mq].position for mq in mqs}
             self._write({mq: p for mq, p in changed.items() if p != self._queues[mq].committed})
@@ -470,7 +475,7 @@ class PullConsumer:
                 if now >= self._next_rebalance:
                     self._rebalance()
                 if self._auto_commit and now >= self._next_commit:
-                    self._commit_positions()
+                    self._commit_positions(wait=False)
                 order = self._rotation()
                 if not order:
                     # Cleared under the lock the assignment changes under: no lost wake-up.
@@ -587,6 +592,14 @@ class PullConsumer:
         return q
 
     def _write(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Commits ``offsets`` now (after any automatic commit under way, which they supersede)."""
+        self._writer.write(offsets)
+
+    def _submit(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Commits ``offsets`` on the offset writer's thread: the caller does not wait."""
+        self._writer.submit(offsets)
+
+    def _write_file(self, offsets: Mapping[MessageQueue, int]) -> None:
         if not offsets:
             return
         by_topic: dict[str, dict[int, int]] = {}
@@ -599,12 +612,15 @@ class PullConsumer:
             if q is not None:
                 q.committed = off
 
-    def _commit_positions(self) -> None:
+    def _commit_positions(self, *, wait: bool = True) -> None:
         self._next_commit = time.monotonic() + self._commit_interval
         changed = {mq: p for mq, p in self._delivered_positions().items()
                    if p != self._queues[mq].committed}
         if changed:
-            self._write(changed)
+            if wait:
+                self._write(changed)
+            else:
+                self._submit(changed)
 
     def commit(
         self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
@@ -724,6 +740,7 @@ class PullConsumer:
                 self._give_back()
                 self._revoke(sorted(self._queues))
             finally:
+                self._writer.close()
                 self._closed = True
                 self._queues.clear()
                 self._active = []
@@ -751,3 +768,15 @@ class PullConsumer:
         state = "closed" if self._closed else f"{len(self._queues)} queues"
         return f"<mqlite.PullConsumer group={self._group!r} client_id={self._client_id!r} {state}>"
 
+
+def _weak_write(consumer: PullConsumer) -> Callable[[dict[MessageQueue, int]], None]:
+    """``consumer._write_file`` through a weak reference: the offset writer's thread must not keep
+    a consumer dropped without ``close()`` alive (its ``__del__`` leaves the group)."""
+    ref = weakref.WeakMethod(consumer._write_file)
+
+    def write(offsets: dict[MessageQueue, int]) -> None:
+        method = ref()
+        if method is not None:
+            method(offsets)
+
+    return write

@@ -15,8 +15,9 @@ scheduled delivery). Orderly mode: a queue is consumed by one thread at a time, 
 ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an exception) re-delivers the same messages to the same
 queue after ``suspend_time`` seconds.
 
-Offsets are committed every ``commit_interval`` seconds, when a queue moves to another member
-(after its running batches finish) and on ``shutdown``.
+Offsets are committed every ``commit_interval`` seconds (written on the consumer's offset
+writer thread, so delivery never waits for the file's fsyncs), and at once when a queue moves to
+another member (after its running batches finish) and on ``shutdown``.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class _ProcessQueue:
 
     __slots__ = (
         "mq", "cursor", "unacked", "acked", "position", "running", "backlog", "queued",
-        "suspended_until", "dropped", "paused", "committed", "attempts", "direct",
+        "suspended_until", "dropped", "paused", "attempts", "direct",
     )
 
     def __init__(self, mq: MessageQueue, cursor: _core.QueueCursor) -> None:
@@ -87,7 +88,6 @@ class _ProcessQueue:
         self.suspended_until = 0.0
         self.dropped = False
         self.paused = False
-        self.committed: int | None = cursor.committed
         self.attempts: dict[int, int] = {}
         # First offset of the batch the poller is running straight after its poll (``_claim``),
         # which is in neither ``unacked`` nor ``position`` until it settles.
@@ -404,7 +404,7 @@ class PushConsumer:
                 pq.dropped = True
             if not self._wait_idle(pqs):
                 log.warning("revoking %s while listeners still run; they will be re-delivered", mqs)
-            offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.committed}
+            offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.cursor.committed}
             for pq in pqs:
                 del self._pqs[pq.mq]
         if offsets:
@@ -672,14 +672,10 @@ class PushConsumer:
                 if not idle.unacked and not idle.running and position > idle.position:
                     idle.position = position
             offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
-                       if pq.commit_offset() != pq.committed}
-        if offsets:
-            self._consumer._write(offsets)
-            with self._lock:
-                for mq, off in offsets.items():
-                    pq = self._pqs.get(mq)
-                    if pq is not None:
-                        pq.committed = off
+                       if pq.commit_offset() != pq.cursor.committed}
+        # Written on the offset writer's thread: the poller goes straight back to polling rather
+        # than wait for the offset file's fsyncs. A revoke discards what is still pending.
+        self._consumer._submit(offsets)
 
     def _call(self, msgs: list[MessageExt], started: float | None = None) -> bool:
         """Runs the listener on ``msgs`` (``started``: a ``time.perf_counter()`` reading the

@@ -1,0 +1,262 @@
+"""Automatic offset commits are written on a thread of their own (``mqlite.offsets.OffsetWriter``):
+a poll or a push delivery never waits for the offset file, and writes of one queue keep their order
+(a revoke's write is never overtaken by an older background one)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import mqlite
+from mqlite import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue
+from mqlite import offsets as offsets_mod
+from mqlite.offsets import OffsetFile, OffsetWriter
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+class GatedWrites:
+    """A write function that records each batch and, while ``closed``, blocks in it."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[Any, int]] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, offsets: dict[Any, int]) -> None:
+        self.entered.set()
+        self.gate.wait(20)
+        self.calls.append(dict(offsets))
+
+
+def in_thread(fn: Callable[[], object]) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_direct_write_waits_for_the_background_one_and_lands_after_it() -> None:
+    w = GatedWrites()
+    writer = OffsetWriter(w, "test-offsets")
+    w.gate.clear()
+    writer.submit({"q": 10})
+    assert w.entered.wait(5)  # the background write of 10 is under way (held at the gate)
+    sync = in_thread(lambda: writer.write({"q": 15}))
+    time.sleep(0.1)
+    assert sync.is_alive(), "the direct write must wait for the background write under way"
+    w.gate.set()
+    sync.join(5)
+    writer.close(5)
+    assert w.calls == [{"q": 10}, {"q": 15}]
+
+
+def test_a_direct_write_is_never_overtaken_by_an_older_pending_offset() -> None:
+    w = GatedWrites()
+    writer = OffsetWriter(w, "test-offsets")
+    w.gate.clear()
+    writer.submit({"a": 1})
+    assert w.entered.wait(5)
+    writer.submit({"b": 5, "c": 7})  # pending behind the write under way
+    sync = in_thread(lambda: writer.write({"b": 6}))
+    w.gate.set()
+    sync.join(5)
+    writer.close(5)
+    # b's pending 5 is either dropped or written before the direct 6, never after it
+    assert w.calls[0] == {"a": 1}
+    b_values = [call["b"] for call in w.calls if "b" in call]
+    assert b_values[-1] == 6 and b_values in ([6], [5, 6])
+    assert any(call.get("c") == 7 for call in w.calls)
+
+
+def test_discard_waits_for_the_write_under_way_and_forgets_pending_offsets() -> None:
+    w = GatedWrites()
+    writer = OffsetWriter(w, "test-offsets")
+    w.gate.clear()
+    writer.submit({"a": 1})
+    assert w.entered.wait(5)
+    writer.submit({"a": 2, "b": 3})
+    done = threading.Event()
+    t = in_thread(lambda: (writer.discard(["a"]), done.set()))
+    time.sleep(0.1)
+    assert not done.is_set(), "discard must wait until no write of the queue is running"
+    w.gate.set()
+    t.join(5)
+    # once discard returned, nothing of "a" is pending, and no write of it starts later
+    assert "a" not in writer.pending()
+    written_before = len(w.calls)
+    writer.submit({"b": 4})
+    writer.close(5)
+    assert all("a" not in call for call in w.calls[written_before:])
+    assert w.calls[0] == {"a": 1} and w.calls[-1] == {"b": 4}
+
+
+def test_a_later_submit_supersedes_and_close_writes_what_is_pending() -> None:
+    w = GatedWrites()
+    writer = OffsetWriter(w, "test-offsets")
+    w.gate.clear()
+    writer.submit({"x": 0})
+    assert w.entered.wait(5)
+    writer.submit({"a": 1})
+    writer.submit({"a": 2})
+    w.gate.set()
+    writer.close(5)
+    assert w.calls == [{"x": 0}, {"a": 2}]
+    writer.submit({"a": 3})  # after close: dropped, no thread
+    time.sleep(0.05)
+    assert w.calls == [{"x": 0}, {"a": 2}]
+
+
+def test_an_idle_writer_thread_ends_and_a_new_submit_starts_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(offsets_mod, "_WRITER_IDLE", 0.05)
+    w = GatedWrites()
+    writer = OffsetWriter(w, "test-offsets-idle")
+
+    def threads() -> int:
+        return sum(t.name == "test-offsets-idle" for t in threading.enumerate())
+
+    writer.submit({"a": 1})
+    wait_until(lambda: w.calls == [{"a": 1}] and threads() == 0)
+    writer.submit({"a": 2})
+    wait_until(lambda: w.calls == [{"a": 1}, {"a": 2}])
+    writer.close(5)
+    wait_until(lambda: threads() == 0)
+
+
+def test_a_failed_background_write_is_logged_and_retried_by_the_next_commit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[dict[Any, int]] = []
+
+    def flaky(offsets: dict[Any, int]) -> None:
+        calls.append(dict(offsets))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+
+    writer = OffsetWriter(flaky, "test-offsets")
+    with caplog.at_level("ERROR", logger="mqlite.consumer"):
+        writer.submit({"a": 1})
+        wait_until(lambda: len(calls) == 1)
+        writer.submit({"a": 1})
+        wait_until(lambda: len(calls) == 2)
+    writer.close(5)
+    assert "offset commit failed" in caplog.text and "No space left" in caplog.text
+
+
+# -- through the consumers, with the real offset file ------------------------------------------
+
+
+@pytest.fixture
+def stall_offset_file(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedWrites]:
+    """Every ``OffsetFile.update`` blocks while the gate is closed (a slow disk's fsyncs)."""
+    gate = GatedWrites()
+    real = OffsetFile.update
+
+    def update(self: OffsetFile, key: str, offsets: Any, *, replace: bool = False) -> None:
+        gate.entered.set()
+        gate.gate.wait(20)
+        real(self, key, offsets, replace=replace)
+        gate.calls.append({key: max(offsets.values())})
+
+    monkeypatch.setattr(OffsetFile, "update", update)
+    yield gate
+    gate.gate.set()
+
+
+def committed(store: mqlite.Store, group: str, mq: MessageQueue) -> int | None:
+    for p in store.consumer_progress(group):
+        if p.message_queue == mq:
+            return p.committed
+    return None
+
+
+def test_push_delivery_goes_on_while_an_offset_commit_waits_for_the_disk(
+    store: mqlite.Store, stall_offset_file: GatedWrites
+) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    got: list[bytes] = []
+    c = store.push_consumer("g", consume_from=FIRST, commit_interval=0.02)
+    c.subscribe("t")
+    c.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    mq = MessageQueue("t", 0)
+    with c:
+        p.send(Message("t", b"first"))
+        wait_until(lambda: got == [b"first"])
+        stall_offset_file.entered.clear()
+        stall_offset_file.gate.clear()
+        p.send(Message("t", b"second"))
+        assert stall_offset_file.entered.wait(5)  # a commit is stuck in the offset file
+        for i in range(20):
+            p.send(Message("t", b"%d" % i))
+        # delivered while the commit still waits: the poller did not stay behind it
+        wait_until(lambda: len(got) == 22)
+        assert not stall_offset_file.gate.is_set()
+        stall_offset_file.gate.set()
+        wait_until(lambda: committed(store, "g", mq) == 22)
+    assert committed(store, "g", mq) == 22
+
+
+def test_pull_poll_goes_on_while_an_auto_commit_waits_and_close_commits_after_it(
+    store: mqlite.Store, stall_offset_file: GatedWrites
+) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(10):
+        p.send(Message("t", b"%d" % i))
+    mq = MessageQueue("t", 0)
+    c = store.pull_consumer("g", consume_from=FIRST, auto_commit_interval=0.01, max_poll_messages=4)
+    c.subscribe("t")
+    got: list[MessageExt] = []
+    got.extend(c.poll(1))  # assignment (its initial offset is written at once), first batch
+    stall_offset_file.entered.clear()
+    stall_offset_file.gate.clear()
+    writes_done = len(stall_offset_file.calls)
+    time.sleep(0.02)
+    got.extend(c.poll(1))  # due: the auto-commit of the first batch goes to the writer thread
+    assert stall_offset_file.entered.wait(5)
+    while len(got) < 10:  # polls return while that commit is stuck
+        batch = c.poll(1)
+        assert batch, "poll must not wait for the stuck commit"
+        got.extend(batch)
+    # every poll returned while the commit was still held at the gate
+    assert len(stall_offset_file.calls) == writes_done
+    closing = in_thread(c.close)
+    time.sleep(0.1)
+    assert closing.is_alive(), "close must wait for the commit under way before its own"
+    stall_offset_file.gate.set()
+    closing.join(10)
+    assert [int(m.body) for m in got] == list(range(10))
+    assert committed(store, "g", mq) == 10
+    # the stuck (older) write landed before close's final one, never after it
+    values = [v for call in stall_offset_file.calls for v in call.values()]
+    assert values[-1] == 10 and values == sorted(values)
+
+
+def test_a_consumer_dropped_without_close_is_collected_after_an_auto_commit(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"x"))
+    c = store.pull_consumer("g", consume_from=FIRST, auto_commit_interval=0.01)
+    c.subscribe("t")
+    assert c.poll(1)
+    time.sleep(0.02)
+    c.poll(0.05)  # starts the offset writer thread with an auto-commit
+    wait_until(lambda: committed(store, "g", MessageQueue("t", 0)) == 1)
+    ref = weakref.ref(c)
+    del c
+    gc.collect()
+    assert ref() is None, "the offset writer thread must not keep the consumer alive"
