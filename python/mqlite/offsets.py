@@ -136,11 +136,11 @@ class OffsetWriter:
 
     Invariants:
     - For each queue, writes reach the file in the order they were asked for, and a later
-      request supersedes an earlier one not yet written: ``submit`` replaces it; ``write`` and
-      ``discard`` drop it.
+      request supersedes an earlier one not yet written: ``submit`` replaces it; ``write``
+      drops it.
     - ``_io`` is held across every write, and the background thread takes its batch only while
-      holding it. So ``write`` and ``discard`` also wait for a background write already under
-      way. After ``discard(queues)`` returns, no write of those queues is pending or running.
+      holding it. So ``write`` and ``flush`` also wait for a background write already under
+      way. After ``flush(queues)`` returns, no write of those queues is pending or running.
       That is what a revoke needs before another member may own the queue: a late write of an
       older offset would move the group back.
 
@@ -190,11 +190,14 @@ class OffsetWriter:
             if offsets:
                 self._write_offsets(dict(offsets))
 
-    def discard(self, queues: Iterable[Any]) -> None:
-        """Forgets the pending offsets of ``queues``, once no background write is under way."""
-        with self._io, self._cond:
-            for q in queues:
-                self._pending.pop(q, None)
+    def flush(self, queues: Iterable[Any]) -> None:
+        """Writes the pending offsets of ``queues`` now on the calling thread, after any
+        background write under way. Raises what the write raises."""
+        with self._io:
+            with self._cond:
+                due = {q: self._pending.pop(q) for q in queues if q in self._pending}
+            if due:
+                self._write_offsets(due)
 
     def pending(self) -> dict[Any, int]:
         """The offsets submitted and not yet written."""

@@ -392,8 +392,9 @@ class PullConsumer:
         if h is not None and any(m.message_queue in mqs for m in h.batch[h.next :]):
             # Not handed out and no longer ours: rewound before the commit below, never yielded.
             self._give_back()
-        # No automatic commit of these queues may land once another member owns them.
-        self._writer.discard(mqs)
+        # Commits of these queues still pending are written now: none may land once another
+        # member owns them.
+        self._writer.flush(mqs)
         if self._auto_commit:
             changed = {mq: self._queues[mq].position for mq in mqs}
             self._write({mq: p for mq, p in changed.items() if p != self._queues[mq].committed})
@@ -637,19 +638,40 @@ class PullConsumer:
             if offsets is None and message is None:
                 self._commit_positions()
                 return
-            wanted: dict[MessageQueue, int] = {}
-            if message is not None:
-                wanted[message.message_queue] = message.queue_offset + 1
-            for mq, off in (offsets or {}).items():
-                if isinstance(off, bool) or not isinstance(off, int) or off < 0:
-                    raise IllegalArgumentError(f"offset for {mq} must be an int >= 0, got {off!r}")
-                wanted[mq] = off
-            for mq in wanted:
-                self._owned(mq)
-            clamped = {
-                mq: min(off, self._core.offsets(mq.topic, mq.queue_id)[1]) for mq, off in wanted.items()
-            }
-            self._write(clamped)
+            self._write(self._clamped(offsets, message))
+
+    def commit_async(
+        self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
+    ) -> None:
+        """``commit`` without waiting for the disk (Kafka's ``commitAsync``).
+
+        The arguments are checked here, with the same errors as ``commit``. The write happens on
+        the consumer's offset writer thread; a failed one is logged, not raised. Later commits of
+        a queue supersede it. ``commit()``, a revoke and ``close()`` write after it, so an older
+        offset never lands after a newer one.
+        """
+        with self._lock:
+            self._check_open()
+            if offsets is None and message is None:
+                self._commit_positions(wait=False)
+                return
+            self._submit(self._clamped(offsets, message))
+
+    def _clamped(
+        self, offsets: Mapping[MessageQueue, int] | None, message: MessageExt | None
+    ) -> dict[MessageQueue, int]:
+        """An explicit commit's offsets, checked (owned queues, ints >= 0) and clamped to each
+        queue's max offset (lock held)."""
+        wanted: dict[MessageQueue, int] = {}
+        if message is not None:
+            wanted[message.message_queue] = message.queue_offset + 1
+        for mq, off in (offsets or {}).items():
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise IllegalArgumentError(f"offset for {mq} must be an int >= 0, got {off!r}")
+            wanted[mq] = off
+        for mq in wanted:
+            self._owned(mq)
+        return {mq: min(off, self._core.offsets(mq.topic, mq.queue_id)[1]) for mq, off in wanted.items()}
 
     commit_sync = commit
 

@@ -674,7 +674,7 @@ class PushConsumer:
             offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
                        if pq.commit_offset() != pq.cursor.committed}
         # Written on the offset writer's thread: the poller goes straight back to polling rather
-        # than wait for the offset file's fsyncs. A revoke discards what is still pending.
+        # than wait for the offset file's fsyncs. A revoke writes what is still pending first.
         self._consumer._submit(offsets)
 
     def _call(self, msgs: list[MessageExt], started: float | None = None) -> bool:

@@ -83,7 +83,7 @@ def test_a_direct_write_is_never_overtaken_by_an_older_pending_offset() -> None:
     assert any(call.get("c") == 7 for call in w.calls)
 
 
-def test_discard_waits_for_the_write_under_way_and_forgets_pending_offsets() -> None:
+def test_flush_writes_the_pending_offsets_of_its_queues_after_the_write_under_way() -> None:
     w = GatedWrites()
     writer = OffsetWriter(w, "test-offsets")
     w.gate.clear()
@@ -91,18 +91,20 @@ def test_discard_waits_for_the_write_under_way_and_forgets_pending_offsets() -> 
     assert w.entered.wait(5)
     writer.submit({"a": 2, "b": 3})
     done = threading.Event()
-    t = in_thread(lambda: (writer.discard(["a"]), done.set()))
+    t = in_thread(lambda: (writer.flush(["a"]), done.set()))
     time.sleep(0.1)
-    assert not done.is_set(), "discard must wait until no write of the queue is running"
+    assert not done.is_set(), "flush must wait until the write under way is done"
     w.gate.set()
     t.join(5)
-    # once discard returned, nothing of "a" is pending, and no write of it starts later
+    # once flush returned, a's offsets were written in order and nothing of "a" is left
     assert "a" not in writer.pending()
+    a_values = [call["a"] for call in w.calls if "a" in call]
+    assert a_values == [1, 2]
     written_before = len(w.calls)
     writer.submit({"b": 4})
     writer.close(5)
     assert all("a" not in call for call in w.calls[written_before:])
-    assert w.calls[0] == {"a": 1} and w.calls[-1] == {"b": 4}
+    assert w.calls[-1].get("b") == 4
 
 
 def test_a_later_submit_supersedes_and_close_writes_what_is_pending() -> None:
@@ -260,3 +262,98 @@ def test_a_consumer_dropped_without_close_is_collected_after_an_auto_commit(stor
     del c
     gc.collect()
     assert ref() is None, "the offset writer thread must not keep the consumer alive"
+
+
+def test_commit_async_returns_at_once_and_a_later_commit_lands_after_it(
+    store: mqlite.Store, stall_offset_file: GatedWrites
+) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(6):
+        p.send(Message("t", b"%d" % i))
+    mq = MessageQueue("t", 0)
+    c = store.pull_consumer("g", consume_from=FIRST, auto_commit=False)
+    c.subscribe("t")
+    msgs = c.poll(1)
+    assert len(msgs) == 6
+    stall_offset_file.entered.clear()
+    stall_offset_file.gate.clear()
+    writes_done = len(stall_offset_file.calls)
+    c.commit_async(message=msgs[2])  # 3, held in the offset file
+    assert stall_offset_file.entered.wait(5)
+    assert len(stall_offset_file.calls) == writes_done  # returned while the write waits
+    syncing = in_thread(lambda: c.commit({mq: 5}))
+    time.sleep(0.1)
+    assert syncing.is_alive(), "commit() must wait for the async write under way"
+    stall_offset_file.gate.set()
+    syncing.join(10)
+    assert committed(store, "g", mq) == 5
+    assert [v for call in stall_offset_file.calls[writes_done:] for v in call.values()] == [3, 5]
+    c.commit_async()  # the position, 6
+    c.close()  # writes after it
+    assert committed(store, "g", mq) == 6
+
+
+def test_commit_async_rejects_what_commit_rejects_and_writes_nothing(store: mqlite.Store) -> None:
+    store.create_topic("t", 2)
+    store.producer().send(Message("t", b"x"), queue_id=0)
+    c = store.pull_consumer("g", consume_from=FIRST, auto_commit=False)
+    c.assign([MessageQueue("t", 0)])
+    with pytest.raises(mqlite.QueueNotAssignedError):
+        c.commit_async({MessageQueue("t", 1): 0})
+    with pytest.raises(mqlite.IllegalArgumentError):
+        c.commit_async({MessageQueue("t", 0): -1})
+    c.commit_async({MessageQueue("t", 0): 99})  # clamped to the queue's max offset
+    c.close()
+    assert committed(store, "g", MessageQueue("t", 0)) == 1
+    assert committed(store, "g", MessageQueue("t", 1)) is None
+    with pytest.raises(mqlite.ClientClosedError):
+        c.commit_async()
+
+
+def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
+    store: mqlite.Store, stall_offset_file: GatedWrites
+) -> None:
+    """An async commit held in the offset file and another one pending when the queue moves to
+    another member: the revoke writes both (in order) before letting the queue go, so the new
+    owner's commit is the last word."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(10):
+        p.send(Message("t", b"%d" % i))
+    mq = MessageQueue("t", 0)
+    opts: dict[str, Any] = {"consume_from": FIRST, "auto_commit": False, "rebalance_interval": 0.01}
+    old = store.pull_consumer("g", client_id="b-old", **opts)
+    old.subscribe("t")
+    assert len(old.poll(1)) == 10
+    writes_done = len(stall_offset_file.calls)
+    stall_offset_file.entered.clear()
+    stall_offset_file.gate.clear()
+    old.commit_async({mq: 3})
+    assert stall_offset_file.entered.wait(5)  # held in the offset file
+    old.commit_async({mq: 5})  # pending behind it
+    new = store.pull_consumer("g", client_id="a-new", **opts)  # sorts first: takes the queue
+    new.subscribe("t")
+
+    def revoke() -> None:  # the old member's rebalance (inside poll) revokes the queue
+        deadline = time.monotonic() + 10
+        while old.assignment() and time.monotonic() < deadline:
+            old.poll(0.02)
+
+    revoking = in_thread(revoke)
+    time.sleep(0.3)
+    new.poll(0.01)
+    # while the old member's commits wait in the offset file, it does not let the queue go
+    assert new.assignment() == [] and revoking.is_alive()
+    stall_offset_file.gate.set()
+    revoking.join(10)
+    taken: list[MessageExt] = []
+    wait_until(lambda: bool(taken.extend(new.poll(0.01)) or taken))
+    assert taken[0].queue_offset == 5  # continues from the old member's last commit
+    new.commit({mq: 8})
+    values = [v for call in stall_offset_file.calls[writes_done:] for v in call.values()]
+    assert values == [3, 5, 8]
+    time.sleep(0.1)
+    assert committed(store, "g", mq) == 8
+    new.close()
+    old.close()
