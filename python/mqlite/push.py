@@ -415,7 +415,7 @@ class PushConsumer:
         and no longer than a ``shutdown(timeout)`` begun meanwhile allows. True if idle."""
         limit = time.monotonic() + self._revoke_timeout
         while True:
-            if all(pq.running == 0 for pq in pqs):
+            if all(pq.running == 0 and pq.direct is None for pq in pqs):
                 return True
             end = limit if self._stop_deadline is None else min(limit, self._stop_deadline)
             left = end - time.monotonic()
@@ -602,11 +602,18 @@ class PushConsumer:
     def _claim(self, msgs: list[MessageExt]) -> _ProcessQueue | None:
         """Leader fast path (concurrent mode): a quick listener with nothing else waiting gets a
         poll of one batch of one queue straight away, without going through the ready queue.
-        Returns the batch's process queue, with the batch marked running and its first offset
-        recorded as the queue's ``direct`` batch (so a commit made while it runs stays behind
-        it), for the caller to run at once on the polling thread and then ``_settle_direct``;
-        None when the batch must go through ``_spread``. The least work that keeps those
-        guarantees: this is on every message's way from the store to the listener.
+        Returns the batch's process queue, with the batch's first offset recorded as the queue's
+        ``direct`` batch (a running batch for ``_wait_idle``, and a commit made while it runs
+        stays behind it), for the caller to run at once on the polling thread and then
+        ``_settle_direct``; None when the batch must go through ``_spread``. The least work
+        that keeps those guarantees: this is on every message's way from the store to the
+        listener.
+
+        Without the lock: only the token holder (this thread) claims, revokes (inside its poll)
+        and sets ``direct``; the thread that ran a direct batch clears the mark in
+        ``_settle_direct``, before which a later claim of the queue sees it set and goes the
+        ordinary way. The batch is not counted in ``running``, which other threads' batches
+        update under the lock.
         """
         if (self._orderly or len(msgs) > self._batch or self._ready
                 or self._listener_time >= _QUICK_LISTENER):
@@ -614,25 +621,19 @@ class PushConsumer:
         mq = msgs[0].message_queue
         if len(msgs) > 1 and msgs[-1].message_queue != mq:
             return None
-        lock = self._lock  # explicit acquire/release: see _LOCKS
-        lock.acquire()
-        try:
-            # A poll's messages carry the very queue object the assignment was made with, so
-            # an identity check finds the usual case without hashing the queue.
-            pq = self._last_claimed
-            if pq is None or pq.mq is not mq or pq.dropped:
-                pq = self._pqs.get(mq)
-            # A queue revoked since the poll is not run (its new owner reads it from the
-            # committed offset); one whose earlier direct batch still runs (this thread took
-            # the poll over from a stalled one) goes the ordinary way.
-            if pq is None or pq.dropped or pq.direct is not None:
-                return None
-            pq.direct = msgs[0].queue_offset
-            pq.running += 1
-            self._last_claimed = pq
-            return pq
-        finally:
-            lock.release()
+        # A poll's messages carry the very queue object the assignment was made with, so an
+        # identity check finds the usual case without hashing the queue.
+        pq = self._last_claimed
+        if pq is None or pq.mq is not mq or pq.dropped:
+            pq = self._pqs.get(mq)
+        # A queue revoked since the poll is not run (its new owner reads it from the committed
+        # offset); one whose earlier direct batch still runs (this thread took the poll over
+        # from a stalled one) goes the ordinary way.
+        if pq is None or pq.dropped or pq.direct is not None:
+            return None
+        pq.direct = msgs[0].queue_offset
+        self._last_claimed = pq
+        return pq
 
     def _settle_direct(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool) -> None:
         """After a ``_claim``ed batch ran: the queue's position passes it; a failed batch is
@@ -648,7 +649,7 @@ class PushConsumer:
                 for m in msgs:
                     heapq.heappush(pq.unacked, m.queue_offset)
                 self._retry_later(pq, msgs)
-            resume = self._batch_done(pq)
+            resume = self._batch_done(pq, direct=True)
         finally:
             lock.release()
         self._resume(resume)
@@ -669,7 +670,8 @@ class PushConsumer:
             # skipped or retention removed (RocketMQ moves such an offset forward the same way).
             for idle in self._pqs.values():
                 position = idle.cursor.position
-                if not idle.unacked and not idle.running and position > idle.position:
+                if (not idle.unacked and not idle.running and idle.direct is None
+                        and position > idle.position):
                     idle.position = position
             offsets = {mq: pq.commit_offset() for mq, pq in self._pqs.items()
                        if pq.commit_offset() != pq.cursor.committed}
@@ -697,11 +699,13 @@ class PushConsumer:
             log.warning("message listener returned %r; treated as a failure", status)
         return False
 
-    def _batch_done(self, pq: _ProcessQueue) -> MessageQueue | None:
-        """A batch of ``pq`` stopped running (lock held): wakes a revoke waiting for that (the
-        only waiters on ``_cond``), and returns the queue to resume if it was paused and has
-        drained enough."""
-        pq.running -= 1
+    def _batch_done(self, pq: _ProcessQueue, *, direct: bool = False) -> MessageQueue | None:
+        """A batch of ``pq`` stopped running (lock held; ``direct``: the claimed batch, whose
+        mark the caller cleared, else one counted in ``running``): wakes a revoke waiting for
+        that (the only waiters on ``_cond``), and returns the queue to resume if it was paused
+        and has drained enough."""
+        if not direct:
+            pq.running -= 1
         if self._idle_waiters:
             self._cond.notify_all()
         if pq.paused and pq.buffered <= self._max_buffered // 2 and not pq.dropped:

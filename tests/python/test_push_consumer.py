@@ -394,6 +394,47 @@ def test_shutdown_timeout_bounds_a_stuck_listener_and_nothing_is_acknowledged(st
     assert group_offset(store, MessageQueue("t", 0)) in (None, 0)  # will be delivered again
 
 
+def test_a_revoke_waits_for_the_batch_running_on_the_polling_thread(store: mqlite.Store) -> None:
+    """A quick listener gets each poll on the polling thread itself (``_claim``; the batch is
+    not counted in ``running``). When the queue moves to a new member while such a batch runs,
+    the revoke (made by the thread that took the stalled poll over) must wait for it, commit
+    past it and only then let the queue go: the new member does not get it again."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    started, release = threading.Event(), threading.Event()
+    old_got: list[bytes] = []
+    new_got: list[bytes] = []
+
+    def old_listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if msgs[0].body == b"slow":
+            started.set()
+            release.wait(10)
+        old_got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    old = store.push_consumer("g", client_id="b-old", threads=2, consume_from=FIRST, rebalance_interval=0.02)
+    old.subscribe("t")
+    old.register_message_listener(old_listener)
+    new = store.push_consumer("g", client_id="a-new", consume_from=FIRST, rebalance_interval=0.02)
+    new.subscribe("t")
+    new.register_message_listener(lambda msgs: new_got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    with old:
+        for i in range(20):  # a quick listener: the poller takes the fast path
+            p.send(Message("t", b"%d" % i))
+            time.sleep(0.002)
+        wait_until(lambda: len(old_got) == 20)
+        p.send(Message("t", b"slow"))
+        assert started.wait(5)
+        with new:  # sorts first: the queue is to move to it
+            time.sleep(0.5)
+            assert new_got == [] and new.assignment() == [], "the queue moved while its batch ran"
+            release.set()
+            wait_until(lambda: new.assignment() == [MessageQueue("t", 0)])
+            p.send(Message("t", b"after"))
+            wait_until(lambda: new_got == [b"after"])
+    assert old_got[-1] == b"slow" and new_got == [b"after"]
+
+
 def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(store: mqlite.Store) -> None:
     store.create_topic("t", 1)
     store.producer().send(Message("t", b"m"))
