@@ -43,6 +43,12 @@ class GatedWrites:
         self.gate.wait(20)
         self.calls.append(dict(offsets))
 
+    def hold(self) -> int:
+        """Closes the gate (the next write blocks in it); returns how many writes were done."""
+        self.entered.clear()
+        self.gate.clear()
+        return len(self.calls)
+
 
 def in_thread(fn: Callable[[], object]) -> threading.Thread:
     t = threading.Thread(target=fn, daemon=True)
@@ -91,7 +97,7 @@ def test_flush_writes_the_pending_offsets_of_its_queues_after_the_write_under_wa
     assert w.entered.wait(5)
     writer.submit({"a": 2, "b": 3})
     done = threading.Event()
-    t = in_thread(lambda: (writer.flush(["a"]), done.set()))
+    t = in_thread(lambda: (writer.flush(["a"]), done.set()))  # type: ignore[func-returns-value]
     time.sleep(0.1)
     assert not done.is_set(), "flush must wait until the write under way is done"
     w.gate.set()
@@ -179,6 +185,15 @@ def stall_offset_file(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedWrites]:
     gate.gate.set()
 
 
+def topic_of(store: mqlite.Store, n: int) -> MessageQueue:
+    """Topic "t" with one queue holding messages b"0" .. b"<n-1>"; returns that queue."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    for i in range(n):
+        p.send(Message("t", b"%d" % i))
+    return MessageQueue("t", 0)
+
+
 def committed(store: mqlite.Store, group: str, mq: MessageQueue) -> int | None:
     for p in store.consumer_progress(group):
         if p.message_queue == mq:
@@ -199,8 +214,7 @@ def test_push_delivery_goes_on_while_an_offset_commit_waits_for_the_disk(
     with c:
         p.send(Message("t", b"first"))
         wait_until(lambda: got == [b"first"])
-        stall_offset_file.entered.clear()
-        stall_offset_file.gate.clear()
+        stall_offset_file.hold()
         p.send(Message("t", b"second"))
         assert stall_offset_file.entered.wait(5)  # a commit is stuck in the offset file
         for i in range(20):
@@ -216,18 +230,12 @@ def test_push_delivery_goes_on_while_an_offset_commit_waits_for_the_disk(
 def test_pull_poll_goes_on_while_an_auto_commit_waits_and_close_commits_after_it(
     store: mqlite.Store, stall_offset_file: GatedWrites
 ) -> None:
-    store.create_topic("t", 1)
-    p = store.producer()
-    for i in range(10):
-        p.send(Message("t", b"%d" % i))
-    mq = MessageQueue("t", 0)
+    mq = topic_of(store, 10)
     c = store.pull_consumer("g", consume_from=FIRST, auto_commit_interval=0.01, max_poll_messages=4)
     c.subscribe("t")
     got: list[MessageExt] = []
     got.extend(c.poll(1))  # assignment (its initial offset is written at once), first batch
-    stall_offset_file.entered.clear()
-    stall_offset_file.gate.clear()
-    writes_done = len(stall_offset_file.calls)
+    writes_done = stall_offset_file.hold()
     time.sleep(0.02)
     got.extend(c.poll(1))  # due: the auto-commit of the first batch goes to the writer thread
     assert stall_offset_file.entered.wait(5)
@@ -267,18 +275,12 @@ def test_a_consumer_dropped_without_close_is_collected_after_an_auto_commit(stor
 def test_commit_async_returns_at_once_and_a_later_commit_lands_after_it(
     store: mqlite.Store, stall_offset_file: GatedWrites
 ) -> None:
-    store.create_topic("t", 1)
-    p = store.producer()
-    for i in range(6):
-        p.send(Message("t", b"%d" % i))
-    mq = MessageQueue("t", 0)
+    mq = topic_of(store, 6)
     c = store.pull_consumer("g", consume_from=FIRST, auto_commit=False)
     c.subscribe("t")
     msgs = c.poll(1)
     assert len(msgs) == 6
-    stall_offset_file.entered.clear()
-    stall_offset_file.gate.clear()
-    writes_done = len(stall_offset_file.calls)
+    writes_done = stall_offset_file.hold()
     c.commit_async(message=msgs[2])  # 3, held in the offset file
     assert stall_offset_file.entered.wait(5)
     assert len(stall_offset_file.calls) == writes_done  # returned while the write waits
@@ -317,18 +319,12 @@ def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
     """An async commit held in the offset file and another one pending when the queue moves to
     another member: the revoke writes both (in order) before letting the queue go, so the new
     owner's commit is the last word."""
-    store.create_topic("t", 1)
-    p = store.producer()
-    for i in range(10):
-        p.send(Message("t", b"%d" % i))
-    mq = MessageQueue("t", 0)
+    mq = topic_of(store, 10)
     opts: dict[str, Any] = {"consume_from": FIRST, "auto_commit": False, "rebalance_interval": 0.01}
     old = store.pull_consumer("g", client_id="b-old", **opts)
     old.subscribe("t")
     assert len(old.poll(1)) == 10
-    writes_done = len(stall_offset_file.calls)
-    stall_offset_file.entered.clear()
-    stall_offset_file.gate.clear()
+    writes_done = stall_offset_file.hold()
     old.commit_async({mq: 3})
     assert stall_offset_file.entered.wait(5)  # held in the offset file
     old.commit_async({mq: 5})  # pending behind it
@@ -348,7 +344,7 @@ def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
     stall_offset_file.gate.set()
     revoking.join(10)
     taken: list[MessageExt] = []
-    wait_until(lambda: bool(taken.extend(new.poll(0.01)) or taken))
+    wait_until(lambda: bool(taken.extend(new.poll(0.01)) or taken))  # type: ignore[func-returns-value]
     assert taken[0].queue_offset == 5  # continues from the old member's last commit
     new.commit({mq: 8})
     values = [v for call in stall_offset_file.calls[writes_done:] for v in call.values()]
