@@ -238,21 +238,20 @@ fn deferred_creation_syncs_are_paid_by_the_next_flush_and_only_then_cleared() {
     let mut w = q.roll(0).unwrap();
     let first = q.find(0).unwrap();
     assert!(first.create_sync_due(), "a rolled-to file owes its fsyncs");
-    // A file prepared ahead of its roll sits in the ready slot, outside the list.
-    q.prepare(SIZE, false).unwrap();
     w.append_with(8, |b| b.fill(7)).unwrap();
     w.publish();
     q.flush().unwrap();
     assert!(!first.create_sync_due(), "the flush paid it");
+    // A file made by the roll itself owes again.
+    drop(w);
     let w2 = q.roll(SIZE).unwrap();
-    assert!(
-        !w2.file().create_sync_due(),
-        "the flush also paid for the prepared file"
-    );
+    assert!(w2.file().create_sync_due());
     drop(w2);
-    q.prepare(2 * SIZE, false).unwrap();
+    // A file prepared ahead of its roll (off the writer's path) is made durable at once,
+    // before its pages are faulted in.
+    q.prepare(2 * SIZE, 4096).unwrap();
     let third = q.roll(2 * SIZE).unwrap();
-    assert!(third.file().create_sync_due());
+    assert!(!third.file().create_sync_due());
 
     // Without deferral the creation syncs at once.
     let dir2 = tempfile::tempdir().unwrap();
@@ -275,7 +274,7 @@ fn warming_ahead_reaches_into_the_prepared_next_file() {
     // No next file yet: warming stops at the end of the last one.
     assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE);
     // Prepared (not rolled to): its pages are warmed before the writer arrives.
-    q.prepare(SIZE, false).unwrap();
+    q.prepare(SIZE, 0).unwrap();
     assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE + SIZE / 2);
     // Not past it, and the roll still takes the prepared file.
     assert_eq!(q.warm(SIZE, 3 * SIZE), 2 * SIZE);

@@ -15,7 +15,8 @@
 //! it is created, or, for queues built `with_deferred_create_sync` (consume queues, whose data is
 //! derived and only trusted up to the checkpoint), by the queue's next `flush`: the flush that
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
-//! file, which recovery then rebuilds from the commit log.
+//! file, which recovery then rebuilds from the commit log. Files prepared ahead of need
+//! (`prepare`) are always made durable at creation.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -294,7 +295,9 @@ impl MappedFileQueue {
         }
     }
 
-    fn make_file(&self, start: u64) -> Result<MappedFile> {
+    /// Creates the file starting at `start`; its creation fsyncs are left to the next flush
+    /// when `defer` is set.
+    fn make_file(&self, start: u64, defer: bool) -> Result<MappedFile> {
         match &self.backing {
             Backing::Dir {
                 dir,
@@ -305,7 +308,7 @@ impl MappedFileQueue {
                 let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
                 // The file's size and allocation must be durable before any checkpoint or
                 // record points into it.
-                if self.defer_create_sync {
+                if defer {
                     f.defer_create_sync();
                 } else {
                     f.sync_metadata()?;
@@ -317,14 +320,21 @@ impl MappedFileQueue {
         }
     }
 
-    /// Creates the file starting at `start` ahead of need (background preallocation), then,
-    /// if `fault_in`, faults in its first pages. The file is handed over before the pages are
+    /// Creates the file starting at `start` ahead of need (background preallocation), then
+    /// faults in its first `fault_in` bytes. The file is handed over before the pages are
     /// faulted in: that takes several milliseconds (a page fault per 4 KiB), and a roll
     /// arriving meanwhile must find the file ready rather than create (and fsync) it again on
     /// the appender's thread. Faulting in pages the appender is already writing is harmless.
-    /// Returns whether the first `WARM_AHEAD` bytes were faulted in here (false when the file
-    /// already existed, or when `fault_in` is false or the advice failed).
-    pub fn prepare(&self, start: u64, fault_in: bool) -> Result<bool> {
+    ///
+    /// A prepared file is made durable here even in a queue that defers creation syncs: the
+    /// caller is off every writer's path, and the fsync must come before the pages are faulted
+    /// in. A whole-file fsync after that (the deferred one, at the next flush) would write back
+    /// every faulted-in zero page and write-protect it, so that each page's first write took
+    /// a fault on the writer's thread after all.
+    ///
+    /// Returns whether the first `fault_in` bytes were faulted in here (false when the file
+    /// already existed, or when `fault_in` is 0 or the advice failed).
+    pub fn prepare(&self, start: u64, fault_in: u64) -> Result<bool> {
         if let Some(f) = self.lock_ready().as_ref() {
             if f.from_offset() == start {
                 return Ok(false);
@@ -333,11 +343,11 @@ impl MappedFileQueue {
         if self.path_for(start).is_some_and(|p| p.exists()) {
             return Ok(false);
         }
-        let f = Arc::new(self.make_file(start)?);
+        let f = Arc::new(self.make_file(start, false)?);
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        Ok(fault_in && f.advise(0, WARM_AHEAD, Advice::PopulateWrite).is_ok())
+        Ok(fault_in > 0 && f.advise(0, fault_in, Advice::PopulateWrite).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
@@ -408,7 +418,7 @@ impl MappedFileQueue {
             .filter(|f| f.from_offset() == start);
         let file = match prepared {
             Some(f) => f,
-            None => Arc::new(self.make_file(start)?),
+            None => Arc::new(self.make_file(start, self.defer_create_sync)?),
         };
         let writer = file.writer().ok_or(Error::ReadOnly)?;
         self.write_files().push(file);
@@ -479,15 +489,11 @@ impl MappedFileQueue {
         Ok(flushed)
     }
 
-    /// The fsyncs owed by files created with their sync deferred (in the list or the ready
-    /// slot): each file's, then the directory's; a file's debt is cleared only after both.
+    /// The fsyncs owed by files created with their sync deferred (files the roll made; a
+    /// prepared file owes none): each file's, then the directory's; a file's debt is cleared
+    /// only after both.
     fn sync_created(&self, files: &[Arc<MappedFile>]) -> Result<()> {
-        let ready = self.lock_ready().clone();
-        let due: Vec<&Arc<MappedFile>> = files
-            .iter()
-            .chain(ready.as_ref())
-            .filter(|f| f.create_sync_due())
-            .collect();
+        let due: Vec<&Arc<MappedFile>> = files.iter().filter(|f| f.create_sync_due()).collect();
         if due.is_empty() {
             return Ok(());
         }

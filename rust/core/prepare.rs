@@ -35,8 +35,8 @@ pub enum Prepare {
     File(u64),
     /// Fault in the commit-log pages of `[from, to)` so the appender does not stop on them.
     Warm(u64, u64),
-    /// Create the file of this consume queue starting at this byte offset, its pages faulted
-    /// in (a queue file is small and is written right from its start).
+    /// Create the file of this consume queue starting at this byte offset, its first pages
+    /// faulted in (`ConsumeQueue::prepare_file`).
     QueueFile(Weak<ConsumeQueue>, u64),
     /// Answer once every job sent before this one is done (`Preparer::wait_for_files`).
     Barrier(Sender<()>),
@@ -109,7 +109,12 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
         // to the writer.
         match job {
             Prepare::File(start) => {
-                let warmed = cl.files().prepare(start, cl.warm_wanted());
+                let fault_in = if cl.warm_wanted() {
+                    crate::mapped_file_queue::WARM_AHEAD
+                } else {
+                    0
+                };
+                let warmed = cl.files().prepare(start, fault_in);
                 // A new log's first file, faulted in here: its first pages are the writer's
                 // next ones.
                 if matches!(warmed, Ok(true)) && cl.max_offset() == start {
@@ -119,7 +124,7 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
             Prepare::Warm(from, to) => cl.set_warmed(cl.files().warm(from, to)),
             Prepare::QueueFile(cq, start) => {
                 if let Some(cq) = cq.upgrade() {
-                    let _ = cq.files().prepare(start, true);
+                    let _ = cq.prepare_file(start);
                 }
             }
             Prepare::Barrier(done) => {
@@ -187,7 +192,7 @@ mod tests {
         // the job finds it and faults nothing in, so it marks nothing.
         let third = tempfile::tempdir().unwrap();
         let cl = commit_log(third.path());
-        assert!(!cl.files().prepare(0, false).unwrap());
+        assert!(!cl.files().prepare(0, 0).unwrap());
         run_jobs(&cl, vec![Prepare::File(0)]);
         assert_eq!(cl.warmed(), 0);
     }

@@ -108,6 +108,14 @@ impl ConsumeQueue {
         &self.files
     }
 
+    /// Creates, ahead of the roll to it, the unit file starting at byte `start`, with the
+    /// pages its first units go to faulted in: the two chunks `warm_ahead` keeps ready when a
+    /// writer enters a file. Not the whole file: a queue that is rarely written would hold a
+    /// megabyte of dirty zero pages for nothing. Returns whether they were faulted in here.
+    pub fn prepare_file(&self, start: u64) -> Result<bool> {
+        self.files.prepare(start, 2 * WARM_CHUNK)
+    }
+
     /// Loads files and finds the end of valid units (writers zero the rest of the last file
     /// when `zero_tail`). Returns the max offset.
     pub fn recover(&self, zero_tail: bool) -> Result<u64> {
@@ -514,8 +522,25 @@ impl ConsumeQueue {
     }
 
     /// Flushes unit files.
+    ///
+    /// A file the dispatcher rolled to itself owes its creation fsync to this flush, and
+    /// `warm_ahead` has already faulted in its pages ahead of the writer: that whole-file
+    /// fsync writes those zero pages back and write-protects them, so each one's first unit
+    /// would take a fault on the dispatching thread. They are faulted in again here, once the
+    /// debt is paid.
     pub fn flush(&self) -> Result<()> {
-        self.files.flush().map(|_| ())
+        let owing = self.files.last_file().filter(|f| f.create_sync_due());
+        self.files.flush()?;
+        if let Some(f) = owing {
+            let at = f.published();
+            // From the page holding the write position (advice ranges start on a page).
+            let _ = f.advise(
+                at,
+                (at / WARM_CHUNK + 2) * WARM_CHUNK,
+                Advice::PopulateWrite,
+            );
+        }
+        Ok(())
     }
 
     /// Re-reads the directory for new files (read-only followers).

@@ -1,0 +1,99 @@
+//! The dispatching thread (usually a producer's) must not take a page fault per consume-queue
+//! page: the pages ahead of the writer are faulted in, writable, before it gets there. The
+//! trap this pins: a whole-file fsync (a new file's creation sync) writes back pages already
+//! faulted in and write-protects them, so each one's first unit would fault after all.
+//!
+//! Faults are counted for the writing thread (`/proc/thread-self/stat`), over units written
+//! to the pages after a flush. Without the advice (kernels before 5.14) there is nothing to
+//! check.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use mqlite::consume_queue::unit::CqUnit;
+use mqlite::consume_queue::ConsumeQueue;
+use mqlite::mapped_file::mmap::Advice;
+
+const UNIT: u64 = 20;
+/// Units written after the flush: pages 0 to 14 of the file, inside the first 64 KiB chunk
+/// (entering the next chunk faults in another one, counted against this thread too).
+const UNITS: u64 = 15 * 4096 / UNIT;
+
+/// Minor faults taken by the calling thread so far (field 10 of its stat line).
+fn thread_minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(7).unwrap().parse().unwrap()
+}
+
+fn queue(dir: &Path) -> ConsumeQueue {
+    let q = ConsumeQueue::new(
+        "Warm",
+        0,
+        Some(dir.to_path_buf()),
+        50_000 * UNIT,
+        0o600,
+        false,
+    );
+    q.recover(true).unwrap();
+    q
+}
+
+fn unit(i: u64) -> CqUnit {
+    CqUnit {
+        offset: i * 100,
+        size: 100,
+        tags_code: 0,
+    }
+}
+
+/// With unit 0 written: flushes, then writes `UNITS` more and returns the faults they took.
+fn faults_after_first_flush(q: &ConsumeQueue) -> Option<u64> {
+    let f = q.files().last_file().unwrap();
+    if f.advise(0, 1, Advice::PopulateWrite).is_err() {
+        eprintln!("MADV_POPULATE_WRITE unsupported here: nothing to check");
+        return None;
+    }
+    q.flush().unwrap();
+    assert!(!f.create_sync_due(), "the flush made the file durable");
+    thread_minor_faults();
+    let before = thread_minor_faults();
+    for i in 1..=UNITS {
+        assert!(q.put(i, unit(i)).unwrap());
+    }
+    Some(thread_minor_faults() - before)
+}
+
+#[test]
+fn a_file_rolled_to_by_the_writer_is_warm_again_after_the_flush_that_syncs_its_creation() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    // No preparer: the put rolls to a new file itself, its creation sync owed to the flush.
+    assert!(q.put(0, unit(0)).unwrap());
+    assert!(q.files().last_file().unwrap().create_sync_due());
+    if let Some(faults) = faults_after_first_flush(&q) {
+        assert!(
+            faults <= 2,
+            "{faults} page faults writing 15 pages after the creation sync"
+        );
+    }
+}
+
+#[test]
+fn a_prepared_file_is_synced_before_its_pages_are_faulted_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path());
+    q.prepare_file(0).unwrap();
+    assert!(q.put(0, unit(0)).unwrap());
+    assert!(
+        !q.files().last_file().unwrap().create_sync_due(),
+        "the preparer made the file durable before faulting its pages in"
+    );
+    if let Some(faults) = faults_after_first_flush(&q) {
+        assert!(
+            faults <= 2,
+            "{faults} page faults writing 15 pages of a prepared file after a flush"
+        );
+    }
+}
