@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mqlite's Python benchmark report: one command, one run, every baseline measured in it.
 
-    python benches/python/report.py            # full run (~10-15 min on a 2-core VM)
+    python benches/python/report.py            # full run (~15-17 min on a 2-core VM)
     python benches/python/report.py --quick    # the same workloads, smaller (~2 min)
     python benches/python/report.py --smoke    # tiny, mqlite + raw baselines + SimpleQueue (CI)
 
@@ -24,6 +24,7 @@ repetitions interleaved so machine noise spreads over every workload:
                   litequeue, diskcache, queuelib, SimpleQueue, raw mmap)
   * peers.py      end-to-end latency at a steady rate: send -> PushConsumer listener,
                   send -> PullConsumer.poll, SimpleQueue hand-off, Redis XADD -> blocking XREAD
+                  (3 rounds per repetition in the full run: tail percentiles are noisier)
 and once, in a subprocess: rss.py (produce ~2 GiB, reopen, consume it all, sample VmRSS).
 
 Every ratio divides two figures measured in this run.  Stores live under --workdir (default:
@@ -67,13 +68,13 @@ SMOKE_LATENCY = ["simplequeue", "mqlite-push", "mqlite"]
 
 PROFILES: Dict[str, Dict[str, Any]] = {
     "full": dict(repeat=3, n=200_000, peer_n=100_000, peer_budget=4.0, lat_m=20_000,
-                 lat_warmup=500, lat_rate=2000.0, sync_seconds=2.0, rss_mib=2048, rss_every=100,
-                 peers=FULL_PEERS, latency_peers=FULL_LATENCY),
+                 lat_rounds=3, lat_warmup=500, lat_rate=2000.0, sync_seconds=2.0, rss_mib=2048,
+                 rss_every=100, peers=FULL_PEERS, latency_peers=FULL_LATENCY),
     "quick": dict(repeat=1, n=50_000, peer_n=20_000, peer_budget=2.0, lat_m=4000,
-                  lat_warmup=200, lat_rate=2000.0, sync_seconds=1.0, rss_mib=256, rss_every=32,
-                  peers=FULL_PEERS, latency_peers=FULL_LATENCY),
-    "smoke": dict(repeat=1, n=2000, peer_n=2000, peer_budget=2.0, lat_m=300, lat_warmup=50,
-                  lat_rate=2000.0, sync_seconds=0.2, rss_mib=8, rss_every=2,
+                  lat_rounds=1, lat_warmup=200, lat_rate=2000.0, sync_seconds=1.0, rss_mib=256,
+                  rss_every=32, peers=FULL_PEERS, latency_peers=FULL_LATENCY),
+    "smoke": dict(repeat=1, n=2000, peer_n=2000, peer_budget=2.0, lat_m=300, lat_rounds=1,
+                  lat_warmup=50, lat_rate=2000.0, sync_seconds=0.2, rss_mib=8, rss_every=2,
                   peers=SMOKE_PEERS, latency_peers=SMOKE_LATENCY),
 }
 SIZES = [128, 1024]
@@ -199,20 +200,23 @@ def measure(cfg: Dict[str, Any], work: str, log: Any = print) -> Dict[str, Any]:
             if cfg["latency"] and size in cfg["latency_sizes"]:
                 largs = _ns(m=cfg["lat_m"], warmup=cfg["lat_warmup"], rate=cfg["lat_rate"],
                             rate_map={}, size=size, budget=30.0)
-                for cls in lat_classes:
-                    # Start each latency run from a quiet disk: the throughput workloads above
-                    # leave gigabytes of dirty pages whose writeback would otherwise compete
-                    # for the 2 CPUs during whichever peer runs next.
-                    os.sync()
-                    time.sleep(0.5)
-                    r = peers.run_latency_once(cls, largs, work)
-                    r["run"] = rep
-                    lat_rows.append(r)
-                    log(f"  [run {rep}] latency {cls.name:<14} " + (
-                        f"p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
-                        f"p99.9 {r['p999_us']:.1f} us"
-                        if "p50_us" in r else str(r.get("skipped") or r.get("error")
-                                                  or r.get("errors"))))
+                # Latency percentiles move more between runs than throughput does (the tail
+                # is a few hundred messages): several rounds per repetition, peers interleaved.
+                for rnd in range(cfg["lat_rounds"]):
+                    for cls in lat_classes:
+                        # Start each latency run from a quiet disk: the throughput workloads above
+                        # leave gigabytes of dirty pages whose writeback would otherwise compete
+                        # for the 2 CPUs during whichever peer runs next.
+                        os.sync()
+                        time.sleep(0.5)
+                        r = peers.run_latency_once(cls, largs, work)
+                        r["run"] = rep * cfg["lat_rounds"] + rnd
+                        lat_rows.append(r)
+                        log(f"  [run {r['run']}] latency {cls.name:<14} " + (
+                            f"p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us, "
+                            f"p99.9 {r['p999_us']:.1f} us"
+                            if "p50_us" in r else str(r.get("skipped") or r.get("error")
+                                                      or r.get("errors"))))
     return {"bench": bench_rows, "sync": sync_rows, "peers": peer_rows, "latency": lat_rows}
 
 
@@ -553,7 +557,8 @@ def render_tables(data: Dict[str, Any]) -> str:
                 "`perf_counter_ns` into the body just before the send call; the receiving "
                 "thread records the arrival. Each run (every peer alike) starts after an "
                 "`os.sync()`, so no earlier workload's writeback is in flight. Median of the "
-                "runs' percentiles, in µs.", "",
+                f"percentiles of {cfg['repeat'] * cfg.get('lat_rounds', 1)} runs per path "
+                f"({cfg.get('lat_rounds', 1)} per repetition, paths interleaved), in µs.", "",
                 "| path | durability | body | p50 µs | p99 µs | p99.9 µs "
                 "| p50 / p99 / p99.9 vs SimpleQueue |",
                 "|---|---|---|---:|---:|---:|---|"]
