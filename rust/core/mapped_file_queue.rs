@@ -15,8 +15,7 @@
 //! it is created, or, for queues built `with_deferred_create_sync` (consume queues, whose data is
 //! derived and only trusted up to the checkpoint), by the queue's next `flush`: the flush that
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
-//! file, which recovery then rebuilds from the commit log. Files prepared ahead of need
-//! (`prepare`) are always made durable at creation.
+//! file, which recovery then rebuilds from the commit log.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -326,11 +325,10 @@ impl MappedFileQueue {
     /// arriving meanwhile must find the file ready rather than create (and fsync) it again on
     /// the appender's thread. Faulting in pages the appender is already writing is harmless.
     ///
-    /// A prepared file is made durable here even in a queue that defers creation syncs: the
-    /// caller is off every writer's path, and the fsync must come before the pages are faulted
-    /// in. A whole-file fsync after that (the deferred one, at the next flush) would write back
-    /// every faulted-in zero page and write-protect it, so that each page's first write took
-    /// a fault on the writer's thread after all.
+    /// In a queue that defers creation syncs the prepared file's are deferred too: done here
+    /// they would hold up the jobs queued behind this one (the commit log's warm-ahead). The
+    /// deferred whole-file fsync writes back the pages faulted in here and write-protects
+    /// them, so the queue's owner faults them in again after it (`ConsumeQueue::flush`).
     ///
     /// Returns whether the first `fault_in` bytes were faulted in here (false when the file
     /// already existed, or when `fault_in` is 0 or the advice failed).
@@ -343,7 +341,7 @@ impl MappedFileQueue {
         if self.path_for(start).is_some_and(|p| p.exists()) {
             return Ok(false);
         }
-        let f = Arc::new(self.make_file(start, false)?);
+        let f = Arc::new(self.make_file(start, self.defer_create_sync)?);
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
@@ -395,6 +393,11 @@ impl MappedFileQueue {
             at = end;
         }
         at
+    }
+
+    /// The file prepared ahead of the next roll, if any.
+    pub fn ready_file(&self) -> Option<Arc<MappedFile>> {
+        self.lock_ready().clone()
     }
 
     /// The prepared next file, if it holds `offset`.
@@ -489,11 +492,15 @@ impl MappedFileQueue {
         Ok(flushed)
     }
 
-    /// The fsyncs owed by files created with their sync deferred (files the roll made; a
-    /// prepared file owes none): each file's, then the directory's; a file's debt is cleared
-    /// only after both.
+    /// The fsyncs owed by files created with their sync deferred (in the list or the ready
+    /// slot): each file's, then the directory's; a file's debt is cleared only after both.
     fn sync_created(&self, files: &[Arc<MappedFile>]) -> Result<()> {
-        let due: Vec<&Arc<MappedFile>> = files.iter().filter(|f| f.create_sync_due()).collect();
+        let ready = self.ready_file();
+        let due: Vec<&Arc<MappedFile>> = files
+            .iter()
+            .chain(ready.as_ref())
+            .filter(|f| f.create_sync_due())
+            .collect();
         if due.is_empty() {
             return Ok(());
         }

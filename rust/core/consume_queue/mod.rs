@@ -37,6 +37,10 @@ use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
 /// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer.
 const WARM_CHUNK: u64 = 64 << 10;
 
+/// Bytes of a file prepared ahead of its roll that are faulted in: the two chunks
+/// `warm_ahead` keeps ready when a writer enters a file.
+const PREPARED_WARM: u64 = 2 * WARM_CHUNK;
+
 /// One consume queue.
 #[derive(Debug)]
 pub struct ConsumeQueue {
@@ -113,7 +117,7 @@ impl ConsumeQueue {
     /// writer enters a file. Not the whole file: a queue that is rarely written would hold a
     /// megabyte of dirty zero pages for nothing. Returns whether they were faulted in here.
     pub fn prepare_file(&self, start: u64) -> Result<bool> {
-        self.files.prepare(start, 2 * WARM_CHUNK)
+        self.files.prepare(start, PREPARED_WARM)
     }
 
     /// Loads files and finds the end of valid units (writers zero the rest of the last file
@@ -523,15 +527,16 @@ impl ConsumeQueue {
 
     /// Flushes unit files.
     ///
-    /// A file the dispatcher rolled to itself owes its creation fsync to this flush, and
-    /// `warm_ahead` has already faulted in its pages ahead of the writer: that whole-file
-    /// fsync writes those zero pages back and write-protects them, so each one's first unit
-    /// would take a fault on the dispatching thread. They are faulted in again here, once the
-    /// debt is paid.
+    /// A new file owes its creation fsync to this flush (the dispatcher rolled to it, or the
+    /// preparer made it ahead), and its pages ahead of the writer were already faulted in
+    /// (`warm_ahead`, `prepare_file`). That whole-file fsync writes those zero pages back and
+    /// write-protects them, so each one's first unit would take a fault on the dispatching
+    /// thread, usually a producer's. They are faulted in again here, once the debt is paid.
     pub fn flush(&self) -> Result<()> {
-        let owing = self.files.last_file().filter(|f| f.create_sync_due());
+        let written = self.files.last_file().filter(|f| f.create_sync_due());
+        let prepared = self.files.ready_file().filter(|f| f.create_sync_due());
         self.files.flush()?;
-        if let Some(f) = owing {
+        if let Some(f) = written {
             let at = f.published();
             // From the page holding the write position (advice ranges start on a page).
             let _ = f.advise(
@@ -539,6 +544,9 @@ impl ConsumeQueue {
                 (at / WARM_CHUNK + 2) * WARM_CHUNK,
                 Advice::PopulateWrite,
             );
+        }
+        if let Some(f) = prepared {
+            let _ = f.advise(0, PREPARED_WARM, Advice::PopulateWrite);
         }
         Ok(())
     }
