@@ -345,7 +345,7 @@ impl MappedFileQueue {
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        Ok(fault_in > 0 && f.advise(0, fault_in, Advice::PopulateWrite).is_ok())
+        Ok(fault_in > 0 && f.populate(0, fault_in, |_| {}).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
@@ -375,19 +375,21 @@ impl MappedFileQueue {
     /// The prepared next file counts: warming it before the roll spares the writer a run of
     /// cold pages right after it. Returns how far it got: it stops at a failed advice (old
     /// kernels lack it; advice is an optimisation) or at a file that does not exist yet.
-    pub fn warm(&self, from: u64, to: u64) -> u64 {
+    /// `progress` is called with each offset below which the pages are faulted in, as the
+    /// work goes (in [`POPULATE_STEP`]s).
+    pub fn warm(&self, from: u64, to: u64, mut progress: impl FnMut(u64)) -> u64 {
         let mut at = from;
         while at < to {
             let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
                 break;
             };
-            let end = (f.from_offset() + f.size()).min(to);
-            let advised = f.advise(
-                at - f.from_offset(),
-                end - f.from_offset(),
-                Advice::PopulateWrite,
-            );
-            if advised.is_err() {
+            let base = f.from_offset();
+            let end = (base + f.size()).min(to);
+            let populated = f.populate(at - base, end - base, |done| {
+                at = base + done;
+                progress(at);
+            });
+            if populated.is_err() {
                 break;
             }
             at = end;

@@ -233,12 +233,12 @@ impl Appender {
 
     /// Appends a batch for one (topic, queue) into one file with consecutive queue offsets and
     /// publishes it at once; returns its size in bytes. The batch never spans files.
-    /// `warmed_to`: the pages of the log below it are faulted in.
+    /// `warm(start, end)`: whether the log's pages of `[start, end)` are faulted in.
     pub fn append_batch(
         &mut self,
         files: &MappedFileQueue,
         batch: &[Prepared<'_>],
-        warmed_to: u64,
+        warm: impl Fn(u64, u64) -> bool,
         out: &mut Vec<Appended>,
     ) -> Result<u64> {
         if let Some(reason) = &self.poisoned {
@@ -277,7 +277,7 @@ impl Appender {
         // records, gathered writes of the encoded heads and tails with the caller's bodies.
         // Either way nothing is published before the whole batch is written: a crash midway
         // leaves a torn tail that recovery's CRC scan cuts off.
-        let direct = w.file().is_anonymous() || physical_offset + total <= warmed_to;
+        let direct = w.file().is_anonymous() || warm(physical_offset, physical_offset + total);
         let len = total as usize;
         let start_len = out.len();
         let place = Placement {
@@ -502,8 +502,8 @@ mod tests {
     }
 
     /// Appends the same batches (the last ones rolling to a second file) through the mapping
-    /// (`warmed_to` past them) and through `pwrite` (`warmed_to` 0); returns the file bytes.
-    fn write_batches(warmed_to: u64, body_len: impl Fn(usize) -> usize) -> Vec<Vec<u8>> {
+    /// (`warm` true) and through `pwrite` (`warm` false); returns the file bytes.
+    fn write_batches(warm: bool, body_len: impl Fn(usize) -> usize) -> Vec<Vec<u8>> {
         let dir = tempfile::tempdir().unwrap();
         let backing = Backing::Dir {
             dir: dir.path().to_path_buf(),
@@ -525,7 +525,7 @@ mod tests {
                 })
                 .collect::<Result<_>>()
                 .unwrap();
-            a.append_batch(&files, &batch, warmed_to, &mut out).unwrap();
+            a.append_batch(&files, &batch, |_, _| warm, &mut out).unwrap();
         }
         assert_eq!(out.len(), bodies.len());
         assert_eq!(out.last().unwrap().queue_offset, 39);
@@ -566,8 +566,8 @@ mod tests {
         let small = |i: usize| 100 + 37 * i;
         let large = |i: usize| 2100 + 61 * i;
         for (body_len, files) in [(&small as &dyn Fn(usize) -> usize, 2), (&large, 6)] {
-            let mapped = write_batches(u64::MAX, body_len);
-            let written = write_batches(0, body_len);
+            let mapped = write_batches(true, body_len);
+            let written = write_batches(false, body_len);
             assert_eq!(mapped.len(), files);
             assert_eq!(written.len(), files);
             let mut records = 0;

@@ -57,9 +57,13 @@ pub struct CommitLog {
     // `u64::MAX` while there is no warm-ahead (no preparer, or whole files populated).
     warm_to: AtomicU64,
     // Pages below this offset have been faulted in (a warm-ahead job finished, or whole
-    // files are populated at creation: `u64::MAX`). Batches below it are encoded straight
-    // into the mapping.
+    // files are populated at creation: `u64::MAX`), down to `warm_from`. Batches within
+    // `[warm_from, warmed)` are encoded straight into the mapping. Only the preparer thread
+    // moves them; it stores a new `warm_from` (after skipping pages the writer caught up with)
+    // before the `warmed` that covers pages past it, so a reader that loads `warmed` then
+    // `warm_from` never sees a range wider than the one faulted in.
     warmed: AtomicU64,
+    warm_from: AtomicU64,
     // Whether the latest append wants the pages ahead of it faulted in: not after a batch of
     // large records, which goes to the kernel with gathered `write()`s whatever the state of
     // the pages. Faulting pages in costs the kernel about three times what its own page-cache
@@ -83,6 +87,7 @@ impl CommitLog {
             prealloc_asked: AtomicU64::new(u64::MAX),
             warm_to: AtomicU64::new(u64::MAX),
             warmed: AtomicU64::new(0),
+            warm_from: AtomicU64::new(0),
             warm_wanted: AtomicBool::new(true),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
@@ -102,12 +107,22 @@ impl CommitLog {
 
     /// Pages below this offset are known to be faulted in (`u64::MAX`: whole files are).
     pub fn warmed(&self) -> u64 {
-        self.warmed.load(Ordering::Relaxed)
+        self.warmed.load(Ordering::Acquire)
     }
 
-    /// The preparer faulted in the pages below `to`.
-    pub fn set_warmed(&self, to: u64) {
-        self.warmed.fetch_max(to, Ordering::Relaxed);
+    /// The preparer faulted in the pages of `[from, to)`: with those it faulted in before,
+    /// when `from` is not past them, or alone. Called by the preparer thread only.
+    pub fn set_warmed(&self, from: u64, to: u64) {
+        if from > self.warmed.load(Ordering::Acquire) {
+            self.warm_from.store(from, Ordering::Release);
+        }
+        self.warmed.fetch_max(to, Ordering::Release);
+    }
+
+    /// Whether the pages of `[start, end)` are known to be faulted in.
+    pub fn is_warm(&self, start: u64, end: u64) -> bool {
+        let to = self.warmed.load(Ordering::Acquire);
+        end <= to && start >= self.warm_from.load(Ordering::Acquire)
     }
 
     /// Whether the next file's first pages are worth faulting in ahead of the roll (see
@@ -178,7 +193,7 @@ impl CommitLog {
             return Ok(None);
         };
         match a.fits(p.len as u64) {
-            Some(end) if end <= self.warmed.load(Ordering::Relaxed) => {}
+            Some(end) if self.is_warm(end - p.len as u64, end) => {}
             _ => return Ok(None),
         }
         self.put_locked(a, p, Some(now_ms)).map(Some)
@@ -208,7 +223,8 @@ impl CommitLog {
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
-        let total = a.append_batch(&self.files, batch, self.warmed.load(Ordering::Relaxed), out)?;
+        let warm = |start: u64, end: u64| self.is_warm(start, end);
+        let total = a.append_batch(&self.files, batch, warm, out)?;
         let gathered = append::written_by_gathering(total, batch.len());
         if self.warm_wanted.load(Ordering::Relaxed) == gathered {
             self.warm_wanted.store(!gathered, Ordering::Relaxed);

@@ -27,6 +27,15 @@ use crate::error::{Error, Result};
 use crate::util::fs;
 use mmap::{Advice, MmapRegion};
 
+/// The most bytes one `MADV_POPULATE_WRITE` call of [`MappedFile::populate`] faults in. The
+/// kernel holds the process's mmap lock for reading through the whole call, so an `mmap`,
+/// `munmap` or `brk` of any thread (an allocator growing or trimming its heap) waits for all
+/// of it: about a millisecond per MiB on the 2-vCPU VM, where 1 MiB calls made a 128 B
+/// batch append wait 1 to 8 ms in `brk` a few hundred times per 2 million messages. In
+/// steps, such a wait is a fraction of a millisecond, and the writer can use each step's
+/// pages as soon as they are ready.
+pub const POPULATE_STEP: u64 = 64 << 10;
+
 /// One mapped file.
 #[derive(Debug)]
 pub struct MappedFile {
@@ -186,6 +195,21 @@ impl MappedFile {
         self.region
             .advise(clamp(from), clamp(to), advice)
             .map_err(|e| Error::io("madvise", &self.path, e))
+    }
+
+    /// Faults in, writable, the file's bytes `[from, to)` in steps of at most
+    /// [`POPULATE_STEP`], calling `done` with the end of each step faulted in. Stops at the
+    /// first failed advice and returns its error (an optimisation only, as for `advise`).
+    pub fn populate(&self, from: u64, to: u64, mut done: impl FnMut(u64)) -> Result<()> {
+        let to = to.min(self.size);
+        let mut at = from;
+        while at < to {
+            let end = to.min(at.saturating_add(POPULATE_STEP));
+            self.advise(at, end, Advice::PopulateWrite)?;
+            done(end);
+            at = end;
+        }
+        Ok(())
     }
 
     /// Global offset of the file's first byte.

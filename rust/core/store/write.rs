@@ -1,6 +1,7 @@
 //! The write path: validation (bad input writes nothing), topic auto-creation, append,
 //! dispatch, and the durability wait of sync mode.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Store;
@@ -11,7 +12,7 @@ use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
-use crate::util::bytes;
+use crate::util::{bytes, reuse};
 use crate::util::clock::now_ms;
 
 /// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
@@ -232,8 +233,8 @@ impl Store {
                 reason: "empty batch".into(),
             });
         };
-        let mut prepared = Vec::with_capacity(msgs.len());
-        let mut tags_codes = Vec::with_capacity(msgs.len());
+        let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
+        let mut tags_codes: Vec<i64> = reuse::take(&TAGS_CODES, msgs.len());
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
             let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
@@ -268,18 +269,23 @@ impl Store {
             (Some(first), Some(last)) => {
                 let end = last.physical_offset + u64::from(last.size);
                 let dispatch = |r: &Reput| {
-                    let reqs: Vec<DispatchRequest<'_>> = prepared
-                        .iter()
-                        .zip(appended)
-                        .zip(&tags_codes)
-                        .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code))
-                        .collect();
+                    let mut reqs: Vec<DispatchRequest<'_>> = reuse::take(&REQUESTS, msgs.len());
+                    reqs.extend(
+                        prepared
+                            .iter()
+                            .zip(appended)
+                            .zip(&tags_codes)
+                            .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code)),
+                    );
                     r.try_dispatch_known(first.physical_offset, end, &reqs);
+                    reuse::keep(&REQUESTS, reqs);
                 };
                 self.after_append(end, dispatch, true)?
             }
             _ => PutStatus::PutOk,
         };
+        reuse::keep(&PREPARED, prepared);
+        reuse::keep(&TAGS_CODES, tags_codes);
         Ok((queue_id, status))
     }
 
@@ -492,6 +498,13 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+thread_local! {
+    // The batch path's temporary vectors, kept per thread between calls (util/reuse.rs).
+    static PREPARED: Cell<Vec<Prepared<'static>>> = const { Cell::new(Vec::new()) };
+    static TAGS_CODES: Cell<Vec<i64>> = const { Cell::new(Vec::new()) };
+    static REQUESTS: Cell<Vec<DispatchRequest<'static>>> = const { Cell::new(Vec::new()) };
 }
 
 /// What dispatch would decode from the record of `msg` appended as `a`, known already: inline

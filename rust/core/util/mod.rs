@@ -6,4 +6,5 @@ pub mod clock;
 pub mod crc;
 pub mod fs;
 pub mod hash;
+pub mod reuse;
 pub mod sync;
