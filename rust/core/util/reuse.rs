@@ -10,9 +10,9 @@
 use std::cell::Cell;
 use std::thread::LocalKey;
 
-/// Largest capacity (elements) kept between calls: a thread that sent one huge batch does
-/// not hold on to its memory.
-const KEEP_MAX: usize = 1 << 16;
+/// Largest vector (bytes of capacity) kept between calls: a thread that sent one huge batch
+/// does not hold on to its memory.
+const KEEP_MAX_BYTES: usize = 4 << 20;
 
 /// An empty vector of `U` in the allocation of `v`, where `U` is `v`'s element type with other
 /// lifetimes. Collecting `into_iter()` in place reuses the source allocation when the two
@@ -32,9 +32,9 @@ pub fn take<T: 'static, U>(slot: &'static LocalKey<Cell<Vec<T>>>, n: usize) -> V
 }
 
 /// Empties `v` and keeps its allocation in `slot` for this thread's next [`take`], unless it
-/// is larger than `KEEP_MAX` elements.
+/// is larger than `KEEP_MAX_BYTES`.
 pub fn keep<T: 'static, U>(slot: &'static LocalKey<Cell<Vec<T>>>, v: Vec<U>) {
-    if v.capacity() <= KEEP_MAX {
+    if v.capacity().saturating_mul(size_of::<U>()) <= KEEP_MAX_BYTES {
         slot.set(recycle(v));
     }
 }
@@ -62,7 +62,7 @@ mod tests {
         assert_eq!(again.as_ptr() as usize, ptr, "the allocation is reused");
         // Too large to keep: the slot stays empty.
         let mut big: Vec<&[u8]> = again;
-        big.reserve(KEEP_MAX + 1);
+        big.reserve(KEEP_MAX_BYTES / size_of::<&[u8]>() + 1);
         keep(&SLOT, big);
         let fresh: Vec<&[u8]> = take(&SLOT, 0);
         assert_eq!(fresh.capacity(), 0);
