@@ -51,7 +51,11 @@ pub struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    /// Sizes and checksums `msg`; fails if a field length cannot be encoded.
+    /// Sizes and checksums `msg`; fails if a field length cannot be encoded. Inlined: called
+    /// once per message of a batch, whose loop otherwise reads each result back from the
+    /// stack with wide loads straddling the callee's narrower stores, which the CPU cannot
+    /// forward (a stall of several nanoseconds per message).
+    #[inline]
     pub fn new(msg: MessageRef<'a>) -> Result<Self> {
         // Every record ends with the whole-record CRC property (FORMAT.md §1.5).
         let props = msg.properties.len() + codec::RECORD_CRC_LEN;

@@ -279,13 +279,15 @@ fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
     let mut p = [0u8; RECORD_CRC_LEN];
     p[..8].copy_from_slice(RECORD_CRC_NAME);
     p[8] = super::properties::NAME_VALUE_SEPARATOR;
-    // Two digits per division, least significant first, from a table of the 100 reversed
-    // pairs (this runs for every record appended).
-    let mut v = crc;
-    for pair in p[9..19].chunks_exact_mut(2) {
-        let r = (v % 100) as usize;
-        v /= 100;
-        pair.copy_from_slice(&REVERSED_PAIRS[r]);
+    // Two digits at a time, least significant first, from a table of the 100 reversed pairs
+    // (this runs for every record appended). The four-digit groups are split off the CRC
+    // independently, so the divisions by constants (multiplications) overlap instead of
+    // forming one chain of five.
+    let low = crc % 10_000;
+    let mid = crc / 10_000 % 10_000;
+    let pairs = [low % 100, low / 100, mid % 100, mid / 100, crc / 100_000_000];
+    for (pair, r) in p[9..19].chunks_exact_mut(2).zip(pairs) {
+        pair.copy_from_slice(&REVERSED_PAIRS[r as usize]);
     }
     p[19] = super::properties::PROPERTY_SEPARATOR;
     p
@@ -865,7 +867,13 @@ mod tests {
             10,
             99,
             100,
+            9_999,
+            10_000,
             12_345,
+            99_990_000,
+            99_999_999,
+            100_000_000,
+            4_200_010_099,
             0x7FFF_FFFF,
             1_000_000_007,
             u32::MAX,
