@@ -64,6 +64,9 @@ pub struct CommitLog {
     // `warm_from` never sees a range wider than the one faulted in.
     warmed: AtomicU64,
     warm_from: AtomicU64,
+    // The end of the batch being appended (or of the last one): set before its bytes are
+    // written, so the preparer keeps off the pages the writer is in (prepare.rs `warm_log`).
+    writing_to: AtomicU64,
     // Whether the latest append wants the pages ahead of it faulted in: not after a batch of
     // large records, which goes to the kernel with gathered `write()`s whatever the state of
     // the pages. Faulting pages in costs the kernel about three times what its own page-cache
@@ -88,6 +91,7 @@ impl CommitLog {
             warm_to: AtomicU64::new(u64::MAX),
             warmed: AtomicU64::new(0),
             warm_from: AtomicU64::new(0),
+            writing_to: AtomicU64::new(0),
             warm_wanted: AtomicBool::new(true),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
@@ -117,6 +121,18 @@ impl CommitLog {
             self.warm_from.store(from, Ordering::Release);
         }
         self.warmed.fetch_max(to, Ordering::Release);
+    }
+
+    /// How far the writer has written or is writing now: the end of the batch in progress or
+    /// of the last record published, whichever is further.
+    pub fn writing_to(&self) -> u64 {
+        let published = self.max.load(Ordering::Acquire);
+        let batch = self.writing_to.load(Ordering::Relaxed);
+        if published == u64::MAX {
+            batch
+        } else {
+            published.max(batch)
+        }
     }
 
     /// Whether the pages of `[start, end)` are known to be faulted in.
@@ -223,7 +239,11 @@ impl CommitLog {
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
-        let warm = |start: u64, end: u64| self.is_warm(start, end);
+        // Called once the batch's place is known, before any of it is written.
+        let warm = |start: u64, end: u64| {
+            self.writing_to.store(end, Ordering::Relaxed);
+            self.is_warm(start, end)
+        };
         let total = a.append_batch(&self.files, batch, warm, out)?;
         let gathered = append::written_by_gathering(total, batch.len());
         if self.warm_wanted.load(Ordering::Relaxed) == gathered {
