@@ -22,7 +22,8 @@
 //! once the current one is half full, and faults in the pages up to `WARM_AHEAD` past the write
 //! position every `WARM_STEP` bytes written, unless the latest append was a batch of large
 //! records (those go to the kernel with gathered `write()`s, for which faulted-in pages only
-//! cost).
+//! cost). It works in `POPULATE_STEP`s, publishing each (`[warm_from, warmed)`), and skips
+//! ahead of the batch being written (`writing_to`) when the writer overtakes it.
 //! Both are optimisations only: a failed or late job means the appender creates the file or
 //! takes the page faults itself. A batch is encoded straight into the mapping when the
 //! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
