@@ -26,9 +26,9 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Weak};
 
 use crate::commit_log::CommitLog;
+use crate::consume_queue::ConsumeQueue;
 use crate::mapped_file::POPULATE_STEP;
 use crate::mapped_file_queue::WARM_AHEAD;
-use crate::consume_queue::ConsumeQueue;
 
 /// Work for the preparer.
 #[derive(Debug, Clone)]
@@ -119,7 +119,9 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
                         warm_log(&cl, start, start + WARM_AHEAD);
                     }
                 } else {
-                    let _ = cl.files().prepare(start, if wanted { WARM_AHEAD } else { 0 });
+                    let _ = cl
+                        .files()
+                        .prepare(start, if wanted { WARM_AHEAD } else { 0 });
                 }
             }
             Prepare::Warm(from, to) => warm_log(&cl, from, to),
@@ -165,7 +167,9 @@ fn warm_log(cl: &CommitLog, from: u64, to: u64) {
         }
         let end = to.min(at + POPULATE_STEP);
         let start = at;
-        let got = cl.files().warm(start, end, |done| cl.set_warmed(start, done));
+        let got = cl
+            .files()
+            .warm(start, end, |done| cl.set_warmed(start, done));
         if got < end {
             break;
         }
@@ -215,7 +219,11 @@ mod tests {
             .exists());
         // From its start to the end of the file (the next one does not exist yet).
         let warm_end = WARM_AHEAD.min(FILE);
-        assert_eq!(cl.warmed(), warm_end, "the writer starts in this file's warm pages");
+        assert_eq!(
+            cl.warmed(),
+            warm_end,
+            "the writer starts in this file's warm pages"
+        );
         assert!(cl.is_warm(0, warm_end));
         assert!(!cl.is_warm(0, warm_end + 1));
 
@@ -263,7 +271,10 @@ mod tests {
         cl.set_warmed(300, 400);
         assert!(cl.is_warm(300, 400));
         assert!(!cl.is_warm(150, 350), "the gap is not warm");
-        assert!(!cl.is_warm(0, 100), "nor what lay before it, which the writer has passed");
+        assert!(
+            !cl.is_warm(0, 100),
+            "nor what lay before it, which the writer has passed"
+        );
         assert!(!cl.is_warm(300, 401));
     }
 }

@@ -529,7 +529,8 @@ mod tests {
                 })
                 .collect::<Result<_>>()
                 .unwrap();
-            a.append_batch(&files, &batch, |_, _| warm, &mut out).unwrap();
+            a.append_batch(&files, &batch, |_, _| warm, &mut out)
+                .unwrap();
         }
         assert_eq!(out.len(), bodies.len());
         assert_eq!(out.last().unwrap().queue_offset, 39);

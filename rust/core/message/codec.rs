@@ -285,7 +285,13 @@ fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
     // forming one chain of five.
     let low = crc % 10_000;
     let mid = crc / 10_000 % 10_000;
-    let pairs = [low % 100, low / 100, mid % 100, mid / 100, crc / 100_000_000];
+    let pairs = [
+        low % 100,
+        low / 100,
+        mid % 100,
+        mid / 100,
+        crc / 100_000_000,
+    ];
     for (pair, r) in p[9..19].chunks_exact_mut(2).zip(pairs) {
         pair.copy_from_slice(&REVERSED_PAIRS[r as usize]);
     }

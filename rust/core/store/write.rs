@@ -12,8 +12,8 @@ use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
-use crate::util::{bytes, reuse};
 use crate::util::clock::now_ms;
+use crate::util::{bytes, reuse};
 
 /// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
 /// microseconds); larger ones take the blocking path.
