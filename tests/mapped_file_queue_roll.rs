@@ -268,17 +268,17 @@ fn warming_ahead_reaches_into_the_prepared_next_file() {
     let mut w = q.roll(0).unwrap();
     w.append_with(100, |b| b.fill(1)).unwrap();
     w.publish();
-    if q.warm(0, SIZE, |_| {}) < SIZE {
+    if q.warm(0, SIZE) < SIZE {
         eprintln!("MADV_POPULATE_WRITE unsupported here: nothing to check");
         return;
     }
     // No next file yet: warming stops at the end of the last one.
-    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2, |_| {}), SIZE);
+    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE);
     // Prepared (not rolled to): its pages are warmed before the writer arrives.
     q.prepare(SIZE, 0).unwrap();
-    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2, |_| {}), SIZE + SIZE / 2);
+    assert_eq!(q.warm(SIZE / 2, SIZE + SIZE / 2), SIZE + SIZE / 2);
     // Not past it, and the roll still takes the prepared file.
-    assert_eq!(q.warm(SIZE, 3 * SIZE, |_| {}), 2 * SIZE);
+    assert_eq!(q.warm(SIZE, 3 * SIZE), 2 * SIZE);
     assert_eq!(q.roll(SIZE).unwrap().pos(), 0);
     assert_eq!(names(dir.path()).len(), 2);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mqlite's Python benchmark report: one command, one run, every baseline measured in it.
 
-    python benches/python/report.py            # full run (~15-17 min on a 2-core VM)
+    python benches/python/report.py            # full run (~21 min on a 2-core VM)
     python benches/python/report.py --quick    # the same workloads, smaller (~2 min)
     python benches/python/report.py --smoke    # tiny, mqlite + raw baselines + SimpleQueue (CI)
 

@@ -294,9 +294,7 @@ impl MappedFileQueue {
         }
     }
 
-    /// Creates the file starting at `start`; its creation fsyncs are left to the next flush
-    /// when `defer` is set.
-    fn make_file(&self, start: u64, defer: bool) -> Result<MappedFile> {
+    fn make_file(&self, start: u64) -> Result<MappedFile> {
         match &self.backing {
             Backing::Dir {
                 dir,
@@ -307,7 +305,7 @@ impl MappedFileQueue {
                 let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
                 // The file's size and allocation must be durable before any checkpoint or
                 // record points into it.
-                if defer {
+                if self.defer_create_sync {
                     f.defer_create_sync();
                 } else {
                     f.sync_metadata()?;
@@ -341,11 +339,11 @@ impl MappedFileQueue {
         if self.path_for(start).is_some_and(|p| p.exists()) {
             return Ok(false);
         }
-        let f = Arc::new(self.make_file(start, self.defer_create_sync)?);
+        let f = Arc::new(self.make_file(start)?);
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: fault them in here, off the
         // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        Ok(fault_in > 0 && f.populate(0, fault_in, |_| {}).is_ok())
+        Ok(fault_in > 0 && f.populate(0, fault_in).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
@@ -375,9 +373,7 @@ impl MappedFileQueue {
     /// The prepared next file counts: warming it before the roll spares the writer a run of
     /// cold pages right after it. Returns how far it got: it stops at a failed advice (old
     /// kernels lack it; advice is an optimisation) or at a file that does not exist yet.
-    /// `progress` is called with each offset below which the pages are faulted in, as the
-    /// work goes (in [`POPULATE_STEP`]s).
-    pub fn warm(&self, from: u64, to: u64, mut progress: impl FnMut(u64)) -> u64 {
+    pub fn warm(&self, from: u64, to: u64) -> u64 {
         let mut at = from;
         while at < to {
             let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
@@ -385,11 +381,7 @@ impl MappedFileQueue {
             };
             let base = f.from_offset();
             let end = (base + f.size()).min(to);
-            let populated = f.populate(at - base, end - base, |done| {
-                at = base + done;
-                progress(at);
-            });
-            if populated.is_err() {
+            if f.populate(at - base, end - base).is_err() {
                 break;
             }
             at = end;
@@ -423,7 +415,7 @@ impl MappedFileQueue {
             .filter(|f| f.from_offset() == start);
         let file = match prepared {
             Some(f) => f,
-            None => Arc::new(self.make_file(start, self.defer_create_sync)?),
+            None => Arc::new(self.make_file(start)?),
         };
         let writer = file.writer().ok_or(Error::ReadOnly)?;
         self.write_files().push(file);

@@ -166,10 +166,10 @@ fn warm_log(cl: &CommitLog, from: u64, to: u64) {
             continue;
         }
         let end = to.min(at + POPULATE_STEP);
-        let start = at;
-        let got = cl
-            .files()
-            .warm(start, end, |done| cl.set_warmed(start, done));
+        let got = cl.files().warm(at, end);
+        if got > at {
+            cl.set_warmed(at, got);
+        }
         if got < end {
             break;
         }

@@ -197,16 +197,15 @@ impl MappedFile {
             .map_err(|e| Error::io("madvise", &self.path, e))
     }
 
-    /// Faults in, writable, the file's bytes `[from, to)` in steps of at most
-    /// [`POPULATE_STEP`], calling `done` with the end of each step faulted in. Stops at the
-    /// first failed advice and returns its error (an optimisation only, as for `advise`).
-    pub fn populate(&self, from: u64, to: u64, mut done: impl FnMut(u64)) -> Result<()> {
+    /// Faults in, writable, the file's bytes `[from, to)` in calls of at most
+    /// [`POPULATE_STEP`]. Stops at the first failed advice and returns its error (an
+    /// optimisation only, as for `advise`).
+    pub fn populate(&self, from: u64, to: u64) -> Result<()> {
         let to = to.min(self.size);
         let mut at = from;
         while at < to {
             let end = to.min(at.saturating_add(POPULATE_STEP));
             self.advise(at, end, Advice::PopulateWrite)?;
-            done(end);
             at = end;
         }
         Ok(())
