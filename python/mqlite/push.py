@@ -112,85 +112,6 @@ class _ProcessQueue:
         return len(self.unacked) - len(self.acked)
 
 
-class _PollToken:
-    """Who polls: one thread at a time. The holder may keep the token while it runs a listener
-    call (``busy``); a holder busy for ``stall`` seconds loses it to a waiting thread, which
-    polls on.
-
-    Only one waiter, the watcher, looks for a stalled holder (every ``stall`` seconds); the
-    others sleep until notified: every waiter waking on a timer would cost a thread wake-up and
-    a GIL hand-off per waiter and per ``stall`` in a consumer with nothing to do. Invariant:
-    while anyone waits, one waiter is the watcher or is awake to become it (a watcher that
-    stops waiting wakes another).
-    """
-
-    def __init__(self, stall: float) -> None:
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._holder: int | None = None
-        self._busy_since: float | None = None
-        self._stall = stall
-        self._watched = False  # a waiter is on the timed watch
-
-    def acquire(self, keep_waiting: Callable[[], bool]) -> bool:
-        """Waits for the token; False (without it) once ``keep_waiting()`` is false (checked
-        whenever the waiter wakes: ``wake_all`` makes every waiter look)."""
-        me = threading.get_ident()
-        watching = False
-        with self._cond:
-            try:
-                while True:
-                    busy = self._busy_since
-                    if self._holder is None or (busy is not None and time.perf_counter() - busy >= self._stall):
-                        self._holder, self._busy_since = me, None
-                        return True
-                    if not keep_waiting():
-                        return False
-                    if not self._watched:
-                        self._watched = watching = True
-                    if watching:
-                        self._cond.wait(self._stall)
-                    else:
-                        self._cond.wait()
-            finally:
-                if watching:
-                    self._watched = False
-                    self._cond.notify()  # a sleeping waiter takes the watch over
-
-    def wake_all(self) -> None:
-        """Every waiter re-checks its ``keep_waiting`` (the consumer is stopping)."""
-        with self._cond:
-            self._cond.notify_all()
-
-    def busy(self, now: float) -> None:
-        """The holder starts a listener call (at ``now``, a ``time.perf_counter()`` reading) and
-        keeps the token meanwhile. Only the holder calls this, and only while it is not busy
-        (just acquired, or ``idle`` said it still holds the token), when no thread can take the
-        token over: so a plain write, without the lock, is enough; a waiter reads
-        ``_busy_since`` under the lock and sees None or the new time."""
-        self._busy_since = now
-
-    def idle(self) -> bool:
-        """The holder's listener call ended: True if it still holds the token (not taken over),
-        which it keeps."""
-        lock = self._lock  # explicit acquire/release: see _LOCKS
-        lock.acquire()
-        try:
-            if self._holder == threading.get_ident():
-                self._busy_since = None
-                return True
-            return False
-        finally:
-            lock.release()
-
-    def release(self) -> None:
-        """Gives the token up; a no-op for a holder whose token was taken over."""
-        with self._cond:
-            if self._holder == threading.get_ident():
-                self._holder, self._busy_since = None, None
-                self._cond.notify()
-
-
 class PushConsumer:
     """Calls a registered listener with the messages of its subscriptions, on ``threads`` threads.
 
@@ -252,7 +173,7 @@ class PushConsumer:
         self._subs: dict[str, str | MessageSelector] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._token = _PollToken(_STALL)
+        self._token = _core.PollToken(_STALL)  # see rust/py/src/token.rs
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._idle_waiters = 0  # threads in _wait_idle: the only waiters on _cond
         self._last_claimed: _ProcessQueue | None = None  # see _claim
@@ -475,7 +396,7 @@ class PushConsumer:
                     pq = self._claim(msgs)
                     if pq is not None:
                         started = time.perf_counter()
-                        token.busy(started)
+                        token.busy()
                         self._settle_direct(pq, msgs, self._call(msgs, started))
                         if not token.idle():
                             return None, False  # taken over meanwhile: that thread polls now
@@ -486,7 +407,7 @@ class PushConsumer:
                     return None, False
             if not self._run_as_leader():
                 return work, False
-            token.busy(time.perf_counter())
+            token.busy()
             self._run(work)
             if not token.idle():
                 return None, False  # taken over while the listener ran: that thread polls now

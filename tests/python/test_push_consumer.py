@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 
 import mqlite
+from mqlite import _core
+from mqlite.errors import InvalidConfigError
 from mqlite import (
     ConsumeFromWhere,
     ConsumeOrderlyStatus,
@@ -539,13 +541,13 @@ def _token_waiters(token: object, n: int, keep: Callable[[], bool], got: list[in
     return threads
 
 
-def test_poll_token_only_one_waiter_wakes_on_the_timer() -> None:
-    # Idle waiters used to wake every `stall` seconds each: a thread wake-up and a GIL hand-off
-    # per waiter per period. Now one watcher wakes; the others sleep.
-    from mqlite.push import _PollToken
-
-    token = _PollToken(0.05)
+def test_poll_token_timer_never_calls_back_into_python() -> None:
+    # The stall watch runs without the GIL: a waiter comes back to Python (keep_waiting) before
+    # its first sleep and after each wake_all, never on the watcher's timer. It used to be a
+    # Python watcher waking every `stall` seconds, which cost the push path's p99 a third.
+    token = _core.PollToken(0.05)
     assert token.acquire(lambda: True)
+    assert token.held()
     checks = []
     running = True
 
@@ -555,37 +557,79 @@ def test_poll_token_only_one_waiter_wakes_on_the_timer() -> None:
 
     got: list[int] = []
     threads = _token_waiters(token, 3, keep, got)
-    time.sleep(0.6)
-    seen = len(checks)
-    # 3 first checks, then at most one per 50 ms for the single watcher (12 in 0.6 s); three
-    # timed waiters would make about 36.
-    assert 3 <= seen <= 3 + 13, seen
+    time.sleep(0.6)  # twelve watch periods
+    assert len(checks) == 3, checks
     running = False
     token.wake_all()  # every waiter re-checks at once, none holds on for a timer
     for t in threads:
         t.join(2)
         assert not t.is_alive()
     assert got == []
+    assert len(checks) == 6
+    assert token.held()
+
+
+def test_poll_token_release_hands_the_token_to_one_waiter() -> None:
+    token = _core.PollToken(10.0)
+    assert token.acquire(lambda: True)
+    got: list[int] = []
+    threads = _token_waiters(token, 2, lambda: True, got)
+    time.sleep(0.1)
+    assert got == []
+    token.release()
+    assert not token.held()
+    wait_until(lambda: len(got) == 1, 5)
+    time.sleep(0.1)
+    assert len(got) == 1  # the other waiter still waits: its holder is not busy
+    token.wake_all()
+    time.sleep(0.1)
+    assert len(got) == 1  # wake_all only makes waiters re-check keep_waiting
+    token.release()  # not the holder: a no-op
+    assert len(got) == 1
+    for t in threads:
+        t.join(0.01)
+    assert sum(t.is_alive() for t in threads) == 1
 
 
 def test_poll_token_stalled_holders_are_taken_over_one_after_another() -> None:
     # After the watcher takes the token over, another waiter must take up the watch: a second
-    # stall is detected too.
-    from mqlite.push import _PollToken
+    # stall is detected too, and a holder that is polling (not busy) is never taken over.
+    token = _core.PollToken(0.05)
+    holders: list[int] = []
+    kept: list[bool] = []
+    stuck = threading.Event()
 
-    token = _PollToken(0.05)
+    def member() -> None:
+        assert token.acquire(lambda: True)
+        holders.append(threading.get_ident())
+        token.busy()  # stuck in a listener until the test says otherwise
+        stuck.wait(10)
+        kept.append(token.idle())  # False once taken over meanwhile
+        token.release()  # a no-op for a holder that was taken over
+
     assert token.acquire(lambda: True)
-    got: list[int] = []
-    threads = _token_waiters(token, 3, lambda: True, got)
-    time.sleep(0.1)
-    token.busy(time.perf_counter() - 1)  # the holder is stuck in a listener
-    wait_until(lambda: len(got) == 1, 5)
-    token._busy_since = time.perf_counter() - 1  # the new holder gets stuck as well
-    wait_until(lambda: len(got) == 2, 5)
-    assert len(set(got)) == 2
-    token._holder = None  # the second new holder ends: the last waiter gets the token
-    token.wake_all()
-    wait_until(lambda: len(got) == 3, 5)
+    threads = [threading.Thread(target=member, daemon=True) for _ in range(3)]
     for t in threads:
-        t.join(2)
+        t.start()
+    time.sleep(0.2)  # four watch periods with the holder polling: nobody takes over
+    assert holders == []
+    token.busy()
+    wait_until(lambda: len(holders) == 1, 5)  # the first stall: a waiter takes over
+    assert not token.idle() and not token.held()
+    wait_until(lambda: len(holders) == 2, 5)  # the new holder is stuck too: taken over again
+    wait_until(lambda: len(holders) == 3, 5)
+    assert len(set(holders)) == 3
+    stuck.set()
+    for t in threads:
+        t.join(5)
         assert not t.is_alive()
+    assert sorted(kept) == [False, False, True]  # only the last holder, never taken over, kept it
+    assert not token.held()
+    assert token.acquire(lambda: True)  # released by the last holder
+
+
+def test_poll_token_rejects_a_bad_stall() -> None:
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidConfigError):
+            _core.PollToken(bad)
+

@@ -7,6 +7,9 @@
 //! GIL held. That append never waits (no lock wait, no file creation, no disk wait, body at
 //! most 64 KiB), so it costs less than releasing and retaking the GIL; when it declines, the
 //! send releases the GIL and takes the blocking path.
+//!
+//! One helper that is not the store's: `PollToken` (see `token.rs`), the push consumer's poll
+//! leadership, in Rust so that its stall watch runs without the GIL.
 
 mod cursor;
 mod errors;
@@ -15,6 +18,7 @@ mod outgoing;
 mod producer;
 mod queue;
 mod store;
+mod token;
 
 use pyo3::prelude::*;
 
@@ -30,5 +34,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cursor::PyQueueCursor>()?;
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<store::PyStore>()?;
+    m.add_class::<token::PyPollToken>()?;
     Ok(())
 }
