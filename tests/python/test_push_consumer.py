@@ -572,8 +572,9 @@ def test_poll_token_timer_never_calls_back_into_python() -> None:
 def test_poll_token_release_hands_the_token_to_one_waiter() -> None:
     token = _core.PollToken(10.0)
     assert token.acquire(lambda: True)
+    running = [True]
     got: list[int] = []
-    threads = _token_waiters(token, 2, lambda: True, got)
+    threads = _token_waiters(token, 2, lambda: running[0], got)
     time.sleep(0.1)
     assert got == []
     token.release()
@@ -586,9 +587,13 @@ def test_poll_token_release_hands_the_token_to_one_waiter() -> None:
     assert len(got) == 1  # wake_all only makes waiters re-check keep_waiting
     token.release()  # not the holder: a no-op
     assert len(got) == 1
-    for t in threads:
-        t.join(0.01)
     assert sum(t.is_alive() for t in threads) == 1
+    running[0] = False
+    token.wake_all()
+    for t in threads:
+        t.join(2)
+        assert not t.is_alive()
+    assert len(got) == 1
 
 
 def test_poll_token_stalled_holders_are_taken_over_one_after_another() -> None:
