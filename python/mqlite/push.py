@@ -5,7 +5,8 @@ stored), then processes what it got itself, handing the rest of the batch to the
 thread; so a message reaches the listener after a single thread hand-off. A quick listener runs
 before the poll is handed on (no thread is woken on the message's path); if such a call runs
 past ``_STALL`` seconds, a waiting thread takes the poll over, so one slow call holds other
-queues up for a moment at most.
+queues up for a moment at most. Who polls is decided by ``_core.PollToken``, in Rust so that the
+waiter watching for such a stall wakes without taking the GIL (``rust/py/src/token.rs``).
 
 Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception) keeps the
 messages for local redelivery after ``retry_delay`` seconds, doubling up to ``max_retry_delay``;
