@@ -90,8 +90,8 @@ impl PyPollToken {
             s = if watching {
                 // Until the busy holder's stall is due, or one period while it polls (it may
                 // start a listener call at any moment without telling anyone).
-                let due = match s.busy_since {
-                    Some(since) => (since + self.stall).saturating_duration_since(now),
+                let due = match s.busy_since.and_then(|since| since.checked_add(self.stall)) {
+                    Some(at) => at.saturating_duration_since(now),
                     None => self.stall,
                 };
                 match self.cv.wait_timeout(s, due.max(Duration::from_micros(100))) {
