@@ -195,10 +195,4 @@ impl PyPollToken {
     fn held(&self) -> bool {
         self.lock().holder == Some(thread::current().id())
     }
-
-    /// The stall period in seconds.
-    #[getter]
-    fn stall(&self) -> f64 {
-        self.stall.as_secs_f64()
-    }
 }
