@@ -394,6 +394,26 @@ impl MappedFileQueue {
         self.lock_ready().clone()
     }
 
+    /// Writes zeros over the bytes `[from, to)` (offsets) of existing files, as `warm` goes,
+    /// so that the kernel fills the page cache there with large folios (MappedFile::zero_fill).
+    /// The caller makes sure no writer writes there meanwhile (commit_log/fence.rs). Returns
+    /// how far it got: it stops at a failed write or a file that does not exist yet.
+    pub fn zero_fill(&self, from: u64, to: u64) -> u64 {
+        let mut at = from;
+        while at < to {
+            let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
+                break;
+            };
+            let base = f.from_offset();
+            let end = (base + f.size()).min(to);
+            if f.zero_fill(at - base, end - base).is_err() {
+                break;
+            }
+            at = end;
+        }
+        at
+    }
+
     /// The prepared next file, if it holds `offset`.
     fn ready_holding(&self, offset: u64) -> Option<Arc<MappedFile>> {
         self.lock_ready()

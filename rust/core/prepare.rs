@@ -118,10 +118,8 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
                     if cl.files().prepare(start, 0).is_ok() && wanted {
                         warm_log(&cl, start, start + WARM_AHEAD);
                     }
-                } else {
-                    let _ = cl
-                        .files()
-                        .prepare(start, if wanted { WARM_AHEAD } else { 0 });
+                } else if cl.files().prepare(start, 0).is_ok() && wanted {
+                    fault_in_unpublished(&cl, start, start + WARM_AHEAD);
                 }
             }
             Prepare::Warm(from, to) => warm_log(&cl, from, to),
@@ -145,8 +143,9 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
 /// works on its first step.
 const WRITER_LEAD: u64 = 256 << 10;
 
-/// Where a restart ahead of the writer is aligned (the kernel faults whole pages in).
-const PAGE: u64 = 4096;
+/// Where a restart ahead of the writer is aligned, and where steps end: a zero fill of a
+/// whole aligned step becomes one large folio (the kernel aligns folios to their size).
+const ALIGN: u64 = POPULATE_STEP;
 
 /// Faults in the log's pages of `[from, to)` one `POPULATE_STEP` at a time, publishing each
 /// step as it is done, so the appender writes into a step's pages as soon as they are ready.
@@ -162,11 +161,18 @@ fn warm_log(cl: &CommitLog, from: u64, to: u64) {
     while at < to {
         let writer = cl.writing_to();
         if writer > at {
-            at = (writer + WRITER_LEAD).next_multiple_of(PAGE);
+            at = (writer + WRITER_LEAD).next_multiple_of(ALIGN);
             continue;
         }
-        let end = to.min(at + POPULATE_STEP);
-        let got = cl.files().warm(at, end);
+        let end = to.min((at / ALIGN + 1) * ALIGN);
+        // `None`: the writer announced a write past `at` since it was looked at (the loop
+        // then restarts ahead of it), or the log's end is not known.
+        let Some(got) = cl.fault_in(at, end) else {
+            if cl.writing_to() > at {
+                continue;
+            }
+            break;
+        };
         if got > at {
             cl.set_warmed(at, got);
         }
@@ -174,6 +180,20 @@ fn warm_log(cl: &CommitLog, from: u64, to: u64) {
             break;
         }
         at = end;
+    }
+}
+
+/// Readies the first pages of the next file, `[from, to)`, without publishing them as warm:
+/// the writer is still in the file before, whose warm range must stay. It reaches these
+/// after the roll, when a warm-ahead job publishes them at little cost (they are in place).
+fn fault_in_unpublished(cl: &CommitLog, from: u64, to: u64) {
+    let mut at = from;
+    while at < to {
+        let end = to.min((at / ALIGN + 1) * ALIGN);
+        match cl.fault_in(at, end) {
+            Some(got) if got == end => at = end,
+            _ => break,
+        }
     }
 }
 
@@ -253,7 +273,7 @@ mod tests {
         let written = 300 << 10;
         cl.set_max_offset(written);
         run_jobs(&cl, vec![Prepare::Warm(0, FILE)]);
-        let from = (written + WRITER_LEAD).next_multiple_of(PAGE);
+        let from = (written + WRITER_LEAD).next_multiple_of(ALIGN);
         assert_eq!(cl.warmed(), FILE);
         assert!(cl.is_warm(from, FILE));
         assert!(!cl.is_warm(from - 1, FILE));

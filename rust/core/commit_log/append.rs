@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::fence::FillFence;
 use crate::error::{Error, Result};
 use crate::mapped_file::FileWriter;
 use crate::mapped_file_queue::MappedFileQueue;
@@ -148,13 +149,19 @@ impl Appender {
     }
 
     /// Makes sure the current file can take `len` more bytes plus the 8-byte blank reserve,
-    /// writing the END_OF_FILE marker and rolling when it cannot.
-    fn ensure_room(&mut self, files: &MappedFileQueue, len: u64) -> Result<&mut FileWriter> {
+    /// writing the END_OF_FILE marker (announced to `fence` first) and rolling when it cannot.
+    fn ensure_room(
+        &mut self,
+        files: &MappedFileQueue,
+        fence: &FillFence,
+        len: u64,
+    ) -> Result<&mut FileWriter> {
         if self.fits(len).is_none() {
             let next_start = match self.writer.as_mut() {
                 Some(w) => {
                     let remaining = w.remaining();
                     if remaining >= END_FILE_MIN_BLANK_LENGTH {
+                        fence.announce(w.file().from_offset() + w.file().size());
                         let r = u32::try_from(remaining).unwrap_or(u32::MAX);
                         w.append_with(END_FILE_MIN_BLANK_LENGTH as usize, |b| {
                             codec::encode_blank(b, r)
@@ -172,12 +179,13 @@ impl Appender {
         self.writer.as_mut().ok_or(Error::Closed)
     }
 
-    /// Appends one record and publishes it.
+    /// Appends one record and publishes it, announcing its bytes to `fence` first.
     /// `now`: a clock reading (ms) the caller took just before the append, or `None` to read
     /// the clock here; the store timestamp is the later of it and the previous record's.
     pub fn append_one(
         &mut self,
         files: &MappedFileQueue,
+        fence: &FillFence,
         p: &Prepared<'_>,
         now: Option<i64>,
     ) -> Result<Appended> {
@@ -187,7 +195,7 @@ impl Appender {
             });
         }
         let m = &p.msg;
-        self.ensure_room(files, p.len as u64)?;
+        self.ensure_room(files, fence, p.len as u64)?;
         // One map lookup: the slot is read now and bumped only after the write succeeded.
         let slot = if sysflag::is_dispatched(m.sysflag) {
             self.queue_offsets.slot(m.topic, m.queue_id)
@@ -199,6 +207,7 @@ impl Appender {
             return Err(Error::Closed);
         };
         let physical_offset = w.file().from_offset() + w.pos();
+        fence.announce(physical_offset + p.len as u64);
         let store_timestamp = now.unwrap_or_else(now_ms).max(self.last_store_ts);
         let meta = RecordMeta {
             queue_id: m.queue_id,
@@ -238,11 +247,13 @@ impl Appender {
     }
 
     /// Appends a batch for one (topic, queue) into one file with consecutive queue offsets and
-    /// publishes it at once; returns its size in bytes. The batch never spans files.
+    /// publishes it at once; returns its size in bytes. The batch never spans files. Its bytes
+    /// are announced to `fence` before they are written.
     /// `warm(start, end)`: whether the log's pages of `[start, end)` are faulted in.
     pub fn append_batch(
         &mut self,
         files: &MappedFileQueue,
+        fence: &FillFence,
         batch: &[Prepared<'_>],
         warm: impl Fn(u64, u64) -> bool,
         out: &mut Vec<Appended>,
@@ -272,9 +283,10 @@ impl Appender {
             0
         };
         let last_store_ts = self.last_store_ts;
-        let w = self.ensure_room(files, total)?;
+        let w = self.ensure_room(files, fence, total)?;
         let store_timestamp = now_ms().max(last_store_ts);
         let mut physical_offset = w.file().from_offset() + w.pos();
+        fence.announce(physical_offset + total);
         out.reserve(batch.len());
         // Through the mapping when its pages are already faulted in (the warm-ahead thread
         // did it, or the file is anonymous memory): one copy, no system call. Otherwise one
@@ -531,7 +543,7 @@ mod tests {
                 })
                 .collect::<Result<_>>()
                 .unwrap();
-            a.append_batch(&files, &batch, |_, _| warm, &mut out)
+            a.append_batch(&files, &FillFence::default(), &batch, |_, _| warm, &mut out)
                 .unwrap();
         }
         assert_eq!(out.len(), bodies.len());

@@ -23,13 +23,16 @@
 //! position every `WARM_STEP` bytes written, unless the latest append was a batch of large
 //! records (those go to the kernel with gathered `write()`s, for which faulted-in pages only
 //! cost). It works in `POPULATE_STEP`s, publishing each (`[warm_from, warmed)`), and skips
-//! ahead of the batch being written (`writing_to`) when the writer overtakes it.
+//! ahead of the batch being written (`writing_to`) when the writer overtakes it. In async mode
+//! it writes zeros over each step before faulting it in (`WarmAhead::ZeroFill`), behind the
+//! fence of fence.rs, which keeps those writes off every byte the appender writes.
 //! Both are optimisations only: a failed or late job means the appender creates the file or
 //! takes the page faults itself. A batch is encoded straight into the mapping when the
 //! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
 //! from a buffer (the kernel fills the page cache without faults).
 
 pub mod append;
+pub mod fence;
 pub mod recovery;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -40,10 +43,27 @@ use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordView};
 use crate::prepare::{Prepare, Preparer};
+use crate::util::clock::now_ms;
+use crate::util::pace::Pace;
 use append::{Appended, Appender, Prepared};
+use fence::FillFence;
 
 /// Warm-ahead is re-requested each time the write position has advanced this far.
 const WARM_STEP: u64 = 1 << 20;
+
+/// How the preparer readies the pages ahead of the appender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmAhead {
+    /// Not at all: whole files are populated when they are created.
+    Off,
+    /// Faulted in (`MADV_POPULATE_WRITE`), 4 KiB pages: sync mode, whose group commits write
+    /// whole folios back.
+    Fault,
+    /// Zeros written over them first, then faulted in: the kernel builds large folios, a
+    /// third cheaper to fill (async mode; fence.rs). Only while the writer goes fast
+    /// (util/pace.rs); page by page otherwise.
+    ZeroFill,
+}
 
 /// The commit log.
 #[derive(Debug)]
@@ -65,9 +85,15 @@ pub struct CommitLog {
     // `warm_from` never sees a range wider than the one faulted in.
     warmed: AtomicU64,
     warm_from: AtomicU64,
-    // The end of the batch being appended (or of the last one): set before its bytes are
-    // written, so the preparer keeps off the pages the writer is in (prepare.rs `warm_log`).
-    writing_to: AtomicU64,
+    // The end of the write being made (or of the last one), announced before its bytes are
+    // written: the preparer keeps off the pages the writer is in (prepare.rs `warm_log`), and
+    // its zero fill off every byte the writer writes.
+    fence: FillFence,
+    // The warm-ahead may write zeros before faulting pages in (`WarmAhead::ZeroFill`), and
+    // does so now: the writer went fast over the latest `WARM_STEP` (`maybe_warm`).
+    fill_allowed: AtomicBool,
+    zero_fill: AtomicBool,
+    pace: Pace,
     // Whether the latest append wants the pages ahead of it faulted in: not after a batch of
     // large records, which goes to the kernel with gathered `write()`s whatever the state of
     // the pages. Faulting pages in costs the kernel about three times what its own page-cache
@@ -92,7 +118,10 @@ impl CommitLog {
             warm_to: AtomicU64::new(u64::MAX),
             warmed: AtomicU64::new(0),
             warm_from: AtomicU64::new(0),
-            writing_to: AtomicU64::new(0),
+            fence: FillFence::default(),
+            fill_allowed: AtomicBool::new(false),
+            zero_fill: AtomicBool::new(false),
+            pace: Pace::default(),
             warm_wanted: AtomicBool::new(true),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
@@ -100,14 +129,35 @@ impl CommitLog {
     }
 
     /// Sends `Prepare` jobs to a background preparer: next files always, and warm-ahead
-    /// requests when `warm_ahead` (pointless when whole files are populated at creation).
-    pub fn set_preallocator(&self, tx: Preparer, warm_ahead: bool) {
+    /// requests unless `warm` is `Off` (pointless when whole files are populated at creation).
+    pub fn set_preallocator(&self, tx: Preparer, warm: WarmAhead) {
         *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-        if warm_ahead {
-            self.warm_to.store(0, Ordering::Relaxed);
-        } else {
+        if warm == WarmAhead::Off {
             self.warmed.store(u64::MAX, Ordering::Relaxed);
+        } else {
+            self.warm_to.store(0, Ordering::Relaxed);
         }
+        self.fill_allowed
+            .store(warm == WarmAhead::ZeroFill, Ordering::Relaxed);
+    }
+
+    /// Preparer: readies the log's pages of `[at, end)` (one step, in one file or the prepared
+    /// next one) for the appender and returns how far it got, or `None`, having written
+    /// nothing, when the appender has announced a write past `at` (in `ZeroFill` mode the
+    /// zeros are written only behind the fence).
+    pub(crate) fn fault_in(&self, at: u64, end: u64) -> Option<u64> {
+        if self.zero_fill.load(Ordering::Relaxed) {
+            let filled = self.fence.fill_if_ahead(
+                at,
+                || self.max.load(Ordering::SeqCst),
+                || self.files.zero_fill(at, end),
+            )?;
+            return Some(self.files.warm(at, filled));
+        }
+        if self.writing_to() > at {
+            return None;
+        }
+        Some(self.files.warm(at, end))
     }
 
     /// Pages below this offset are known to be faulted in (`u64::MAX`: whole files are).
@@ -128,7 +178,7 @@ impl CommitLog {
     /// of the last record published, whichever is further.
     pub fn writing_to(&self) -> u64 {
         let published = self.max.load(Ordering::Acquire);
-        let batch = self.writing_to.load(Ordering::Relaxed);
+        let batch = self.fence.writing_to();
         if published == u64::MAX {
             batch
         } else {
@@ -210,7 +260,7 @@ impl CommitLog {
             return Ok(None);
         };
         match a.fits(p.len as u64) {
-            Some(end) if self.is_warm(end - p.len as u64, end) => {}
+            Some(end) if self.is_warm(end - p.len as u64, end) && self.fence.try_announce(end) => {}
             _ => return Ok(None),
         }
         self.put_locked(a, p, Some(now_ms)).map(Some)
@@ -222,7 +272,7 @@ impl CommitLog {
         p: &Prepared<'_>,
         now_ms: Option<i64>,
     ) -> Result<Appended> {
-        let r = a.append_one(&self.files, p, now_ms)?;
+        let r = a.append_one(&self.files, &self.fence, p, now_ms)?;
         let end = r.physical_offset + u64::from(r.size);
         self.max.store(end, Ordering::Release);
         self.maybe_preallocate(&a);
@@ -240,12 +290,9 @@ impl CommitLog {
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
-        // Called once the batch's place is known, before any of it is written.
-        let warm = |start: u64, end: u64| {
-            self.writing_to.store(end, Ordering::Relaxed);
-            self.is_warm(start, end)
-        };
-        let total = a.append_batch(&self.files, batch, warm, out)?;
+        // Called once the batch's place is known and announced, before any of it is written.
+        let warm = |start: u64, end: u64| self.is_warm(start, end);
+        let total = a.append_batch(&self.files, &self.fence, batch, warm, out)?;
         let gathered = append::written_by_gathering(total, batch.len());
         if self.warm_wanted.load(Ordering::Relaxed) == gathered {
             self.warm_wanted.store(!gathered, Ordering::Relaxed);
@@ -289,10 +336,17 @@ impl CommitLog {
     /// Keeps the pages ahead of `end` (the new write position) faulted in: every `WARM_STEP`
     /// bytes, the preparer thread is asked to fault in up to `WARM_AHEAD` past `end`, so page
     /// allocation and zeroing happen on that thread rather than inside the appender's writes.
+    /// Zero-filled first when allowed and the writer covered the step fast (util/pace.rs).
     fn maybe_warm(&self, end: u64) {
         let warmed = self.warm_to.load(Ordering::Relaxed);
         if warmed == u64::MAX || end + crate::mapped_file_queue::WARM_AHEAD < warmed + WARM_STEP {
             return;
+        }
+        if self.fill_allowed.load(Ordering::Relaxed) {
+            let fast = self.pace.mark(end, now_ms());
+            if self.zero_fill.load(Ordering::Relaxed) != fast {
+                self.zero_fill.store(fast, Ordering::Relaxed);
+            }
         }
         let to = end + crate::mapped_file_queue::WARM_AHEAD;
         self.warm_to.store(to, Ordering::Relaxed);
@@ -397,7 +451,7 @@ mod tests {
         };
         let cl = CommitLog::new(MappedFileQueue::new(backing, 64 << 20, true));
         let (tx, rx) = mpsc::channel();
-        cl.set_preallocator(crate::prepare::Preparer::new(tx), true);
+        cl.set_preallocator(crate::prepare::Preparer::new(tx), WarmAhead::Fault);
         let (small, large) = (vec![1u8; 128], vec![2u8; 4096]);
         let batch = |body: &[u8]| {
             let prepared: Vec<Prepared<'_>> = (0..300)

@@ -31,7 +31,9 @@ use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::util::clock::now_ms;
 use crate::util::fs;
+use crate::util::pace::Pace;
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
 
 /// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer.
@@ -61,6 +63,8 @@ pub struct ConsumeQueue {
     // of that successor until the dispatcher takes the request (`NO_FILE`: nothing to ask).
     next_asked: AtomicU64,
     next_due: AtomicU64,
+    // How fast units arrive, marked at each `WARM_CHUNK` (`warm_ahead`).
+    pace: Pace,
 }
 
 /// `next_due` when no file is due.
@@ -96,6 +100,7 @@ impl ConsumeQueue {
             damaged: std::sync::atomic::AtomicBool::new(false),
             next_asked: AtomicU64::new(u64::MAX),
             next_due: AtomicU64::new(NO_FILE),
+            pace: Pace::default(),
         }
     }
 
@@ -374,7 +379,7 @@ impl ConsumeQueue {
                 if w.file().from_offset() + at == queue_offset * UNIT_SIZE
                     && w.remaining() >= UNIT_SIZE
                 {
-                    write_unit(w, unit)?;
+                    write_unit(w, unit, &self.pace)?;
                     max_end = Some(unit_end);
                     continue;
                 }
@@ -421,7 +426,7 @@ impl ConsumeQueue {
             return Ok(false);
         }
         for u in rest {
-            write_unit(w, *u)?;
+            write_unit(w, *u, &self.pace)?;
         }
         w.publish();
         self.note_fill(w);
@@ -522,7 +527,7 @@ impl ConsumeQueue {
         let Some(w) = guard.as_mut() else {
             return Err(Error::Closed);
         };
-        write_unit(w, unit)
+        write_unit(w, unit, &self.pace)
     }
 
     /// Flushes unit files.
@@ -639,9 +644,9 @@ fn valid_units_end(file: &MappedFile) -> u64 {
 }
 
 /// Appends `unit` at the writer's position (which has room for it), its size word last with
-/// release ordering, and keeps the pages ahead faulted in.
+/// release ordering, and keeps the pages ahead faulted in (`pace`: the queue's).
 #[inline]
-fn write_unit(w: &mut FileWriter, unit: CqUnit) -> Result<()> {
+fn write_unit(w: &mut FileWriter, unit: CqUnit, pace: &Pace) -> Result<()> {
     let before = w.pos();
     let bytes = unit.encode();
     let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
@@ -651,21 +656,28 @@ fn write_unit(w: &mut FileWriter, unit: CqUnit) -> Result<()> {
     if !ok {
         return Err(Error::Closed);
     }
-    warm_ahead(w.file(), before, before + UNIT_SIZE);
+    warm_ahead(w.file(), before, before + UNIT_SIZE, pace);
     Ok(())
 }
 
 /// When a unit write (file bytes `[before, after)`) enters a new `WARM_CHUNK`, faults in the
 /// next chunk in one call: otherwise the dispatching thread, usually a producer's, takes a
-/// page fault every 204 units, a few of them tens of microseconds long. Advice only: a
-/// failure leaves the pages to be faulted in on write.
-fn warm_ahead(file: &MappedFile, before: u64, after: u64) {
+/// page fault every 204 units, a few of them tens of microseconds long. When the queue filled
+/// its last chunk fast (util/pace.rs), the next is first written over with zeros
+/// (`MappedFile::zero_fill`: the kernel then builds it from one large folio, which makes
+/// filling it about a third cheaper); this thread is the queue's only writer and has written
+/// nothing past `after`, so the zeros land on zeros. Both are optimisations only: a failure
+/// leaves the pages to be faulted in on write.
+fn warm_ahead(file: &MappedFile, before: u64, after: u64, pace: &Pace) {
     if before != 0 && before / WARM_CHUNK == after / WARM_CHUNK {
         return;
     }
     let size = file.size();
     let next = (after / WARM_CHUNK + 1) * WARM_CHUNK;
     let from = if before == 0 { 0 } else { next };
+    if pace.mark(file.from_offset() + after, now_ms()) {
+        let _ = file.zero_fill(next.min(size), (next + WARM_CHUNK).min(size));
+    }
     let _ = file.advise(
         from.min(size),
         (next + WARM_CHUNK).min(size),

@@ -211,6 +211,30 @@ impl MappedFile {
         Ok(())
     }
 
+    /// Writes zeros over the file's bytes `[from, to)` with `pwrite`, at most
+    /// [`POPULATE_STEP`] per call. On a file of zeros this changes no byte, but the kernel
+    /// builds the page cache there from large folios (up to the size of the write) rather
+    /// than faulting in 4 KiB pages one at a time: filling it costs about a third less. The
+    /// caller makes sure no one writes those bytes meanwhile (a zero write landing after a
+    /// record would erase it). Anonymous memory needs nothing.
+    pub fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
+        static ZEROS: [u8; POPULATE_STEP as usize] = [0; POPULATE_STEP as usize];
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        use std::os::unix::fs::FileExt;
+        let to = to.min(self.size);
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(POPULATE_STEP);
+            let zeros = ZEROS.get(..n as usize).unwrap_or(&ZEROS);
+            file.write_all_at(zeros, at)
+                .map_err(|e| Error::io("pwrite", &self.path, e))?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Global offset of the file's first byte.
     pub fn from_offset(&self) -> u64 {
         self.from_offset

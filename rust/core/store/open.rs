@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Inner, Store};
 use crate::checkpoint::Checkpoint;
-use crate::commit_log::CommitLog;
+use crate::commit_log::{CommitLog, WarmAhead};
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::dispatch::notifier::Notifier;
@@ -219,10 +219,14 @@ fn start_threads(inner: &Arc<Inner>) -> Result<()> {
             let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
         }
         inner.cqs.set_preparer(tx.clone());
-        // Pages are faulted in ahead of the writer unless whole files are populated anyway.
-        inner
-            .commit_log
-            .set_preallocator(tx, !inner.config.warm_mapped_files);
+        // Pages are readied ahead of the writer unless whole files are populated anyway; by
+        // zero fill (large folios) in async mode only (commit_log::WarmAhead).
+        let warm = match (inner.config.warm_mapped_files, inner.config.flush_mode) {
+            (true, _) => WarmAhead::Off,
+            (false, FlushMode::Async) => WarmAhead::ZeroFill,
+            (false, FlushMode::Sync) => WarmAhead::Fault,
+        };
+        inner.commit_log.set_preallocator(tx, warm);
         let weak = Arc::downgrade(&inner.commit_log);
         threads.push(
             std::thread::Builder::new()

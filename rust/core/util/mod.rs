@@ -1,10 +1,11 @@
 //! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock,
-//! non-blocking lock attempts.
+//! non-blocking lock attempts, a writer's pace.
 
 pub mod bytes;
 pub mod clock;
 pub mod crc;
 pub mod fs;
 pub mod hash;
+pub mod pace;
 pub mod reuse;
 pub mod sync;
