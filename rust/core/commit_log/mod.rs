@@ -23,9 +23,10 @@
 //! position every `WARM_STEP` bytes written, unless the latest append was a batch of large
 //! records (those go to the kernel with gathered `write()`s, for which faulted-in pages only
 //! cost). It works in `POPULATE_STEP`s, publishing each (`[warm_from, warmed)`), and skips
-//! ahead of the batch being written (`writing_to`) when the writer overtakes it. In async mode
-//! it writes zeros over each step before faulting it in (`WarmAhead::ZeroFill`), behind the
-//! fence of fence.rs, which keeps those writes off every byte the appender writes.
+//! ahead of the batch being written (`writing_to`) when the writer overtakes it. In async mode,
+//! while the writer goes fast (util/pace.rs), it writes zeros over each step before faulting it
+//! in (`WarmAhead::ZeroFill`), behind the fence of fence.rs, which keeps those writes off every
+//! byte the appender writes.
 //! Both are optimisations only: a failed or late job means the appender creates the file or
 //! takes the page faults itself. A batch is encoded straight into the mapping when the
 //! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
