@@ -3,25 +3,26 @@
 //! In async mode the preparer writes zeros (`pwrite`) over the log's pages ahead of the
 //! appender before it faults them in: the kernel then fills the page cache with large folios
 //! (64 KiB for a 64 KiB write) instead of faulting in one 4 KiB page at a time, which costs it
-//! about a third less (issue 5's notes). Sync mode keeps page-sized faults: a group commit
-//! writes back whole folios, and a 64 KiB folio per small commit would multiply the bytes
-//! each fsync writes by up to sixteen.
+//! about a third less (README, Rust engine). Only for a writer going fast (util/pace.rs); sync
+//! mode keeps page-sized faults throughout: a group commit writes back whole folios, and a
+//! 64 KiB folio per small commit would multiply the bytes each fsync writes by up to sixteen.
 //!
 //! A zero write must never land on bytes the appender has written, and the two threads share
 //! no lock (the fill takes tens of microseconds, far too long to hold the append lock).
 //!
 //! Invariants
-//! - The appender announces the end of every write (`announce`) before making it, then waits
-//!   while a fill announced by the preparer starts below that end. It announces the end
-//!   rounded up to `RESERVE`, so only one write in many (a single 128 B record: one in 268)
-//!   pays for the announcement; the writes up to that point need no other.
+//! - The appender announces the end of every write (`announce`) before making it, rounded up
+//!   to `RESERVE`, then waits while a fill announced by the preparer starts below that
+//!   rounded end; the bytes below it are then its own (`owned`), and the writes that end
+//!   there need no announcement of their own (a single 128 B record: one write in 268 pays).
 //! - The preparer announces the start of a fill (`fill_if_ahead`), then fills only if the
 //!   appender's announced end, and the published end of the log, are at or below that start;
 //!   it withdraws the announcement when the fill is done or skipped.
 //! - Both announcements and both checks are sequentially consistent, so when the two race at
 //!   least one side sees the other: the preparer skips the range, or the appender waits for the
-//!   fill to end. A fill in progress therefore always starts at or above the start of any
-//!   write the appender makes next, and "starts below the write's end" is exactly "overlaps".
+//!   fill to end. A fill in progress therefore always starts at or above what the appender
+//!   owns, so a fill starting below the rounded end of its next write is one that overlaps
+//!   the bytes it is about to own.
 //!
 //! Crash behaviour: the zeros lie past the end of the log, where the fallocated file reads as
 //! zeros anyway; recovery's scan stops at the first zero header.
