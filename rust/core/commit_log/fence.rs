@@ -40,6 +40,14 @@ const RESERVE: u64 = 64 << 10;
 /// microseconds; on a machine with one free core the preparer needs the CPU back).
 const SPINS: u32 = 64;
 
+/// Yields after which the appender sleeps between looks instead: a fill held up in the kernel
+/// (writeback throttling a dirtying `pwrite`) can take milliseconds, and a waiter that only
+/// yields would keep a CPU busy for all of them.
+const YIELDS: u32 = 1000;
+
+/// The sleep between looks after `YIELDS`.
+const NAP: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// The appender's and the preparer's announcements.
 #[derive(Debug)]
 pub struct FillFence {
@@ -70,14 +78,17 @@ impl FillFence {
         let Some(reserved) = self.reserve(end) else {
             return;
         };
-        let mut spins = 0u32;
+        let (mut spins, mut yields) = (0u32, 0u32);
         while self.filling.load(Ordering::SeqCst) < reserved {
             if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
-            } else {
+            } else if yields < YIELDS {
                 spins = 0;
+                yields += 1;
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP);
             }
         }
         self.owned.store(reserved, Ordering::Relaxed);
