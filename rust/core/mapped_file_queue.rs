@@ -374,19 +374,7 @@ impl MappedFileQueue {
     /// cold pages right after it. Returns how far it got: it stops at a failed advice (old
     /// kernels lack it; advice is an optimisation) or at a file that does not exist yet.
     pub fn warm(&self, from: u64, to: u64) -> u64 {
-        let mut at = from;
-        while at < to {
-            let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
-                break;
-            };
-            let base = f.from_offset();
-            let end = (base + f.size()).min(to);
-            if f.populate(at - base, end - base).is_err() {
-                break;
-            }
-            at = end;
-        }
-        at
+        self.each_file(from, to, MappedFile::populate)
     }
 
     /// The file prepared ahead of the next roll, if any.
@@ -399,6 +387,18 @@ impl MappedFileQueue {
     /// The caller makes sure no writer writes there meanwhile (commit_log/fence.rs). Returns
     /// how far it got: it stops at a failed write or a file that does not exist yet.
     pub fn zero_fill(&self, from: u64, to: u64) -> u64 {
+        self.each_file(from, to, MappedFile::zero_fill)
+    }
+
+    /// Runs `op` over the part of `[from, to)` (offsets) in each existing file (the prepared
+    /// next one included), with positions within that file; returns how far it got: it stops
+    /// at the first failed `op` or at a file that does not exist yet.
+    fn each_file(
+        &self,
+        from: u64,
+        to: u64,
+        op: impl Fn(&MappedFile, u64, u64) -> Result<()>,
+    ) -> u64 {
         let mut at = from;
         while at < to {
             let Some(f) = self.find(at).or_else(|| self.ready_holding(at)) else {
@@ -406,7 +406,7 @@ impl MappedFileQueue {
             };
             let base = f.from_offset();
             let end = (base + f.size()).min(to);
-            if f.zero_fill(at - base, end - base).is_err() {
+            if op(&f, at - base, end - base).is_err() {
                 break;
             }
             at = end;
