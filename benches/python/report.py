@@ -466,6 +466,16 @@ def throughput_table(block: Dict[str, Any], bold_mqlite: bool = True,
     return lines
 
 
+def prime_sentence(prime: Optional[Dict[str, Any]]) -> str:
+    """The machine line's account of `bench.prime_page_cache` (empty for older results)."""
+    if not prime:
+        return ""
+    return (f" Before measuring, {prime['mib']} MiB were written to a file and deleted twice "
+            f"({prime['first_pass_gbps']} then {prime['second_pass_gbps']} GB/s; a slow first "
+            "pass means page-cache pages new to the guest cost a host fault, which every "
+            "workload is then spared: see `bench.prime_page_cache`).")
+
+
 def render_tables(data: Dict[str, Any]) -> str:
     m = data["machine"]
     cfg = data["config"]
@@ -481,7 +491,7 @@ def render_tables(data: Dict[str, Any]) -> str:
         f"Python {m.get('python')}, mqlite {m.get('mqlite')} (commit "
         f"{(m.get('git_commit') or '?')[:10]}{', tree modified' if m.get('git_dirty') else ''}), "
         f"stores on {m.get('workdir_fs', {}).get('fstype', '?')}; load average at start "
-        f"{' '.join(m.get('loadavg_start', []))}.",
+        f"{' '.join(m.get('loadavg_start', []))}.{prime_sentence(m.get('page_cache_prime'))}",
         "",
         f"Median of {cfg['repeat']} repetition(s), interleaved. Every ratio divides two figures "
         "from this run. Durability is written *what a crash of the process / of the machine "
@@ -681,6 +691,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-sync", action="store_true", help="skip the flush=sync workloads")
     ap.add_argument("--no-rss", action="store_true", help="skip the RSS run")
     ap.add_argument("--no-chart", action="store_true", help="do not draw the charts")
+    ap.add_argument("--prime-mib", type=int, default=None,
+                    help="MiB written and deleted twice before measuring (bench.prime_page_cache; "
+                         f"default {bench.PRIME_MIB}, smoke profile 0)")
     ap.add_argument("--from-json", default="",
                     help="re-render tables.md and the charts from this results.json")
     args = ap.parse_args(argv)
@@ -735,6 +748,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    prime_mib = args.prime_mib if args.prime_mib is not None else (
+        0 if profile == "smoke" else bench.PRIME_MIB)
+    prime = bench.prime_page_cache(work, prime_mib)
+    data["machine"]["page_cache_prime"] = prime
+    if prime:
+        log(f"page cache primed with {prime['mib']} MiB: first pass {prime['first_pass_gbps']} "
+            f"GB/s, second {prime['second_pass_gbps']} GB/s")
     try:
         raw = measure(cfg, work, log)
         if cfg["rss"]:

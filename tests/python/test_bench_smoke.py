@@ -63,6 +63,20 @@ def test_run_metadata(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
     assert _positive(m["cpus"]) and m["python"] and m["mqlite"] == mqlite.__version__
     assert data["config"]["sizes"] == [128, 1024]
     assert _positive(data["elapsed_s"])
+    assert m["page_cache_prime"] == {}, "the smoke profile primes nothing"
+
+
+def test_prime_page_cache_times_two_passes_and_leaves_nothing(tmp_path: Path) -> None:
+    path = ROOT / "benches" / "python" / "bench.py"
+    spec = importlib.util.spec_from_file_location("mq_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.prime_page_cache(str(tmp_path), 4)
+    assert got["mib"] == 4
+    assert _positive(got["first_pass_gbps"]) and _positive(got["second_pass_gbps"])
+    assert list(tmp_path.iterdir()) == []
+    assert bench.prime_page_cache(str(tmp_path), 0) == {}
 
 
 def test_throughput_rows(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
