@@ -750,12 +750,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     prime_mib = args.prime_mib if args.prime_mib is not None else (
         0 if profile == "smoke" else bench.PRIME_MIB)
-    prime = bench.prime_page_cache(work, prime_mib)
-    data["machine"]["page_cache_prime"] = prime
-    if prime:
-        log(f"page cache primed with {prime['mib']} MiB: first pass {prime['first_pass_gbps']} "
-            f"GB/s, second {prime['second_pass_gbps']} GB/s")
     try:
+        prime = bench.prime_page_cache(work, prime_mib)
+        data["machine"]["page_cache_prime"] = prime
+        if prime:
+            log(f"page cache primed with {prime['mib']} MiB: first pass "
+                f"{prime['first_pass_gbps']} GB/s, second {prime['second_pass_gbps']} GB/s")
         raw = measure(cfg, work, log)
         if cfg["rss"]:
             data["rss"] = run_rss(cfg, work, log)
