@@ -148,7 +148,10 @@ fn prime_page_cache() {
             std::fs::remove_file(&path).unwrap();
             rates.push(format!("{:.2}", (MIB << 20) as f64 / secs / 1e9));
         }
-        eprintln!("page cache primed with {MIB} MiB: {} GB/s", rates.join(" then "));
+        eprintln!(
+            "page cache primed with {MIB} MiB: {} GB/s",
+            rates.join(" then ")
+        );
     });
 }
 
