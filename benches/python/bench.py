@@ -760,11 +760,13 @@ def prime_page_cache(base: str, mib: int = PRIME_MIB) -> dict:
     out: Dict[str, Any] = {"mib": mib}
     for label in ("first_pass_gbps", "second_pass_gbps"):
         t0 = time.perf_counter()
-        with open(path, "wb", buffering=0) as f:
-            for _ in range(mib):
-                f.write(chunk)
-        secs = time.perf_counter() - t0
-        os.unlink(path)  # drops the dirty pages unwritten: no disk traffic
+        try:
+            with open(path, "wb", buffering=0) as f:
+                for _ in range(mib):
+                    f.write(chunk)
+            secs = time.perf_counter() - t0
+        finally:
+            os.unlink(path)  # drops the dirty pages unwritten: no disk traffic
         out[label] = round(mib * (1 << 20) / secs / 1e9, 2)
     return out
 

@@ -1537,7 +1537,9 @@ def main(argv=None) -> int:
                     help="latency mode: per-peer rate overrides, e.g. pq-file=400,pq-sqlite=1000 "
                          "(use for peers whose capacity is below --rate, else you measure a backlog)")
     ap.add_argument("--physical", action="store_true", help="measure machine floors only")
-    ap.add_argument("--prime-mib", type=int, default=1024,
+    from bench import PRIME_MIB, prime_page_cache
+
+    ap.add_argument("--prime-mib", type=int, default=PRIME_MIB,
                     help="MiB written and deleted twice before measuring (see "
                          "bench.prime_page_cache; 0: none)")
     args = ap.parse_args(argv)
@@ -1549,8 +1551,6 @@ def main(argv=None) -> int:
     base = args.dir or tempfile.mkdtemp(prefix="peerbench-")
     os.makedirs(base, exist_ok=True)
     env = environment()
-    from bench import prime_page_cache
-
     env["page_cache_prime"] = prime_page_cache(base, args.prime_mib)
     print("environment:", json.dumps(env))
     out = {"env": env, "argv": sys.argv, "args": vars(args)}
