@@ -9,6 +9,11 @@
 //!
 //! Crash behaviour: a checkpoint with no valid slot (missing, torn, zeroed) is treated as absent:
 //! recovery then scans from the oldest commit-log file, which is slower but loses nothing.
+//!
+//! A store written by Apache RocketMQ has RocketMQ's checkpoint in the same file: big-endian
+//! i64 fields at 0 (physicMsgTimestamp), 8 (logicsMsgTimestamp), 16 (indexMsgTimestamp) and, in
+//! 5.x, 32 (confirmPhyOffset), with no magic or CRC. When no mqlite slot is valid, those fields
+//! are read as [`RocketMqCheckpoint`]; they are hints for recovery, never grounds to cut data.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -85,10 +90,52 @@ impl CheckpointData {
     }
 }
 
+/// The fields of a checkpoint written by Apache RocketMQ (4.x: the first three; 5.x adds the
+/// confirm offset), read when the file holds no valid mqlite slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RocketMqCheckpoint {
+    /// Store time of the last record RocketMQ flushed: every record stored earlier is durable.
+    pub physic_msg_timestamp: i64,
+    /// Store time of the last consume-queue unit flushed.
+    pub logics_msg_timestamp: i64,
+    /// Store time of the last index entry flushed.
+    pub index_msg_timestamp: i64,
+    /// 5.x's confirmPhyOffset when it is set (positive).
+    pub confirm_phy_offset: Option<u64>,
+}
+
+impl RocketMqCheckpoint {
+    /// Reads RocketMQ's layout from the start of the file; `None` unless the three timestamps
+    /// are non-negative, the flush timestamp is set, and the confirm offset is non-negative.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let i64_at = |i: usize| {
+            b.get(i..i + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(i64::from_be_bytes)
+        };
+        let (physic, logics, index) = (i64_at(0)?, i64_at(8)?, i64_at(16)?);
+        if physic <= 0 || logics < 0 || index < 0 {
+            return None;
+        }
+        let confirm = i64_at(32).unwrap_or(0);
+        if confirm < 0 {
+            return None;
+        }
+        Some(RocketMqCheckpoint {
+            physic_msg_timestamp: physic,
+            logics_msg_timestamp: logics,
+            index_msg_timestamp: index,
+            confirm_phy_offset: u64::try_from(confirm).ok().filter(|&c| c > 0),
+        })
+    }
+}
+
 /// The checkpoint file.
 #[derive(Debug)]
 pub struct Checkpoint {
     path: PathBuf,
+    // RocketMQ's fields, when the file held no valid mqlite slot at open.
+    rocketmq: Option<RocketMqCheckpoint>,
     // `None` once the store closed (taken after `current` wherever both are held).
     file: Mutex<Option<File>>,
     current: Mutex<CheckpointData>,
@@ -114,15 +161,25 @@ impl Checkpoint {
         } else {
             None
         };
+        let rocketmq = match data {
+            None => RocketMqCheckpoint::decode(&buf[..n]),
+            Some(_) => None,
+        };
         if writable && n < FILE_LEN as usize {
             fs::preallocate(&file, path, FILE_LEN)?;
         }
         let cp = Checkpoint {
             path: path.to_path_buf(),
+            rocketmq,
             file: Mutex::new(Some(file)),
             current: Mutex::new(data.unwrap_or_default()),
         };
         Ok((cp, data))
+    }
+
+    /// RocketMQ's checkpoint fields, when the file held no valid mqlite slot at open.
+    pub fn rocketmq(&self) -> Option<RocketMqCheckpoint> {
+        self.rocketmq
     }
 
     /// The values last written or read.
@@ -203,6 +260,46 @@ mod tests {
         // tear both: treated as absent
         f.write_all_at(&[0xFF; 10], 2048 + 20).unwrap();
         assert_eq!(Checkpoint::open(&p, true, 0o600).unwrap().1, None);
+    }
+
+    #[test]
+    fn rocketmq_layouts_are_read_when_no_slot_is_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("checkpoint");
+        // 4.x: three timestamps, the rest of the 4 KiB zero.
+        let mut b = vec![0u8; 4096];
+        b[0..8].copy_from_slice(&1_700_000_000_100i64.to_be_bytes());
+        b[8..16].copy_from_slice(&1_700_000_000_050i64.to_be_bytes());
+        std::fs::write(&p, &b).unwrap();
+        let (cp, data) = Checkpoint::open(&p, false, 0o600).unwrap();
+        assert_eq!(data, None);
+        let r = cp.rocketmq().unwrap();
+        assert_eq!(r.physic_msg_timestamp, 1_700_000_000_100);
+        assert_eq!(r.logics_msg_timestamp, 1_700_000_000_050);
+        assert_eq!(r.confirm_phy_offset, None);
+        // 5.x: the confirm offset at 32.
+        b[32..40].copy_from_slice(&4096i64.to_be_bytes());
+        std::fs::write(&p, &b).unwrap();
+        let (cp, _) = Checkpoint::open(&p, false, 0o600).unwrap();
+        assert_eq!(cp.rocketmq().unwrap().confirm_phy_offset, Some(4096));
+        // A negative field is not a checkpoint.
+        b[32..40].copy_from_slice(&(-1i64).to_be_bytes());
+        std::fs::write(&p, &b).unwrap();
+        assert_eq!(
+            Checkpoint::open(&p, false, 0o600).unwrap().0.rocketmq(),
+            None
+        );
+        // An mqlite slot wins.
+        let (cp, _) = Checkpoint::open(&p, true, 0o600).unwrap();
+        cp.store(CheckpointData {
+            physic_msg_timestamp: 9,
+            ..Default::default()
+        })
+        .unwrap();
+        drop(cp);
+        let (cp, data) = Checkpoint::open(&p, false, 0o600).unwrap();
+        assert!(data.is_some());
+        assert_eq!(cp.rocketmq(), None);
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! The store's writer lock and abort marker.
 //!
-//! `lock`: an exclusive `flock` taken before recovery touches any file. The kernel releases it
-//! the moment the holder dies (even by SIGKILL), so there are no stale locks; it also conflicts
-//! between two opens in one process. Its content (`lock pid=<pid>`) is information only.
+//! `lock`: two exclusive locks on it, taken before recovery touches any file: an `flock` (what
+//! other mqlite processes take) and an open-file-description `fcntl` record lock over the whole
+//! file (it conflicts with the POSIX record lock an Apache RocketMQ broker takes with
+//! `FileChannel.tryLock`, which `flock` does not see). Neither mqlite nor a broker can therefore
+//! open a store the other holds. The kernel releases both the moment the holder dies (even by
+//! SIGKILL), so there are no stale locks; both conflict between two opens in one process too.
+//! Its content (`lock pid=<pid>`) is information only, written once the open succeeded.
 //!
 //! `abort`: created by the writer at open, removed at clean close; finding it at open means the
 //! previous writer did not close cleanly and recovery must be abnormal.
@@ -10,6 +14,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,41 +29,77 @@ pub struct StoreLock {
 }
 
 impl StoreLock {
-    /// Takes the lock of the store at `root`, waiting up to `wait` for another writer.
+    /// Takes the locks of the store at `root`, waiting up to `wait` for another writer.
     pub fn acquire(root: &Path, wait: Option<Duration>, mode: u32) -> Result<Self> {
         let path = root.join("lock");
         let file = fs::open_rw(&path, mode)?;
         let deadline = wait.map(|w| Instant::now() + w);
         loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    if deadline.is_some_and(|d| Instant::now() < d) {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    }
-                    let holder = std::fs::read_to_string(&path)
-                        .ok()
-                        .map(|s| s.trim().to_owned());
-                    return Err(Error::StoreLocked {
-                        path: root.to_path_buf(),
-                        holder,
-                    });
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", &path, e)),
+            let held_by = match try_both(&file, &path)? {
+                None => break,
+                Some(h) => h,
+            };
+            if deadline.is_some_and(|d| Instant::now() < d) {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
             }
+            return Err(Error::StoreLocked {
+                path: root.to_path_buf(),
+                holder: Some(held_by).filter(|h| !h.is_empty()),
+            });
         }
-        let text = format!("lock pid={}\n", std::process::id());
-        file.set_len(0)
-            .map_err(|e| Error::io("truncate", &path, e))?;
-        file.write_all_at(text.as_bytes(), 0)
-            .map_err(|e| Error::io("write", &path, e))?;
         Ok(StoreLock { file, path })
+    }
+
+    /// Writes `lock pid=<pid>` into the file (once the open has succeeded, so a failed open
+    /// leaves the file as it found it).
+    pub fn record_holder(&self) -> Result<()> {
+        let text = format!("lock pid={}\n", std::process::id());
+        self.file
+            .set_len(0)
+            .map_err(|e| Error::io("truncate", &self.path, e))?;
+        self.file
+            .write_all_at(text.as_bytes(), 0)
+            .map_err(|e| Error::io("write", &self.path, e))
     }
 
     /// Path of the lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Tries the `flock`, then the record lock. `Ok(None)`: both taken. `Ok(Some(who))`: one is
+/// held elsewhere (neither is kept), `who` describing the holder as far as it is known.
+fn try_both(file: &File, path: &Path) -> Result<Option<String>> {
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(path)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_default();
+            return Ok(Some(holder));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", path, e)),
+    }
+    match crate::mapped_file::mmap::ofd_write_lock(file.as_raw_fd()) {
+        Ok(None) => Ok(None),
+        Ok(Some(pid)) => {
+            let _ = file.unlock();
+            let who = if pid > 0 {
+                format!("an fcntl lock of pid {pid}, as an Apache RocketMQ broker takes")
+            } else {
+                "an fcntl lock, as an Apache RocketMQ broker takes".to_owned()
+            };
+            Ok(Some(who))
+        }
+        // A file system without record locks: the flock alone still excludes mqlite writers.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(None),
+        Err(e) => {
+            let _ = file.unlock();
+            Err(Error::io("fcntl(F_OFD_SETLK)", path, e))
+        }
     }
 }
 

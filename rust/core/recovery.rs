@@ -3,18 +3,29 @@
 //!
 //! Order (the lock comes before anything touches a file):
 //! 1. take the writer lock; note whether the abort marker exists (abnormal shutdown);
-//! 2. read the checkpoint; load commit-log files; load and recover every consume queue (valid
-//!    prefix of units kept, the rest of the last file zeroed after an abnormal shutdown);
+//! 2. read the checkpoint (mqlite's, or else RocketMQ's fields); load commit-log files;
 //! 3. scan the commit log with CRC from a durable record boundary,
-//!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint);
-//!    the first invalid record ends the log; the tail is cut (and zeroed after a crash);
+//!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint),
+//!    changing nothing; then load and recover every consume queue (valid prefix of units kept,
+//!    the rest of the last file zeroed after an abnormal shutdown) and cut the log's torn tail
+//!    (zeroed after a crash);
 //! 4. drop consume-queue units that point at or past the recovered end, and cut each queue at
 //!    the first unit written after the checkpoint that does not index exactly its record (a
 //!    torn or stale unit);
 //! 5. dispatch resumes at the checkpoint's dispatched offset, re-creating any missing unit
 //!    (dispatch is idempotent), before the store is handed to the caller.
+//!
+//! What may be cut: only a torn tail, above the durable offset. A record is whole when its
+//! length, magic, structure and body CRC hold (and its whole-record CRC, when it has the
+//! property), whoever wrote it. The durable offset is mqlite's checkpoint's confirm offset.
+//! Without an mqlite checkpoint (a store RocketMQ wrote): after a clean shutdown (no abort
+//! marker) every byte was flushed, so any invalid record is corruption; after a crash, the
+//! durable offset is RocketMQ's confirm offset or the end of the last record stored before
+//! RocketMQ's last flush, whichever is higher, and an invalid record that whole records follow
+//! is not a tail either. Corruption is a typed error naming the file, the offset and the
+//! reason, raised before any file has been changed.
 
-use crate::checkpoint::CheckpointData;
+use crate::checkpoint::{CheckpointData, RocketMqCheckpoint};
 use crate::commit_log::CommitLog;
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::error::{Error, Result};
@@ -37,16 +48,30 @@ pub struct RecoveryReport {
     pub reput_from: u64,
 }
 
-/// Recovers the commit log and consume queues (steps 3 and 4 above).
+/// What the checkpoint file told recovery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checkpointed {
+    /// mqlite's checkpoint, when a slot is valid.
+    pub mqlite: Option<CheckpointData>,
+    /// RocketMQ's fields, when no mqlite slot is valid (a store RocketMQ wrote).
+    pub rocketmq: Option<RocketMqCheckpoint>,
+}
+
+/// Recovers the commit log and consume queues (steps 3 and 4 above); loads the consume queues.
 pub fn recover(
     commit_log: &CommitLog,
     cqs: &ConsumeQueueStore,
-    checkpoint: Option<CheckpointData>,
+    checkpointed: Checkpointed,
     abnormal: bool,
     check_crc: bool,
 ) -> Result<RecoveryReport> {
+    let checkpoint = checkpointed.mqlite;
     let min = commit_log.min_offset();
-    let durable = checkpoint.map(|c| c.confirm_phy_offset).unwrap_or(0);
+    let durable = match (checkpoint, checkpointed.rocketmq) {
+        (Some(c), _) => c.confirm_phy_offset,
+        (None, Some(r)) => r.confirm_phy_offset.unwrap_or(0),
+        (None, None) => 0,
+    };
     let Some(last) = commit_log.files().last_file() else {
         if durable > 0 {
             return Err(Error::Corrupted {
@@ -55,6 +80,7 @@ pub fn recover(
                 reason: format!("no commit-log file, but {durable} bytes were confirmed durable"),
             });
         }
+        cqs.load_all(abnormal)?;
         cqs.truncate_dirty(0)?;
         return Ok(RecoveryReport {
             abnormal,
@@ -77,7 +103,19 @@ pub fn recover(
     let file_size = commit_log.files().file_size();
     let from = (boundary - boundary % file_size).max(min);
     let from = from.min(last.from_offset() + last.size());
-    let scan = commit_log.scan(from, check_crc, durable, |_| Ok(()))?;
+    // Below `keep`, an invalid record is corruption. mqlite's checkpoint names exactly what was
+    // durable. Without it (a store RocketMQ wrote): after a clean shutdown the whole log, every
+    // byte having been flushed; after a crash, what RocketMQ's checkpoint proves flushed.
+    let keep = match (checkpoint, checkpointed.rocketmq) {
+        (Some(_), _) => durable,
+        (None, _) if !abnormal => u64::MAX,
+        (None, Some(r)) => durable.max(commit_log.flushed_floor(r.physic_msg_timestamp)),
+        (None, None) => durable,
+    };
+    // mqlite's checkpoint says exactly what was durable: above it, whatever a power cut left
+    // is not promised and is cut at the first invalid record. Without it, only a real tail is.
+    let tail_only = checkpoint.is_none();
+    let scan = commit_log.scan(from, check_crc, keep, tail_only, |_| Ok(()))?;
     if scan.end < durable {
         let file = commit_log.file_at(scan.end).unwrap_or(last);
         return Err(Error::Corrupted {
@@ -89,6 +127,8 @@ pub fn recover(
             ),
         });
     }
+    // Nothing was changed above this line.
+    cqs.load_all(abnormal)?;
     commit_log.truncate_to(scan.end, abnormal || scan.torn)?;
     cqs.truncate_dirty(scan.end)?;
     let reput_from = match checkpoint {

@@ -219,6 +219,28 @@ impl TopicTable {
         Ok(true)
     }
 
+    /// Adds the topics found on disk without a table (`config/topics.json` and its `.bak`
+    /// missing, as in a store whose config was lost or not copied), each readable and writable
+    /// with as many queues as its highest queue directory says. A topic already in the table
+    /// is left as it is. `persist`: write the table once (a writer); else memory only.
+    pub fn adopt_discovered(&self, found: &[(String, u32)], persist: bool) -> Result<()> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut added = false;
+        for (topic, queues) in found {
+            if !g.topic_config_table.contains_key(topic) {
+                let config = TopicConfig::new(topic, *queues, 6, false);
+                g.topic_config_table.insert(topic.clone(), config);
+                added = true;
+            }
+        }
+        if added && persist {
+            g.data_version.counter += 1;
+            g.data_version.timestamp = now_ms();
+            self.persist(&g)?;
+        }
+        Ok(())
+    }
+
     /// Removes a topic; returns whether it existed.
     pub fn remove(&self, topic: &str) -> Result<bool> {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());

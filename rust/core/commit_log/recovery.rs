@@ -5,7 +5,8 @@
 //! to the record's position, and (by default) the body CRC. A blank marker moves to the next
 //! file; the first invalid record ends the log. An invalid record *below* the durable watermark
 //! cannot be a torn write, so it is reported as corruption (naming file and offset) instead of
-//! being truncated away.
+//! being truncated away. Nor can one that whole records follow, when the caller asks for that
+//! check (a store without mqlite's exact durable offset): a torn write is the end of the data.
 
 use crate::error::{Error, Result};
 use crate::message::codec::{self, RecordCheck, RecordView};
@@ -25,12 +26,14 @@ pub struct ScanEnd {
 
 impl CommitLog {
     /// Scans from `from` (a record boundary) to the end of valid data, calling `on_record` for
-    /// each valid record. `durable` is the offset below which every byte was flushed.
+    /// each valid record. `durable` is the offset below which every byte was flushed; with
+    /// `tail_only`, an invalid record that whole records follow is corruption too.
     pub fn scan(
         &self,
         from: u64,
         check_crc: bool,
         durable: u64,
+        tail_only: bool,
         mut on_record: impl FnMut(&RecordView<'_>) -> Result<()>,
     ) -> Result<ScanEnd> {
         let mut pos = from.max(self.files().min_offset());
@@ -76,6 +79,17 @@ impl CommitLog {
                             reason: format!("{e} below the durable offset {durable}"),
                         });
                     }
+                    if tail_only {
+                        if let Some(next) = self.whole_record_after(pos, buf) {
+                            return Err(Error::Corrupted {
+                                path: file.path().to_path_buf(),
+                                offset: pos,
+                                reason: format!(
+                                    "{e}, and a whole record follows at {next}: not a torn tail"
+                                ),
+                            });
+                        }
+                    }
                     return Ok(ScanEnd {
                         end: pos,
                         records,
@@ -84,6 +98,70 @@ impl CommitLog {
                 }
             }
         }
+    }
+
+    /// Where a whole record lies after the invalid one at `pos` (`buf`: the rest of its file):
+    /// right after it, if its length field still fits the file, or at the start of any later
+    /// file.
+    fn whole_record_after(&self, pos: u64, buf: &[u8]) -> Option<u64> {
+        let whole_at = |bytes: &[u8], at: u64| {
+            RecordView::parse_verified(bytes).is_ok_and(|v| v.physical_offset() == at)
+        };
+        let total = buf
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes)
+            .map_or(0, |t| t as usize);
+        if total > 0 {
+            if let Some(rest) = buf.get(total..) {
+                if whole_at(rest, pos + total as u64) {
+                    return Some(pos + total as u64);
+                }
+            }
+        }
+        let files = self.files();
+        let mut start = pos - pos % files.file_size() + files.file_size();
+        while let Some(file) = files.find(start) {
+            let bytes = file.slice(0, file.size() as usize).unwrap_or(&[]);
+            if whole_at(bytes, start) {
+                return Some(start);
+            }
+            start += files.file_size();
+        }
+        None
+    }
+
+    /// The end of the last whole record stored before `flushed_ts` (0 when there is none):
+    /// RocketMQ's checkpoint says every record stored before that time was flushed, and
+    /// flushes are in log order, so everything below that end is durable. Only the newest file
+    /// whose first record qualifies is walked.
+    pub fn flushed_floor(&self, flushed_ts: i64) -> u64 {
+        let files = self.files();
+        let mut at = files.last_file().map(|f| f.from_offset());
+        while let Some(start) = at {
+            let Some(file) = files.find(start) else {
+                break;
+            };
+            let mut pos = 0u64;
+            while let Some(buf) = file.slice(pos, (file.size() - pos) as usize) {
+                let whole = RecordView::parse_verified(buf)
+                    .ok()
+                    .filter(|v| v.physical_offset() == start + pos);
+                match whole {
+                    Some(v) if v.store_timestamp() < flushed_ts => {
+                        pos += u64::from(v.total_size());
+                    }
+                    _ => break,
+                }
+            }
+            if pos > 0 {
+                return start + pos;
+            }
+            at = start
+                .checked_sub(files.file_size())
+                .filter(|&s| s >= files.min_offset());
+        }
+        0
     }
 
     /// Cuts everything at and after `end`: later files are deleted, the file holding `end`

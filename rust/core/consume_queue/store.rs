@@ -104,6 +104,43 @@ impl ConsumeQueueStore {
         Ok(found)
     }
 
+    /// The topics that have queue directories, each with its highest queue id plus one, sorted
+    /// by name; reads directories only.
+    pub fn discover_topics(&self) -> Result<Vec<(String, u32)>> {
+        let Some(root) = &self.root else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        let topics = match std::fs::read_dir(root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(Error::io("read_dir", root, e)),
+        };
+        for t in topics {
+            let t = t.map_err(|e| Error::io("read_dir", root, e))?;
+            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if crate::message::validate::check_topic(&topic).is_err() || !t.path().is_dir() {
+                continue;
+            }
+            let qdir = t.path();
+            let rd = std::fs::read_dir(&qdir).map_err(|e| Error::io("read_dir", &qdir, e))?;
+            let mut highest = None;
+            for q in rd {
+                let q = q.map_err(|e| Error::io("read_dir", &qdir, e))?;
+                if let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+                    highest = highest.max(Some(qid));
+                }
+            }
+            if let Some(n) = highest.and_then(|h| h.checked_add(1)) {
+                found.push((topic, n));
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
     fn open_queue(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
         let mut map = self.write();
         let v = map.entry(topic.to_owned()).or_default();

@@ -364,6 +364,33 @@ pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
     unsafe { libc::posix_fallocate(fd, 0, len) }
 }
 
+/// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`) over the whole of
+/// `fd`'s file. It conflicts with the POSIX record locks other processes take with `fcntl`
+/// (Java's `FileChannel.tryLock`), and is released when the descriptor closes. Returns
+/// `Ok(None)` when taken, `Ok(Some(pid))` when another process holds a conflicting lock (its
+/// pid, or 0 when the holder is an open file description), else the error.
+pub fn ofd_write_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: `lock` is a valid, exclusively borrowed `flock` for the duration of the call.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock) } == 0 {
+        return Ok(None);
+    }
+    let e = io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
+        return Err(e);
+    }
+    // SAFETY: as for `lock`.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: as above; F_OFD_GETLK only writes into `probe`.
+    let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut probe) };
+    Ok(Some(if rc == 0 { probe.l_pid.max(0) } else { 0 }))
+}
+
 static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static FORK_GUARD: std::sync::Once = std::sync::Once::new();
 

@@ -299,6 +299,16 @@ fn record_crc_property(crc: u32) -> [u8; RECORD_CRC_LEN] {
     p
 }
 
+/// What stands in for the whole-record CRC on a record without it (RocketMQ's default): the
+/// body CRC covers the body only, so the topic and properties must show no sign of a torn
+/// write. Files are zero where nothing was written, so a torn topic or property string holds
+/// zero bytes (names and values never do: mqlite refuses NUL in them). RocketMQ 4.x ends the
+/// property string without a final separator, 5.x with one, so the end proves nothing.
+fn untorn_without_record_crc(view: &RecordView<'_>) -> bool {
+    let topic = view.topic_bytes();
+    !topic.is_empty() && !topic.contains(&0) && !view.properties_raw().contains(&0)
+}
+
 /// The value of a trailing whole-record CRC property, if `props` ends with a well-formed one.
 ///
 /// Read on every message a consumer gets, so the first eight of the ten digits (least
@@ -388,8 +398,9 @@ pub enum DecodeError {
     BadTopic,
     /// The topic is not the one the reader was led to (by a consume-queue unit).
     OtherTopic,
-    /// A record of a store written by mqlite lacks its whole-record CRC property.
-    MissingRecordCrc,
+    /// A record without the whole-record CRC property whose topic or properties hold a zero
+    /// byte: a torn write.
+    TornFields,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -412,7 +423,10 @@ impl std::fmt::Display for DecodeError {
             }
             DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
             DecodeError::OtherTopic => write!(f, "topic differs from the one expected"),
-            DecodeError::MissingRecordCrc => write!(f, "whole-record CRC property missing"),
+            DecodeError::TornFields => write!(
+                f,
+                "topic or properties torn (zero bytes, and no record CRC to check them)"
+            ),
         }
     }
 }
@@ -457,9 +471,8 @@ enum Verify<'t> {
     Structure,
     /// Also the body CRC, and the whole-record CRC when the property is there.
     Crcs,
-    /// Both CRCs; the whole-record CRC property is required (a store's own records).
-    Stored,
-    /// The whole-record CRC (required; it covers the body) and this exact topic.
+    /// The whole-record CRC (it covers the body) and this exact topic; a record without the
+    /// property (written by RocketMQ) has its body CRC checked instead.
     Read(&'t [u8]),
 }
 
@@ -476,10 +489,11 @@ impl<'a> RecordView<'a> {
     }
 
     /// Parses a record of an mqlite store for a reader that knows which topic it must hold
-    /// (a consumer led to it by a consume-queue unit). The whole-record CRC property is
-    /// required and checked; it covers the body and the BODYCRC field, so the body is not
-    /// hashed a second time, and any damage to either still fails the check. The topic must
-    /// equal `topic` byte for byte (`OtherTopic` otherwise), which also makes it UTF-8.
+    /// (a consumer led to it by a consume-queue unit). The whole-record CRC property, when
+    /// present, is checked; it covers the body and the BODYCRC field, so the body is not hashed
+    /// a second time, and any damage to either still fails the check. A record without the
+    /// property (RocketMQ's default) has its body CRC checked instead. The topic must equal
+    /// `topic` byte for byte (`OtherTopic` otherwise), which also makes it UTF-8.
     pub fn parse_read(buf: &'a [u8], topic: &str) -> Result<Self, DecodeError> {
         Self::parse_checked(buf, Verify::Read(topic.as_bytes()))
     }
@@ -558,36 +572,42 @@ impl<'a> RecordView<'a> {
             }
             _ => {}
         }
-        if matches!(verify, Verify::Crcs | Verify::Stored) {
+        if verify == Verify::Structure {
+            return Ok(view);
+        }
+        // Records written by mqlite also carry a CRC of everything before it (header, topic
+        // and properties included). Records written by RocketMQ usually lack it; they are
+        // whole when their structure holds and their body CRC matches.
+        let record_crc = trailing_record_crc(view.properties_raw());
+        let check_body = match verify {
+            Verify::Read(_) => record_crc.is_none(),
+            _ => true,
+        };
+        if record_crc.is_none() && !untorn_without_record_crc(&view) {
+            return Err(DecodeError::TornFields);
+        }
+        if check_body {
             let stored = view.body_crc();
             let computed = crc::body_crc(view.body());
             if stored != computed {
                 return Err(DecodeError::CrcMismatch { stored, computed });
             }
         }
-        if verify != Verify::Structure {
-            // Records written by mqlite also carry a CRC of everything before it (header,
-            // topic and properties included); other records are checked by body only.
-            match trailing_record_crc(view.properties_raw()) {
-                Some(stored) => {
-                    let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
-                    let computed = crc::body_crc(covered);
-                    if stored != computed {
-                        return Err(DecodeError::RecordCrcMismatch { stored, computed });
-                    }
-                }
-                None if verify != Verify::Crcs => return Err(DecodeError::MissingRecordCrc),
-                None => {}
+        if let Some(stored) = record_crc {
+            let covered = buf.get(..total - RECORD_CRC_LEN).unwrap_or(&[]);
+            let computed = crc::body_crc(covered);
+            if stored != computed {
+                return Err(DecodeError::RecordCrcMismatch { stored, computed });
             }
         }
         Ok(view)
     }
 
-    /// Parses a record of an mqlite store: both CRCs are checked and the whole-record CRC
-    /// property must be present (every record the store writes has one, so a damaged or
-    /// missing one cannot switch the header check off).
+    /// Parses a stored record with every check recovery makes: structure, the body CRC, and
+    /// the whole-record CRC when the property is there (mqlite writes it on every record;
+    /// RocketMQ's records usually lack it and are whole by body CRC and structure).
     pub fn parse_verified(buf: &'a [u8]) -> Result<Self, DecodeError> {
-        Self::parse_checked(buf, Verify::Stored)
+        Self::parse_checked(buf, Verify::Crcs)
     }
 
     /// SYSFLAG of a record that was already parsed (and verified), read in place.
@@ -753,8 +773,8 @@ pub fn peek(buf: &[u8]) -> Peek {
     }
 }
 
-/// Like [`check`] for a store's own commit log: with `verify`, the record must also carry a
-/// correct whole-record CRC property ([`RecordView::parse_verified`]).
+/// Like [`check`] for a store's commit log: with `verify`, also both CRCs
+/// ([`RecordView::parse_verified`]).
 pub fn check_stored(buf: &[u8], verify: bool, expected_physical: Option<u64>) -> RecordCheck {
     match check(buf, false, expected_physical) {
         RecordCheck::Record(n) if verify => match RecordView::parse_verified(buf) {
@@ -892,8 +912,10 @@ mod tests {
     }
 
     /// The read parse checks only the whole-record CRC, yet rejects every single-bit flip of a
-    /// stored record (body and BODYCRC included: the record CRC covers them), a record without
-    /// the property, and a record of another topic.
+    /// stored record outside the property itself (body and BODYCRC included: the record CRC
+    /// covers them), and a record of another topic. A flip that makes the property unreadable
+    /// leaves a record whose every other byte is intact, checked by its body CRC as RocketMQ's
+    /// records are.
     #[test]
     fn read_parse_rejects_every_bit_flip() {
         let body = b"hello, consumer";
@@ -907,7 +929,7 @@ mod tests {
             RecordView::parse_read(&rec, "TopicTesT").err(),
             Some(DecodeError::OtherTopic)
         );
-        for bit in 0..rec.len() * 8 {
+        for bit in 0..(rec.len() - RECORD_CRC_LEN) * 8 {
             let mut bad = rec.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             assert!(
@@ -924,12 +946,16 @@ mod tests {
             RecordView::parse_read(&bad, "TopicTest"),
             Err(DecodeError::RecordCrcMismatch { .. })
         ));
+        // A record without the property (RocketMQ's default) is read with its body CRC.
         let mut plain = vec![0u8; encoded_len(body.len(), 9, 0).unwrap()];
         encode(&mut plain, &meta(), body_crc(body), body, b"TopicTest", b"");
-        assert_eq!(
-            RecordView::parse_read(&plain, "TopicTest").err(),
-            Some(DecodeError::MissingRecordCrc)
-        );
+        assert!(RecordView::parse_read(&plain, "TopicTest").is_ok());
+        let body_at = RecordView::body_range(&plain).unwrap().start;
+        plain[body_at] ^= 0x20;
+        assert!(matches!(
+            RecordView::parse_read(&plain, "TopicTest"),
+            Err(DecodeError::CrcMismatch { .. })
+        ));
     }
 
     #[test]
@@ -966,7 +992,8 @@ mod tests {
             assert_eq!(v.topic(), topic);
             assert_eq!(&whole[RecordView::body_range(&whole).unwrap()], &body[..]);
         }
-        // A record without the whole-record CRC property parses, but not as an mqlite record.
+        // A record without the whole-record CRC property (written by RocketMQ) is whole when
+        // its structure and body CRC are.
         let mut plain = vec![0u8; encoded_len(5, 9, 0).unwrap()];
         encode(
             &mut plain,
@@ -977,10 +1004,59 @@ mod tests {
             b"",
         );
         assert!(RecordView::parse(&plain, true).is_ok());
-        assert_eq!(
-            RecordView::parse_verified(&plain).err(),
-            Some(DecodeError::MissingRecordCrc)
+        assert!(RecordView::parse_verified(&plain).is_ok());
+        plain[HEAD_LEN] ^= 1;
+        assert!(matches!(
+            RecordView::parse_verified(&plain),
+            Err(DecodeError::CrcMismatch { .. })
+        ));
+    }
+
+    /// Without the record CRC, a record torn inside its topic or properties (zeros where the
+    /// write did not land) is not whole, though its body CRC holds.
+    #[test]
+    fn record_without_record_crc_torn_in_its_fields_is_invalid() {
+        let props = b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02";
+        let n = encoded_len(5, 9, props.len()).unwrap();
+        let mut rec = vec![0u8; n];
+        encode(
+            &mut rec,
+            &meta(),
+            body_crc(b"hello"),
+            b"hello",
+            b"TopicTest",
+            props,
         );
+        assert!(RecordView::parse_verified(&rec).is_ok());
+        for cut in 1..=props.len() + 10 {
+            let mut torn = rec.clone();
+            torn[n - cut..].fill(0);
+            assert!(
+                RecordView::parse_verified(&torn).is_err(),
+                "last {cut} bytes zeroed"
+            );
+            assert!(RecordView::parse_read(&torn, "TopicTest").is_err());
+        }
+        let mut hole = rec.clone();
+        hole[n - 8] = 0;
+        // RocketMQ 4.x leaves out the final separator: not a sign of a tear.
+        let short = b"TAGS\x01TagA\x02KEYS\x01k1 k2";
+        let mut v4 = vec![0u8; encoded_len(5, 9, short.len()).unwrap()];
+        encode(
+            &mut v4,
+            &meta(),
+            body_crc(b"hello"),
+            b"hello",
+            b"TopicTest",
+            short,
+        );
+        assert!(RecordView::parse_verified(&v4).is_ok());
+        assert_eq!(
+            RecordView::parse_verified(&hole).err(),
+            Some(DecodeError::TornFields)
+        );
+        // Structure-only parsing (dispatch) does not look at the fields.
+        assert!(RecordView::parse(&hole, false).is_ok());
     }
 
     #[test]

@@ -80,21 +80,29 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         config.dir_mode,
         !writable,
     ));
-    let topics = TopicTable::load(
-        root.map(|r| r.join("config").join("topics.json")),
-        config.file_mode,
-    )?;
+    let topics_path = root.map(|r| r.join("config").join("topics.json"));
+    // No table at all (lost, or not copied with the data): the queues on disk name the topics.
+    let table_missing = topics_path
+        .as_ref()
+        .is_some_and(|p| !fs::entry_exists(p) && !fs::entry_exists(&fs::backup_path(p)));
+    let topics = TopicTable::load(topics_path, config.file_mode)?;
+    if table_missing && !writable {
+        topics.adopt_discovered(&cqs.discover_topics()?, false)?;
+    }
     let notifier = Arc::new(Notifier::default());
 
     let mut report = RecoveryReport::default();
     let mut reput = None;
     let mut flush = None;
     if writable {
-        cqs.load_all(abnormal)?;
+        let checkpointed = recovery::Checkpointed {
+            mqlite: cp_data,
+            rocketmq: checkpoint.as_ref().and_then(|c| c.rocketmq()),
+        };
         report = recovery::recover(
             &commit_log,
             &cqs,
-            cp_data,
+            checkpointed,
             abnormal,
             config.check_crc_on_recover,
         )?;
@@ -103,6 +111,9 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
             d.confirm_phy_offset = report.end;
             d.logics_dispatched_offset = report.reput_from;
             cp.reset(d)?;
+        }
+        if table_missing {
+            topics.adopt_discovered(&cqs.discover_topics()?, true)?;
         }
         let dispatchers: Vec<Arc<dyn Dispatcher>> = vec![cqs.clone()];
         let r = Arc::new(Reput::new(
@@ -136,6 +147,9 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         reput = Some(r);
         if let Some(root) = root {
             lock::create_abort(root, config.file_mode)?;
+        }
+        if let Some(l) = &store_lock {
+            l.record_holder()?;
         }
     }
 

@@ -192,6 +192,18 @@ pub fn read_with_backup<T>(path: &Path, parse: impl Fn(&[u8]) -> Option<T>) -> R
     Ok(None)
 }
 
+/// `<path>.bak`, where a config file's previous version is kept.
+pub fn backup_path(path: &Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".bak");
+    std::path::PathBuf::from(s)
+}
+
+/// True when something (a file, a directory, a link, even a dangling one) is at `path`.
+pub fn entry_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// True when `path` exists and is a symbolic link.
 pub fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path)
