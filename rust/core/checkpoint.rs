@@ -172,7 +172,16 @@ impl Checkpoint {
             path: path.to_path_buf(),
             rocketmq,
             file: Mutex::new(Some(file)),
-            current: Mutex::new(data.unwrap_or_default()),
+            // RocketMQ's timestamps carry over (values only grow from there); its offsets are
+            // recovery's business, not values to keep.
+            current: Mutex::new(data.unwrap_or_else(|| {
+                rocketmq.map_or_else(CheckpointData::default, |r| CheckpointData {
+                    physic_msg_timestamp: r.physic_msg_timestamp,
+                    logics_msg_timestamp: r.logics_msg_timestamp,
+                    index_msg_timestamp: r.index_msg_timestamp,
+                    ..CheckpointData::default()
+                })
+            })),
         };
         Ok((cp, data))
     }

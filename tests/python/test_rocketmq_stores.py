@@ -121,6 +121,14 @@ def test_writer_open_keeps_every_byte_and_can_append(tmp_path: Path, version: st
     assert data_files(after) == data_files(before)
     assert after["config/consumerOffset.json"] == before["config/consumerOffset.json"]
     assert after["config/topics.json"] == before["config/topics.json"]
+    # mqlite's checkpoint carries RocketMQ's three timestamps on (they only grow), in the
+    # layout RocketMQ reads.
+    with tarfile.open(FIXTURES / f"{version}-store.tar.gz") as t:
+        member = next(m for m in t.getmembers() if m.name.endswith("/checkpoint"))
+        original = t.extractfile(member).read()  # type: ignore[union-attr]
+    now = struct.unpack_from(">qqq", (root / "checkpoint").read_bytes())
+    was = struct.unpack_from(">qqq", original)
+    assert all(n >= w for n, w in zip(now, was)) and now[0] == was[0], (now, was)
 
     # New messages go after RocketMQ's; the group resumes from RocketMQ's committed offsets.
     end = max(e["commit_log_offset"] + e["store_size"] for e in want)
