@@ -370,3 +370,33 @@ def test_javas_try_lock_is_refused_while_mqlite_writes(tmp_path: Path) -> None:
             mqlite.open(root)
         assert broker.stdin is not None
         broker.stdin.close()
+
+
+def test_rocketmq_5s_confirm_offset_protects_what_it_confirmed(tmp_path: Path) -> None:
+    """After a crash, the last record was stored after RocketMQ's last flush time, so only the
+    5.x confirm offset says it was durable: with it set past the record, damage there is
+    corruption; with it unset, the same damage is a torn tail and is cut."""
+    want = expected("rmq5")
+    last = want[-1]
+    end = last["commit_log_offset"] + last["store_size"]
+    for confirmed in (True, False):
+        case = tmp_path / str(confirmed)
+        case.mkdir()
+        root = extract("rmq5", case)
+        (root / "abort").write_bytes(b"")
+        if confirmed:
+            with open(root / "checkpoint", "r+b") as f:
+                f.seek(32)
+                f.write(struct.pack(">q", end))
+        path, at = record_at(root, last["commit_log_offset"])
+        flip(path, at + 90)
+        if confirmed:
+            before = digest(root)
+            with pytest.raises(mqlite.CorruptedLogError, match="below the durable offset"):
+                mqlite.open(root)
+            assert digest(root) == before
+        else:
+            with mqlite.open(root) as store:
+                assert_matches(store, want[:-1])
+                mq = MessageQueue(last["topic"], last["queue_id"])
+                assert store.offsets(mq)[1] == last["queue_offset"]
