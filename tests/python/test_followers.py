@@ -1,0 +1,191 @@
+"""Read-only followers beside a writer that restarts and deletes files.
+
+Writers that crash are real processes (``kill -9``); the follower is this test process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import Message, MessageQueue
+
+SpawnPy = Callable[..., subprocess.Popen[str]]
+
+CL_FILE = 1 << 20
+CQ_UNITS = 1000
+
+# Sends argv[2] messages of argv[3] bytes each to queue 0 of topic "t", makes sure the file
+# prepared ahead of the next roll exists (flush waits for files being created), says "ready"
+# and then closes the store cleanly ("close" on stdin) or waits to be killed.
+WRITER = f"""
+import sys
+import mqlite
+from mqlite import Message
+path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = mqlite.open(path, commit_log_file_size={CL_FILE}, consume_queue_file_units={CQ_UNITS},
+                max_message_size=64 << 10)
+s.create_topic("t", 1)
+p = s.producer()
+first = s.offsets(mqlite.MessageQueue("t", 0))[1]
+for i in range(first, first + n):
+    p.send(Message("t", b"%08d" % i + b"x" * (size - 8)), queue_id=0)
+s.flush()
+s.flush()
+print("ready", flush=True)
+if sys.stdin.readline().strip() == "close":
+    s.close()
+    print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _ready(proc: subprocess.Popen[str], word: str = "ready") -> None:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != word:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"writer said {line!r}, not {word!r}: {err}")
+
+
+def _deleted_mappings(store: Path) -> list[str]:
+    """Files of the store this process still maps although they were deleted."""
+    with open("/proc/self/maps") as maps:
+        return sorted({line.split()[-2] for line in maps
+                       if line.rstrip().endswith("(deleted)") and str(store) in line})
+
+
+def _read_all(store: mqlite.Store, mq: MessageQueue) -> list[int]:
+    low, high = store.offsets(mq)
+    seen: list[int] = []
+    offset = low
+    while offset < high:
+        result = store.read_result(mq, offset, 256)
+        assert result.next_offset > offset, result.status
+        seen.extend(int(m.body[:8]) for m in result.messages)
+        offset = result.next_offset
+    return seen
+
+
+@pytest.mark.parametrize("end", ["kill", "close"])
+@pytest.mark.parametrize("kind", ["commitlog", "consumequeue"])
+def test_follower_reads_a_file_the_next_writer_recreated_under_the_same_name(
+    store_path: Path, spawn_py: SpawnPy, kind: str, end: str
+) -> None:
+    """The all-zero file a writer prepared ahead of its next roll is deleted by the next writer's
+    recovery (after a kill -9) or by close, and created again, as another file, when the next
+    writer rolls to it. A follower that mapped the first one reads the second: every message,
+    no CorruptedLogError, and the deleted file is no longer mapped."""
+    mq = MessageQueue("t", 0)
+    # Past the half of the first file (commit log: 8 KiB records; consume queue: 20-byte units
+    # of small records), so that the next file is prepared; then well past the roll.
+    size, first, second = (8000, 70, 200) if kind == "commitlog" else (64, 600, 1600)
+    sub = store_path / ("commitlog" if kind == "commitlog" else "consumequeue/t/0")
+    step = CL_FILE if kind == "commitlog" else CQ_UNITS * 20
+    prepared = sub / f"{step:020d}"
+
+    w1 = spawn_py(WRITER, store_path, first, size)
+    _ready(w1)
+    assert prepared.exists() and prepared.stat().st_size == step, "the next file was prepared"
+    with mqlite.open(store_path, read_only=True) as follower:
+        assert _read_all(follower, mq) == list(range(first))
+        old_inode = prepared.stat().st_ino
+        assert w1.stdin is not None
+        if end == "kill":
+            os.kill(w1.pid, signal.SIGKILL)
+        else:
+            w1.stdin.write("close\n")
+            w1.stdin.flush()
+            _ready(w1, "closed")
+        w1.kill()
+        w1.wait(timeout=30)
+
+        w2 = spawn_py(WRITER, store_path, second, size)
+        _ready(w2)
+        assert prepared.stat().st_ino != old_inode, "the name now holds another file"
+        assert _read_all(follower, mq) == list(range(first + second))
+        assert follower.offsets(mq) == (0, first + second)
+        assert _deleted_mappings(store_path) == []
+
+
+MONITOR = """
+import json, os, sys, time
+import mqlite
+from mqlite import MessageQueue
+s = mqlite.open(sys.argv[1], read_only=True)
+queues = [MessageQueue("t", 0), MessageQueue("t", 1)]
+print(json.dumps([s.offsets(q) for q in queues]), flush=True)
+want = int(sys.stdin.readline())
+# Only queue 0 is looked at from now on (queue 1 "moved away"); no message is read.
+deadline = time.monotonic() + 20
+while s.offsets(queues[0])[0] < want and time.monotonic() < deadline:
+    time.sleep(0.01)
+held = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    if target.endswith("(deleted)") and sys.argv[1] in target:
+        held.append(target)
+with open("/proc/self/maps") as maps:
+    mapped = sorted({l.split()[-2] for l in maps if l.rstrip().endswith("(deleted)") and sys.argv[1] in l})
+print(json.dumps({"offsets": s.offsets(queues[0]), "held": held, "mapped": mapped}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _age(paths: list[Path], seconds: float) -> None:
+    old = time.time() - seconds
+    for p in paths:
+        os.utime(p, (old, old))
+
+
+def test_a_follower_that_reads_nothing_lets_go_of_the_files_retention_deleted(
+    store_path: Path, spawn_py: SpawnPy
+) -> None:
+    """A read-only handle that only asks for offsets (a monitor, or a consumer whose queues moved
+    away) stops holding the commit-log and consume-queue files the writer's retention deleted,
+    including those of a queue it no longer looks at, and reports the new minimum offset."""
+    import json
+
+    size = 64 << 10
+    opts = dict(commit_log_file_size=size, consume_queue_file_units=100, max_message_size=4096,
+                retention_hours=1.0)
+    body = b"x" * 2000
+    with mqlite.open(store_path, **opts) as writer:
+        writer.create_topic("t", 2)
+        p = writer.producer()
+        for i in range(300):
+            p.send(Message("t", body), queue_id=i % 2)
+        writer.flush()
+        monitor = spawn_py(MONITOR, store_path)
+        assert monitor.stdout is not None and monitor.stdin is not None
+        assert json.loads(monitor.stdout.readline()) == [[0, 150], [0, 150]]
+        for i in range(300):
+            p.send(Message("t", body), queue_id=i % 2)
+        writer.flush()
+        end = writer.stats()["commit_log_max_offset"]
+        writing = end - end % size
+        old = [f for f in (store_path / "commitlog").iterdir() if int(f.name) < writing]
+        cq1_before = sorted((store_path / "consumequeue/t/1").iterdir())
+        _age(old, 2 * 3600)
+        deleted = 0
+        while n := writer.delete_expired_files():
+            deleted += n
+        assert deleted == len(old) > 10
+        assert len(sorted((store_path / "consumequeue/t/1").iterdir())) < len(cq1_before)
+        low, high = writer.offsets(MessageQueue("t", 0))
+        assert low > 0
+        monitor.stdin.write(f"{low}\n")
+        monitor.stdin.flush()
+        seen = json.loads(monitor.stdout.readline())
+        assert seen == {"offsets": [low, high], "held": [], "mapped": []}
