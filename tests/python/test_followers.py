@@ -1,10 +1,12 @@
-"""Read-only followers beside a writer that restarts and deletes files.
+"""Read-only followers beside a writer that restarts and deletes files, and a pull consumer with
+one queue it cannot read.
 
 Writers that crash are real processes (``kill -9``); the follower is this test process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mqlite
-from mqlite import Message, MessageQueue
+from mqlite import ConsumeFromWhere, Message, MessageQueue
 
 SpawnPy = Callable[..., subprocess.Popen[str]]
 
@@ -189,3 +191,67 @@ def test_a_follower_that_reads_nothing_lets_go_of_the_files_retention_deleted(
         monitor.stdin.flush()
         seen = json.loads(monitor.stdout.readline())
         assert seen == {"offsets": [low, high], "held": [], "mapped": []}
+
+
+def _damage(store_path: Path, sent: mqlite.SendResult, body: bytes, file_size: int) -> tuple[Path, int, int]:
+    """Flips one byte of ``body`` in the commit log, in the record ``sent`` put there; returns
+    what restores it."""
+    start = sent.commit_log_offset - sent.commit_log_offset % file_size
+    path = store_path / "commitlog" / f"{start:020d}"
+    with open(path, "r+b") as f:
+        f.seek(sent.commit_log_offset - start)
+        record = f.read(4096)
+        at = sent.commit_log_offset - start + record.index(body)
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+    return path, at, byte
+
+
+def _restore(path: Path, at: int, byte: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([byte]))
+
+
+def test_a_queue_that_cannot_be_read_does_not_stop_the_others(
+    store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """poll() returns what it can: the messages of the readable queues and those of the failing
+    queue before the damage. The failing queue keeps its position (nothing is skipped), its error
+    is in queue_errors() and logged once, and it is served again once it reads."""
+    size = 1 << 20
+    with mqlite.open(store_path, commit_log_file_size=size, consume_queue_file_units=1000,
+                     max_message_size=64 << 10) as store:
+        store.create_topic("t", 2)
+        p = store.producer()
+        sent = {(q, i): p.send(Message("t", b"q%d-m%d" % (q, i)), queue_id=q)
+                for i in range(3) for q in (0, 1)}
+        store.flush()
+        damaged = _damage(store_path, sent[(0, 1)], b"q0-m1", size)
+        q0, q1 = MessageQueue("t", 0), MessageQueue("t", 1)
+        with store.pull_consumer("g", consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as c:
+            c.assign([q0, q1])
+            with caplog.at_level(logging.INFO, logger="mqlite.consumer"):
+                got = sorted(m.body for m in c.poll(0))
+                assert got == [b"q0-m0", b"q1-m0", b"q1-m1", b"q1-m2"]
+                assert c.poll(0) == []  # queue 0 is retried, still failing; queue 1 is done
+                errors = c.queue_errors()
+                assert list(errors) == [q0] and isinstance(errors[q0], mqlite.CorruptedLogError)
+                assert c.position(q0) == 1 and c.position(q1) == 3
+                logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+                assert len(logged) == 1 and str(q0) in logged[0].getMessage()
+                _restore(*damaged)
+                assert [m.body for m in c.poll(0)] == [b"q0-m1", b"q0-m2"]
+                assert c.queue_errors() == {}
+                assert any(r.levelno == logging.INFO and str(q0) in r.getMessage()
+                           for r in caplog.records)
+        # A consumer whose every queue fails gets the error from poll itself.
+        damaged = _damage(store_path, sent[(0, 0)], b"q0-m0", size)
+        with store.pull_consumer("g2", consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as c:
+            c.assign([q0])
+            with pytest.raises(mqlite.CorruptedLogError):
+                c.poll(0.2)
+            assert c.position(q0) == 0 and list(c.queue_errors()) == [q0]
+        _restore(*damaged)

@@ -287,12 +287,19 @@ impl Store {
                 continue;
             }
             let mut got =
-                self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
-            if got.is_none() && self.inner.config.read_only && !refreshed {
+                self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out);
+            if matches!(got, Ok(None)) && self.inner.config.read_only && !refreshed {
                 refreshed = true;
                 let _ = self.inner.commit_log.files().refresh(false);
-                got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
+                got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out);
             }
+            let got = match got {
+                Ok(got) => got,
+                // A damaged record: hand out what was read before it; the next read starts at
+                // it and reports the damage. Never skipped.
+                Err(_) if !out.records.is_empty() => break,
+                Err(e) => return Err(e),
+            };
             if got.is_some() {
                 last_record = Some(u.offset);
             }
