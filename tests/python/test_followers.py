@@ -1,5 +1,5 @@
-"""Read-only followers beside a writer that restarts and deletes files, and a pull consumer with
-one queue it cannot read.
+"""Read-only followers beside a writer that restarts and deletes files, retention passes, and a
+pull consumer with one queue it cannot read.
 
 Writers that crash are real processes (``kill -9``); the follower is this test process.
 """
@@ -181,7 +181,7 @@ def test_a_follower_that_reads_nothing_lets_go_of_the_files_retention_deleted(
         cq1_before = sorted((store_path / "consumequeue/t/1").iterdir())
         _age(old, 2 * 3600)
         deleted = 0
-        while n := writer.delete_expired_files():
+        while n := writer.delete_expired_files():  # one pass is enough (see the test below)
             deleted += n
         assert deleted == len(old) > 10
         assert len(sorted((store_path / "consumequeue/t/1").iterdir())) < len(cq1_before)
@@ -191,6 +191,28 @@ def test_a_follower_that_reads_nothing_lets_go_of_the_files_retention_deleted(
         monitor.stdin.flush()
         seen = json.loads(monitor.stdout.readline())
         assert seen == {"offsets": [low, high], "held": [], "mapped": []}
+
+
+def test_one_pass_of_retention_deletes_every_expired_file(tmp_path: Path) -> None:
+    """Retention is not rationed: a pass deletes every expired commit-log file (the background
+    pass the same way, a time slice at a time), oldest first, never the file being written."""
+    size = 64 << 10
+    with mqlite.open(tmp_path / "s", commit_log_file_size=size, consume_queue_file_units=100,
+                     max_message_size=4096, retention_hours=1.0) as store:
+        store.create_topic("t", 1)
+        with store.producer() as p:
+            for _ in range(1200):
+                p.send(Message("t", b"y" * 2000))
+        store.flush()
+        end = store.stats()["commit_log_max_offset"]
+        writing = end - end % size
+        old = sorted(f for f in (tmp_path / "s" / "commitlog").iterdir() if int(f.name) < writing)
+        assert len(old) > 30
+        _age(old, 2 * 3600)
+        assert store.delete_expired_files() == len(old)
+        assert not any(f.exists() for f in old)
+        assert store.stats()["commit_log_min_offset"] == writing
+        assert store.delete_expired_files() == 0
 
 
 def _damage(store_path: Path, sent: mqlite.SendResult, body: bytes, file_size: int) -> tuple[Path, int, int]:
