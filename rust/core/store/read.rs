@@ -423,9 +423,7 @@ impl Store {
             }
             got => got,
         };
-        got?.ok_or_else(|| Error::MessageNotFound {
-            msg_id: format!("commit-log offset {offset}"),
-        })
+        got?.ok_or_else(|| self.inner.commit_log.not_found(offset))
     }
 
     /// Copies the raw bytes of the record at commit-log `offset`.
