@@ -448,6 +448,13 @@ class PullConsumer:
 
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
+
+        A queue that cannot be read (``CorruptedLogError`` for damage, ``TopicNotReadableError``)
+        does not stop the others: ``poll`` returns their messages, and that queue keeps its
+        position (nothing of it is skipped) and is read again at every poll. Its error is logged
+        once (logger ``mqlite.consumer``, again if it changes, and when the queue reads again)
+        and listed by ``queue_errors()``. ``poll`` raises a queue's error only when every queue
+        it read failed.
         """
         if max_messages is None:
             n = self._max_poll
@@ -494,12 +501,29 @@ class PullConsumer:
             # Read, and if nothing is there wait and read again, then advance the cursors nobody
             # moved (seek, rebalance) meanwhile, all in one call: one GIL hand-off when a
             # message arrives.
-            msgs = core.poll_cursors(order, n, left, self._lock)
+            msgs = core.poll_cursors(order, n, left, self._lock, self._queue_error_changed)
             if msgs:
                 self._rr += 1
                 return msgs
             if deadline is not None and time.monotonic() >= deadline:
                 return []
+
+    def _queue_error_changed(self, cursor: _core.QueueCursor) -> None:
+        """A poll's read of ``cursor``'s queue failed for a new reason, or read again (lock held)."""
+        if cursor.error is None:
+            log.info("%s reads again for consumer %s of group %s", cursor.mq, self._client_id, self._group)
+        else:
+            log.error(
+                "%s cannot be read by consumer %s of group %s; it stays at offset %d and is read "
+                "again at every poll, the other queues are served: %s",
+                cursor.mq, self._client_id, self._group, cursor.position, cursor.error,
+            )
+
+    def queue_errors(self) -> dict[MessageQueue, BaseException]:
+        """The assigned queues whose latest read by ``poll`` failed, with the exception (see
+        ``poll``). A queue leaves the list when a read of it succeeds or it is unassigned."""
+        with self._lock:
+            return {mq: q.error for mq, q in self._queues.items() if q.error is not None}
 
     def __iter__(self) -> Iterator[MessageExt]:
         """Yield messages until ``close()``; leaving the loop early re-delivers the unyielded rest

@@ -276,9 +276,10 @@ class Store:
         self._live().flush()
 
     def delete_expired_files(self) -> int:
-        """Delete commit-log files older than ``retention_hours`` now (oldest first, never the
-        file being written) and the consume-queue files that only point into them. The store
-        also does this every 10 seconds. Returns the number of commit-log files deleted."""
+        """Delete every commit-log file last modified more than ``retention_hours`` ago now
+        (oldest first, up to the first that is not expired, never the file being written) and
+        the consume-queue files that only point into them. The writer also does this every 10
+        seconds. Returns the number of commit-log files deleted."""
         return self._live().delete_expired_files()
 
     def stats(self) -> dict[str, Any]:

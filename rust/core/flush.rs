@@ -10,6 +10,10 @@
 //! - Both modes: consume queues are flushed every interval, then the checkpoint records the
 //!   flushed commit-log offset and the dispatched offset captured *before* the queue flush,
 //!   and the mappings of old files are released (`store::release_pages`; no data changes).
+//! - Retention: every `CLEAN_INTERVAL` a pass deletes every expired commit-log file (oldest
+//!   first) and the consume-queue files that only index deleted records (`delete_expired_until`).
+//!   A pass stops after `DELETE_BUDGET`; the next one then runs right after the next flush,
+//!   until none is left, so the store is reclaimed as fast as the file system deletes files.
 //!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
@@ -29,6 +33,20 @@ use crate::util::clock::now_ms;
 /// How often expired files are looked for.
 const CLEAN_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The longest one pass of the flush thread spends deleting expired files. What is left is
+/// deleted by the passes that follow, each right after a flush, so a backlog of expired files
+/// never holds a flush (and the sends waiting on it) up for longer.
+const DELETE_BUDGET: Duration = Duration::from_millis(20);
+
+/// What a retention pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    /// Commit-log files deleted.
+    pub files: usize,
+    /// The pass stopped at its time budget with expired files possibly left.
+    pub more: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
     requested: u64,
@@ -45,7 +63,7 @@ pub struct FlushService {
     checkpoint: Option<Arc<Checkpoint>>,
     mode: FlushMode,
     interval: Duration,
-    /// Commit-log files older than this are deleted (oldest first, never the last file).
+    /// Commit-log files last modified longer ago than this are deleted (`delete_expired`).
     pub retention: Option<Duration>,
     state: Mutex<State>,
     requested: Condvar,
@@ -183,10 +201,13 @@ impl FlushService {
     pub fn run_thread(&self) {
         let mut last_logics = Instant::now();
         let mut last_clean = Instant::now();
+        // A retention pass ran out of time: the next one runs right after the next flush.
+        let mut deleting = false;
         while !self.stop.load(Ordering::Acquire) {
             {
                 let s = self.lock();
                 let wait = match self.mode {
+                    _ if deleting => Duration::ZERO,
                     FlushMode::Sync => self.interval.min(Duration::from_millis(10)),
                     FlushMode::Async => self.interval,
                 };
@@ -213,24 +234,37 @@ impl FlushService {
                 let _ = self.flush_logics_and_checkpoint();
                 crate::store::release_pages(&self.commit_log, &self.cqs);
             }
-            if last_clean.elapsed() >= CLEAN_INTERVAL {
+            if deleting || last_clean.elapsed() >= CLEAN_INTERVAL {
                 last_clean = Instant::now();
                 // A failed deletion is retried at the next pass; it never blocks writes.
-                let _ = self.delete_expired();
+                deleting = self
+                    .delete_expired_until(Some(Instant::now() + DELETE_BUDGET))
+                    .is_ok_and(|d| d.more);
             }
         }
     }
 
-    /// Deletes commit-log files whose last modification is older than the retention (oldest
-    /// first, at most 10 per pass, never the file being written, never past what dispatch has
-    /// read), then consume-queue files that only point below the commit log's new minimum.
+    /// Deletes every expired commit-log file (see `delete_expired_until`); returns how many.
     pub fn delete_expired(&self) -> Result<usize> {
+        self.delete_expired_until(None).map(|d| d.files)
+    }
+
+    /// Deletes commit-log files whose last modification is older than the retention, oldest
+    /// first, up to the first one that is not expired, never the file being written and never
+    /// one holding records dispatch has not indexed yet; then the consume-queue files whose
+    /// units all point below the commit log's new minimum. With a `deadline`, stops deleting
+    /// commit-log files once it has passed (`more`: some may be left for the next pass).
+    pub fn delete_expired_until(&self, deadline: Option<Instant>) -> Result<Deleted> {
+        let mut done = Deleted {
+            files: 0,
+            more: false,
+        };
         let Some(retention) = self.retention else {
-            return Ok(0);
+            return Ok(done);
         };
         let now = std::time::SystemTime::now();
         let dispatched = self.reput.dispatched_offset();
-        let n = self.commit_log.files().delete_head_while(10, |f| {
+        let expired = |f: &crate::mapped_file::MappedFile| {
             let end = f.from_offset() + f.size();
             let old = std::fs::metadata(f.path())
                 .and_then(|m| m.modified())
@@ -238,11 +272,24 @@ impl FlushService {
                 .and_then(|m| now.duration_since(m).ok())
                 .is_some_and(|age| age > retention);
             old && end <= dispatched
-        })?;
-        if n > 0 {
+        };
+        // One file at a time: each unlink may take milliseconds (the file system frees its
+        // blocks), and the deadline is checked between them.
+        let deleted = loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                done.more = true;
+                break Ok(());
+            }
+            match self.commit_log.files().delete_head_while(1, expired) {
+                Ok(0) => break Ok(()),
+                Ok(n) => done.files += n,
+                Err(e) => break Err(e),
+            }
+        };
+        if done.files > 0 {
             self.cqs.delete_expired(self.commit_log.min_offset())?;
         }
-        Ok(n)
+        deleted.map(|()| done)
     }
 
     /// Asks the thread to exit.
@@ -258,5 +305,86 @@ impl FlushService {
             return None;
         }
         self.lock().poisoned.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::dispatch::notifier::Notifier;
+    use crate::mapped_file_queue::{Backing, MappedFileQueue};
+
+    /// A service over a commit log of `files` files, all expired (zero retention) and all
+    /// dispatched.
+    fn service(dir: &std::path::Path, files: u64) -> FlushService {
+        const SIZE: u64 = 64 << 10;
+        let backing = Backing::Dir {
+            dir: dir.join("commitlog"),
+            mode: 0o600,
+            populate: false,
+        };
+        std::fs::create_dir_all(dir.join("commitlog")).unwrap();
+        let queue = MappedFileQueue::new(backing, SIZE, true);
+        for k in 0..files {
+            queue.roll(k * SIZE).unwrap();
+        }
+        let log = Arc::new(CommitLog::new(queue));
+        let cqs = Arc::new(ConsumeQueueStore::new(
+            Some(dir.join("consumequeue")),
+            1000,
+            0o600,
+            0o700,
+            false,
+        ));
+        let reput = Arc::new(Reput::new(
+            Arc::clone(&log),
+            Vec::new(),
+            files * SIZE,
+            false,
+            Arc::new(Notifier::default()),
+        ));
+        let mut s = FlushService::new(
+            log,
+            cqs,
+            reput,
+            None,
+            FlushMode::Async,
+            Duration::from_millis(500),
+        );
+        s.retention = Some(Duration::ZERO);
+        s
+    }
+
+    /// A pass out of time reports the files it left; a pass without a deadline deletes every
+    /// expired file, all but the one being written.
+    #[test]
+    fn a_pass_deletes_every_expired_file_unless_its_time_is_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = service(dir.path(), 25);
+        let late = s.delete_expired_until(Some(Instant::now())).unwrap();
+        assert_eq!(
+            late,
+            Deleted {
+                files: 0,
+                more: true
+            }
+        );
+        let all = s.delete_expired_until(None).unwrap();
+        assert_eq!(
+            all,
+            Deleted {
+                files: 24,
+                more: false
+            }
+        );
+        assert_eq!(s.commit_log.files().len(), 1);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("commitlog"))
+                .unwrap()
+                .count(),
+            1
+        );
     }
 }

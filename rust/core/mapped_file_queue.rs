@@ -6,8 +6,12 @@
 //! - Files are contiguous: `start_{k+1} == start_k + size`; only the last file is written.
 //! - `min_offset()` is the first file's start, `max_offset()` the last file's start plus its
 //!   published position.
-//! - Files are removed only from the head (expiry) or past a truncation point (recovery), by
-//!   `unlink`, so mappings held by readers stay valid.
+//! - Files are removed only from the head (expiry) or past a truncation point (recovery, and
+//!   an unused prepared file), by `unlink`, so mappings held by readers stay valid. A name
+//!   removed past a truncation point is created again when the writer gets there.
+//! - A follower (read-only open in another process) never maps a file under a name that now
+//!   names another file for longer than until its next `refresh(verify = true)`: it compares
+//!   each mapping's device and inode with the directory's (`refresh`).
 //!
 //! Crash behaviour: a zero-length or short last file (a roll interrupted by a kill) is repaired
 //! (deleted if empty, re-preallocated if short); a gap between files is reported as corruption.
@@ -53,6 +57,8 @@ pub struct MappedFileQueue {
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
     defer_create_sync: bool,
+    // Held by `refresh` (followers) for its whole run.
+    refreshing: Mutex<()>,
 }
 
 impl MappedFileQueue {
@@ -65,6 +71,7 @@ impl MappedFileQueue {
             files: RwLock::new(Vec::new()),
             ready: Mutex::new(None),
             defer_create_sync: false,
+            refreshing: Mutex::new(()),
         }
     }
 
@@ -185,25 +192,49 @@ impl MappedFileQueue {
         }
     }
 
-    /// Re-reads the directory and maps files that appeared since (read-only followers).
-    pub fn refresh(&self) -> Result<()> {
+    /// Followers (read-only opens): brings the list in line with the directory.
+    ///
+    /// - Head files the writer deleted (expiry) are forgotten.
+    /// - The first other listed file whose name is gone, or, with `verify`, whose name now
+    ///   names another file than the one mapped (compared by device and inode), is forgotten
+    ///   with every file after it: the writer deleted and re-created it (the all-zero file
+    ///   prepared ahead of a roll is deleted by the next writer's recovery and by `close`, and
+    ///   recovery cuts files past a torn tail), so what is mapped is stale. Those names are
+    ///   mapped again below.
+    /// - Files past the last one kept are mapped, in order, up to the first that is not full
+    ///   size yet (being created), and the list is cut to its contiguous run at the end.
+    ///
+    /// A forgotten file is unmapped and its descriptor closed once no reader still holds it,
+    /// so its disk space is freed. `verify` costs a `stat` per file; without it only the
+    /// directory is read.
+    pub fn refresh(&self, verify: bool) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
         };
+        // One refresh at a time: each builds the new list from a snapshot and installs it.
+        let _one = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
         let mut names = list_offsets(dir)?;
         names.sort_unstable();
-        let mut files = self.write_files();
-        // Files the writer expired are gone from the directory: forget them (our mappings stay
-        // valid for whoever still holds them), so the list never has a hole in it.
-        files.retain(|f| names.binary_search(&f.from_offset()).is_ok());
+        let listed = |f: &Arc<MappedFile>| names.binary_search(&f.from_offset()).is_ok();
+        let before = self.files();
+        let mut files = before.clone();
+        let expired = files.iter().take_while(|f| !listed(f)).count();
+        files.drain(..expired);
+        let replaced = files.iter().position(|f| {
+            !listed(f)
+                || (verify && !std::fs::symlink_metadata(f.path()).is_ok_and(|m| f.is_file_at(&m)))
+        });
+        if let Some(k) = replaced {
+            files.truncate(k);
+        }
         let last = files.last().map(|f| f.from_offset());
         for start in names {
             if last.is_some_and(|l| start <= l) {
                 continue;
             }
             let path = dir.join(fs::offset_file_name(start));
-            match std::fs::metadata(&path) {
-                Ok(m) if m.len() == self.file_size => {}
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_file() && m.len() == self.file_size => {}
                 _ => break, // being created by the writer; try again later
             }
             files.push(Arc::new(MappedFile::open_existing(
@@ -223,6 +254,15 @@ impl MappedFileQueue {
             })
             .unwrap_or(0);
         files.drain(..keep_from);
+        if same_files(&files, &before) {
+            return Ok(());
+        }
+        let mut current = self.write_files();
+        // Only `refresh` (serialised above) and `clear` change a follower's list: a list that
+        // changed meanwhile was cleared by `close`, and stays so.
+        if same_files(&current, &before) {
+            *current = files;
+        }
         Ok(())
     }
 
@@ -534,6 +574,11 @@ impl MappedFileQueue {
     pub fn destroy(&self) -> Result<()> {
         self.drop_files_from(0)
     }
+}
+
+/// True when both lists hold the same mapped files, in the same order.
+fn same_files(a: &[Arc<MappedFile>], b: &[Arc<MappedFile>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 
 /// Start offsets of the files in `dir` (names of exactly 20 digits; others are ignored).

@@ -407,7 +407,8 @@ impl CommitLog {
         .unwrap_or_else(|| Err(self.not_found(offset)))
     }
 
-    fn not_found(&self, offset: u64) -> Error {
+    /// `MessageNotFound` for the record at `offset`.
+    pub(crate) fn not_found(&self, offset: u64) -> Error {
         Error::MessageNotFound {
             msg_id: format!("commit-log offset {offset}"),
         }

@@ -556,9 +556,10 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// Re-reads the directory for new files (read-only followers).
-    pub fn refresh(&self) -> Result<()> {
-        self.files.refresh()
+    /// Re-reads the directory (read-only followers): maps new files, forgets deleted ones and,
+    /// with `verify`, replaced ones (`MappedFileQueue::refresh`).
+    pub fn refresh(&self, verify: bool) -> Result<()> {
+        self.files.refresh(verify)
     }
 
     /// Deletes head files whose every unit points below `phy_min` (commit log expired), then

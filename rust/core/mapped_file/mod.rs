@@ -15,10 +15,15 @@
 //! Writers: the owner of the `FileWriter` (the commit-log appender or the dispatcher). Readers:
 //! any thread, through `slice` (published bytes) or `copy_out` (read-only opens of other
 //! processes' files).
+//!
+//! Identity: a file opened by `open_existing` remembers the device and inode it mapped, so a
+//! follower can tell the file it maps from another one created later under the same name
+//! (`is_file_at`).
 
 pub mod mmap;
 
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,6 +50,8 @@ pub struct MappedFile {
     region: MmapRegion,
     // Held so the descriptor lives as long as the mapping (and for fsync of metadata).
     file: Option<File>,
+    // (device, inode) of the mapped file, for files opened by `open_existing`.
+    identity: Option<(u64, u64)>,
     published: AtomicU64,
     flushed: AtomicU64,
     writer_taken: AtomicBool,
@@ -102,10 +109,8 @@ impl MappedFile {
         } else {
             fs::open_ro(path)?
         };
-        let actual = file
-            .metadata()
-            .map_err(|e| Error::io("stat", path, e))?
-            .len();
+        let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        let actual = meta.len();
         if actual < size {
             if !writable {
                 return Err(Error::Corrupted {
@@ -123,14 +128,16 @@ impl MappedFile {
         })?;
         let region = MmapRegion::map_file(&file, len, writable, false)
             .map_err(|e| Error::io("mmap", path, e))?;
-        Ok(Self::new(
+        let mut mapped = Self::new(
             path.to_path_buf(),
             from_offset,
             size,
             region,
             Some(file),
             size,
-        ))
+        );
+        mapped.identity = Some((meta.dev(), meta.ino()));
+        Ok(mapped)
     }
 
     /// An in-memory file backed by anonymous memory (nothing on disk).
@@ -165,6 +172,7 @@ impl MappedFile {
             size,
             region,
             file,
+            identity: None,
             published: AtomicU64::new(pos),
             flushed: AtomicU64::new(pos),
             writer_taken: AtomicBool::new(false),
@@ -181,6 +189,13 @@ impl MappedFile {
             file: Arc::clone(self),
             pos: self.published.load(Ordering::Acquire),
         })
+    }
+
+    /// True when `meta` (a `stat` of the path this file was opened at) describes the file
+    /// mapped here: same device and inode. False for another file created under the name since,
+    /// and for files not opened by `open_existing` (their identity was not recorded).
+    pub fn is_file_at(&self, meta: &std::fs::Metadata) -> bool {
+        self.identity == Some((meta.dev(), meta.ino()))
     }
 
     /// File path (`:memory:` for anonymous files).

@@ -1,12 +1,13 @@
 //! Store: the facade that opens, recovers, runs and closes a message store.
 //!
 //! Threads of a writable store: the reput (dispatch) thread, the flush thread and the commit-log
-//! preallocator. A read-only store starts none: it maps files read-only and follows the writer's
-//! tail by re-reading the directory when it reaches the end of what it mapped.
+//! preallocator. A read-only store starts none: it maps files read-only and follows the writer
+//! by re-reading the directories from its own calls (follow.rs).
 //!
 //! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
 
+mod follow;
 mod open;
 mod read;
 mod write;
@@ -62,6 +63,9 @@ struct Inner {
     last_release: std::sync::atomic::AtomicI64,
     /// Start of the commit-log file the latest read ended in (`u64::MAX`: none yet).
     last_read_file: std::sync::atomic::AtomicU64,
+    /// Followers: when the file lists were last checked against the directories
+    /// (`follow::monotonic_ms`).
+    last_follow: std::sync::atomic::AtomicU64,
 }
 
 /// How often reads release the mapped pages of old files.
@@ -159,6 +163,7 @@ impl Store {
 
     /// Commit-log offsets: (oldest byte, one past the newest record).
     pub fn commit_log_range(&self) -> (u64, u64) {
+        self.follow();
         (
             self.inner.commit_log.min_offset(),
             self.inner.commit_log.max_offset(),

@@ -182,6 +182,8 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
         uniq: UniqueIdGenerator::new(seed()),
         last_release: std::sync::atomic::AtomicI64::new(0),
         last_read_file: std::sync::atomic::AtomicU64::new(u64::MAX),
+        // The files were just loaded.
+        last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
     });
     start_threads(&inner)?;
     Ok(Store { inner })

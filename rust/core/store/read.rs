@@ -155,10 +155,10 @@ impl Store {
 
     fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
         let cq = self.inner.cqs.get(topic, queue_id)?;
-        if self.inner.config.read_only {
-            // Follow the writer: map files it created since we last looked, and start after
-            // units whose records were already gone when this store was opened.
-            let _ = cq.refresh();
+        if self.inner.config.read_only && !self.follow() {
+            // Follow the writer (follow.rs): map the files it created since we last looked,
+            // and start after units whose records are gone.
+            let _ = cq.refresh(false);
             cq.correct_min_offset(self.inner.commit_log.min_offset());
         }
         Some(cq)
@@ -205,6 +205,27 @@ impl Store {
             };
             return Ok(GetResult::empty(status, 0, 0, 0));
         };
+        match self.read_queue(&cq, offset, max, filter) {
+            // A follower may be looking at a file the writer replaced: damage is reported only
+            // if it is still there once the files read were checked against the directories.
+            Err(Error::Corrupted { .. }) if self.inner.config.read_only => {
+                self.recheck(Some(&cq));
+                self.read_queue(&cq, offset, max, filter)
+            }
+            r => r,
+        }
+    }
+
+    /// `get_messages` of an existing queue.
+    fn read_queue(
+        &self,
+        cq: &ConsumeQueue,
+        offset: u64,
+        max: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult> {
+        let topic = cq.topic();
+        let queue_id = cq.queue_id();
         let (min, maxo) = (cq.min_offset(), cq.max_offset());
         if maxo == 0 {
             return Ok(GetResult::empty(GetStatus::NoMessageInQueue, 0, min, maxo));
@@ -239,7 +260,7 @@ impl Store {
             // Below the queue's end every slot holds a unit: an empty or malformed one is
             // damage, reported rather than left as a read that never advances.
             return Err(damaged_unit(
-                &cq,
+                cq,
                 offset,
                 "empty or malformed unit below the queue's end",
             ));
@@ -266,12 +287,19 @@ impl Store {
                 continue;
             }
             let mut got =
-                self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
-            if got.is_none() && self.inner.config.read_only && !refreshed {
+                self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out);
+            if matches!(got, Ok(None)) && self.inner.config.read_only && !refreshed {
                 refreshed = true;
-                let _ = self.inner.commit_log.files().refresh();
-                got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out)?;
+                let _ = self.inner.commit_log.files().refresh(false);
+                got = self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out);
             }
+            let got = match got {
+                Ok(got) => got,
+                // A damaged record: hand out what was read before it; the next read starts at
+                // it and reports the damage. Never skipped.
+                Err(_) if !out.records.is_empty() => break,
+                Err(e) => return Err(e),
+            };
             if got.is_some() {
                 last_record = Some(u.offset);
             }
@@ -282,14 +310,14 @@ impl Store {
                     break;
                 }
                 return Err(damaged_unit(
-                    &cq,
+                    cq,
                     k,
                     "unit points past the end of the commit log",
                 ));
             }
             next = k + 1;
         }
-        self.release_behind_reader(&cq, offset, next, last_record);
+        self.release_behind_reader(cq, offset, next, last_record);
         out.next_offset = next;
         out.status = if !out.records.is_empty() {
             GetStatus::Found
@@ -378,10 +406,24 @@ impl Store {
     /// Decodes the message stored at commit-log `offset` and hands it to `f`.
     pub fn get_by_offset<R>(&self, offset: u64, f: impl FnOnce(&RecordView<'_>) -> R) -> Result<R> {
         self.check_usable()?;
-        if self.inner.config.read_only && offset >= self.inner.commit_log.max_offset() {
-            let _ = self.inner.commit_log.files().refresh();
+        if !self.inner.config.read_only {
+            return self.inner.commit_log.read_record(offset, f);
         }
-        self.inner.commit_log.read_record(offset, f)
+        if !self.follow() && offset >= self.inner.commit_log.max_offset() {
+            let _ = self.inner.commit_log.files().refresh(false);
+        }
+        // The record may be in a file the writer replaced since the last check: look again
+        // before saying it is not there. `f` runs only for a record that was read.
+        let mut f = Some(f);
+        let mut call = |v: &RecordView<'_>| f.take().map(|f| f(v));
+        let got = match self.inner.commit_log.read_record(offset, &mut call) {
+            Err(_) => {
+                self.recheck(None);
+                self.inner.commit_log.read_record(offset, &mut call)
+            }
+            got => got,
+        };
+        got?.ok_or_else(|| self.inner.commit_log.not_found(offset))
     }
 
     /// Copies the raw bytes of the record at commit-log `offset`.

@@ -10,16 +10,22 @@
 //! `live` (assigned and not paused) and nobody moved it (seek, rebalance) while the call read
 //! without the GIL. That check and the move run under the consumer's own lock, the lock its
 //! Python methods take.
+//!
+//! Per-queue failures: a cursor whose read fails (damage, a topic that forbids reads) keeps
+//! its position, so nothing of its queue is skipped, and carries the error (`error`) until a
+//! read of it succeeds; the other cursors are read and advanced as usual, and the wait is for
+//! them only. The call raises a queue's error only when every cursor it read failed. Errors of
+//! the store itself (closed, used after fork) are raised at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqlite::{GetResult, GetStatus, Store, TagFilter};
+use mqlite::{Error, GetResult, GetStatus, Store, TagFilter};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::{illegal, value_error, PyMqError};
+use crate::errors::{illegal, to_pyerr, value_error, PyMqError};
 use crate::message::messages_from;
 use crate::queue::PyMessageQueue;
 
@@ -45,6 +51,9 @@ pub struct PyQueueCursor {
     #[pyo3(get, set)]
     live: bool,
     filter: Arc<TagFilter>,
+    /// The failure of the latest read of this queue by a poll, with its message (compared to
+    /// tell a new failure from the same one again); None once a read succeeds.
+    error: Option<(String, Py<PyAny>)>,
 }
 
 #[pymethods]
@@ -83,7 +92,15 @@ impl PyQueueCursor {
             committed: None,
             live: false,
             filter: Arc::new(filter),
+            error: None,
         })
+    }
+
+    /// The exception the latest poll's read of this queue raised (None: it read fine). The
+    /// queue's position stays where that read started.
+    #[getter]
+    fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.error.as_ref().map(|(_, e)| e.clone_ref(py))
     }
 
     /// The queue (a `MessageQueue`).
@@ -132,6 +149,9 @@ impl PyQueueCursor {
         if let Some(s) = &self.sql {
             visit.call(s)?;
         }
+        if let Some((_, e)) = &self.error {
+            visit.call(e)?;
+        }
         Ok(())
     }
 }
@@ -144,24 +164,38 @@ struct Snapshot {
     filter: Arc<TagFilter>,
 }
 
+/// One cursor's read: the store's answer, or the error of that queue.
+type Read = mqlite::Result<GetResult>;
+
+/// True for an error of the store as a whole rather than of the queue read.
+fn store_wide(e: &Error) -> bool {
+    matches!(e, Error::Closed | Error::UsedAfterFork)
+}
+
 /// Reads the cursors in order until `max` messages are collected; if none had anything, waits
-/// up to `timeout` for data and reads once more. One result per cursor read, in order.
+/// up to `timeout` for data in the queues that read without error, and reads once more. One
+/// result per cursor read, in order. Fails only for an error of the store as a whole.
 fn read_or_wait(
     store: &Store,
     snaps: &[Snapshot],
     max: usize,
     timeout: Option<Duration>,
-) -> mqlite::Result<Vec<GetResult>> {
-    let read_all = || -> mqlite::Result<(Vec<GetResult>, usize)> {
+) -> mqlite::Result<Vec<Read>> {
+    let read_all = || -> mqlite::Result<(Vec<Read>, usize)> {
         let mut out = Vec::with_capacity(snaps.len());
         let mut got = 0;
         for s in snaps {
             if got >= max {
                 break;
             }
-            let r = store.get_messages(&s.topic, s.queue_id, s.position, max - got, &s.filter)?;
-            got += r.records.len();
-            out.push(r);
+            match store.get_messages(&s.topic, s.queue_id, s.position, max - got, &s.filter) {
+                Ok(r) => {
+                    got += r.records.len();
+                    out.push(Ok(r));
+                }
+                Err(e) if store_wide(&e) => return Err(e),
+                Err(e) => out.push(Err(e)),
+            }
         }
         Ok((out, got))
     };
@@ -169,10 +203,16 @@ fn read_or_wait(
     if got > 0 || timeout.is_some_and(|t| t.is_zero()) {
         return Ok(out);
     }
+    // Not the failed queues: their data is there, unread, and would end the wait at once.
     let waits: Vec<(&str, u32, u64)> = snaps
         .iter()
-        .map(|s| (&*s.topic, s.queue_id, s.position))
+        .zip(&out)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(s, _)| (&*s.topic, s.queue_id, s.position))
         .collect();
+    if waits.is_empty() {
+        return Ok(out);
+    }
     if store.wait_for_messages(&waits, timeout)? {
         return Ok(read_all()?.0);
     }
@@ -187,7 +227,8 @@ fn skips(r: &GetResult) -> bool {
 }
 
 /// `Store.poll_cursors`: see the module doc. `lock` is the consumer's lock (an RLock), taken
-/// around the check-and-advance step.
+/// around the check-and-advance step; `on_error`, if given, is called (lock held) with each
+/// cursor whose `error` changed: a read of it failed, failed differently, or read again.
 pub fn poll_cursors(
     py: Python<'_>,
     store: &Store,
@@ -195,6 +236,7 @@ pub fn poll_cursors(
     max_messages: i64,
     timeout: Option<f64>,
     lock: &Bound<'_, PyAny>,
+    on_error: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyList>> {
     let max = usize::try_from(max_messages)
         .ok()
@@ -226,7 +268,7 @@ pub fn poll_cursors(
         .detach(|| read_or_wait(store, &snaps, max, timeout))
         .map_err(PyMqError)?;
     lock.call_method0(intern!(py, "acquire"))?;
-    let applied = advance(py, &cs, &snaps, results);
+    let applied = advance(py, &cs, &snaps, results, on_error);
     let released = lock.call_method0(intern!(py, "release"));
     let out = applied?;
     released?;
@@ -234,18 +276,39 @@ pub fn poll_cursors(
 }
 
 /// Advances every still-live, unmoved cursor past its result and collects the messages (SQL
-/// filter applied). The consumer's lock is held.
+/// filter applied); records each one's failure or success (`on_error` for changes). When every
+/// cursor read failed, raises the first failure. The consumer's lock is held.
 fn advance(
     py: Python<'_>,
     cs: &[Bound<'_, PyQueueCursor>],
     snaps: &[Snapshot],
-    results: Vec<GetResult>,
+    results: Vec<Read>,
+    on_error: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyList>> {
     let out = PyList::empty(py);
+    let all_failed = !results.is_empty() && results.iter().all(Result::is_err);
+    let mut first_error = None;
+    let mut changed = Vec::new();
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
         let mut cur = c.borrow_mut();
         if !cur.live || cur.position != snap.position {
             continue;
+        }
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let err = to_pyerr(&e);
+                let text = e.to_string();
+                if cur.error.as_ref().is_none_or(|(t, _)| *t != text) {
+                    cur.error = Some((text, err.value(py).clone().into_any().unbind()));
+                    changed.push(c);
+                }
+                first_error.get_or_insert(err);
+                continue;
+            }
+        };
+        if cur.error.take().is_some() {
+            changed.push(c);
         }
         if r.records.is_empty() {
             if skips(&r) {
@@ -278,5 +341,13 @@ fn advance(
             }
         }
     }
-    Ok(out.unbind())
+    if let Some(f) = on_error {
+        for c in changed {
+            f.call1((c,))?;
+        }
+    }
+    match first_error {
+        Some(e) if all_failed => Err(e),
+        _ => Ok(out.unbind()),
+    }
 }

@@ -331,8 +331,9 @@ impl PyStore {
     }
 
     /// Reads the cursors in order (waiting up to `timeout` when none has anything) and advances
-    /// them; see `cursor.rs`. Returns the messages.
-    #[pyo3(signature = (cursors, max_messages, timeout, lock))]
+    /// them; a cursor whose read fails keeps its position and carries the error, and
+    /// `on_error(cursor)` is called when that changes; see `cursor.rs`. Returns the messages.
+    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None))]
     fn poll_cursors(
         &self,
         py: Python<'_>,
@@ -340,8 +341,17 @@ impl PyStore {
         max_messages: i64,
         timeout: Option<f64>,
         lock: &Bound<'_, PyAny>,
+        on_error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
-        crate::cursor::poll_cursors(py, &self.store, cursors, max_messages, timeout, lock)
+        crate::cursor::poll_cursors(
+            py,
+            &self.store,
+            cursors,
+            max_messages,
+            timeout,
+            lock,
+            on_error,
+        )
     }
 
     fn wait_for(

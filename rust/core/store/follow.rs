@@ -1,0 +1,80 @@
+//! Following the writer from a read-only open (a follower, usually in another process).
+//!
+//! A follower maps the files it found and re-reads the directories: the consume queue it reads,
+//! on every read, to map new files; and every file list of the store, at most every
+//! `FOLLOW_INTERVAL_MS` from any read or offsets call (`follow`), and the lists a read looked
+//! at, at once before it would report damage or a missing record (`recheck`), to forget files
+//! the writer deleted and files it replaced under the same name.
+//!
+//! Invariants
+//! - A follower never writes store data; following only maps, unmaps and closes files.
+//! - A file the writer deleted stays mapped only until the follower's first call at least
+//!   `FOLLOW_INTERVAL_MS` after the previous refresh (plus any read still holding it), so its
+//!   disk space is freed even by a handle that reads nothing (a monitor calling offsets).
+//! - A file replaced under its name (same name, another inode) is never read as the queue's
+//!   data after such a refresh: a read that finds damage refreshes and reads again before it
+//!   reports the damage.
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use super::Store;
+use crate::consume_queue::ConsumeQueue;
+
+/// The longest a follower's file lists go without being checked against the directories while
+/// the follower is used.
+const FOLLOW_INTERVAL_MS: u64 = 200;
+
+/// Milliseconds on a monotonic clock (since this process first asked): a wall clock set back
+/// must not stop a follower from following.
+pub(super) fn monotonic_ms() -> u64 {
+    static ANCHOR: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(ANCHOR.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Store {
+    /// A follower: `follow_now` if `FOLLOW_INTERVAL_MS` passed since the last time; true if it
+    /// ran. Writers need nothing (their lists are the directories).
+    pub(super) fn follow(&self) -> bool {
+        if !self.inner.config.read_only {
+            return false;
+        }
+        let now = monotonic_ms();
+        let last = self.inner.last_follow.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < FOLLOW_INTERVAL_MS
+            || self
+                .inner
+                .last_follow
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        self.follow_now();
+        true
+    }
+
+    /// A follower: re-reads every file list of the store (commit log and every consume queue
+    /// opened so far), forgetting deleted and replaced files and mapping new ones, then moves
+    /// each queue's minimum past the records the commit log no longer holds. A failed refresh
+    /// leaves that list as it was, for the next one to retry.
+    fn follow_now(&self) {
+        let _ = self.inner.commit_log.files().refresh(true);
+        let phy_min = self.inner.commit_log.min_offset();
+        for cq in self.inner.cqs.all() {
+            let _ = cq.refresh(true);
+            cq.correct_min_offset(phy_min);
+        }
+    }
+
+    /// A follower about to report damage or a missing record: `follow_now` for the commit log
+    /// and `cq` only (the files such a read looked at), whenever it is called.
+    pub(super) fn recheck(&self, cq: Option<&ConsumeQueue>) {
+        let _ = self.inner.commit_log.files().refresh(true);
+        if let Some(cq) = cq {
+            let _ = cq.refresh(true);
+            cq.correct_min_offset(self.inner.commit_log.min_offset());
+        }
+    }
+}
