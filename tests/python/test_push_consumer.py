@@ -18,6 +18,7 @@ from mqlite import (
     Message,
     MessageExt,
     MessageQueue,
+    MessageSelector,
     PushConsumer,
 )
 
@@ -637,4 +638,31 @@ def test_poll_token_rejects_a_bad_stall() -> None:
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(InvalidConfigError):
             _core.PollToken(bad)
+
+
+
+def test_a_poison_message_under_a_sql_filter_is_skipped_and_the_worker_lives(store: mqlite.Store) -> None:
+    """A message the SQL filter cannot evaluate (a 5,000-digit number) is filtered out: the
+    rest of its poll is delivered and the one worker goes on consuming."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    for body, a in ((b"good-1", "10"), (b"poison", "9" * 5000), (b"good-2", "20"), (b"after", "30")):
+        p.send(Message("t", body, properties={"a": a}), queue_id=0)
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(m.body for m in msgs)
+        if b"after" in got:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=1, consume_from=FIRST)
+    c.subscribe("t", MessageSelector.by_sql("a > 5"))
+    c.register_message_listener(listener)
+    with c:
+        assert done.wait(10), f"delivered only {got}"
+        assert c.running and all(t.is_alive() for t in c._workers)
+    assert got == [b"good-1", b"good-2", b"after"]
+    assert group_offset(store, MessageQueue("t", 0)) == 4
 

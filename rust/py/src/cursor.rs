@@ -108,7 +108,8 @@ impl PyQueueCursor {
         self.tags.as_ref().map(|t| t.clone_ref(py))
     }
 
-    /// The SQL92 selector applied after the tag filter (None: no SQL filter).
+    /// The SQL92 selector applied after the tag filter (None: no SQL filter); a poll keeps the
+    /// messages for which its `_accepts(message)` is true.
     #[getter]
     fn sql(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.sql.as_ref().map(|t| t.clone_ref(py))
@@ -267,9 +268,10 @@ fn advance(
             Some(sql) => {
                 let sql = sql.bind(py);
                 for m in msgs {
-                    let props = m.bind(py).getattr(intern!(py, "properties"))?;
+                    // `MessageSelector._accepts`: a message whose properties the filter cannot
+                    // evaluate is "no match" there, so only the process's own errors raise.
                     if sql
-                        .call_method1(intern!(py, "matches"), (props,))?
+                        .call_method1(intern!(py, "_accepts"), (&m,))?
                         .is_truthy()?
                     {
                         out.append(m)?;
