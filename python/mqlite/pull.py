@@ -448,6 +448,8 @@ class PullConsumer:
 
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
+        A poll that raises (say a ``KeyboardInterrupt`` while it filters) moves no position:
+        the next poll returns the same messages.
         """
         if max_messages is None:
             n = self._max_poll

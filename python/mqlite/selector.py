@@ -15,7 +15,7 @@ default). A message whose properties a filter cannot evaluate (say a property ho
 of more digits than that) does not match, as in RocketMQ's evaluator, and is logged as a
 warning on ``mqlite.consumer``; filtering never raises because of a message's content.
 ``MemoryError`` and ``RecursionError`` are the process's trouble, not the message's: they
-propagate.
+propagate (the poll that filters then moves no cursor).
 """
 
 from __future__ import annotations

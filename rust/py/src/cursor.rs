@@ -9,7 +9,8 @@
 //! Invariant: a cursor's position only moves forward here, and only if the cursor is still
 //! `live` (assigned and not paused) and nobody moved it (seek, rebalance) while the call read
 //! without the GIL. That check and the move run under the consumer's own lock, the lock its
-//! Python methods take.
+//! Python methods take. A poll moves cursors only once it has its whole result: if building or
+//! filtering the messages raises, no cursor moves (see `advance`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,8 +235,13 @@ pub fn poll_cursors(
     Ok(out)
 }
 
-/// Advances every still-live, unmoved cursor past its result and collects the messages (SQL
-/// filter applied). The consumer's lock is held.
+/// Collects the messages of every still-live, unmoved cursor (SQL filter applied), then moves
+/// those cursors past what they read. The consumer's lock is held.
+///
+/// All or nothing: building or filtering the messages runs Python code that may raise (a
+/// `KeyboardInterrupt`, a `MemoryError`, a selector's own error). Such an error returns before
+/// any cursor moved, so nothing read by this call is skipped: the next poll reads it again.
+/// A cursor thus only passes messages this call returns or its filter rejected.
 fn advance(
     py: Python<'_>,
     cs: &[Bound<'_, PyQueueCursor>],
@@ -243,21 +249,26 @@ fn advance(
     results: Vec<GetResult>,
 ) -> PyResult<Py<PyList>> {
     let out = PyList::empty(py);
+    // (cursor, the position read from, the position after), applied once every message is in
+    // `out`.
+    let mut moves: Vec<(&Bound<'_, PyQueueCursor>, u64, u64)> = Vec::with_capacity(cs.len());
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
-        let mut cur = c.borrow_mut();
-        if !cur.live || cur.position != snap.position {
-            continue;
-        }
-        if r.records.is_empty() {
-            if skips(&r) {
-                cur.position = r.next_offset;
+        let (sql, queue) = {
+            let cur = c.borrow();
+            if !cur.live || cur.position != snap.position {
+                continue;
             }
-            continue;
-        }
-        cur.position = r.next_offset;
-        let sql = cur.sql.as_ref().map(|s| s.clone_ref(py));
-        let queue = cur.queue.as_ref().map(|q| q.clone_ref(py));
-        drop(cur);
+            if r.records.is_empty() {
+                if skips(&r) {
+                    moves.push((c, snap.position, r.next_offset));
+                }
+                continue;
+            }
+            (
+                cur.sql.as_ref().map(|s| s.clone_ref(py)),
+                cur.queue.as_ref().map(|q| q.clone_ref(py)),
+            )
+        };
         let msgs = messages_from(py, r.buffer, &r.records, queue)?;
         match sql {
             None => {
@@ -278,6 +289,15 @@ fn advance(
                     }
                 }
             }
+        }
+        moves.push((c, snap.position, r.next_offset));
+    }
+    for (c, from, next) in moves {
+        let mut cur = c.borrow_mut();
+        // The filter ran Python code: a cursor moved meanwhile (on this thread, the lock being
+        // reentrant) keeps where it was put.
+        if cur.position == from {
+            cur.position = next;
         }
     }
     Ok(out.unbind())
