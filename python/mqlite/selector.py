@@ -393,13 +393,7 @@ class MessageSelector:
         if not isinstance(properties, Mapping):
             raise TypeError(f"properties must be a mapping, not {type(properties).__name__}")
         if self._sql is not None:
-            try:
-                return self._sql(properties)
-            except _PROCESS_ERRORS:
-                raise
-            except Exception as exc:  # noqa: BLE001 - whatever the content: no match
-                self._unevaluable("properties", exc)
-                return False
+            return self._sql_matches(self._sql, properties, None)
         if self._tags is None:
             return True
         tag = tags if tags is not None else properties.get("TAGS")
@@ -407,23 +401,26 @@ class MessageSelector:
 
     def _accepts(self, message: MessageExt) -> bool:
         """A consumer's SQL92 filter step (``_core``'s poll calls it for each message read under
-        a SQL92 selector): ``matches`` on the message's properties, and the same "no match"
-        when they cannot be evaluated, logged with the message's place."""
-        sql = self._sql
-        if sql is None:
+        a SQL92 selector): ``matches`` on the message's properties, with the message's place in
+        the warning when they cannot be evaluated."""
+        if self._sql is None:
             return self.matches(message.properties)
+        return self._sql_matches(self._sql, message.properties, message)
+
+    def _sql_matches(
+        self, sql: Callable[[Props], bool], properties: Props, message: MessageExt | None
+    ) -> bool:
+        """``sql(properties)``, or False (logged) when an error of the content stops it."""
         try:
-            return sql(message.properties)
+            return sql(properties)
         except _PROCESS_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the content: no match
-            self._unevaluable(
-                f"message {message.msg_id} at offset {message.queue_offset} of {message.message_queue}", exc
+            where = "properties" if message is None else (
+                f"message {message.msg_id} at offset {message.queue_offset} of {message.message_queue}"
+            )
+            log.warning(
+                "SQL92 filter %.200r cannot be evaluated on %s (%s: %.200s); it does not match",
+                self.expression, where, type(exc).__name__, exc,
             )
             return False
-
-    def _unevaluable(self, what: str, exc: Exception) -> None:
-        log.warning(
-            "SQL92 filter %.200r cannot be evaluated on %s (%s: %.200s); it does not match",
-            self.expression, what, type(exc).__name__, exc,
-        )
