@@ -8,13 +8,18 @@ past ``_STALL`` seconds, a waiting thread takes the poll over, so one slow call 
 queues up for a moment at most. Who polls is decided by ``_core.PollToken``, in Rust so that the
 waiter watching for such a stall wakes without taking the GIL (``rust/py/src/token.rs``).
 
-Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception) keeps the
-messages for local redelivery after ``retry_delay`` seconds, doubling up to ``max_retry_delay``;
-the committed offset of a queue never passes its oldest unacknowledged message, so a failed
-message is neither lost nor acknowledged (redelivery through ``%RETRY%`` topics comes with
-scheduled delivery). Orderly mode: a queue is consumed by one thread at a time, in queue order;
-``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an exception) re-delivers the same messages to the same
+Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception, or a return
+value that is not a status) keeps the messages for local redelivery after ``retry_delay``
+seconds, doubling up to ``max_retry_delay``; the committed offset of a queue never passes its
+oldest unacknowledged message, so a failed message is neither lost nor acknowledged
+(redelivery through ``%RETRY%`` topics comes with scheduled delivery). Orderly mode: a queue is
+consumed by one thread at a time, in queue order; ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an
+exception, or a return value that is not a status) re-delivers the same messages to the same
 queue after ``suspend_time`` seconds.
+
+No error ends a consuming thread while the consumer runs (only ``shutdown`` and the store's
+closing do): the listener's are failures of its batch, and any other is logged on
+``mqlite.consumer`` and the thread goes on.
 
 Offsets are committed every ``commit_interval`` seconds (written on the consumer's offset
 writer thread, so delivery never waits for the file's fsyncs), and at once when a queue moves to
@@ -57,7 +62,6 @@ __all__ = ["MessageListener", "PushConsumer"]
 log = logging.getLogger("mqlite.consumer")
 
 MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrderlyStatus]]
-_SUCCESS = (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
 _POLL_SLICE = 0.1
 # _LOCKS: on the per-message paths locks are taken with explicit acquire()/release() in
 # try/finally rather than ``with``: on CPython 3.11 ``with lock:`` costs about 210 ns against
@@ -233,7 +237,8 @@ class PushConsumer:
 
     def register_message_listener(self, listener: MessageListener) -> None:
         """Set the function called with each batch; it returns a ConsumeStatus (concurrent) or a
-        ConsumeOrderlyStatus (orderly). An exception counts as a failure."""
+        ConsumeOrderlyStatus (orderly). An exception, or a return value that is not a status,
+        counts as a failure (RECONSUME_LATER or SUSPEND_CURRENT_QUEUE_A_MOMENT), logged."""
         if not callable(listener):
             raise TypeError("listener must be callable")
         if self._state != "created":
@@ -352,6 +357,25 @@ class PushConsumer:
     # -- the worker loop ------------------------------------------------------------------------
 
     def _worker(self) -> None:
+        """A consuming thread. It ends when the consumer stops or the store closes; any other
+        exception is logged and the thread consumes on, so it never dies while ``running``."""
+        while True:
+            try:
+                self._consume()
+                return
+            except BaseException:  # noqa: BLE001 - whatever it is, the thread must go on
+                if self._state != "running":
+                    return
+                log.exception("push consumer %s: unexpected error in a consuming thread; it goes on",
+                              self.client_id)
+                # An error that recurs at once is retried at this pace, not in a busy loop.
+                time.sleep(_POLL_SLICE)
+
+    def _consume(self) -> None:
+        """The consuming loop: runs ready batches and, holding the token, polls. Returns when
+        the thread must end. The token is released however ``_lead`` ends, and a batch taken
+        to run is settled however its listener ends (``_call`` never raises), so an exception
+        leaving this loop leaves no queue waiting for a batch that will not finish."""
         token = self._token
         running = lambda: self._state == "running"  # noqa: E731 - the token's wait condition
         while self._state == "running":
@@ -603,22 +627,29 @@ class PushConsumer:
 
     def _call(self, msgs: list[MessageExt], started: float | None = None) -> bool:
         """Runs the listener on ``msgs`` (``started``: a ``time.perf_counter()`` reading the
-        caller took just before, saving one). True when it reported success."""
+        caller took just before, saving one). True when it reported success. Never raises:
+        whatever the listener raises or returns other than a status is a failure, logged."""
         listener = self._listener
         assert listener is not None
         if started is None:
             started = time.perf_counter()
         try:
-            status = listener(msgs)
+            # ``object``: whatever the annotation says, a listener may return anything.
+            status: object = listener(msgs)
         except BaseException:  # noqa: BLE001 - SystemExit too: the batch is retried, the thread lives
             log.exception("message listener failed on %d message(s) of %s", len(msgs), msgs[0].message_queue)
             return False
         finally:
             self._listener_time += (time.perf_counter() - started - self._listener_time) * 0.1
-        if status in _SUCCESS:
+        # Identity, not ``in``/``==``: the returned object's ``__eq__`` is the listener's code
+        # and may raise (a numpy array's does).
+        if status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeOrderlyStatus.SUCCESS:
             return True
-        if status not in (ConsumeStatus.RECONSUME_LATER, ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT):
-            log.warning("message listener returned %r; treated as a failure", status)
+        if (status is not ConsumeStatus.RECONSUME_LATER
+                and status is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT):
+            log.warning("message listener returned %s, not a status, for %d message(s) of %s; treated as %s",
+                        _describe(status), len(msgs), msgs[0].message_queue,
+                        "SUSPEND_CURRENT_QUEUE_A_MOMENT" if self._orderly else "RECONSUME_LATER")
         return False
 
     def _batch_done(self, pq: _ProcessQueue, *, direct: bool = False) -> MessageQueue | None:
@@ -675,3 +706,13 @@ class PushConsumer:
                     break
                 batch = list(itertools.islice(pq.backlog, self._batch))
         self._resume(resume)
+
+
+def _describe(obj: object) -> str:
+    """``repr(obj)`` cut to 100 characters for a log line, or its type's name when repr raises
+    (a listener's return value: its repr is the listener's code)."""
+    try:
+        text = repr(obj)
+    except BaseException:  # noqa: BLE001 - a log line must not fail the consuming thread
+        return f"a {type(obj).__qualname__} (whose repr raised)"
+    return text if len(text) <= 100 else text[:97] + "..."

@@ -8,19 +8,40 @@ name message properties (including the system ones, such as ``TAGS`` and ``KEYS`
 three-valued as in SQL: a comparison with a missing property, or a numeric comparison with a
 value that is not a number, is unknown, and a message matches only when the whole expression is
 true. The expression is parsed into closures; nothing is ever evaluated as Python code.
+
+Bad expressions raise ``FilterExpressionError``, including parentheses and NOTs nested more than
+``MAX_NESTING`` deep and numeric literals of more digits than CPython converts (4,300 by
+default). A message whose properties a filter cannot evaluate (say a property holding a number
+of more digits than that) does not match, as in RocketMQ's evaluator, and is logged as a
+warning on ``mqlite.consumer``; filtering never raises because of a message's content.
+``MemoryError`` and ``RecursionError`` are the process's trouble, not the message's: they
+propagate (the poll that filters then moves no cursor).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 from mqlite.errors import FilterExpressionError
 from mqlite.topic import parse_tags
 
-__all__ = ["MessageSelector", "compile_sql"]
+if TYPE_CHECKING:
+    from mqlite.message import MessageExt
+
+__all__ = ["MAX_NESTING", "MessageSelector", "compile_sql"]
+
+log = logging.getLogger("mqlite.consumer")
+
+# Parentheses and NOTs nest at most this deep: the parser and the compiled closures recurse
+# once or a few frames per level, so a bound here keeps both far from Python's recursion limit.
+MAX_NESTING = 100
+# Errors of the process rather than of a message: evaluating a message never turns them into
+# "no match" (the message may match once the process has recovered).
+_PROCESS_ERRORS = (MemoryError, RecursionError)
 
 Value = Union[str, int, float, bool, None]
 Props = Mapping[str, str]
@@ -115,6 +136,13 @@ class _Parser:
             self.tokens.append((kind, value, at))
             pos = m.end()
         self.i = 0
+        self.depth = 0  # parentheses and NOTs open around the current token
+
+    def _nest(self) -> None:
+        """Enters one more level of parentheses or NOT (``self.depth -= 1`` leaves it)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self._fail(f"parentheses and NOTs nested more than {MAX_NESTING} deep")
 
     def _fail(self, what: str) -> FilterExpressionError:
         if self.i < len(self.tokens):
@@ -187,15 +215,21 @@ class _Parser:
 
     def _not(self) -> Predicate:
         if self._accept("kw", "NOT"):
+            self._nest()
             inner = self._not()
+            self.depth -= 1
             return lambda p: None if (r := inner(p)) is None else not r
         return self._predicate()
 
     def _literal(self) -> Value:
         kind, value = self._peek()
         if kind == "num":
+            at = self.tokens[self.i][2]
             self.i += 1
-            num = _number(value)
+            try:
+                num = _number(value)
+            except ValueError as exc:  # CPython's limit on the digits int() converts
+                raise FilterExpressionError(f"numeric literal at {at} has too many digits: {exc}") from exc
             assert num is not None
             return num
         if kind == "str":
@@ -218,8 +252,10 @@ class _Parser:
 
     def _predicate(self) -> Predicate:
         if self._accept("op", "("):
+            self._nest()
             inner = self._or()
             self._expect("op", ")")
+            self.depth -= 1
             return inner
         left, lit, is_lit = self._operand()
         kind, value = self._peek()
@@ -295,10 +331,19 @@ class _Parser:
 
 
 def compile_sql(expression: str) -> Callable[[Props], bool]:
-    """Compile a SQL92 filter into ``fn(properties) -> bool``; raises FilterExpressionError."""
+    """Compile a SQL92 filter into ``fn(properties) -> bool``; raises FilterExpressionError.
+
+    ``fn`` lets an error evaluating the properties propagate (``MessageSelector.matches`` turns
+    one into "no match")."""
     if not isinstance(expression, str):
         raise FilterExpressionError(f"a SQL92 expression must be a str, not {type(expression).__name__}")
-    pred = _Parser(expression).parse()
+    try:
+        pred = _Parser(expression).parse()
+    except RecursionError as exc:
+        # Within MAX_NESTING, but the caller's own stack left too little room for it.
+        raise FilterExpressionError(
+            "expression nested too deeply for the stack left to parse it"
+        ) from exc
     return lambda props: pred(props) is True
 
 
@@ -341,10 +386,41 @@ class MessageSelector:
         return self._tags
 
     def matches(self, properties: Mapping[str, str], tags: str | None = None) -> bool:
-        """Whether a message with these properties (and tag) passes the filter."""
+        """Whether a message with these properties (and tag) passes the filter.
+
+        Properties a SQL92 filter cannot evaluate (a number of more digits than CPython
+        converts, say) do not match; that is logged as a warning, not raised."""
+        if not isinstance(properties, Mapping):
+            raise TypeError(f"properties must be a mapping, not {type(properties).__name__}")
         if self._sql is not None:
-            return self._sql(properties)
+            return self._sql_matches(self._sql, properties, None)
         if self._tags is None:
             return True
         tag = tags if tags is not None else properties.get("TAGS")
         return tag in self._tags
+
+    def _accepts(self, message: MessageExt) -> bool:
+        """A consumer's SQL92 filter step (``_core``'s poll calls it for each message read under
+        a SQL92 selector): ``matches`` on the message's properties, with the message's place in
+        the warning when they cannot be evaluated."""
+        if self._sql is None:
+            return self.matches(message.properties)
+        return self._sql_matches(self._sql, message.properties, message)
+
+    def _sql_matches(
+        self, sql: Callable[[Props], bool], properties: Props, message: MessageExt | None
+    ) -> bool:
+        """``sql(properties)``, or False (logged) when an error of the content stops it."""
+        try:
+            return sql(properties)
+        except _PROCESS_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the content: no match
+            where = "properties" if message is None else (
+                f"message {message.msg_id} at offset {message.queue_offset} of {message.message_queue}"
+            )
+            log.warning(
+                "SQL92 filter %.200r cannot be evaluated on %s (%s: %.200s); it does not match",
+                self.expression, where, type(exc).__name__, exc,
+            )
+            return False

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqlite
-from mqlite import Message, MessageQueue
+from mqlite import Message, MessageQueue, MessageSelector
 from mqlite import errors as E
 
 T = "orders"
@@ -163,6 +163,12 @@ ROWS: list[Row] = [
     ("get malformed id", lambda e: e.store.get("not-an-id"), E.MessageNotFoundError, ("not-an-id", "id")),
     ("wait_for negative timeout", lambda e: e.store.wait_for({MessageQueue(T, 0): 0}, timeout=-1),
      ValueError, ("timeout",)),
+    # filters
+    ("sql 400 parentheses", lambda e: MessageSelector.by_sql("(" * 400 + "a = 1" + ")" * 400),
+     E.FilterExpressionError, ("nested",)),
+    ("sql 1000 NOTs", lambda e: MessageSelector.by_sql("NOT " * 1000 + "a = 1"), E.FilterExpressionError, ("nested",)),
+    ("sql 5000-digit literal", lambda e: MessageSelector.by_sql("a > " + "9" * 5000),
+     E.FilterExpressionError, ("digits",)),
     # groups
     ("producer group with /", lambda e: e.store.producer("a/b"), E.IllegalArgumentError, ("group",)),
     ("producer group too long", lambda e: e.store.producer("g" * 300), E.IllegalArgumentError, ("group",)),

@@ -122,6 +122,36 @@ def test_tag_expression_and_sql_selector(store: mqlite.Store) -> None:
         assert all(c.position(mq) == 10 for mq in c.assignment())
 
 
+class _Interrupt(BaseException):
+    """Stands in for a KeyboardInterrupt arriving while a poll filters its batch."""
+
+
+def test_an_exception_while_filtering_moves_no_cursor(
+    store: mqlite.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll that raises while filtering its batch delivers nothing and moves no cursor, not
+    even that of a queue it had already filtered: the next poll returns every message."""
+    fill(store, n=6)  # queue 0: 0 2 4, queue 1: 1 3 5
+    accepts = MessageSelector._accepts
+    raised: list[int] = []
+
+    def accepts_interrupted_once(self: MessageSelector, message: mqlite.MessageExt) -> bool:
+        if message.body == b"3" and not raised:
+            raised.append(message.queue_offset)
+            raise _Interrupt
+        return accepts(self, message)
+
+    monkeypatch.setattr(MessageSelector, "_accepts", accepts_interrupted_once)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t", MessageSelector.by_sql("n >= 0"))
+        with pytest.raises(_Interrupt):
+            c.poll(1, 100)
+        assert raised == [1]
+        assert {mq.queue_id: c.position(mq) for mq in c.assignment()} == {0: 0, 1: 0}
+        assert bodies(drain(c)) == list(range(6))
+    assert {c.committed(MessageQueue("t", q)) for q in (0, 1)} == {3}
+
+
 def test_manual_commit_and_committed(store: mqlite.Store) -> None:
     fill(store)
     mq = MessageQueue("t", 0)

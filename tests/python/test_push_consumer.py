@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from mqlite import (
     Message,
     MessageExt,
     MessageQueue,
+    MessageSelector,
     PushConsumer,
 )
 
@@ -638,3 +640,107 @@ def test_poll_token_rejects_a_bad_stall() -> None:
         with pytest.raises(InvalidConfigError):
             _core.PollToken(bad)
 
+
+
+def test_a_poison_message_under_a_sql_filter_is_skipped_and_the_worker_lives(store: mqlite.Store) -> None:
+    """A message the SQL filter cannot evaluate (a 5,000-digit number) is filtered out: the
+    rest of its poll is delivered and the one worker goes on consuming."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    for body, a in ((b"good-1", "10"), (b"poison", "9" * 5000), (b"good-2", "20"), (b"after", "30")):
+        p.send(Message("t", body, properties={"a": a}), queue_id=0)
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(m.body for m in msgs)
+        if b"after" in got:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", threads=1, consume_from=FIRST)
+    c.subscribe("t", MessageSelector.by_sql("a > 5"))
+    c.register_message_listener(listener)
+    with c:
+        assert done.wait(10), f"delivered only {got}"
+        assert c.running and all(t.is_alive() for t in c._workers)
+    assert got == [b"good-1", b"good-2", b"after"]
+    assert group_offset(store, MessageQueue("t", 0)) == 4
+
+
+class _Garbage:
+    """A listener's stray return value whose ``==`` raises, as a numpy array's does."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value of an array is ambiguous")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
+def test_a_listener_returning_garbage_is_retried_and_its_thread_lives(
+    store: mqlite.Store, caplog: pytest.LogCaptureFixture, orderly: bool
+) -> None:
+    """Anything a listener returns that is not a status counts as RECONSUME_LATER (logged),
+    even an object whose comparison raises; its worker thread goes on consuming."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    p.send(Message("t", b"bad"))
+    calls: list[bytes] = []
+    retried, after = threading.Event(), threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> object:
+        calls.append(msgs[0].body)
+        if calls == [b"bad"]:
+            return _Garbage()
+        (after if msgs[0].body == b"after" else retried).set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, orderly=orderly, retry_delay=0.05,
+                            suspend_time=0.05)
+    c.subscribe("t")
+    c.register_message_listener(listener)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="mqlite.consumer"):
+        with c:
+            assert retried.wait(10), f"listener calls: {calls}"
+            p.send(Message("t", b"after"))
+            assert after.wait(10), f"listener calls: {calls}"
+            assert c.running and all(t.is_alive() for t in c._workers)
+    assert calls == [b"bad", b"bad", b"after"]
+    assert group_offset(store, MessageQueue("t", 0)) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # One warning, for the garbage; none from shutdown's revoke waiting for a batch that
+    # never finished.
+    assert len(warnings) == 1 and "_Garbage" in warnings[0], warnings
+
+
+def test_an_unexpected_error_in_the_poll_path_does_not_kill_the_worker(
+    store: mqlite.Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception that is not an MQError, raised where the worker polls, is logged and the
+    worker polls again: with one thread the consumer still consumes."""
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"m"))
+    got = threading.Event()
+    c = store.push_consumer("g", consume_from=FIRST, threads=1)
+    c.subscribe("t")
+    c.register_message_listener(lambda msgs: got.set() or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
+    real_poll = c._consumer.poll
+    failed: list[int] = []
+
+    def poll_failing_once(*args: object, **kwargs: object) -> list[MessageExt]:
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("injected poll failure")
+        return real_poll(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(c._consumer, "poll", poll_failing_once)
+    with caplog.at_level(logging.ERROR, logger="mqlite.consumer"):
+        with c:
+            assert got.wait(10)
+            assert c.running and all(t.is_alive() for t in c._workers)
+    assert failed == [1]
+    assert group_offset(store, MessageQueue("t", 0)) == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+    assert "injected poll failure" in str(errors[0].exc_info[1])

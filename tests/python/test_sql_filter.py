@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mqlite
 from mqlite import FilterExpressionError, Message, MessageQueue, MessageSelector
-from mqlite.selector import compile_sql
+from mqlite.selector import MAX_NESTING, compile_sql
+
+# A legal property value (5,000 bytes) that no filter can read as a number: int() of a text of
+# more than 4,300 digits raises ValueError (CPython's integer-string conversion limit).
+POISON = "9" * 5000
 
 PROPS = {"a": "7", "b": "2.5", "region": "eu", "flag": "true", "name": "it's", "TAGS": "TagA",
          "sep": "1_000", "padded": " 7 ", "nan": "nan", "indic": "\u0663"}
@@ -82,6 +91,12 @@ def test_sql_truth_table(expr: str, expected: bool) -> None:
         "region CONTAINS 5",
         "5abc = 1",
         "a > \u0663",  # a digit, but not an ASCII one
+        pytest.param("(" * 400 + "a = 1" + ")" * 400, id="400 parentheses"),
+        pytest.param("(" * 400 + "a = 1" + ")" * 200, id="400 parentheses, 200 closed"),
+        pytest.param("NOT " * 1000 + "a = 1", id="1000 NOTs"),
+        pytest.param("a > " + POISON, id="5000-digit literal"),
+        pytest.param("a IN (1, " + POISON + ")", id="5000-digit IN item"),
+        pytest.param("a BETWEEN 1 AND " + POISON, id="5000-digit BETWEEN bound"),
     ],
 )
 def test_sql_syntax_errors(expr: str) -> None:
@@ -117,3 +132,111 @@ def test_sql_filter_end_to_end(mem_store: mqlite.Store) -> None:
         got = [int(m.body) for m in c.poll(1, 100)]
     assert got == [i for i in range(6, 30) if i % 3]
     assert c.closed and c.committed(MessageQueue("t", 0)) == 30
+
+
+def test_nesting_limit() -> None:
+    """Parentheses and NOTs nest up to MAX_NESTING levels; one more is a typed error naming the
+    limit, raised before the parser's recursion could exhaust the stack."""
+    deepest = "(" * (MAX_NESTING - 1) + "NOT a = 1" + ")" * (MAX_NESTING - 1)
+    assert MessageSelector.by_sql(deepest).matches({"a": "2"})
+    for too_deep in ("(" * MAX_NESTING + "NOT a = 1" + ")" * MAX_NESTING, "NOT " * (MAX_NESTING + 1) + "a = 1"):
+        with pytest.raises(FilterExpressionError, match=f"nested more than {MAX_NESTING}"):
+            MessageSelector.by_sql(too_deep)
+
+
+def test_nesting_error_is_typed_on_a_deep_caller_stack() -> None:
+    """A caller already deep in its stack, with too little of it left for a nesting the limit
+    allows, still gets the typed error, not RecursionError."""
+
+    def depth() -> int:
+        frame, n = sys._getframe(), 0
+        while frame is not None:
+            frame, n = frame.f_back, n + 1  # type: ignore[assignment]
+        return n
+
+    def at_depth(n: int) -> None:
+        if n:
+            at_depth(n - 1)
+            return
+        with pytest.raises(FilterExpressionError, match="nested"):
+            MessageSelector.by_sql("(" * (MAX_NESTING - 1) + "a = 1" + ")" * (MAX_NESTING - 1))
+
+    at_depth(sys.getrecursionlimit() - depth() - 40)  # 40 frames left for the parser
+
+
+@pytest.mark.parametrize(
+    ("expr", "matches_8"),
+    [("a > 5", True), ("a = 7", False), ("NOT a > 5", False), ("a BETWEEN 1 AND 9", True),
+     ("a NOT IN (1, 2)", True), ("a > 5 OR region = 'eu'", True)],
+)
+def test_a_value_the_filter_cannot_evaluate_does_not_match(
+    expr: str, matches_8: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in RocketMQ's evaluator: an error while evaluating a message's properties is no
+    match (whatever NOT or OR surround it), logged once, and never an exception."""
+    selector = MessageSelector.by_sql(expr)
+    with caplog.at_level(logging.WARNING, logger="mqlite.consumer"):
+        assert selector.matches({**PROPS, "a": POISON}) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "cannot be evaluated" in warnings[0] and expr in warnings[0]
+    # the same selector still evaluates other messages
+    assert selector.matches({**PROPS, "a": "8"}) is matches_8
+
+
+def test_matches_needs_a_mapping() -> None:
+    with pytest.raises(TypeError, match="properties"):
+        MessageSelector.by_sql("a > 5").matches(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="properties"):
+        MessageSelector.by_sql("a > 5").matches([("a", "7")])  # type: ignore[arg-type]
+
+
+def test_poison_message_is_skipped_and_its_batch_delivered(
+    mem_store: mqlite.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message the filter cannot evaluate is filtered out (logged once, naming it); the rest
+    of its batch is delivered and the committed offset passes all three."""
+    mem_store.create_topic("t", 1)
+    p = mem_store.producer()
+    for body, a in ((b"good-1", "10"), (b"poison", POISON), (b"good-2", "20")):
+        p.send(Message("t", body, properties={"a": a}), queue_id=0)
+    mq = MessageQueue("t", 0)
+    with caplog.at_level(logging.WARNING, logger="mqlite.consumer"):
+        with mem_store.pull_consumer("g", consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as c:
+            c.subscribe("t", MessageSelector.by_sql("a > 5"))
+            assert [m.body for m in c.poll(1)] == [b"good-1", b"good-2"]
+            assert c.position(mq) == 3
+    assert c.committed(mq) == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "offset 1 of" in warnings[0] and str(mq) in warnings[0]
+
+
+# Tokens of the SQL subset, some near-misses, and the inputs that once escaped as untyped errors.
+_SQL_TOKENS = st.sampled_from(
+    ["a", "b", "region", "missing", "TAGS", "5", "-1.5", "2e3", "'eu'", "''", "TRUE", "FALSE",
+     "NULL", "(", ")", ",", "=", "<>", "!=", "<", "<=", ">", ">=", "AND", "OR", "NOT", "IS",
+     "BETWEEN", "IN", "CONTAINS", "STARTSWITH", "ENDSWITH", "'", "~", "\u0663", POISON,
+     "(" * 150, ")" * 150, "NOT " * 150]
+)
+_PROP_VALUES = st.one_of(
+    st.sampled_from(["7", "-2.5", "eu", "true", "nan", "1e999", " 7", POISON, "-" + POISON, POISON + ".5"]),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    tokens=st.lists(_SQL_TOKENS, max_size=14),
+    props=st.dictionaries(st.sampled_from(["a", "b", "region", "TAGS"]), _PROP_VALUES, max_size=4),
+)
+def test_sql_fuzz_only_typed_errors_and_booleans(tokens: list[str], props: dict[str, str]) -> None:
+    """Any text: by_sql either compiles it or raises FilterExpressionError; a compiled filter
+    answers True or False for any properties and never raises."""
+    logging.getLogger("mqlite.consumer").disabled = True
+    try:
+        try:
+            selector = MessageSelector.by_sql(" ".join(tokens))
+        except FilterExpressionError:
+            return
+        assert selector.matches(props) in (True, False)
+    finally:
+        logging.getLogger("mqlite.consumer").disabled = False

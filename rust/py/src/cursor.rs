@@ -9,7 +9,8 @@
 //! Invariant: a cursor's position only moves forward here, and only if the cursor is still
 //! `live` (assigned and not paused) and nobody moved it (seek, rebalance) while the call read
 //! without the GIL. That check and the move run under the consumer's own lock, the lock its
-//! Python methods take.
+//! Python methods take. A poll moves cursors only once it has its whole result: if building or
+//! filtering the messages raises, no cursor moves (see `advance`).
 //!
 //! Per-queue failures: a cursor whose read fails (damage, a topic that forbids reads) keeps
 //! its position, so nothing of its queue is skipped, and carries the error (`error`) until a
@@ -125,7 +126,8 @@ impl PyQueueCursor {
         self.tags.as_ref().map(|t| t.clone_ref(py))
     }
 
-    /// The SQL92 selector applied after the tag filter (None: no SQL filter).
+    /// The SQL92 selector applied after the tag filter (None: no SQL filter); a poll keeps the
+    /// messages for which its `_accepts(message)` is true.
     #[getter]
     fn sql(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.sql.as_ref().map(|t| t.clone_ref(py))
@@ -275,9 +277,15 @@ pub fn poll_cursors(
     Ok(out)
 }
 
-/// Advances every still-live, unmoved cursor past its result and collects the messages (SQL
-/// filter applied); records each one's failure or success (`on_error` for changes). When every
-/// cursor read failed, raises the first failure. The consumer's lock is held.
+/// Collects the messages of every still-live, unmoved cursor (SQL filter applied), then moves
+/// those cursors past what they read; records each one's failure or success (`on_error` for
+/// changes). When every cursor read failed, raises the first failure. The consumer's lock is
+/// held.
+///
+/// All or nothing: building or filtering the messages runs Python code that may raise (a
+/// `KeyboardInterrupt`, a `MemoryError`, a selector's own error). Such an error returns before
+/// any cursor moved, so nothing read by this call is skipped: the next poll reads it again.
+/// A cursor thus only passes messages this call returns or its filter rejected.
 fn advance(
     py: Python<'_>,
     cs: &[Bound<'_, PyQueueCursor>],
@@ -289,37 +297,44 @@ fn advance(
     let all_failed = !results.is_empty() && results.iter().all(Result::is_err);
     let mut first_error = None;
     let mut changed = Vec::new();
+    // (cursor, the position read from, the position after), applied once every message is in
+    // `out`.
+    let mut moves: Vec<(&Bound<'_, PyQueueCursor>, u64, u64)> = Vec::with_capacity(cs.len());
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
-        let mut cur = c.borrow_mut();
-        if !cur.live || cur.position != snap.position {
-            continue;
-        }
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                let err = to_pyerr(&e);
-                let text = e.to_string();
-                if cur.error.as_ref().is_none_or(|(t, _)| *t != text) {
-                    cur.error = Some((text, err.value(py).clone().into_any().unbind()));
-                    changed.push(c);
-                }
-                first_error.get_or_insert(err);
+        let (sql, queue, r) = {
+            let mut cur = c.borrow_mut();
+            if !cur.live || cur.position != snap.position {
                 continue;
             }
-        };
-        if cur.error.take().is_some() {
-            changed.push(c);
-        }
-        if r.records.is_empty() {
-            if skips(&r) {
-                cur.position = r.next_offset;
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    let err = to_pyerr(&e);
+                    let text = e.to_string();
+                    if cur.error.as_ref().is_none_or(|(t, _)| *t != text) {
+                        cur.error = Some((text, err.value(py).clone().into_any().unbind()));
+                        changed.push(c);
+                    }
+                    first_error.get_or_insert(err);
+                    continue;
+                }
+            };
+            if cur.error.take().is_some() {
+                changed.push(c);
             }
-            continue;
-        }
-        cur.position = r.next_offset;
-        let sql = cur.sql.as_ref().map(|s| s.clone_ref(py));
-        let queue = cur.queue.as_ref().map(|q| q.clone_ref(py));
-        drop(cur);
+            if r.records.is_empty() {
+                if skips(&r) {
+                    moves.push((c, snap.position, r.next_offset));
+                }
+                continue;
+            }
+            (
+                cur.sql.as_ref().map(|s| s.clone_ref(py)),
+                cur.queue.as_ref().map(|q| q.clone_ref(py)),
+                r,
+            )
+        };
+        let next = r.next_offset;
         let msgs = messages_from(py, r.buffer, &r.records, queue)?;
         match sql {
             None => {
@@ -330,15 +345,25 @@ fn advance(
             Some(sql) => {
                 let sql = sql.bind(py);
                 for m in msgs {
-                    let props = m.bind(py).getattr(intern!(py, "properties"))?;
+                    // `MessageSelector._accepts`: a message whose properties the filter cannot
+                    // evaluate is "no match" there, so only the process's own errors raise.
                     if sql
-                        .call_method1(intern!(py, "matches"), (props,))?
+                        .call_method1(intern!(py, "_accepts"), (&m,))?
                         .is_truthy()?
                     {
                         out.append(m)?;
                     }
                 }
             }
+        }
+        moves.push((c, snap.position, next));
+    }
+    for (c, from, next) in moves {
+        let mut cur = c.borrow_mut();
+        // The filter ran Python code: a cursor moved meanwhile (on this thread, the lock being
+        // reentrant) keeps where it was put.
+        if cur.position == from {
+            cur.position = next;
         }
     }
     if let Some(f) = on_error {
