@@ -210,7 +210,9 @@ class _Completer:
             store = self._store()
             if store is None:
                 raise StoreClosedError("store was garbage-collected with sends pending")
-            core = store._live()
+            # The core, not ``_live()``: a closing store refuses new sends before it drains
+            # these, and its core stays open until the drain is over.
+            core = store._core
             del store
             return core.wait_durable(end), None
         except BaseException as exc:  # noqa: BLE001 - handed to every future

@@ -153,20 +153,21 @@ class Store:
         raise self._dead()
 
     def close(self) -> None:
-        """Flush and close; idempotent. In a forked child this only forgets the handle."""
+        """Flush and close; idempotent. In a forked child this only forgets the handle.
+
+        Sends stop being accepted first (a later send raises StoreClosedError); then the async
+        sends accepted before complete (in a ``flush="sync"`` store, once the disk holds them)
+        and their callbacks run; then the store closes. A steady stream of sends from other
+        threads therefore cannot hold close() up."""
         if not self._ok:
             return
-        if self._pid == os.getpid():
-            # Async sends are appended already: let their futures see the disk confirm them.
-            for producer in list(self._producers):
-                producer.flush()
         self._set_dead()
         _OPEN.discard(self)
         if self._pid != os.getpid():
             self._mark_forked()
             return
         if self._sender is not None:
-            self._sender.stop()
+            self._sender.stop()  # completes every send queued before it, then ends the thread
         self._core.close()
 
     def _completer(self) -> _Completer:
