@@ -46,6 +46,8 @@ _INHERITED: list[_core.Store] = []
 def _after_fork_in_child() -> None:
     for store in list(_OPEN):
         store._mark_forked()
+        if store._sender is not None:
+            store._sender.after_fork(str(store._dead()))
     _OPEN.clear()
 
 

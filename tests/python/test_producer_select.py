@@ -167,9 +167,9 @@ def test_send_future_waits_for_its_own_completion_only() -> None:
     timeout raises concurrent.futures.TimeoutError."""
     import concurrent.futures as cf
 
-    from mqlite.producer import SendFuture
+    from mqlite.producer import SendFuture, _CompletionCondition
 
-    cond = threading.Condition(threading.RLock())
+    cond = _CompletionCondition(threading.RLock())
     mine, other = SendFuture(cond), SendFuture(cond)
     assert mine.running() and not mine.done()
     with pytest.raises(cf.TimeoutError):

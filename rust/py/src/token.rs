@@ -17,14 +17,18 @@
 //!   it: a watcher that stops waiting wakes another. The other waiters sleep until notified.
 //! - `keep_waiting` is called with the GIL held, before a waiter first sleeps and after each
 //!   `wake_all`; never from a timer wake-up.
+//! - A token belongs to the process that created it. In a forked child its holder (a thread of
+//!   the parent) does not exist and its lock may be held by such a thread: `acquire` raises
+//!   `StoreUsedAfterForkError` and `wake_all` does nothing, both without touching the lock.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
+use mqlite::mapped_file::mmap::fork_generation;
 use pyo3::prelude::*;
 
-use crate::errors::InvalidConfigError;
+use crate::errors::{InvalidConfigError, StoreUsedAfterForkError};
 
 #[derive(Debug, Default)]
 struct State {
@@ -60,9 +64,16 @@ pub struct PyPollToken {
     state: Mutex<State>,
     cv: Condvar,
     stall: Duration,
+    /// `fork_generation()` of the creating process: another value means a forked child.
+    fork_gen: u64,
 }
 
 impl PyPollToken {
+    /// Whether this is a forked child of the process that created the token.
+    fn forked(&self) -> bool {
+        fork_generation() != self.fork_gen
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every critical section leaves `State` consistent (plain field writes), so a panic
         // elsewhere while holding the lock cannot leave it half-updated.
@@ -128,12 +139,21 @@ impl PyPollToken {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
             stall,
+            fork_gen: fork_generation(),
         })
     }
 
     /// Waits for the token: True once held, False (without it) once ``keep_waiting()`` is
     /// false, which is checked before the first sleep and whenever ``wake_all`` is called.
+    /// In a forked child it raises ``StoreUsedAfterForkError``: the holder may be a thread of
+    /// the parent, which would never give the token up.
     fn acquire(&self, py: Python<'_>, keep_waiting: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if self.forked() {
+            return Err(StoreUsedAfterForkError::new_err(
+                "this poll token belongs to the process that created it; \
+                 its threads do not exist in a forked child",
+            ));
+        }
         let me = thread::current().id();
         loop {
             let epoch = {
@@ -153,8 +173,12 @@ impl PyPollToken {
         }
     }
 
-    /// Every waiter re-checks its ``keep_waiting`` (the consumer is stopping).
+    /// Every waiter re-checks its ``keep_waiting`` (the consumer is stopping). Nothing to wake
+    /// in a forked child.
     fn wake_all(&self) {
+        if self.forked() {
+            return;
+        }
         self.lock().epoch += 1;
         self.cv.notify_all();
     }
