@@ -331,7 +331,8 @@ class Store:
         """Block until a message exists at or beyond the given offset of any queue.
 
         Returns True when one does, False on timeout (``None`` waits forever). Closing the
-        store ends the wait too, with True: check ``closed`` before reading.
+        store ends the wait too, with True: check ``closed`` before reading. On the main thread
+        Ctrl-C ends it with KeyboardInterrupt (within 0.1 s).
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
         queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]

@@ -25,7 +25,14 @@ pub struct StoreLock {
 
 impl StoreLock {
     /// Takes the lock of the store at `root`, waiting up to `wait` for another writer.
-    pub fn acquire(root: &Path, wait: Option<Duration>, mode: u32) -> Result<Self> {
+    /// `interrupted` is asked between two attempts; once it says true the wait ends with
+    /// `Error::Interrupted`.
+    pub fn acquire(
+        root: &Path,
+        wait: Option<Duration>,
+        mode: u32,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Result<Self> {
         let path = root.join("lock");
         let file = fs::open_rw(&path, mode)?;
         let deadline = wait.map(|w| Instant::now() + w);
@@ -34,6 +41,9 @@ impl StoreLock {
                 Ok(()) => break,
                 Err(std::fs::TryLockError::WouldBlock) => {
                     if deadline.is_some_and(|d| Instant::now() < d) {
+                        if interrupted() {
+                            return Err(Error::Interrupted);
+                        }
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
