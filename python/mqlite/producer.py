@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -23,6 +24,7 @@ from mqlite.errors import (
     InvalidConfigError,
     MQError,
     StoreClosedError,
+    StoreUsedAfterForkError,
     TopicNotFoundError,
 )
 from mqlite.group import check_group
@@ -43,6 +45,22 @@ SendCallback = Callable[[SendResult | None, BaseException | None], None]
 """Called as ``callback(result, None)`` or ``callback(None, exc)`` when an async send ends."""
 
 
+class _CompletionCondition(threading.Condition):
+    """The condition of a completion thread and of every future it resolves.
+
+    ``forked`` is set in a forked child (see ``_Completer.after_fork``): the thread that would
+    complete the futures exists only in the parent, so a wait in the child raises instead."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
+        self.forked: str | None = None
+
+    def check_not_forked(self) -> None:
+        """StoreUsedAfterForkError in a forked child: nothing there completes a send."""
+        if self.forked is not None:
+            raise StoreUsedAfterForkError(self.forked)
+
+
 class SendFuture(Future):  # type: ignore[type-arg]
     """The ``concurrent.futures.Future`` of an async send.
 
@@ -50,10 +68,13 @@ class SendFuture(Future):  # type: ignore[type-arg]
     be cancelled: ``cancel()`` returns False) and shares its condition with every future the
     same completion thread resolves, which resolves a whole group commit's futures under one
     lock with one notify. ``result``/``exception`` therefore re-check their own state after a
-    wake-up until it is theirs or the timeout passes.
+    wake-up until it is theirs or the timeout passes. In a forked child they raise
+    StoreUsedAfterForkError for a future still pending at the fork: only the parent completes it.
     """
 
-    def __init__(self, condition: threading.Condition) -> None:  # no super(): see above
+    _condition: _CompletionCondition
+
+    def __init__(self, condition: _CompletionCondition) -> None:  # no super(): see above
         self._condition = condition
         self._state = _RUNNING
         self._result: SendResult | None = None
@@ -82,6 +103,7 @@ class SendFuture(Future):  # type: ignore[type-arg]
 
     def result(self, timeout: float | None = None) -> SendResult:
         if self._state != _FINISHED:
+            self._condition.check_not_forked()
             with self._condition:
                 self._wait_finished(timeout)
         if self._exception is not None:
@@ -91,6 +113,7 @@ class SendFuture(Future):  # type: ignore[type-arg]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._state != _FINISHED:
+            self._condition.check_not_forked()
             with self._condition:
                 self._wait_finished(timeout)
         return self._exception
@@ -162,7 +185,7 @@ class _Completer:
         # watches, which here is this one for all of them. This module's own code takes the
         # lock directly (``with self._lock``: no Python-level __enter__/__exit__ per send).
         self._lock = threading.RLock()
-        self.cond = threading.Condition(self._lock)
+        self.cond = _CompletionCondition(self._lock)
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="mqlite-async-send", daemon=True)
         self._thread.start()
@@ -210,7 +233,9 @@ class _Completer:
             store = self._store()
             if store is None:
                 raise StoreClosedError("store was garbage-collected with sends pending")
-            core = store._live()
+            # The core, not ``_live()``: a closing store refuses new sends before it drains
+            # these, and its core stays open until the drain is over.
+            core = store._core
             del store
             return core.wait_durable(end), None
         except BaseException as exc:  # noqa: BLE001 - handed to every future
@@ -245,10 +270,20 @@ class _Completer:
 
         On the completion thread itself (a send callback calling ``flush`` or ``close``) it
         cannot wait, since only this thread completes sends: it returns the count at once."""
+        self.cond.check_not_forked()
         with self.cond:
             if threading.current_thread() is not self._thread:
                 self.cond.wait_for(lambda: tally.pending == 0, timeout)
             return tally.pending
+
+    def after_fork(self, reason: str) -> None:
+        """In a forked child (from the fork handler, before any other code of the child runs):
+        the completion thread is the parent's, so waits for its sends raise ``reason`` as a
+        StoreUsedAfterForkError and new ones are refused. The lock is reset: the parent's thread
+        may have held it at the fork, and it would never be released here."""
+        self.cond._at_fork_reinit()  # type: ignore[attr-defined]  # the stdlib's own fork hook
+        self.cond.forked = reason
+        self._stopped = True
 
     def stop(self, join: bool = True) -> None:
         with self.cond:
@@ -427,9 +462,12 @@ class Producer(_core.Producer):
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for pending async and one-way sends; returns how many are still pending (at
-        once, without waiting, when called from a send callback)."""
+        once, without waiting, when called from a send callback). In a forked child it raises
+        StoreUsedAfterForkError: the sends are the parent's to complete."""
         if timeout is not None and timeout < 0:
             raise IllegalArgumentError(f"timeout must be >= 0 or None, got {timeout!r}")
+        if self._store._pid != os.getpid():
+            raise self._store._dead()
         completer = self._store._sender  # none yet: no async send was ever made
         if completer is None:
             return 0
@@ -453,7 +491,7 @@ class Producer(_core.Producer):
 
     def close(self, timeout: float | None = None) -> None:
         """Wait for pending async sends (up to ``timeout``), then stop; the store stays open.
-        Idempotent."""
+        Idempotent. In a forked child it raises StoreUsedAfterForkError, as ``flush``."""
         self.flush(timeout)
         self._mark_closed()
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -194,6 +195,7 @@ class PushConsumer:
         self._listener_time = 0.0
         self._stop_deadline: float | None = None
         self._store_gone = False
+        self._pid = os.getpid()
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -275,11 +277,18 @@ class PushConsumer:
         Called from inside a listener it returns at once: the listener's own thread cannot wait
         for itself, so the rest (joining the threads, committing, leaving the group) runs on
         another thread as soon as that listener has returned.
+
+        In a forked child of the process that started the consumer it raises
+        StoreUsedAfterForkError at once: the threads, and the locks they may hold, are the
+        parent's (which goes on consuming).
         """
         if self._state != "running":
             if self._state == "created":
                 self._state = "stopped"
             return
+        if os.getpid() != self._pid:
+            self._state = "stopped"
+            raise self._consumer._store._dead()
         with self._cond:
             self._state = "stopping"
             self._cond.notify_all()

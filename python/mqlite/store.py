@@ -46,6 +46,8 @@ _INHERITED: list[_core.Store] = []
 def _after_fork_in_child() -> None:
     for store in list(_OPEN):
         store._mark_forked()
+        if store._sender is not None:
+            store._sender.after_fork(str(store._dead()))
     _OPEN.clear()
 
 
@@ -153,20 +155,21 @@ class Store:
         raise self._dead()
 
     def close(self) -> None:
-        """Flush and close; idempotent. In a forked child this only forgets the handle."""
+        """Flush and close; idempotent. In a forked child this only forgets the handle.
+
+        Sends stop being accepted first (a later send raises StoreClosedError); then the async
+        sends accepted before complete (in a ``flush="sync"`` store, once the disk holds them)
+        and their callbacks run; then the store closes. A steady stream of sends from other
+        threads therefore cannot hold close() up."""
         if not self._ok:
             return
-        if self._pid == os.getpid():
-            # Async sends are appended already: let their futures see the disk confirm them.
-            for producer in list(self._producers):
-                producer.flush()
         self._set_dead()
         _OPEN.discard(self)
         if self._pid != os.getpid():
             self._mark_forked()
             return
         if self._sender is not None:
-            self._sender.stop()
+            self._sender.stop()  # completes every send queued before it, then ends the thread
         self._core.close()
 
     def _completer(self) -> _Completer:
@@ -329,7 +332,8 @@ class Store:
         """Block until a message exists at or beyond the given offset of any queue.
 
         Returns True when one does, False on timeout (``None`` waits forever). Closing the
-        store ends the wait too, with True: check ``closed`` before reading.
+        store ends the wait too, with True: check ``closed`` before reading. On the main thread
+        Ctrl-C ends it with KeyboardInterrupt (within 0.1 s).
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
         queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]

@@ -77,6 +77,9 @@ pub enum Error {
     /// A body flagged compressed does not decompress (damaged, an unknown codec, or larger
     /// than the decompression limit), or a body could not be compressed.
     Compression { codec: &'static str, reason: String },
+    /// The caller's interruption hook ended a wait (the Python binding: a signal handler
+    /// raised, such as Ctrl-C's KeyboardInterrupt). Nothing was changed.
+    Interrupted,
 }
 
 impl Error {
@@ -105,6 +108,7 @@ impl Error {
             Error::FlushTimeout { .. } => "FLUSH_DISK_TIMEOUT",
             Error::UsedAfterFork => "USED_AFTER_FORK",
             Error::Compression { .. } => "COMPRESSION",
+            Error::Interrupted => "INTERRUPTED",
         }
     }
 
@@ -202,6 +206,7 @@ impl fmt::Display for Error {
             Error::Compression { codec, reason } => {
                 write!(f, "{codec} body compression: {reason}")
             }
+            Error::Interrupted => write!(f, "the wait was interrupted"),
         }
     }
 }

@@ -30,7 +30,14 @@ pub struct StoreLock {
 
 impl StoreLock {
     /// Takes the locks of the store at `root`, waiting up to `wait` for another writer.
-    pub fn acquire(root: &Path, wait: Option<Duration>, mode: u32) -> Result<Self> {
+    /// `interrupted` is asked between two attempts; once it says true the wait ends with
+    /// `Error::Interrupted`.
+    pub fn acquire(
+        root: &Path,
+        wait: Option<Duration>,
+        mode: u32,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Result<Self> {
         let path = root.join("lock");
         let file = fs::open_rw(&path, mode)?;
         let deadline = wait.map(|w| Instant::now() + w);
@@ -40,6 +47,9 @@ impl StoreLock {
                 Some(h) => h,
             };
             if deadline.is_some_and(|d| Instant::now() < d) {
+                if interrupted() {
+                    return Err(Error::Interrupted);
+                }
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }

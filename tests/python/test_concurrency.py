@@ -8,7 +8,8 @@
   exists, in order, intact, and exits 0.
 - (c) a second writer process is refused with ``StoreLockedError`` before it touches a file.
 - (d) after a real ``os.fork()`` every store call in the child raises
-  ``StoreUsedAfterForkError`` and the child exits 0; the parent keeps working.
+  ``StoreUsedAfterForkError`` and the child exits 0; the parent keeps working. So do the calls
+  that would wait for the parent's threads (pending futures, flush, poll token, push shutdown).
 
 Children are fresh interpreters (``subprocess``), except the child of (d), which is the fork
 under test.
@@ -434,6 +435,85 @@ def test_store_used_after_fork_is_refused_in_the_child(store_path: Path, run_py:
     assert result["polled"] == ["before fork", "parent after fork"]
     assert result["reopened"] == result["bodies"]
     assert result["abnormal"] is False
+
+
+FORK_WAITS = """
+import json, os, signal, sys, threading
+import mqlite
+from mqlite import ConsumeStatus, Message, MessageQueue, _core
+
+store = mqlite.open(sys.argv[1], flush="sync")
+store.create_topic("t", 1)
+producer = store.producer()
+# The first send's callback holds the completion thread, so the second send stays pending.
+entered, release = threading.Event(), threading.Event()
+def hold(result, exc):
+    entered.set()
+    release.wait()
+producer.send_async(Message("t", b"first"), hold)
+entered.wait()
+pending = producer.send_async(Message("t", b"second"))
+# A poll token held (not in a listener call) by a thread of this process.
+token = _core.PollToken(0.05)
+held = threading.Event()
+def holder():
+    token.acquire(lambda: True)
+    held.set()
+    release.wait()
+    token.release()
+threading.Thread(target=holder, daemon=True).start()
+held.wait()
+push = store.push_consumer("g", threads=1)
+push.subscribe("t")
+push.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+push.start()
+calls = {
+    "future.result": lambda: pending.result(),
+    "future.exception": lambda: pending.exception(timeout=60),
+    "producer.flush": producer.flush,
+    "producer.close": producer.close,
+    "token.acquire": lambda: token.acquire(lambda: True),
+    "push.shutdown": lambda: push.shutdown(timeout=2),
+}
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)  # a call that hangs ends the child (SIGALRM) instead of the test run
+    outcome = {}
+    for name, call in calls.items():
+        try:
+            call()
+            outcome[name] = "returned"
+        except BaseException as exc:
+            outcome[name] = type(exc).__name__
+    print(json.dumps(outcome), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+release.set()
+second = pending.result(30).send_status.name
+push.shutdown()
+store.close()
+print(json.dumps({"child_rc": os.waitstatus_to_exitcode(status), "second": second}))
+"""
+
+
+def test_blocking_calls_in_a_forked_child_raise_instead_of_waiting(store_path: Path, run_py: RunPy) -> None:
+    """In a forked child none of the parent's threads exist: a pending send's future, a
+    producer's flush/close, a poll token held by another thread and a running push consumer's
+    shutdown raise StoreUsedAfterForkError at once instead of waiting for them forever."""
+    done = run_py(FORK_WAITS, store_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["child_rc"] == 0, f"a call in the forked child hung: {done.stdout}"
+    assert json.loads(lines[-2]) == {
+        "future.result": "StoreUsedAfterForkError",
+        "future.exception": "StoreUsedAfterForkError",
+        "producer.flush": "StoreUsedAfterForkError",
+        "producer.close": "StoreUsedAfterForkError",
+        "token.acquire": "StoreUsedAfterForkError",
+        "push.shutdown": "StoreUsedAfterForkError",
+    }
+    assert result["second"] == "SEND_OK"  # the parent still confirms it
 
 
 def _content(root: Path) -> dict[str, tuple[int, str]]:

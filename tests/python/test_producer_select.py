@@ -167,9 +167,9 @@ def test_send_future_waits_for_its_own_completion_only() -> None:
     timeout raises concurrent.futures.TimeoutError."""
     import concurrent.futures as cf
 
-    from mqlite.producer import SendFuture
+    from mqlite.producer import SendFuture, _CompletionCondition
 
-    cond = threading.Condition(threading.RLock())
+    cond = _CompletionCondition(threading.RLock())
     mine, other = SendFuture(cond), SendFuture(cond)
     assert mine.running() and not mine.done()
     with pytest.raises(cf.TimeoutError):
@@ -272,3 +272,41 @@ def test_send_callback_may_flush_close_and_close_the_store(tmp_path) -> None:
     assert store.closed
     with mqlite.open(tmp_path / "s") as again:
         assert again.offsets(MessageQueue("t", 0)) == (0, 2)
+
+
+def test_close_stops_accepting_sends_before_it_drains_them(tmp_path) -> None:
+    """close() first refuses new sends (StoreClosedError), then completes the ones it accepted.
+
+    A send callback that sends again keeps one async send pending at every moment: a close that
+    waited for "no send pending" while still accepting sends would never return."""
+    store = mqlite.open(tmp_path / "s", flush="sync")
+    store.create_topic("t", 1)
+    producer = store.producer()
+    futures: list[Any] = []
+    refused = threading.Event()
+    give_up = threading.Event()  # ends the chain if close() never refuses it
+
+    def chain(result: SendResult | None, exc: BaseException | None) -> None:
+        if give_up.is_set():
+            return
+        try:
+            futures.append(producer.send_async(Message("t", b"x"), chain))
+        except mqlite.StoreClosedError:
+            refused.set()
+
+    futures.append(producer.send_async(Message("t", b"x"), chain))
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (store.close(), closed.set()), daemon=True)
+    closer.start()
+    try:
+        assert closed.wait(30), "close() kept waiting for sends it was still accepting"
+    finally:
+        give_up.set()
+        closer.join(30)
+    assert refused.is_set()
+    with pytest.raises(mqlite.StoreClosedError):
+        producer.send_async(Message("t", b"x"))
+    # Every send accepted before the close was confirmed durable; none was lost.
+    assert all(f.result(0).send_status is mqlite.SendStatus.SEND_OK for f in futures)
+    with mqlite.open(tmp_path / "s") as again:
+        assert again.offsets(MessageQueue("t", 0)) == (0, len(futures))

@@ -103,7 +103,21 @@ impl Store {
     /// `StoreLocked` if another writer holds it, `InvalidConfig`, `Corrupted` for damage below
     /// the durable watermark, `Io`/`StoreFull` for file-system failures.
     pub fn open(root: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
-        open::open(Some(root.as_ref()), config)
+        open::open(Some(root.as_ref()), config, &mut || false)
+    }
+
+    /// `open`, asking `interrupted` every few milliseconds while it waits for the writer lock
+    /// (`config.lock_wait`); once it says true, the open fails with `Interrupted`, having
+    /// created at most the store directory and its lock file.
+    ///
+    /// # Errors
+    /// As `open`, and `Interrupted`.
+    pub fn open_interruptible(
+        root: impl AsRef<Path>,
+        config: StoreConfig,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Result<Store> {
+        open::open(Some(root.as_ref()), config, interrupted)
     }
 
     /// Opens a store that lives in anonymous memory only (nothing on disk).
@@ -114,6 +128,7 @@ impl Store {
                 read_only: false,
                 ..config
             },
+            &mut || false,
         )
     }
 

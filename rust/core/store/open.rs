@@ -25,7 +25,12 @@ use crate::topic_config::TopicTable;
 use crate::util::fs;
 use crate::wakeup::WakeWord;
 
-pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
+/// `interrupted`: asked while waiting for the writer lock (`StoreLock::acquire`).
+pub(super) fn open(
+    root: Option<&Path>,
+    config: StoreConfig,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Store> {
     config.validate()?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
@@ -39,6 +44,7 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
                 root,
                 config.lock_wait,
                 config.file_mode,
+                interrupted,
             )?);
             abnormal = lock::abort_exists(root);
             for sub in ["commitlog", "consumequeue", "config"] {

@@ -176,13 +176,15 @@ fn store_wide(e: &Error) -> bool {
 
 /// Reads the cursors in order until `max` messages are collected; if none had anything, waits
 /// up to `timeout` for data in the queues that read without error, and reads once more. One
-/// result per cursor read, in order. Fails only for an error of the store as a whole.
+/// result per cursor read, in order, and whether the poll is over: something was read, or
+/// data arrived (or the store closed) while waiting, or the timeout is zero, or no queue read
+/// without error. Fails only for an error of the store as a whole.
 fn read_or_wait(
     store: &Store,
     snaps: &[Snapshot],
     max: usize,
-    timeout: Option<Duration>,
-) -> mqlite::Result<Vec<Read>> {
+    timeout: Duration,
+) -> mqlite::Result<(Vec<Read>, bool)> {
     let read_all = || -> mqlite::Result<(Vec<Read>, usize)> {
         let mut out = Vec::with_capacity(snaps.len());
         let mut got = 0;
@@ -202,8 +204,8 @@ fn read_or_wait(
         Ok((out, got))
     };
     let (out, got) = read_all()?;
-    if got > 0 || timeout.is_some_and(|t| t.is_zero()) {
-        return Ok(out);
+    if got > 0 || timeout.is_zero() {
+        return Ok((out, true));
     }
     // Not the failed queues: their data is there, unread, and would end the wait at once.
     let waits: Vec<(&str, u32, u64)> = snaps
@@ -213,12 +215,12 @@ fn read_or_wait(
         .map(|(s, _)| (&*s.topic, s.queue_id, s.position))
         .collect();
     if waits.is_empty() {
-        return Ok(out);
+        return Ok((out, true));
     }
-    if store.wait_for_messages(&waits, timeout)? {
-        return Ok(read_all()?.0);
+    if store.wait_for_messages(&waits, Some(timeout))? {
+        return Ok((read_all()?.0, true));
     }
-    Ok(out)
+    Ok((out, false))
 }
 
 /// True when a read with this outcome moves the position on although it returned nothing.
@@ -266,9 +268,19 @@ pub fn poll_cursors(
         }
         cs.push(c);
     }
-    let results = py
-        .detach(|| read_or_wait(store, &snaps, max, timeout))
-        .map_err(PyMqError)?;
+    // In slices, running signal handlers between two (see `interrupt.rs`); a poll that finds
+    // or wakes to a message still returns from its first release of the GIL.
+    let deadline = crate::interrupt::deadline(timeout);
+    let results = loop {
+        let slice = crate::interrupt::slice(deadline);
+        let (results, done) = py
+            .detach(|| read_or_wait(store, &snaps, max, slice))
+            .map_err(PyMqError)?;
+        if done || crate::interrupt::passed(deadline) {
+            break results;
+        }
+        py.check_signals()?;
+    };
     lock.call_method0(intern!(py, "acquire"))?;
     let applied = advance(py, &cs, &snaps, results, on_error);
     let released = lock.call_method0(intern!(py, "release"));

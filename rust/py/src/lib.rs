@@ -10,9 +10,14 @@
 //!
 //! One helper that is not the store's: `PollToken` (see `token.rs`), the push consumer's poll
 //! leadership, in Rust so that its stall watch runs without the GIL.
+//!
+//! A call that may wait for long without the GIL (`wait_for`, a poll, the lock wait of `open`,
+//! `wait_durable`, a poll token on the main thread) waits in slices and runs Python's signal
+//! handlers in between (`interrupt.rs`), so Ctrl-C ends it with KeyboardInterrupt.
 
 mod cursor;
 mod errors;
+mod interrupt;
 mod message;
 mod outgoing;
 mod producer;

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
+use crate::interrupt;
 use crate::message::{messages_from, PyMessageExt, ReadBatch};
 use crate::producer::PyProducer;
 use crate::queue::PyMessageQueue;
@@ -161,15 +162,16 @@ impl PyStore {
                 "an in-memory store cannot be read-only",
             ));
         }
-        let store = py
-            .detach(|| {
-                if in_memory {
-                    Store::open_in_memory(config)
-                } else {
-                    Store::open(&path, config)
-                }
-            })
-            .map_err(PyMqError)?;
+        // The wait for another writer's lock (`wait=`) stays interruptible by Ctrl-C.
+        let mut signals = crate::interrupt::SignalCheck::default();
+        let opened = py.detach(|| {
+            if in_memory {
+                Store::open_in_memory(config)
+            } else {
+                Store::open_interruptible(&path, config, &mut || signals.interrupted())
+            }
+        });
+        let store = opened.map_err(|e| signals.into_error(e))?;
         let seed = std::process::id() ^ (std::ptr::addr_of!(path) as usize as u32);
         Ok(PyStore {
             store: Arc::new(store),
@@ -371,8 +373,12 @@ impl PyStore {
             ),
             None => None,
         };
-        py.detach(|| self.store.wait_for_messages(&qs, timeout))
-            .map_err(|e| PyMqError(e).into())
+        let deadline = interrupt::deadline(timeout);
+        let ready = interrupt::wait(py, deadline, |slice| {
+            let ready = self.store.wait_for_messages(&qs, Some(slice))?;
+            Ok(ready.then_some(()))
+        })?;
+        Ok(ready.is_some())
     }
 
     fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {
@@ -384,9 +390,11 @@ impl PyStore {
     /// every waiter). False when the disk did not confirm within the store's sync flush
     /// timeout. Async mode: true at once.
     fn wait_durable(&self, py: Python<'_>, end: u64) -> PyResult<bool> {
-        let timeout = self.store.config().sync_flush_timeout;
-        py.detach(|| self.store.wait_durable(end, timeout))
-            .map_err(|e| PyMqError(e).into())
+        let deadline = interrupt::deadline(Some(self.store.config().sync_flush_timeout));
+        let durable = interrupt::wait(py, deadline, |slice| {
+            Ok(self.store.wait_durable(end, slice)?.then_some(()))
+        })?;
+        Ok(durable.is_some())
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {

@@ -17,14 +17,23 @@
 //!   it: a watcher that stops waiting wakes another. The other waiters sleep until notified.
 //! - `keep_waiting` is called with the GIL held, before a waiter first sleeps and after each
 //!   `wake_all`; never from a timer wake-up.
+//! - A waiter on the main thread (the only one that runs Python's signal handlers) sleeps at
+//!   most `interrupt::SLICE` at a time and runs the handlers in between, so Ctrl-C reaches it;
+//!   other waiters never wake on a timer for that.
+//! - A token belongs to the process that created it. In a forked child its holder (a thread of
+//!   the parent) does not exist and its lock may be held by such a thread: `acquire` raises
+//!   `StoreUsedAfterForkError` and `wake_all` does nothing, both without touching the lock.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
+use mqlite::mapped_file::mmap::fork_generation;
+use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::errors::InvalidConfigError;
+use crate::errors::{InvalidConfigError, StoreUsedAfterForkError};
+use crate::interrupt;
 
 #[derive(Debug, Default)]
 struct State {
@@ -60,28 +69,39 @@ pub struct PyPollToken {
     state: Mutex<State>,
     cv: Condvar,
     stall: Duration,
+    /// `fork_generation()` of the creating process: another value means a forked child.
+    fork_gen: u64,
 }
 
 impl PyPollToken {
+    /// Whether this is a forked child of the process that created the token.
+    fn forked(&self) -> bool {
+        fork_generation() != self.fork_gen
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every critical section leaves `State` consistent (plain field writes), so a panic
         // elsewhere while holding the lock cannot leave it half-updated.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sleeps (without the GIL) until the token is taken by this thread (true) or `wake_all`
-    /// moves the epoch past `epoch` (false).
-    fn wait(&self, me: ThreadId, epoch: u64) -> bool {
+    /// Sleeps (without the GIL) until the token is taken by this thread, `wake_all` moves the
+    /// epoch past `epoch`, or `until` (if any) passes.
+    fn wait(&self, me: ThreadId, epoch: u64, until: Option<Instant>) -> Wait {
         let mut s = self.lock();
         let mut watching = false;
-        let taken = loop {
+        let outcome = loop {
             let now = Instant::now();
             if s.takeable(now, self.stall) {
                 s.take(me);
-                break true;
+                break Wait::Taken;
             }
             if s.epoch != epoch {
-                break false;
+                break Wait::Woken;
+            }
+            let left = until.map(|u| u.saturating_duration_since(now));
+            if left.is_some_and(|l| l.is_zero()) {
+                break Wait::Expired;
             }
             if !s.watched {
                 s.watched = true;
@@ -94,12 +114,13 @@ impl PyPollToken {
                     Some(at) => at.saturating_duration_since(now),
                     None => self.stall,
                 };
-                match self.cv.wait_timeout(s, due.max(Duration::from_micros(100))) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                }
+                let due = due.max(Duration::from_micros(100));
+                self.sleep(s, left.map_or(due, |l| l.min(due)))
             } else {
-                self.cv.wait(s).unwrap_or_else(|p| p.into_inner())
+                match left {
+                    Some(l) => self.sleep(s, l),
+                    None => self.cv.wait(s).unwrap_or_else(|p| p.into_inner()),
+                }
             };
         };
         if watching {
@@ -108,8 +129,33 @@ impl PyPollToken {
             // A sleeping waiter takes the watch over (or the token, if it is free).
             self.cv.notify_one();
         }
-        taken
+        outcome
     }
+
+    fn sleep<'a>(&self, s: MutexGuard<'a, State>, at_most: Duration) -> MutexGuard<'a, State> {
+        match self.cv.wait_timeout(s, at_most) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        }
+    }
+}
+
+/// How `PyPollToken::wait` ended.
+enum Wait {
+    /// This thread holds the token.
+    Taken,
+    /// `wake_all` was called: the waiter re-checks its `keep_waiting`.
+    Woken,
+    /// The wait's time limit passed.
+    Expired,
+}
+
+/// Whether the calling thread is Python's main thread, the one that runs signal handlers.
+fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import(intern!(py, "threading"))?;
+    let main = threading.call_method0(intern!(py, "main_thread"))?;
+    let current = threading.call_method0(intern!(py, "current_thread"))?;
+    Ok(main.is(&current))
 }
 
 #[pymethods]
@@ -128,13 +174,24 @@ impl PyPollToken {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
             stall,
+            fork_gen: fork_generation(),
         })
     }
 
     /// Waits for the token: True once held, False (without it) once ``keep_waiting()`` is
     /// false, which is checked before the first sleep and whenever ``wake_all`` is called.
+    /// On the main thread a signal handler that raises (Ctrl-C) ends the wait with its error.
+    /// In a forked child it raises ``StoreUsedAfterForkError``: the holder may be a thread of
+    /// the parent, which would never give the token up.
     fn acquire(&self, py: Python<'_>, keep_waiting: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if self.forked() {
+            return Err(StoreUsedAfterForkError::new_err(
+                "this poll token belongs to the process that created it; \
+                 its threads do not exist in a forked child",
+            ));
+        }
         let me = thread::current().id();
+        let mut interruptible = None;
         loop {
             let epoch = {
                 let mut s = self.lock();
@@ -147,14 +204,27 @@ impl PyPollToken {
             if !keep_waiting.call0()?.is_truthy()? {
                 return Ok(false);
             }
-            if py.detach(|| self.wait(me, epoch)) {
-                return Ok(true);
+            let interruptible = match interruptible {
+                Some(i) => i,
+                None => *interruptible.insert(on_main_thread(py)?),
+            };
+            loop {
+                let until = interruptible.then(|| Instant::now() + interrupt::SLICE);
+                match py.detach(|| self.wait(me, epoch, until)) {
+                    Wait::Taken => return Ok(true),
+                    Wait::Woken => break,
+                    Wait::Expired => py.check_signals()?,
+                }
             }
         }
     }
 
-    /// Every waiter re-checks its ``keep_waiting`` (the consumer is stopping).
+    /// Every waiter re-checks its ``keep_waiting`` (the consumer is stopping). Nothing to wake
+    /// in a forked child.
     fn wake_all(&self) {
+        if self.forked() {
+            return;
+        }
         self.lock().epoch += 1;
         self.cv.notify_all();
     }
