@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mqlite::checkpoint::{Checkpoint, CheckpointData};
+use mqlite::checkpoint::{Checkpoint, CheckpointData, RocketMqCheckpoint};
 use mqlite::consume_queue::unit::{CqUnit, PLACEHOLDER_SIZE};
 use mqlite::message::codec::{
     self, Peek, RecordCheck, RecordMeta, BORN_HOST, MAGIC_V1, MAGIC_V2, RECORD_CRC_LEN,
@@ -359,7 +359,23 @@ pub fn check_checkpoint(data: &[u8]) {
     std::fs::write(&path, data).unwrap();
     let (cp, got) = Checkpoint::open(&path, false, 0o600).unwrap();
     assert_eq!(got, expect);
-    assert_eq!(cp.get(), expect.unwrap_or_default());
+    // Without an mqlite slot, RocketMQ's layout may be read: its timestamps carry over.
+    let rocketmq = cp.rocketmq();
+    assert!(expect.is_none() || rocketmq.is_none());
+    let carried = rocketmq.map_or_else(CheckpointData::default, |r| CheckpointData {
+        physic_msg_timestamp: r.physic_msg_timestamp,
+        logics_msg_timestamp: r.logics_msg_timestamp,
+        index_msg_timestamp: r.index_msg_timestamp,
+        ..CheckpointData::default()
+    });
+    assert_eq!(cp.get(), expect.unwrap_or(carried));
+    if let Some(r) = rocketmq {
+        assert_eq!(
+            Some(r),
+            RocketMqCheckpoint::decode(&padded[..data.len().min(CP_FILE)])
+        );
+        assert!(r.physic_msg_timestamp > 0 && r.logics_msg_timestamp >= 0);
+    }
     drop(cp);
     assert_eq!(
         std::fs::read(&path).unwrap(),
