@@ -157,3 +157,120 @@ def test_create_topic_rejects_the_same_queue_counts(mem_store: mqlite.Store) -> 
             mem_store.create_topic("t", count)
     mem_store.create_topic("t", 1024)
     assert mem_store.topics()[0].read_queues == 1024
+
+
+# -- config/consumerOffset.json -------------------------------------------------------------------
+
+
+def offsets_json(root: Path) -> Path:
+    return root / "config" / "consumerOffset.json"
+
+
+def committed_store(root: Path) -> None:
+    """Topic ``t`` (1 queue, 5 messages) and group ``g`` committed at 3."""
+    with mqlite.open(root) as s:
+        s.create_topic("t", 1)
+        p = s.producer()
+        for _ in range(5):
+            p.send(Message("t", b"m"), queue_id=0)
+        with s.pull_consumer("g", auto_commit=False, consume_from=FIRST) as c:
+            c.subscribe("t")
+            c.commit({MessageQueue("t", 0): 2})
+            c.commit({MessageQueue("t", 0): 3})  # now the .bak holds 2
+
+
+def entry_text(value: str) -> str:
+    return '{"offsetTable": {"t@g": {"0": %s}}}' % value
+
+
+# name -> (file text, the field the error names)
+HOSTILE: dict[str, tuple[str, str]] = {
+    "negative": (entry_text("-5"), "offsetTable.t@g.0"),
+    "2**64": (entry_text(str(2**64)), "offsetTable.t@g.0"),
+    "string": (entry_text('"x"'), "offsetTable.t@g.0"),
+    "null": (entry_text("null"), "offsetTable.t@g.0"),
+    "float": (entry_text("3.0"), "offsetTable.t@g.0"),
+    "bool": (entry_text("true"), "offsetTable.t@g.0"),
+    "1e400": (entry_text("1e400"), "offsetTable.t@g.0"),
+    "5000 digits": (entry_text("9" * 5000), ""),
+    "queue id not a number": ('{"offsetTable": {"t@g": {"x": 1}}}', "offsetTable.t@g.x"),
+    "negative queue id": ('{"offsetTable": {"t@g": {-1: 1}}}', "offsetTable.t@g.-1"),
+    "entry is a list": ('{"offsetTable": {"t@g": [1]}}', "offsetTable.t@g"),
+    "key without @": ('{"offsetTable": {"tg": {"0": 1}}}', "offsetTable.tg"),
+    "table is a list": ('{"offsetTable": []}', "offsetTable"),
+    "no table": ('{"dataVersion": {"counter": 1}}', "offsetTable"),
+    "nested 5000 deep": ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", ""),
+    "not JSON": ('{"offsetTable": {"t@g": {"0": 3', ""),
+    "not UTF-8": ('{"offsetTable": {"t\udcff@g": {}}}', ""),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE), ids=list(HOSTILE))
+def test_hostile_consumer_offsets_are_a_typed_error_everywhere(tmp_path: Path, case: str) -> None:
+    root = tmp_path / "s"
+    committed_store(root)
+    text, field = HOSTILE[case]
+    for f in (offsets_json(root), bak(offsets_json(root))):
+        f.write_bytes(text.encode("utf-8", "surrogateescape"))
+    def subscribe(s: mqlite.Store, **options: Any) -> None:
+        with s.pull_consumer("g", **options) as c:
+            c.subscribe("t")
+
+    calls: dict[str, Callable[[mqlite.Store], Any]] = {
+        "subscribe": subscribe,
+        "subscribe from last": lambda s: subscribe(
+            s, consume_from=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET),
+        "consumer_groups": lambda s: s.consumer_groups(),
+        "consumer_progress": lambda s: s.consumer_progress("g"),
+        "reset_offset": lambda s: s.reset_offset("other", "t", to=0),
+    }
+    with mqlite.open(root) as s:
+        for name, call in calls.items():
+            with pytest.raises(ConfigFileError) as info:
+                call(s)
+            e = info.value
+            assert e.path == str(offsets_json(root)), name
+            assert e.field == field, name
+            assert str(offsets_json(root)) in str(e)
+            if field.startswith("offsetTable.t@g."):
+                assert "group 'g'" in str(e) and "topic 't'" in str(e) and "queue" in str(e)
+    # Nothing was written over either file.
+    for f in (offsets_json(root), bak(offsets_json(root))):
+        assert f.read_bytes() == text.encode("utf-8", "surrogateescape")
+
+
+def test_unreadable_offsets_file_falls_back_to_its_bak_which_the_next_commit_keeps(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    committed_store(root)
+    good_bak = bak(offsets_json(root)).read_bytes()  # g committed at 2
+    offsets_json(root).write_text(entry_text("-5"))
+    with mqlite.open(root) as s:
+        assert s.consumer_progress("g")[0].committed == 2
+        with s.pull_consumer("g", auto_commit=False,
+                             consume_from=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET) as c:
+            c.subscribe("t")
+            assert [m.queue_offset for m in c.poll(5)] == [2, 3, 4]  # not skipped to the end
+            c.commit()
+        assert s.consumer_progress("g")[0].committed == 5
+    assert bak(offsets_json(root)).read_bytes() == good_bak
+    # The next commit rotates as usual.
+    with mqlite.open(root) as s, s.pull_consumer("g", auto_commit=False) as c:
+        c.subscribe("t")
+        c.commit({MessageQueue("t", 0): 4})
+    assert json.loads(bak(offsets_json(root)).read_text())["offsetTable"]["t@g"] == {"0": 5}
+
+
+def test_rocketmq_consumer_offsets_load(tmp_path: Path) -> None:
+    """fastjson's output: unquoted queue ids, tab indentation, no dataVersion."""
+    root = tmp_path / "s"
+    committed_store(root)
+    offsets_json(root).write_text('{\n\t"offsetTable":{\n\t\t"t@billing":{0:3,1:5\n\t\t}\n\t}\n}')
+    with mqlite.open(root) as s:
+        assert s.consumer_groups() == ["billing"]
+        assert [(p.queue_id, p.committed) for p in s.consumer_progress("billing")] == [(0, 3), (1, 5)]
+        with s.pull_consumer("billing", auto_commit=False) as c:
+            c.subscribe("t")
+            c.commit({MessageQueue("t", 0): 4})
+    data = json.loads(offsets_json(root).read_text())
+    assert data["offsetTable"]["t@billing"] == {"0": 4, "1": 5}
+    assert data["dataVersion"]["counter"] == 1
