@@ -4,15 +4,18 @@
 //! Order (the lock comes before anything touches a file):
 //! 1. take the writer lock; note whether the abort marker exists (abnormal shutdown);
 //! 2. read the checkpoint; load commit-log files; load and recover every consume queue (valid
-//!    prefix of units kept, the rest of the last file zeroed after an abnormal shutdown);
+//!    prefix of units kept, the rest of the last file zeroed after an abnormal shutdown; a
+//!    queue with a file shorter than the file size ends before that file and is cut short);
 //! 3. scan the commit log with CRC from a durable record boundary,
 //!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint);
 //!    the first invalid record ends the log; the tail is cut (and zeroed after a crash);
 //! 4. drop consume-queue units that point at or past the recovered end, and cut each queue at
 //!    the first unit written after the checkpoint that does not index exactly its record (a
 //!    torn or stale unit);
-//! 5. dispatch resumes at the checkpoint's dispatched offset, re-creating any missing unit
-//!    (dispatch is idempotent), before the store is handed to the caller.
+//! 5. dispatch resumes at the checkpoint's dispatched offset, or below it at the end of a cut
+//!    short queue's units, re-creating any missing unit (dispatch is idempotent), before the
+//!    store is handed to the caller. The opener writes that point to the checkpoint before the
+//!    files a short file cut off are deleted (`ConsumeQueueStore::remove_stale_files`).
 
 use crate::checkpoint::CheckpointData;
 use crate::commit_log::CommitLog;

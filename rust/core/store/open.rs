@@ -104,6 +104,8 @@ pub(super) fn open(root: Option<&Path>, config: StoreConfig) -> Result<Store> {
             d.logics_dispatched_offset = report.reput_from;
             cp.reset(d)?;
         }
+        // Only now, with the re-dispatch point durable, may files recovery cut off go.
+        cqs.remove_stale_files()?;
         let dispatchers: Vec<Arc<dyn Dispatcher>> = vec![cqs.clone()];
         let r = Arc::new(Reput::new(
             Arc::clone(&commit_log),
