@@ -160,7 +160,7 @@ def read_with_backup(path: Path, decode: Callable[[Path, bytes], T]) -> Loaded[T
     if Path(first.path) != path:
         raise first
     if len(errors) == 1:
-        also = "; there is no .bak copy"
+        also = "; its .bak is missing or empty"
     elif _fault(errors[1]) == _fault(first):
         also = "; its .bak has the same fault"
     else:

@@ -91,7 +91,7 @@ def test_the_error_names_the_bad_field(tmp_path: Path) -> None:
         mqlite.open(root)
     assert info.value.field == "topicConfigTable.t.perm"
     assert "topicConfigTable.t.perm" in str(info.value)
-    assert "no .bak" in str(info.value)
+    assert ".bak is missing or empty" in str(info.value)
 
 
 def test_valid_bak_stands_in_and_is_not_overwritten(tmp_path: Path) -> None:

@@ -81,11 +81,9 @@ fn file(root: &Value) -> Checked<TopicsFile> {
 fn data_version(v: &Value) -> Checked<DataVersion> {
     let o = object("dataVersion", v)?;
     Ok(DataVersion {
-        counter: optional(o, "dataVersion", "counter", |f, v| uint(f, v, u64::MAX))?.unwrap_or(0),
-        state_version: optional(o, "dataVersion", "stateVersion", |f, v| {
-            uint(f, v, u64::MAX)
-        })?
-        .unwrap_or(0),
+        // Java longs, so at most i64::MAX: a write adds one without overflow.
+        counter: optional(o, "dataVersion", "counter", long)?.unwrap_or(0),
+        state_version: optional(o, "dataVersion", "stateVersion", long)?.unwrap_or(0),
         timestamp: optional(o, "dataVersion", "timestamp", int)?.unwrap_or(0),
     })
 }
@@ -169,6 +167,11 @@ fn uint(field: &str, v: &Value, max: u64) -> Checked<u64> {
             format!("expected an integer in [0, {max}], found {}", kind(v)),
         ),
     }
+}
+
+/// A non-negative Java long.
+fn long(field: &str, v: &Value) -> Checked<u64> {
+    uint(field, v, i64::MAX.unsigned_abs())
 }
 
 fn int(field: &str, v: &Value) -> Checked<i64> {
@@ -364,6 +367,10 @@ mod tests {
             (
                 serde_json::json!({"topicConfigTable": {}, "dataVersion": 3}),
                 "dataVersion",
+            ),
+            (
+                serde_json::json!({"topicConfigTable": {}, "dataVersion": {"counter": u64::MAX}}),
+                "dataVersion.counter",
             ),
         ] {
             assert_eq!(bad_field(&v), field, "{v}");

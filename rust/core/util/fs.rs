@@ -227,7 +227,7 @@ pub fn read_with_backup<T>(
         ) => {
             let also = match bak_error {
                 Some(e) => format!("; its .bak is unreadable too ({e})"),
-                None => "; there is no .bak copy".to_owned(),
+                None => "; its .bak is missing or empty".to_owned(),
             };
             Err(Error::ConfigFile {
                 path,
