@@ -19,13 +19,15 @@
 //! - `checkpoint_decode`: `CheckpointData::decode` never panics, accepts only slots with the
 //!   right magic, version and CRC, and decoded values round-trip through `encode`;
 //!   `Checkpoint::open` (read-only) on the bytes as a file picks slot A, else slot B.
-//! - `topics_json`: `TopicTable::load` of the bytes as `topics.json` never panics or fails, the
-//!   loaded table agrees with a generic JSON parse, and loading the bytes as the `.bak` behind a
-//!   damaged main file gives the same table.
+//! - `topics_json`: `TopicTable::load` of the bytes as `topics.json` never panics; it fails
+//!   only with `ConfigFile` naming that file (never with an empty table in its place), a loaded
+//!   table agrees with a generic JSON parse, and loading the bytes as the `.bak` behind a damaged
+//!   main file gives the same table (or, when they do not load, the main file's error).
 //! - `recover_mutated_commit_log`: a small store (two commit-log files, two consume-queue
 //!   files in one queue, checkpoint, topics.json) is copied, one of its files is overwritten /
 //!   truncated / deleted at a fuzz-chosen offset, optionally with the abort marker; then
-//!   `Store::open` (optionally read-only first) returns `Ok` or `Err(Corrupted | Io)` within
+//!   `Store::open` (optionally read-only first) returns `Ok` or `Err(Corrupted | Io)` (or
+//!   `Err(ConfigFile)` when the file is `topics.json`) within
 //!   5 s; after `Ok` every queue reads back `Ok` (only intact records, in queue order) or
 //!   `Err(Corrupted)`, a new put is readable at its queue offset, and a reopen after a clean
 //!   close succeeds with the same queue offsets.
@@ -416,7 +418,20 @@ pub fn check_topics_json(data: &[u8]) {
     let dir = fresh_dir("topics");
     let main = dir.join("topics.json");
     std::fs::write(&main, data).unwrap();
-    let direct = TopicTable::load(Some(main.clone()), 0o600).expect("load must not fail");
+    let direct = match TopicTable::load(Some(main.clone()), 0o600) {
+        Ok(t) => t,
+        Err(e) => {
+            assert_config_file_error(&e, &main);
+            // The same bytes as the backup of an unparsable main file do not load either: the
+            // main file's error is reported.
+            std::fs::write(&main, b"{\"topicConfigTable\": [").unwrap();
+            std::fs::write(dir.join("topics.json.bak"), data).unwrap();
+            let e = TopicTable::load(Some(main.clone()), 0o600).unwrap_err();
+            assert_config_file_error(&e, &main);
+            std::fs::remove_dir_all(&dir).unwrap();
+            return;
+        }
+    };
     let table = direct.all();
     for c in &table {
         assert_eq!(
@@ -424,7 +439,7 @@ pub fn check_topics_json(data: &[u8]) {
             direct.get(&c.topic_name).is_some()
         );
     }
-    direct.reload();
+    direct.reload().expect("reload of a file that loaded");
     assert_eq!(
         direct.all(),
         table,
@@ -450,12 +465,23 @@ pub fn check_topics_json(data: &[u8]) {
             );
         }
     }
-    // The same bytes as the backup of an unparsable main file give the same table.
+    // The same bytes as the backup of an unparsable main file give the same table (empty
+    // bytes hold no table: the main file's error stands).
     std::fs::write(&main, b"{\"topicConfigTable\": [").unwrap();
     std::fs::write(dir.join("topics.json.bak"), data).unwrap();
-    let fallback = TopicTable::load(Some(main), 0o600).expect("load must not fail");
-    assert_eq!(fallback.all(), table);
+    match TopicTable::load(Some(main.clone()), 0o600) {
+        Ok(fallback) => assert_eq!(fallback.all(), table),
+        Err(e) if data.is_empty() => assert_config_file_error(&e, &main),
+        Err(e) => panic!("a loadable .bak did not load: {e:?}"),
+    }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn assert_config_file_error(e: &Error, main: &Path) {
+    match e {
+        Error::ConfigFile { path, .. } => assert_eq!(path, main),
+        other => panic!("topics.json load failed with {other:?}"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -599,6 +625,7 @@ pub fn check_recover_mutated(data: &[u8]) {
     let root = work.join("store");
     copy_tree(&t.root, &root, &t.files);
     let target = root.join(&t.files[m.file % t.files.len()]);
+    let config_damaged = target.ends_with("topics.json") || target.ends_with("topics.json.bak");
     if m.delete {
         std::fs::remove_file(&target).unwrap();
     } else {
@@ -619,12 +646,12 @@ pub fn check_recover_mutated(data: &[u8]) {
             read_only: true,
             ..fuzz_config()
         };
-        if let Some(store) = timed_open(&root, cfg) {
+        if let Some(store) = timed_open(&root, cfg, config_damaged) {
             read_every_queue(&store);
             store.close().unwrap();
         }
     }
-    if let Some(store) = timed_open(&root, fuzz_config()) {
+    if let Some(store) = timed_open(&root, fuzz_config(), config_damaged) {
         let before = read_every_queue(&store);
         let body = b"after-recovery".as_slice();
         match store.put(&MessageRef::new(T_A, 0, body)) {
@@ -652,7 +679,7 @@ pub fn check_recover_mutated(data: &[u8]) {
         let closed = store.close();
         drop(store);
         if closed.is_ok() {
-            let again = timed_open(&root, fuzz_config())
+            let again = timed_open(&root, fuzz_config(), false)
                 .expect("a store that opened and closed cleanly must open again");
             assert_eq!(queue_offsets(&again), offsets, "reopen changed the queues");
             again.close().unwrap();
@@ -662,14 +689,16 @@ pub fn check_recover_mutated(data: &[u8]) {
     std::fs::remove_dir_all(&work).unwrap();
 }
 
-/// Opens within `OPEN_LIMIT`; `None` for an allowed error.
-fn timed_open(root: &Path, cfg: StoreConfig) -> Option<Store> {
+/// Opens within `OPEN_LIMIT`; `None` for an allowed error (`ConfigFile` only when
+/// `config_damaged`: the mutation hit `topics.json` or its `.bak`).
+fn timed_open(root: &Path, cfg: StoreConfig, config_damaged: bool) -> Option<Store> {
     let t0 = Instant::now();
     let r = Store::open(root, cfg);
     assert!(t0.elapsed() < OPEN_LIMIT, "open took {:?}", t0.elapsed());
     match r {
         Ok(s) => Some(s),
         Err(Error::Corrupted { .. } | Error::Io { .. }) => None,
+        Err(Error::ConfigFile { .. }) if config_damaged => None,
         Err(e) => panic!("open failed with an unexpected error: {e:?}"),
     }
 }

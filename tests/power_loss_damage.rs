@@ -917,17 +917,15 @@ fn t10_zero_length_or_short_new_file_after_the_last_one() {
 // ---- T11: metadata files ----------------------------------------------------------------------
 
 #[test]
-fn t11_topics_json_damage_falls_back_or_recovers() {
-    for variant in 0..5 {
+fn t11_topics_json_missing_or_empty_keeps_the_messages() {
+    for variant in 0..3 {
         let img = build();
         let cfg = img.root().join("config");
         let main = cfg.join("topics.json");
         let bak = cfg.join("topics.json.bak");
         match variant {
-            0 => std::fs::write(&main, b"{\"topicConfigTable\": {\"Pow").unwrap(), // truncated
-            1 => std::fs::write(&main, b"").unwrap(),
-            2 => std::fs::write(&main, [0xFFu8; 300]).unwrap(),
-            3 => std::fs::remove_file(&main).unwrap(),
+            0 => std::fs::write(&main, b"").unwrap(),
+            1 => std::fs::remove_file(&main).unwrap(),
             _ => {
                 // neither file: the topic table is lost, the messages must not be
                 std::fs::remove_file(&main).unwrap();
@@ -935,6 +933,29 @@ fn t11_topics_json_damage_falls_back_or_recovers() {
             }
         }
         assert_store_holds(img.root(), &img.msgs, &format!("T11 variant {variant}"));
+    }
+}
+
+#[test]
+fn t11_topics_json_that_does_not_parse_is_reported_or_replaced_by_its_bak() {
+    let damage: [&[u8]; 2] = [b"{\"topicConfigTable\": {\"Pow", &[0xFF; 300]];
+    for (variant, bytes) in damage.into_iter().enumerate() {
+        let img = build();
+        let cfg = img.root().join("config");
+        let main = cfg.join("topics.json");
+        let bak = cfg.join("topics.json.bak");
+        let good = std::fs::read(&main).unwrap();
+        std::fs::write(&main, bytes).unwrap();
+        let _ = std::fs::remove_file(&bak);
+        // No .bak: an error naming the file, and the file is left as it was.
+        match Store::open(img.root(), config()) {
+            Err(Error::ConfigFile { path, .. }) => assert_eq!(path, main),
+            other => panic!("T11 variant {variant}: {other:?}"),
+        }
+        assert_eq!(std::fs::read(&main).unwrap(), bytes);
+        // A valid .bak stands in.
+        std::fs::write(&bak, &good).unwrap();
+        assert_store_holds(img.root(), &img.msgs, &format!("T11 bak variant {variant}"));
     }
 }
 

@@ -1,4 +1,4 @@
-"""File helpers for client metadata: flock, atomic JSON writes, lenient RocketMQ JSON reads."""
+"""File helpers for client metadata: flock, atomic JSON writes, checked RocketMQ JSON reads."""
 
 from __future__ import annotations
 
@@ -8,11 +8,25 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["atomic_write_json", "flocked", "open_lock", "read_json_with_backup", "try_flock"]
+from mqlite.errors import ConfigFileError
+
+__all__ = [
+    "Loaded",
+    "atomic_write_json",
+    "config_error",
+    "flocked",
+    "load_json_object",
+    "open_lock",
+    "read_with_backup",
+    "try_flock",
+]
+
+T = TypeVar("T")
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -60,8 +74,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
-    """Write ``data`` as JSON: temp file, fsync, keep ``<name>.bak``, rename, fsync the directory."""
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True, rotate: bool = True) -> None:
+    """Write ``data`` as JSON: temp file, fsync, keep ``<name>.bak``, rename, fsync the directory.
+
+    ``rotate=False`` skips keeping the current file as ``.bak``: callers pass it when the
+    current file could not be read, so that the ``.bak`` they read instead is not overwritten
+    with it."""
     ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
     text = json.dumps(data, indent=2).encode()
@@ -72,7 +90,7 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
-    if path.exists():
+    if rotate and path.exists():
         shutil.copyfile(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
     if durable:
@@ -87,17 +105,69 @@ def loads_lenient(text: str) -> Any:
         return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
 
 
-def read_json_with_backup(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or in ``<path>.bak`` when the file is missing, empty or bad."""
+def load_json_object(path: Path, raw: bytes) -> dict[str, Any]:
+    """The JSON object in ``raw`` (the bytes of ``path``; fastjson's unquoted integer keys
+    accepted). Raises ConfigFileError when it is not UTF-8 JSON, nests too deep, holds a number
+    Python will not convert, or is not an object."""
+    try:
+        data = loads_lenient(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise config_error(path, "", f"not valid JSON: {reason}") from None
+    if not isinstance(data, dict):
+        raise config_error(path, "", f"expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def config_error(path: Path, field: str, reason: str) -> ConfigFileError:
+    """ConfigFileError for the value at ``field`` (a JSON path; empty: the whole file)."""
+    where = f"{path}: {field}" if field else str(path)
+    return ConfigFileError(f"unreadable {where}: {reason}", path=str(path), field=field)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded(Generic[T]):
+    """A config file's content as read by ``read_with_backup``. ``main_unreadable``: it came
+    from the ``.bak`` because the main file exists but does not decode (a write must then not
+    rotate the main file into the ``.bak``)."""
+
+    value: T
+    main_unreadable: bool
+
+
+def read_with_backup(path: Path, decode: Callable[[Path, bytes], T]) -> Loaded[T] | None:
+    """``decode`` of ``path``, or of ``<path>.bak`` when the file is missing, blank or does not
+    decode (``decode`` raises ConfigFileError), as RocketMQ reads its config files.
+
+    None only when neither file holds anything. A file that does not decode is never taken as
+    empty: without a ``.bak`` that decodes, its error is raised (the main file's when both are
+    bad, with what is wrong with the ``.bak`` appended)."""
+    errors: list[ConfigFileError] = []
     for p in (path, path.with_name(path.name + ".bak")):
         try:
             raw = p.read_bytes()
         except FileNotFoundError:
             continue
-        try:
-            data = loads_lenient(raw.decode("utf-8")) if raw.strip() else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        if not raw.strip():
             continue
-        if isinstance(data, dict):
-            return data
-    return None
+        try:
+            return Loaded(decode(p, raw), main_unreadable=p != path)
+        except ConfigFileError as e:
+            errors.append(e)
+    if not errors:
+        return None
+    first = errors[0]
+    if Path(first.path) != path:
+        raise first
+    if len(errors) == 1:
+        also = "; its .bak is missing or empty"
+    elif _fault(errors[1]) == _fault(first):
+        also = "; its .bak has the same fault"
+    else:
+        also = f"; its .bak is unreadable too ({errors[1]})"
+    raise ConfigFileError(first.message + also, path=first.path, field=first.field)
+
+
+def _fault(e: ConfigFileError) -> str:
+    """What ``config_error`` said is wrong, without the file's name."""
+    return e.message.removeprefix(f"unreadable {e.path}")

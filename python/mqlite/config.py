@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mqlite.errors import InvalidConfigError
@@ -71,13 +71,18 @@ def store_options(options: Mapping[str, object]) -> dict[str, Any]:
     return out
 
 
-def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
-    """Size of the first store file (20-digit name, regular file, not a symlink) in
-    ``directory``, or None. Only a file that is certainly whole counts: one followed by another
-    file, or a lone file whose size is a multiple of ``whole`` or divides its start offset (the
-    name): a file starts at a multiple of the file size. (A kill while the last file was being
-    preallocated can leave it short, and the core repairs that to the configured size.) A lone
-    file is what retention leaves, and what a new store with small files has."""
+def _file_size(directory: str, whole: int = 1 << 20) -> tuple[int, bool] | None:
+    """The size of the store files (20-digit names, regular files, not symlinks) in
+    ``directory`` and whether the names prove it, or None.
+
+    Files are contiguous, so with two or more the step between the first two names is the size,
+    proven when one of those two files has it (one may be cut short; a step neither has means a
+    missing file, and the first file's size is taken). A lone file counts if its size is a
+    multiple of ``whole`` or divides its start offset (the name), as a file starts at a multiple
+    of the file size; it is not proof, since a lone file may be cut short. (A kill while the
+    last file was being preallocated can leave it short, and the core repairs that to the
+    configured size.) A lone file is what retention leaves, and what a new store with small
+    files has."""
     try:
         with os.scandir(directory) as it:
             names = sorted(e.name for e in it if len(e.name) == 20 and e.name.isdigit()
@@ -87,12 +92,32 @@ def _first_file_size(directory: str, whole: int = 1 << 20) -> int | None:
     if not names:
         return None
     try:
-        size = os.lstat(os.path.join(directory, names[0])).st_size
+        sizes = [os.lstat(os.path.join(directory, n)).st_size for n in names[:2]]
     except OSError:
         return None
+    if len(names) > 1:
+        step = int(names[1]) - int(names[0])
+        if step in sizes:
+            return step, True
+    size = sizes[0]
     if size > 0 and (len(names) > 1 or size % whole == 0 or int(names[0]) % size == 0):
-        return size
+        return size, False
     return None
+
+
+def _queue_dirs(root: str) -> Iterator[str]:
+    """``<root>/<topic>/<queue id>`` directories, sorted."""
+    try:
+        topics = sorted(os.listdir(root))
+    except OSError:
+        return
+    for topic in topics:
+        try:
+            queues = sorted(os.listdir(os.path.join(root, topic)))
+        except OSError:
+            continue
+        for q in queues:
+            yield os.path.join(root, topic, q)
 
 
 def fit_max_message(options: dict[str, Any]) -> None:
@@ -107,28 +132,29 @@ def fit_max_message(options: dict[str, Any]) -> None:
 def existing_sizes(path: str, given: Mapping[str, object]) -> dict[str, int]:
     """File sizes of an existing store that the caller left unset: a store keeps the sizes it
     was created with, so reopening it (or following it read-only) needs no repeated options.
-    Sizes given explicitly are left to the core, which rejects a mismatch."""
+    Sizes given explicitly are left to the core, which rejects a mismatch (except that a
+    consume queue of one file shorter than the size given is rebuilt from the commit log: a
+    lone file may be one cut short)."""
     out: dict[str, int] = {}
     if path == ":memory:":
         return out
     if given.get("commit_log_file_size") is None:
-        size = _first_file_size(os.path.join(path, "commitlog"))
-        if size is not None:
-            out["commit_log_file_size"] = size
+        found = _file_size(os.path.join(path, "commitlog"))
+        if found is not None:
+            out["commit_log_file_size"] = found[0]
     if given.get("consume_queue_file_units") is None:
-        root = os.path.join(path, "consumequeue")
-        try:
-            topics = sorted(os.listdir(root))
-        except OSError:
-            topics = []
-        for topic in topics:
-            try:
-                queues = sorted(os.listdir(os.path.join(root, topic)))
-            except OSError:
+        # The first size a queue's names prove, else the first a lone file suggests: a file
+        # taken for whole that was cut short would make every longer file an error.
+        units: int | None = None
+        for queue_dir in _queue_dirs(os.path.join(path, "consumequeue")):
+            found = _file_size(queue_dir, 20 * 1000)
+            if found is None or found[0] % 20:
                 continue
-            sizes = (_first_file_size(os.path.join(root, topic, q), 20 * 1000) for q in queues)
-            size = next((s for s in sizes if s is not None and s % 20 == 0), None)
-            if size is not None:
-                out["consume_queue_file_units"] = size // 20
+            if found[1]:
+                units = found[0] // 20
                 break
+            if units is None:
+                units = found[0] // 20
+        if units is not None:
+            out["consume_queue_file_units"] = units
     return out

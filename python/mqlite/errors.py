@@ -36,6 +36,7 @@ __all__ = [
     "StoreFullError",
     "StorePoisonedError",
     "CorruptedLogError",
+    "ConfigFileError",
     "CompressionError",
     "StoreIOError",
     "StoreNotADirectoryError",
@@ -231,6 +232,21 @@ class CorruptedLogError(StoreError):
     """A record failed its checks."""
 
     default_code = "CORRUPTED_LOG"
+
+
+class ConfigFileError(StoreError):
+    """A metadata file under ``<store>/config`` (``topics.json``, ``consumerOffset.json``) does
+    not decode, or a value in it has the wrong type or is out of range, and its ``.bak`` copy is
+    no better. ``path`` is the file; ``field`` the JSON path of the bad value (empty when the
+    file as a whole does not parse). Nothing is written over such a file: repair or remove the
+    entry it names."""
+
+    default_code = "CONFIG_FILE"
+
+    def __init__(self, message: str = "", code: str | None = None, *, path: str = "", field: str = "") -> None:
+        super().__init__(message, code)
+        self.path = path
+        self.field = field
 
 
 class CompressionError(MQError):

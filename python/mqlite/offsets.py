@@ -11,6 +11,13 @@ both. Several processes may commit: each read-modify-write holds an exclusive ``
 ``config/.consumerOffset.lock`` and writes a temp file, fsyncs it, keeps the old file as ``.bak``,
 renames and fsyncs the directory.
 
+Every entry is checked when the file is read (queue ids decimal ints in ``[0, 2**31)``, offsets
+ints in ``[0, 2**63)``). A file that does not decode is replaced by its ``.bak`` (the previous
+version: at worst some messages are delivered again) and the next write leaves that ``.bak``
+alone; with no usable ``.bak``, every read and write raises ConfigFileError naming the file, the
+group, the topic and the queue, and nothing is written over the file. It is never taken as "no
+commits", which would make a CONSUME_FROM_LAST_OFFSET group skip its backlog.
+
 A broadcasting consumer keeps its own offsets, in the same shape, in
 ``<store>/config/broadcast/<group>/<client_id>.json``.
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mqlite._files import atomic_write_json, flocked, read_json_with_backup
+from mqlite._files import atomic_write_json, config_error, flocked, load_json_object, read_with_backup
 from mqlite.message import MessageQueue
 
 __all__ = ["OffsetFile", "OffsetWriter", "QueueProgress", "broadcast_offsets", "group_offsets", "offset_key"]
@@ -63,15 +71,47 @@ class QueueProgress:
         return max(self.max_offset - self.committed, 0)
 
 
-def _table(data: Mapping[str, Any] | None) -> dict[str, dict[int, int]]:
-    out: dict[str, dict[int, int]] = {}
-    raw = (data or {}).get("offsetTable") or {}
-    if not isinstance(raw, dict):
-        return out
-    for key, queues in raw.items():
-        if isinstance(queues, dict):
-            out[str(key)] = {int(q): int(o) for q, o in queues.items()}
-    return out
+_MAX_QUEUE_ID = (1 << 31) - 1  # queue ids are Java ints
+_MAX_OFFSET = (1 << 63) - 1  # offsets are Java longs
+_QUEUE_ID = re.compile(r"0|[1-9][0-9]*")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _decode(path: Path, raw: bytes) -> tuple[dict[str, Any], dict[str, dict[int, int]]]:
+    """The file's JSON object and its offset table, every entry checked: keys ``topic@group``,
+    queue ids decimal ints in ``[0, 2**31)``, offsets ints in ``[0, 2**63)``. Raises
+    ConfigFileError naming the file, the entry's group, topic and queue, and what is wrong."""
+    data = load_json_object(path, raw)
+    raw_table = data.get("offsetTable")
+    if not isinstance(raw_table, dict):
+        found = "nothing" if raw_table is None else type(raw_table).__name__
+        raise config_error(path, "offsetTable", f"expected an object, found {found}")
+    table: dict[str, dict[int, int]] = {}
+    for key, queues in raw_table.items():
+        field = f"offsetTable.{key}"
+        topic, at, group = key.rpartition("@")
+        if not at:
+            raise config_error(path, field, f"key {_shown(key)} is not 'topic@group'")
+        if not isinstance(queues, dict):
+            raise config_error(path, field, f"group {group!r}, topic {topic!r}: expected an object "
+                               f"of queue id -> offset, found {type(queues).__name__}")
+        entry: dict[int, int] = {}
+        for q, offset in queues.items():
+            where = f"group {group!r}, topic {topic!r}, queue {q if q.isdecimal() else _shown(q)}"
+            if not _QUEUE_ID.fullmatch(q) or int(q) > _MAX_QUEUE_ID:
+                raise config_error(path, f"{field}.{q}",
+                                   f"{where}: the queue id is not an int in [0, {_MAX_QUEUE_ID}]")
+            if type(offset) is not int or not 0 <= offset <= _MAX_OFFSET:
+                raise config_error(path, f"{field}.{q}",
+                                   f"{where}: the offset must be an int in [0, {_MAX_OFFSET}], "
+                                   f"found {_shown(offset)}")
+            entry[int(q)] = offset
+        table[key] = entry
+    return data, table
 
 
 class OffsetFile:
@@ -83,35 +123,41 @@ class OffsetFile:
         self.durable = durable
 
     def load(self) -> dict[str, dict[int, int]]:
-        """The whole table: ``{"topic@group": {queue_id: next_offset}}``."""
+        """The whole table: ``{"topic@group": {queue_id: next_offset}}``.
+
+        Raises ConfigFileError when the file (or, if it is missing, its ``.bak``) does not
+        decode and its ``.bak`` does not stand in for it."""
         if not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists():
             return {}
         with flocked(self.lock, exclusive=False):
-            return _table(read_json_with_backup(self.path))
+            loaded = read_with_backup(self.path, _decode)
+        return {} if loaded is None else loaded.value[1]
 
     def get(self, key: str) -> dict[int, int]:
         """One ``topic@group`` entry (empty when nothing was committed)."""
         return self.load().get(key, {})
 
     def update(self, key: str, offsets: Mapping[int, int], *, replace: bool = False) -> None:
-        """Merge (or with ``replace``, set) one entry's queue offsets, atomically."""
+        """Merge (or with ``replace``, set) one entry's queue offsets, atomically. Raises
+        ConfigFileError, writing nothing, when the current table cannot be read."""
         with flocked(self.lock, exclusive=True):
-            data = read_json_with_backup(self.path) or {}
-            table = _table(data)
+            loaded = read_with_backup(self.path, _decode)
+            data, table = ({}, {}) if loaded is None else loaded.value
             entry = {} if replace else table.get(key, {})
             entry.update({int(q): int(o) for q, o in offsets.items()})
             table[key] = entry
             version = data.get("dataVersion")
-            counter = int(version.get("counter", 0)) if isinstance(version, dict) else 0
+            counter = version.get("counter", 0) if isinstance(version, dict) else 0
             data["dataVersion"] = {
-                "counter": counter + 1,
+                "counter": (counter if type(counter) is int and counter >= 0 else 0) + 1,
                 "stateVersion": 0,
                 "timestamp": int(time.time() * 1000),
             }
             data["offsetTable"] = {
                 k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())
             }
-            atomic_write_json(self.path, data, durable=self.durable)
+            atomic_write_json(self.path, data, durable=self.durable,
+                              rotate=loaded is None or not loaded.main_unreadable)
 
 
 def group_offsets(root: Path, *, durable: bool = True) -> OffsetFile:

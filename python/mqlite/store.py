@@ -240,7 +240,8 @@ class Store:
     def create_topic(
         self, name: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
     ) -> None:
-        """Create a topic with ``queues`` read and write queues (``perm``: 4 read, 2 write)."""
+        """Create a topic with ``queues`` read and write queues, 1 to 1024 (``perm``: 4 read,
+        2 write)."""
         for field, v in (("queues", queues), ("perm", perm)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{field} must be an int, not {type(v).__name__}")
@@ -249,7 +250,8 @@ class Store:
         self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
 
     def topics(self) -> list[TopicConfig]:
-        """All topics, sorted by name."""
+        """All topics, sorted by name. A read-only store re-reads ``config/topics.json`` here
+        and raises ConfigFileError if neither it nor its ``.bak`` decodes."""
         configs = [TopicConfig.from_dict(d) for d in self._live().topics()]
         return sorted(configs, key=lambda t: t.name)
 

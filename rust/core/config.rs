@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::message::codec::FIXED_V1_IPV4;
 use crate::message::properties::MAX_PROPERTIES_LEN;
 use crate::message::validate::MAX_SYSTEM_TOPIC_LEN;
+use crate::topic_config::MAX_QUEUES;
 
 /// When appended data is forced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,10 +133,10 @@ impl StoreConfig {
                 ),
             );
         }
-        if !(1..=1024).contains(&self.default_queues) {
+        if !(1..=MAX_QUEUES).contains(&self.default_queues) {
             return bad(
                 "default_queues",
-                format!("{} is outside [1, 1024]", self.default_queues),
+                format!("{} is outside [1, {MAX_QUEUES}]", self.default_queues),
             );
         }
         if self.flush_interval.is_zero() || self.flush_interval > Duration::from_secs(60) {

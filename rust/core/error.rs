@@ -37,6 +37,14 @@ pub enum Error {
     Poisoned { reason: String },
     /// A configuration value is out of range.
     InvalidConfig { field: &'static str, reason: String },
+    /// A metadata file of the store (`config/topics.json`) does not decode, or a value in it
+    /// has the wrong type or is out of range, and no usable `.bak` copy stands in for it.
+    /// `field` is the JSON path of the bad value, empty when the file as a whole is bad.
+    ConfigFile {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
     /// A topic name is not acceptable.
     InvalidTopic { topic: String, reason: &'static str },
     /// The topic does not exist and auto-creation is off (or the call never auto-creates).
@@ -93,6 +101,7 @@ impl Error {
             Error::ReadOnly => "STORE_READ_ONLY",
             Error::Poisoned { .. } => "STORE_POISONED",
             Error::InvalidConfig { .. } => "INVALID_CONFIG",
+            Error::ConfigFile { .. } => "CONFIG_FILE",
             Error::InvalidTopic { .. } => "INVALID_TOPIC",
             Error::TopicNotFound { .. } => "TOPIC_NOT_FOUND",
             Error::TopicNotWritable { .. } => "TOPIC_NOT_WRITABLE",
@@ -150,6 +159,17 @@ impl fmt::Display for Error {
                 )
             }
             Error::InvalidConfig { field, reason } => write!(f, "invalid config {field}: {reason}"),
+            Error::ConfigFile {
+                path,
+                field,
+                reason,
+            } => {
+                if field.is_empty() {
+                    write!(f, "unreadable {}: {reason}", path.display())
+                } else {
+                    write!(f, "unreadable {}: {field}: {reason}", path.display())
+                }
+            }
             Error::InvalidTopic { topic, reason } => write!(f, "invalid topic {topic:?}: {reason}"),
             Error::TopicNotFound { topic } => write!(f, "topic {topic:?} does not exist"),
             Error::TopicNotWritable { topic } => {

@@ -13,8 +13,10 @@
 //!   names another file for longer than until its next `refresh(verify = true)`: it compares
 //!   each mapping's device and inode with the directory's (`refresh`).
 //!
-//! Crash behaviour: a zero-length or short last file (a roll interrupted by a kill) is repaired
-//! (deleted if empty, re-preallocated if short); a gap between files is reported as corruption.
+//! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
+//! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
+//! corruption. An owner whose files are derived data (consume queues) finds short files first
+//! (`first_short_file`) and rebuilds them instead (`load_below`, `remove_files_from`).
 //! A new file's size, allocation and directory entry are made durable by fsyncs right after
 //! it is created, or, for queues built `with_deferred_create_sync` (consume queues, whose data is
 //! derived and only trusted up to the checkpoint), by the queue's next `flush`: the flush that
@@ -85,10 +87,16 @@ impl MappedFileQueue {
     /// Loads existing files of the directory (sorted by name). Writers repair an empty or short
     /// last file; a wrong-size file elsewhere or a gap is corruption.
     pub fn load(&self) -> Result<()> {
+        self.load_below(u64::MAX)
+    }
+
+    /// `load` of the files that start below `end`; later files stay on disk, unmapped.
+    pub fn load_below(&self, end: u64) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
         };
         let mut names = list_offsets(dir)?;
+        names.retain(|&start| start < end);
         names.sort_unstable();
         let mut loaded = Vec::with_capacity(names.len());
         let n = names.len();
@@ -148,6 +156,64 @@ impl MappedFileQueue {
         }
         *self.write_files() = loaded;
         Ok(())
+    }
+
+    /// Start of the first file, in offset order, that is shorter than the file size (cut short,
+    /// or created by a roll a crash interrupted), if any. Only when every name is a multiple of
+    /// the file size and they step by it: names that do not (a file size that is not the one
+    /// the files were made with, or a missing file) are left to `load`, which reports them, as
+    /// it does symlinks.
+    pub fn first_short_file(&self) -> Result<Option<u64>> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(None);
+        };
+        let mut names = list_offsets(dir)?;
+        names.sort_unstable();
+        let size = self.file_size;
+        let contiguous = names.windows(2).all(|w| match w {
+            [a, b] => a.checked_add(size) == Some(*b),
+            _ => true,
+        });
+        if !contiguous || names.first().is_some_and(|s| s % size != 0) {
+            return Ok(None);
+        }
+        for start in names {
+            let path = dir.join(fs::offset_file_name(start));
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io("stat", &path, e))?;
+            if meta.is_file() && meta.len() < self.file_size {
+                return Ok(Some(start));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writers, before `load`: deletes every file that starts at or after `start` and makes the
+    /// deletions durable. Returns how many went. A symlink among them is corruption (as in
+    /// `load`): nothing is deleted then.
+    pub fn remove_files_from(&self, start: u64) -> Result<usize> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(0);
+        };
+        let mut doomed = list_offsets(dir)?;
+        doomed.retain(|&s| s >= start);
+        let paths: Vec<PathBuf> = doomed
+            .iter()
+            .map(|&s| dir.join(fs::offset_file_name(s)))
+            .collect();
+        if let Some((path, &offset)) = paths.iter().zip(&doomed).find(|(p, _)| fs::is_symlink(p)) {
+            return Err(Error::Corrupted {
+                path: path.clone(),
+                offset,
+                reason: "store file is a symlink".into(),
+            });
+        }
+        for path in &paths {
+            std::fs::remove_file(path).map_err(|e| Error::io("unlink", path, e))?;
+        }
+        if !paths.is_empty() {
+            fs::fsync_dir(dir)?;
+        }
+        Ok(paths.len())
     }
 
     /// Writers, before `load`: deletes the files at the end of the queue for which `unused`

@@ -7,13 +7,16 @@
 //! 3. scan the commit log with CRC from a durable record boundary,
 //!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint),
 //!    changing nothing; then load and recover every consume queue (valid prefix of units kept,
-//!    the rest of the last file zeroed after an abnormal shutdown) and cut the log's torn tail
+//!    the rest of the last file zeroed after an abnormal shutdown; a queue with a file shorter
+//!    than the file size ends before that file and is cut short) and cut the log's torn tail
 //!    (zeroed after a crash);
 //! 4. drop consume-queue units that point at or past the recovered end, and cut each queue at
 //!    the first unit written after the checkpoint that does not index exactly its record (a
 //!    torn or stale unit);
-//! 5. dispatch resumes at the checkpoint's dispatched offset, re-creating any missing unit
-//!    (dispatch is idempotent), before the store is handed to the caller.
+//! 5. dispatch resumes at the checkpoint's dispatched offset, or below it at the end of a cut
+//!    short queue's units, re-creating any missing unit (dispatch is idempotent), before the
+//!    store is handed to the caller. The opener writes that point to the checkpoint before the
+//!    files a short file cut off are deleted (`ConsumeQueueStore::remove_stale_files`).
 //!
 //! What may be cut: only a torn tail, above the durable offset. A record is whole when its
 //! length, magic, structure and body CRC hold (and its whole-record CRC, when it has the

@@ -2,17 +2,29 @@
 //!
 //! Invariants: the file is replaced atomically (temp, fsync, rename, fsync dir) with a `.bak`
 //! of the previous version; the reader falls back to the `.bak` when the file is missing, empty
-//! or unparsable. System topics are created by the store, never by users.
+//! or does not decode (`decode`: every known field type- and range-checked). A file that does
+//! not decode and has no usable `.bak` is an error (`Error::ConfigFile`), never an empty table,
+//! and the table is never rewritten over it: a writable store does not open. After a load from
+//! the `.bak`, the next write leaves that `.bak` in place rather than rotating the unreadable
+//! file into it. Queue counts are at most `MAX_QUEUES`. System topics are created by the store,
+//! never by users.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::RwLock;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::message::validate;
 use crate::util::{clock::now_ms, fs};
+
+mod decode;
+
+/// Most read or write queues a topic may have: RocketMQ's largest built-in topic
+/// (`BenchmarkTest`) has 1,024. Every queue is a directory and a lock file per consumer group,
+/// and a consumer lists them all, so a count from a damaged file must be bounded.
+pub const MAX_QUEUES: u32 = 1024;
 
 /// Read permission bit.
 pub const PERM_READ: u32 = 4;
@@ -41,27 +53,24 @@ pub fn is_system_topic(topic: &str) -> bool {
         || validate::is_retry_or_dlq(topic)
 }
 
-/// One topic's settings (field names as in RocketMQ's JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One topic's settings (field names as in RocketMQ's JSON; read by `decode`, which also
+/// gives the defaults of the fields that may be absent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TopicConfig {
     /// Free-form attributes.
-    #[serde(default)]
     pub attributes: BTreeMap<String, String>,
     /// Ordered topic flag.
-    #[serde(default)]
     pub order: bool,
     /// Permission bits (6 = read + write).
     pub perm: u32,
     /// Readable queues.
     pub read_queue_nums: u32,
     /// Filter type name.
-    #[serde(default = "single_tag")]
     pub topic_filter_type: String,
     /// Topic name.
     pub topic_name: String,
     /// System flag.
-    #[serde(default)]
     pub topic_sys_flag: u32,
     /// Writable queues.
     pub write_queue_nums: u32,
@@ -102,7 +111,7 @@ impl TopicConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DataVersion {
     counter: u64,
@@ -111,12 +120,15 @@ struct DataVersion {
     timestamp: i64,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct TopicsFile {
-    #[serde(default)]
     data_version: DataVersion,
     topic_config_table: BTreeMap<String, TopicConfig>,
+    /// The table was loaded from the `.bak` because the main file does not decode: the next
+    /// write must not rotate that file into the `.bak`.
+    #[serde(skip)]
+    main_unreadable: bool,
 }
 
 /// The topic table.
@@ -128,11 +140,14 @@ pub struct TopicTable {
 }
 
 impl TopicTable {
-    /// Loads `path` (or its `.bak`); `None` path: in memory.
+    /// Loads `path` (or its `.bak`); `None` path: in memory. Neither file present (or both
+    /// empty): an empty table.
+    ///
+    /// # Errors
+    /// `ConfigFile` when the file does not decode and its `.bak` gives no table either.
     pub fn load(path: Option<PathBuf>, mode: u32) -> Result<Self> {
         let file = match &path {
-            Some(p) => fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())?
-                .unwrap_or_default(),
+            Some(p) => read(p)?.unwrap_or_default(),
             None => TopicsFile::default(),
         };
         Ok(TopicTable {
@@ -142,15 +157,17 @@ impl TopicTable {
         })
     }
 
-    /// Re-reads the file (read-only stores follow topics the writer creates). Keeps the table
-    /// in memory if the file cannot be read.
-    pub fn reload(&self) {
-        let Some(p) = &self.path else { return };
-        if let Ok(Some(file)) =
-            fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())
-        {
+    /// Re-reads the file (read-only stores follow topics the writer creates). Both files gone:
+    /// the table in memory is kept.
+    ///
+    /// # Errors
+    /// As `load`; the table in memory is kept then.
+    pub fn reload(&self) -> Result<()> {
+        let Some(p) = &self.path else { return Ok(()) };
+        if let Some(file) = read(p)? {
             *self.inner.write().unwrap_or_else(|p| p.into_inner()) = file;
         }
+        Ok(())
     }
 
     /// Config of `topic`.
@@ -208,7 +225,7 @@ impl TopicTable {
             .insert(config.topic_name.clone(), config.clone());
         g.data_version.counter += 1;
         g.data_version.timestamp = now_ms();
-        if let Err(e) = self.persist(&g) {
+        if let Err(e) = self.persist(&mut g) {
             // Keep memory and disk in agreement: undo the change.
             match previous {
                 Some(p) => g.topic_config_table.insert(config.topic_name.clone(), p),
@@ -236,7 +253,7 @@ impl TopicTable {
         if added && persist {
             g.data_version.counter += 1;
             g.data_version.timestamp = now_ms();
-            self.persist(&g)?;
+            self.persist(&mut g)?;
         }
         Ok(())
     }
@@ -249,11 +266,11 @@ impl TopicTable {
         }
         g.data_version.counter += 1;
         g.data_version.timestamp = now_ms();
-        self.persist(&g)?;
+        self.persist(&mut g)?;
         Ok(true)
     }
 
-    fn persist(&self, file: &TopicsFile) -> Result<()> {
+    fn persist(&self, file: &mut TopicsFile) -> Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
@@ -261,8 +278,20 @@ impl TopicTable {
             field: "topics.json",
             reason: e.to_string(),
         })?;
-        fs::atomic_write(path, &json, self.mode)
+        fs::atomic_write(path, &json, self.mode, !file.main_unreadable)?;
+        file.main_unreadable = false;
+        Ok(())
     }
+}
+
+/// The table in `path` or its `.bak`; `None` when neither holds anything.
+fn read(path: &std::path::Path) -> Result<Option<TopicsFile>> {
+    Ok(
+        fs::read_with_backup(path, decode::decode)?.map(|l| TopicsFile {
+            main_unreadable: l.main_unreadable,
+            ..l.value
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -303,6 +332,44 @@ mod tests {
         std::fs::write(&p, b"{garbage").unwrap();
         let t3 = TopicTable::load(Some(p), 0o600).unwrap();
         assert!(t3.get("TopicTest").is_some());
+    }
+
+    #[test]
+    fn unreadable_file_is_an_error_and_is_never_rotated_into_the_bak() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let bak = dir.path().join("topics.json.bak");
+        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        t.put(TopicConfig::new("Eight", 8, 6, false)).unwrap();
+        let bad = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("\"perm\": 6", "\"perm\": \"6\"");
+        std::fs::write(&p, &bad).unwrap();
+        // No .bak: the load fails, naming the file and the field.
+        match TopicTable::load(Some(p.clone()), 0o600) {
+            Err(Error::ConfigFile { path, field, .. }) => {
+                assert_eq!(path, p);
+                assert_eq!(field, "topicConfigTable.Eight.perm");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A valid .bak stands in; the next write keeps it rather than rotating the bad file
+        // into it.
+        let good = serde_json::json!({"topicConfigTable": {"Eight": TopicConfig::new("Eight", 8, 6, false)}});
+        std::fs::write(&bak, good.to_string()).unwrap();
+        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        assert_eq!(t.get("Eight").unwrap().read_queue_nums, 8);
+        t.put(TopicConfig::new("Two", 2, 6, false)).unwrap();
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), good.to_string());
+        // From then on the file is readable and rotation is back to normal.
+        t.put(TopicConfig::new("Three", 3, 6, false)).unwrap();
+        let rotated = TopicTable::load(Some(bak.clone()), 0o600).unwrap();
+        assert!(rotated.get("Two").is_some() && rotated.get("Three").is_none());
+        // A read-only reload of a file gone bad reports it and keeps the table.
+        std::fs::write(&p, "{").unwrap();
+        std::fs::write(&bak, "[]").unwrap();
+        assert!(matches!(t.reload(), Err(Error::ConfigFile { .. })));
+        assert!(t.get("Three").is_some());
     }
 
     #[test]

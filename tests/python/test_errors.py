@@ -43,6 +43,7 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.StoreFullError, (E.StoreError, OSError)),
     (E.StorePoisonedError, (E.StoreError,)),
     (E.CorruptedLogError, (E.StoreError,)),
+    (E.ConfigFileError, (E.StoreError,)),
     (E.CompressionError, (E.MQError,)),
     (E.StoreIOError, (E.StoreError, OSError)),
     (E.StoreNotFoundError, (E.StoreIOError, FileNotFoundError)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -182,6 +183,31 @@ def test_reopen_of_a_store_with_one_small_file_keeps_its_sizes(tmp_path) -> None
         assert s.offsets(MessageQueue("t", 0)) == (0, 260)
         with pytest.raises(mqlite.MessageTooLargeError):
             s.producer().send(Message("t", b"z" * (40 << 10)))
+
+
+@pytest.mark.parametrize("cut", [0, 1000, 1999])
+def test_reopen_after_a_consume_queue_file_was_cut_short_reads_everything(tmp_path, cut: int) -> None:
+    """A consume-queue file cut short (here the first of three, to a unit boundary, to a
+    partial unit or to nothing) in a store closed cleanly: a plain reopen still finds the size
+    the files were made with, and the writer rebuilds the lost units from the commit log. A
+    read-only open before it writes nothing and serves what is left before the short file."""
+    path = tmp_path / "s"
+    with mqlite.open(path, consume_queue_file_units=100) as store:
+        store.create_topic("t", 1)
+        with store.producer() as p:
+            for i in range(250):
+                p.send(Message("t", b"%d" % i), queue_id=0)
+    queue_dir = path / "consumequeue" / "t" / "0"
+    os.truncate(queue_dir / ("0" * 20), cut)
+    listing = {f.name: f.stat().st_size for f in queue_dir.iterdir()}
+    with mqlite.open(path, read_only=True) as reader:
+        assert reader.read(MessageQueue("t", 0), 0, 300) == []
+    assert {f.name: f.stat().st_size for f in queue_dir.iterdir()} == listing
+    with mqlite.open(path) as store:
+        assert store.offsets(MessageQueue("t", 0)) == (0, 250)
+        got = store.read(MessageQueue("t", 0), 0, 300)
+        assert [m.body for m in got] == [b"%d" % i for i in range(250)]
+    assert {f.stat().st_size for f in queue_dir.iterdir()} == {2000}
 
 
 def test_after_retention_the_minimum_offset_is_the_first_readable_message(tmp_path) -> None:

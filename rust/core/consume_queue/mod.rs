@@ -13,7 +13,9 @@
 //!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
-//! what is missing (duplicates are ignored by the `max_physical_offset` rule). A new file is
+//! what is missing (duplicates are ignored by the `max_physical_offset` rule). A file shorter
+//! than the file size is dropped with every later file, and dispatch re-creates their units from
+//! the end of the units that remain, below the checkpoint too (`recover`). A new file is
 //! made durable (its fsync and its directory's) by the queue's next flush, not by the thread
 //! that rolls to it: the flush comes before any checkpoint that covers the file's units, so
 //! an OS crash can only lose a file whose units recovery re-dispatches anyway.
@@ -57,8 +59,11 @@ pub struct ConsumeQueue {
     // followers correct on every lookup) is one load, not a search.
     min_corrected_for: AtomicU64,
     read_only: bool,
-    // Set by recovery when a damaged unit cut the queue short (see `recover`).
+    // Set by recovery when a damaged unit or a short file cut the queue short (see `recover`).
     damaged: std::sync::atomic::AtomicBool,
+    // Start of the first file `recover` left unloaded because it is short (`NO_FILE`: none);
+    // it and later files are deleted by `remove_stale_files`.
+    stale_from: AtomicU64,
     // Start of the file whose successor was asked for (`u64::MAX`: none yet), and the start
     // of that successor until the dispatcher takes the request (`NO_FILE`: nothing to ask).
     next_asked: AtomicU64,
@@ -98,6 +103,7 @@ impl ConsumeQueue {
             min_corrected_for: AtomicU64::new(0),
             read_only,
             damaged: std::sync::atomic::AtomicBool::new(false),
+            stale_from: AtomicU64::new(NO_FILE),
             next_asked: AtomicU64::new(u64::MAX),
             next_due: AtomicU64::new(NO_FILE),
             pace: Pace::default(),
@@ -127,15 +133,33 @@ impl ConsumeQueue {
 
     /// Loads files and finds the end of valid units (writers zero the rest of the last file
     /// when `zero_tail`). Returns the max offset.
+    ///
+    /// A file shorter than the file size (truncated, or a roll a crash interrupted) lost units
+    /// that the checkpoint may count as dispatched, so only the commit log can restore them: a
+    /// writer loads only the files before it and marks the queue cut short (`was_cut_short`),
+    /// and recovery re-dispatches from the end of the units that remain. The short file and
+    /// every later one stay on disk until `remove_stale_files`, called once the checkpoint
+    /// records the lower dispatch point: a crash or failed open before then finds the short
+    /// file again. A reader cannot repair: it serves the units of the files before the short
+    /// one.
     pub fn recover(&self, zero_tail: bool) -> Result<u64> {
-        if !self.read_only {
-            // Files prepared ahead of a roll that never came (prepare.rs) are all zeros: the
-            // queue ends where its units do.
-            self.files.discard_unused_tail(fs::is_all_zero)?;
-        }
-        self.files.load()?;
+        let short = self.files.first_short_file()?;
         if self.read_only {
+            self.files.load_below(short.unwrap_or(u64::MAX))?;
             return Ok(self.max_offset());
+        }
+        match short {
+            Some(start) => {
+                self.stale_from.store(start, Ordering::Release);
+                self.damaged.store(true, Ordering::Release);
+                self.files.load_below(start)?;
+            }
+            None => {
+                // Files prepared ahead of a roll that never came (prepare.rs) are all zeros:
+                // the queue ends where its units do.
+                self.files.discard_unused_tail(fs::is_all_zero)?;
+                self.files.load()?;
+            }
         }
         let Some(last) = self.files.last_file() else {
             return Ok(0);
@@ -172,6 +196,20 @@ impl ConsumeQueue {
             }
         }
         self.max_physical.store(found, Ordering::Release);
+    }
+
+    /// Deletes the files `recover` left unloaded (from a short file on), before dispatch
+    /// re-creates their units. Call only after the checkpoint's dispatched offset is at or
+    /// below the recovery's re-dispatch point.
+    pub fn remove_stale_files(&self) -> Result<()> {
+        let start = self.stale_from.swap(NO_FILE, Ordering::AcqRel);
+        if start != NO_FILE {
+            if let Err(e) = self.files.remove_files_from(start) {
+                self.stale_from.store(start, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Unmaps the queue's files (store close).
@@ -303,8 +341,8 @@ impl ConsumeQueue {
         (last.from_offset() + end) / UNIT_SIZE
     }
 
-    /// True when recovery found this queue cut short by a damaged unit: every record after
-    /// `max_physical_offset()` must be dispatched again.
+    /// True when recovery found this queue cut short by a damaged unit or a short file: every
+    /// record after `max_physical_offset()` must be dispatched again.
     pub fn was_cut_short(&self) -> bool {
         self.damaged.load(Ordering::Acquire)
     }

@@ -263,6 +263,15 @@ impl ConsumeQueueStore {
         Ok(())
     }
 
+    /// `ConsumeQueue::remove_stale_files` of every queue (recovery, once the checkpoint holds
+    /// the re-dispatch point).
+    pub fn remove_stale_files(&self) -> Result<()> {
+        for cq in self.all() {
+            cq.remove_stale_files()?;
+        }
+        Ok(())
+    }
+
     /// Unmaps every queue's files (store close).
     pub fn close_files(&self) {
         for cq in self.all() {

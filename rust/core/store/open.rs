@@ -118,6 +118,8 @@ pub(super) fn open(
             d.logics_dispatched_offset = report.reput_from;
             cp.reset(d)?;
         }
+        // Only now, with the re-dispatch point durable, may files recovery cut off go.
+        cqs.remove_stale_files()?;
         if table_missing {
             topics.adopt_discovered(&cqs.discover_topics()?, true)?;
         }

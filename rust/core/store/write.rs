@@ -11,7 +11,7 @@ use crate::dispatch::reput::Reput;
 use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
-use crate::topic_config::{is_system_topic, TopicConfig, PERM_READ, PERM_WRITE};
+use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
 use crate::util::clock::now_ms;
 use crate::util::{bytes, reuse};
 
@@ -411,10 +411,10 @@ impl Store {
                 reason: "reserved system topic",
             });
         }
-        if !(1..=1024).contains(&queues) {
+        if !(1..=MAX_QUEUES).contains(&queues) {
             return Err(Error::InvalidArgument {
                 field: "queues",
-                reason: format!("{queues} is outside [1, 1024]"),
+                reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
             });
         }
         if perm & !7 != 0 {
@@ -443,7 +443,7 @@ impl Store {
     pub fn topics(&self) -> Result<Vec<TopicConfig>> {
         self.check_usable()?;
         if self.inner.config.read_only {
-            self.inner.topics.reload();
+            self.inner.topics.reload()?;
         }
         Ok(self.inner.topics.all())
     }
@@ -452,7 +452,7 @@ impl Store {
     pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
         self.check_usable()?;
         if self.inner.config.read_only && self.inner.topics.get(topic).is_none() {
-            self.inner.topics.reload();
+            self.inner.topics.reload()?;
         }
         Ok(self.inner.topics.get(topic))
     }

@@ -133,15 +133,17 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Atomically replaces `path` with `data`: temp file, fsync, rename, fsync of the directory.
-/// Keeps the previous version as `<path>.bak` (RocketMQ's config rotation).
-pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+/// With `rotate`, the previous version is first kept as `<path>.bak` (RocketMQ's config
+/// rotation); callers pass false when the current file could not be read, so that a `.bak` it
+/// was loaded from is never overwritten with it.
+pub fn atomic_write(path: &Path, data: &[u8], mode: u32, rotate: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp"));
-    let bak = dir.join(format!("{name}.bak"));
+    let bak = backup_path(path);
     {
         let mut f = OpenOptions::new()
             .write(true)
@@ -154,49 +156,105 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
         f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
     }
-    if path.exists() {
+    if rotate && path.exists() {
         std::fs::copy(path, &bak).map_err(|e| Error::io("backup", &bak, e))?;
     }
     std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e))?;
     fsync_dir(dir)
 }
 
-/// Reads a config file, falling back to `<path>.bak` when the file is missing, empty or does not
-/// pass `parse` (RocketMQ's reader behaviour). Returns `None` if neither exists.
-pub fn read_with_backup<T>(path: &Path, parse: impl Fn(&[u8]) -> Option<T>) -> Result<Option<T>> {
-    let bak = {
-        let mut s = path.as_os_str().to_owned();
-        s.push(".bak");
-        std::path::PathBuf::from(s)
-    };
-    for p in [path, bak.as_path()] {
-        // O_NOFOLLOW: a symlink planted at a config name is refused (ELOOP), never followed.
-        let read = open_ro(p).and_then(|mut f| {
-            use std::io::Read;
-            let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)
-                .map_err(|e| Error::io("read", p, e))?;
-            Ok(bytes)
-        });
-        match read {
-            Ok(bytes) if !bytes.is_empty() => {
-                if let Some(v) = parse(&bytes) {
-                    return Ok(Some(v));
-                }
-            }
-            Ok(_) => {}
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(None)
-}
-
-/// `<path>.bak`, where a config file's previous version is kept.
+/// `<path>.bak`.
 pub fn backup_path(path: &Path) -> std::path::PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".bak");
     std::path::PathBuf::from(s)
+}
+
+/// A config file's content as read by [`read_with_backup`].
+#[derive(Debug)]
+pub struct Loaded<T> {
+    /// The decoded content.
+    pub value: T,
+    /// True when it came from `<path>.bak` because `path` exists but could not be decoded
+    /// (a write must then not rotate `path` into the `.bak`).
+    pub main_unreadable: bool,
+}
+
+/// Reads a config file, falling back to `<path>.bak` when the file is missing, empty or fails
+/// `parse` (RocketMQ's reader behaviour). `parse` gets the path it decodes and reports a bad
+/// file as an error (`Error::ConfigFile`).
+///
+/// Returns `None` only when neither file holds anything (both missing or empty). A file that
+/// fails `parse` is never taken as empty: without a usable `.bak` its error is returned (the
+/// main file's when both are bad, with the `.bak`'s reason appended).
+pub fn read_with_backup<T>(
+    path: &Path,
+    parse: impl Fn(&Path, &[u8]) -> Result<T>,
+) -> Result<Option<Loaded<T>>> {
+    let bak = backup_path(path);
+    let main_error = match read_nonempty(path)? {
+        Some(bytes) => match parse(path, &bytes) {
+            Ok(value) => {
+                return Ok(Some(Loaded {
+                    value,
+                    main_unreadable: false,
+                }))
+            }
+            Err(e) => Some(e),
+        },
+        None => None,
+    };
+    let bak_error = match read_nonempty(&bak)? {
+        Some(bytes) => match parse(&bak, &bytes) {
+            Ok(value) => {
+                return Ok(Some(Loaded {
+                    value,
+                    main_unreadable: main_error.is_some(),
+                }))
+            }
+            Err(e) => Some(e),
+        },
+        None => None,
+    };
+    match (main_error, bak_error) {
+        (
+            Some(Error::ConfigFile {
+                path,
+                field,
+                reason,
+            }),
+            bak_error,
+        ) => {
+            let also = match bak_error {
+                Some(e) => format!("; its .bak is unreadable too ({e})"),
+                None => "; its .bak is missing or empty".to_owned(),
+            };
+            Err(Error::ConfigFile {
+                path,
+                field,
+                reason: reason + &also,
+            })
+        }
+        (Some(e), _) | (None, Some(e)) => Err(e),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The bytes of `path`; `None` when it is missing or empty. O_NOFOLLOW: a symlink planted at a
+/// config name is refused (ELOOP), never followed.
+fn read_nonempty(path: &Path) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut f = match open_ro(path) {
+        Ok(f) => f,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok((!bytes.is_empty()).then_some(bytes))
 }
 
 /// True when something (a file, a directory, a link, even a dangling one) is at `path`.

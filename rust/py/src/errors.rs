@@ -17,6 +17,7 @@ pyo3::import_exception!(mqlite.errors, StoreClosedError);
 pyo3::import_exception!(mqlite.errors, StoreReadOnlyError);
 pyo3::import_exception!(mqlite.errors, StorePoisonedError);
 pyo3::import_exception!(mqlite.errors, InvalidConfigError);
+pyo3::import_exception!(mqlite.errors, ConfigFileError);
 pyo3::import_exception!(mqlite.errors, InvalidTopicError);
 pyo3::import_exception!(mqlite.errors, TopicNotFoundError);
 pyo3::import_exception!(mqlite.errors, TopicNotWritableError);
@@ -66,6 +67,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::ReadOnly => StoreReadOnlyError::new_err(msg),
         Error::Poisoned { .. } => StorePoisonedError::new_err(msg),
         Error::InvalidConfig { .. } => InvalidConfigError::new_err(msg),
+        Error::ConfigFile { .. } => ConfigFileError::new_err(msg),
         Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
         Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
         Error::TopicNotWritable { .. } => TopicNotWritableError::new_err(msg),
@@ -95,6 +97,10 @@ pub fn to_pyerr(e: &Error) -> PyErr {
                 let _ = value.setattr("strerror", e.to_string());
             }
             let _ = value.setattr("filename", path.to_string_lossy().as_ref());
+        }
+        if let Error::ConfigFile { path, field, .. } = e {
+            let _ = value.setattr("path", path.to_string_lossy().as_ref());
+            let _ = value.setattr("field", field.as_str());
         }
     });
     err

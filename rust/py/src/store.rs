@@ -216,8 +216,12 @@ impl PyStore {
         order: bool,
         exist_ok: bool,
     ) -> PyResult<()> {
-        let queues = u32::try_from(queues)
-            .map_err(|_| illegal(format!("queues must be in [1, 1024], got {queues}")))?;
+        let queues = u32::try_from(queues).map_err(|_| {
+            illegal(format!(
+                "queues must be in [1, {}], got {queues}",
+                mqlite::topic_config::MAX_QUEUES
+            ))
+        })?;
         py.detach(|| {
             self.store
                 .create_topic(topic, queues, perm, order, exist_ok)
