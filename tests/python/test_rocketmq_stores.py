@@ -331,25 +331,23 @@ def test_a_process_holding_the_brokers_lock_keeps_mqlite_out(tmp_path: Path) -> 
     mqlite.open(root).close()  # released with the holder
 
 
-def test_mqlite_holds_the_lock_a_broker_takes(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    with mqlite.open(root):
-        out = subprocess.run(
-            [sys.executable, "-c", FCNTL_HOLDER, str(root / "lock")],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.stdout.startswith("refused"), out
+def try_fcntl_lock(path: Path) -> str:
+    """What a process taking the broker's lock on ``path`` gets ("locked" or "refused ...")."""
     out = subprocess.run(
-        [sys.executable, "-c", FCNTL_HOLDER, str(root / "lock")],
+        [sys.executable, "-c", FCNTL_HOLDER, str(path)],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert out.stdout.startswith("locked"), out
+    return out.stdout
+
+
+def test_mqlite_holds_the_lock_a_broker_takes(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with mqlite.open(root):
+        assert try_fcntl_lock(root / "lock").startswith("refused")
+    assert try_fcntl_lock(root / "lock").startswith("locked")
 
 
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac) to run Java's tryLock")

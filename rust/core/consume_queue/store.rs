@@ -72,34 +72,11 @@ impl ConsumeQueueStore {
 
     /// Loads and recovers every queue found on disk. Returns them.
     pub fn load_all(&self, zero_tail: bool) -> Result<Vec<Arc<ConsumeQueue>>> {
-        let Some(root) = &self.root else {
-            return Ok(Vec::new());
-        };
         let mut found = Vec::new();
-        let topics = match std::fs::read_dir(root) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-            Err(e) => return Err(Error::io("read_dir", root, e)),
-        };
-        for t in topics {
-            let t = t.map_err(|e| Error::io("read_dir", root, e))?;
-            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if crate::message::validate::check_topic(&topic).is_err() || !t.path().is_dir() {
-                continue;
-            }
-            let qdir = t.path();
-            let rd = std::fs::read_dir(&qdir).map_err(|e| Error::io("read_dir", &qdir, e))?;
-            for q in rd {
-                let q = q.map_err(|e| Error::io("read_dir", &qdir, e))?;
-                let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                    continue;
-                };
-                let cq = self.open_queue(&topic, qid)?;
-                cq.recover(zero_tail)?;
-                found.push(cq);
-            }
+        for (topic, qid) in self.queue_dirs()? {
+            let cq = self.open_queue(&topic, qid)?;
+            cq.recover(zero_tail)?;
+            found.push(cq);
         }
         Ok(found)
     }
@@ -107,6 +84,22 @@ impl ConsumeQueueStore {
     /// The topics that have queue directories, each with its highest queue id plus one, sorted
     /// by name; reads directories only.
     pub fn discover_topics(&self) -> Result<Vec<(String, u32)>> {
+        let mut found: Vec<(String, u32)> = Vec::new();
+        for (topic, qid) in self.queue_dirs()? {
+            let Some(n) = qid.checked_add(1) else {
+                continue;
+            };
+            match found.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, count)) => *count = (*count).max(n),
+                None => found.push((topic, n)),
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Every `<topic>/<queue id>` directory on disk whose names are a valid topic and a queue id.
+    fn queue_dirs(&self) -> Result<Vec<(String, u32)>> {
         let Some(root) = &self.root else {
             return Ok(Vec::new());
         };
@@ -126,18 +119,13 @@ impl ConsumeQueueStore {
             }
             let qdir = t.path();
             let rd = std::fs::read_dir(&qdir).map_err(|e| Error::io("read_dir", &qdir, e))?;
-            let mut highest = None;
             for q in rd {
                 let q = q.map_err(|e| Error::io("read_dir", &qdir, e))?;
                 if let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
-                    highest = highest.max(Some(qid));
+                    found.push((topic.clone(), qid));
                 }
             }
-            if let Some(n) = highest.and_then(|h| h.checked_add(1)) {
-                found.push((topic, n));
-            }
         }
-        found.sort();
         Ok(found)
     }
 
