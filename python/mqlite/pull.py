@@ -448,7 +448,6 @@ class PullConsumer:
 
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
-<<<<<<< HEAD
 
         A queue that cannot be read (``CorruptedLogError`` for damage, ``TopicNotReadableError``)
         does not stop the others: ``poll`` returns their messages, and that queue keeps its
@@ -456,10 +455,9 @@ class PullConsumer:
         once (logger ``mqlite.consumer``, again if it changes, and when the queue reads again)
         and listed by ``queue_errors()``. ``poll`` raises a queue's error only when every queue
         it read failed.
-=======
+
         A poll that raises (say a ``KeyboardInterrupt`` while it filters) moves no position:
         the next poll returns the same messages.
->>>>>>> wt/filters
         """
         if max_messages is None:
             n = self._max_poll
