@@ -37,6 +37,24 @@ def test_default_is_round_robin(mem_store: mqlite.Store) -> None:
     assert sorted(ids) == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.parametrize("how", ["send", "send_async", "send_oneway", "send_batch"])
+def test_round_robin_turns_are_per_topic(mem_store: mqlite.Store, how: str) -> None:
+    # Sends alternating with another topic's must not decide which queue of this topic is next
+    # (RocketMQ keeps one turn per producer and topic).
+    mem_store.create_topic("two", 2)
+    mem_store.create_topic("one", 1)
+    p = mem_store.producer()
+    for _ in range(6):
+        for topic in ("two", "one"):
+            if how == "send_batch":
+                p.send_batch([b"x"], topic=topic)
+            else:
+                getattr(p, how)(Message(topic, b"x"))
+    p.flush()
+    mq = mem_store.queues("two")
+    assert [mem_store.offsets(q)[1] for q in mq] == [3, 3]
+
+
 def test_selector(mem_store: mqlite.Store) -> None:
     mem_store.create_topic("t", 4)
     p = mem_store.producer()

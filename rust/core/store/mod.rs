@@ -10,6 +10,7 @@
 mod follow;
 mod open;
 mod read;
+mod round_robin;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use crate::recovery::RecoveryReport;
 use crate::topic_config::TopicTable;
 
 pub use read::{GetResult, GetStatus, TagFilter};
+pub use round_robin::RoundRobin;
 pub use write::{PutResult, PutStatus, QUICK_BODY_MAX};
 
 /// An open message store. Cheap to share: every method takes `&self` and is thread-safe.

@@ -1,9 +1,7 @@
 //! The write path: validation (bad input writes nothing), topic auto-creation, append,
 //! dispatch, and the durability wait of sync mode.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, Ordering};
-
+use super::round_robin::RoundRobin;
 use super::Store;
 use crate::commit_log::append::{Appended, Prepared};
 use crate::config::FlushMode;
@@ -14,6 +12,7 @@ use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
 use crate::util::clock::now_ms;
 use crate::util::{bytes, reuse};
+use std::cell::Cell;
 
 /// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
 /// microseconds); larger ones take the blocking path.
@@ -59,7 +58,7 @@ impl Store {
     pub fn put_pipelined(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
     ) -> Result<PutResult> {
         self.put_to(msg, round_robin, false)
     }
@@ -85,13 +84,13 @@ impl Store {
         }
     }
 
-    /// Appends one message to the queue `next % queue count` of its topic (`msg.queue_id` is
-    /// ignored), `next` being advanced once per call: round robin over the write queues, as a
+    /// Appends one message to the next queue of its topic in `next` (`msg.queue_id` is
+    /// ignored), which advances that topic's turn only: round robin over the write queues, as a
     /// RocketMQ producer does, with a single topic lookup.
     ///
     /// # Errors
     /// As `put`.
-    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &AtomicU32) -> Result<PutResult> {
+    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &RoundRobin) -> Result<PutResult> {
         self.put_to(msg, Some(next), true)
     }
 
@@ -115,7 +114,7 @@ impl Store {
     pub fn try_put_nowait(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
         self.try_put_nowait_at(msg, round_robin, now_ms(), wake_via)
@@ -131,7 +130,7 @@ impl Store {
     pub fn try_put_nowait_at(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         now_ms: i64,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
@@ -149,7 +148,7 @@ impl Store {
         let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
             if let Some(next) = round_robin {
                 // Not sent: the blocking retry takes this queue's turn again.
-                next.fetch_sub(1, Ordering::Relaxed);
+                next.give_back(msg.topic);
             }
             return Ok(None);
         };
@@ -178,7 +177,7 @@ impl Store {
     fn put_to(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         wait: bool,
     ) -> Result<PutResult> {
         self.check_writable()?;
@@ -207,15 +206,15 @@ impl Store {
         self.put_batch_to(msgs, None, out).map(|(_, status)| status)
     }
 
-    /// `put_batch` to the queue `next % queue count` of the batch's topic (the messages'
-    /// queue ids are ignored), `next` advancing once per batch; returns the queue chosen.
+    /// `put_batch` to the next queue of the batch's topic in `next` (the messages' queue ids
+    /// are ignored), the topic's turn advancing once per batch; returns the queue chosen.
     ///
     /// # Errors
     /// As `put_batch`.
     pub fn put_batch_round_robin(
         &self,
         msgs: &[MessageRef<'_>],
-        next: &AtomicU32,
+        next: &RoundRobin,
         out: &mut Vec<Appended>,
     ) -> Result<(u32, PutStatus)> {
         self.put_batch_to(msgs, Some(next), out)
@@ -224,7 +223,7 @@ impl Store {
     fn put_batch_to(
         &self,
         msgs: &[MessageRef<'_>],
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         out: &mut Vec<Appended>,
     ) -> Result<(u32, PutStatus)> {
         self.check_writable()?;
@@ -255,7 +254,7 @@ impl Store {
         // Messages first: a rejected batch must not auto-create its topic.
         let queues = self.writable_queues(first.topic)?;
         let queue_id = match round_robin {
-            Some(next) => next.fetch_add(1, Ordering::Relaxed) % queues.max(1),
+            Some(next) => next.next(first.topic, queues),
             None => first.queue_id,
         };
         check_queue_id(first.topic, queue_id, queues)?;
@@ -462,11 +461,11 @@ impl Store {
 fn routed<'m>(
     msg: &MessageRef<'m>,
     queues: u32,
-    round_robin: Option<&AtomicU32>,
+    round_robin: Option<&RoundRobin>,
 ) -> Result<MessageRef<'m>> {
     let mut msg = *msg;
     if let Some(next) = round_robin {
-        msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
+        msg.queue_id = next.next(msg.topic, queues);
     }
     check_queue_id(msg.topic, msg.queue_id, queues)?;
     Ok(msg)

@@ -3,12 +3,12 @@
 //! works.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mqlite::message::compression::{self, Codec};
 use mqlite::message::msg_id::UniqueIdGenerator;
-use mqlite::{Appended, FlushMode, MessageRef, PutStatus, Store};
+use mqlite::{Appended, FlushMode, MessageRef, PutStatus, RoundRobin, Store};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -23,7 +23,8 @@ use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, Py
 pub struct PyProducer {
     pub store: Arc<Store>,
     pub group: String,
-    pub next_queue: AtomicU32,
+    /// Round-robin turns, one per topic.
+    pub next_queue: RoundRobin,
     pub ids: Arc<UniqueIdGenerator>,
     /// Set by `_mark_closed` (the producer's or its store's close).
     pub closed: AtomicBool,
@@ -92,7 +93,7 @@ impl PyProducer {
         Ok(PyProducer {
             store: Arc::clone(core),
             group: group.to_owned(),
-            next_queue: AtomicU32::new(std::process::id() % 1024),
+            next_queue: RoundRobin::new(std::process::id() % 1024),
             ids: store.ids(),
             closed: AtomicBool::new(false),
             compress,
