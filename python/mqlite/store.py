@@ -288,7 +288,11 @@ class Store:
         return self._live().delete_expired_files()
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes, as plain data."""
+        """Counters and sizes, as plain data.
+
+        ``commit_log_max_offset`` is one past the newest record; a read-only handle finds it
+        by checking the records the writer has added since its last look (it cannot see the
+        writer's position), and reports it as ``dispatched_offset`` too."""
         return self._live().stats()
 
     # -- reading --------------------------------------------------------------------------------
