@@ -8,6 +8,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -172,7 +173,7 @@ _Item = tuple[SendFuture, "SendCallback | None", "SendResult | None", "BaseExcep
 class _Completer:
     """One thread per store that completes async sends in call order.
 
-    The caller's thread appends (``send_pipelined``); this thread then waits for the disk once
+    The caller's thread appends (``_send_pipelined``); this thread then waits for the disk once
     for everything queued meanwhile by every producer of the store (sync-flush stores: one
     group commit for all of them), resolves those futures at once and runs the callbacks.
     """
@@ -406,7 +407,20 @@ class Producer(_core.Producer):
     ) -> SendResult:
         if sharding_key is not None or selector is not None:
             queue_id = self._select(msg, queue_id, sharding_key, selector, arg)
-        return self.send_pipelined(msg, queue_id)
+        return self._send_pipelined(msg, queue_id)
+
+    def send_pipelined(self, msg: Message, queue_id: int | None = None) -> SendResult:
+        """Deprecated: use ``send`` (returns once the message is stored, and in a
+        ``flush="sync"`` store once the disk holds it) or ``send_async`` (returns at once; its
+        future completes when ``send`` would return, one fsync serving every pending send).
+
+        Sends as ``send`` does, so SEND_OK keeps its meaning."""
+        warnings.warn(
+            "Producer.send_pipelined is deprecated: use send, or send_async to pipeline sends",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.send(msg, queue_id)
 
     def send_async(
         self,
@@ -433,7 +447,7 @@ class Producer(_core.Producer):
         fut = SendFuture(completer.cond)
         try:
             if sharding_key is None and selector is None:
-                result = self.send_pipelined(msg, queue_id)
+                result = self._send_pipelined(msg, queue_id)
             else:
                 result = self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - handed to the future / callback

@@ -156,6 +156,21 @@ def test_send_async_in_a_sync_store_is_acknowledged_after_the_disk(tmp_path) -> 
         assert total == per_thread * threads + 1
 
 
+def test_send_pipelined_is_deprecated_and_acknowledges_only_after_the_disk(tmp_path) -> None:
+    """The pipelined append is private to send_async/send_oneway; the old public name still
+    sends, with a DeprecationWarning, and its SEND_OK means what send's does: durable."""
+    assert not hasattr(mqlite._core.Producer, "send_pipelined")
+    with mqlite.open(tmp_path / "s", flush="sync") as store:
+        store.create_topic("t", 2)
+        p = store.producer()
+        for q in (None, 1):
+            with pytest.warns(DeprecationWarning, match="send_async"):
+                r = p.send_pipelined(Message("t", b"x"), q)
+            assert r.send_status is mqlite.SendStatus.SEND_OK
+            assert store.stats()["flushed_offset"] >= r._end(), "acknowledged before the disk"
+        assert r.message_queue == MessageQueue("t", 1)
+
+
 def test_send_futures_are_concurrent_futures_that_cannot_be_cancelled(mem_store: mqlite.Store) -> None:
     """Send futures share one condition per store and are resolved in bulk: they still behave
     as concurrent.futures.Future for wait(), as_completed(), callbacks and cancel()."""

@@ -203,10 +203,13 @@ impl PyProducer {
         };
         this.put_one(py, msg, queue_arg(queue_id)?, true)
     }
-    /// Appends one message without waiting for the disk (sync-mode pipelining): confirm it
-    /// with `Store.wait_durable(result._end())`. The queue is `queue_id` or round robin.
+    /// Appends one message without waiting for the disk, for `Producer.send_async` and
+    /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
+    /// returns, and the store's completion thread confirms it
+    /// (`_core.Store.wait_durable(result._end())`) before a future reports it. The queue is
+    /// `queue_id` or round robin.
     #[pyo3(signature = (msg, queue_id = None))]
-    fn send_pipelined(
+    fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
         queue_id: Option<i64>,
