@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
+from mqlite._args import int_arg
 from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from mqlite.push import PushConsumer
 
 __all__ = ["Store", "open"]
+
+log = logging.getLogger("mqlite.store")
 
 _OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
 # Rust handles inherited by a forked child: kept alive so their destructors never run there.
@@ -241,13 +245,35 @@ class Store:
         self, name: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
     ) -> None:
         """Create a topic with ``queues`` read and write queues, 1 to 1024 (``perm``: 4 read,
-        2 write)."""
-        for field, v in (("queues", queues), ("perm", perm)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{field} must be an int, not {type(v).__name__}")
+        2 write).
+
+        An existing topic is left as it is (with ``exist_ok=False`` it is an
+        IllegalArgumentError); asking it for more queues than it has logs a WARNING: grow it
+        with ``update_topic``."""
+        queues = int_arg("queues", queues)
+        perm = int_arg("perm", perm)
         if perm < 0:  # the core checks the upper bound; a negative one would not convert
             raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
-        self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
+        core = self._live()
+        core.create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
+        have = core.queue_count(name)
+        if have < queues:
+            log.warning(
+                "topic %r exists with %d queues; create_topic leaves it as it is: "
+                "use update_topic(%r, queues=%d) to grow it",
+                name, have, name, queues,
+            )
+
+    def update_topic(self, name: str, *, queues: int) -> TopicConfig:
+        """Grow the existing topic ``name`` to ``queues`` read and write queues (RocketMQ's
+        ``updateTopic``) and return its configuration.
+
+        Producers send to the new queues at once (round robin covers them from the next send);
+        subscribed consumers pick them up at their next rebalance. A topic never shrinks: fewer
+        queues than it has is an IllegalArgumentError (the messages of a removed queue would no
+        longer be read), as is a count over 1024; an unknown topic is a TopicNotFoundError."""
+        queues = int_arg("queues", queues)
+        return TopicConfig.from_dict(self._live().update_topic(name, queues))
 
     def topics(self) -> list[TopicConfig]:
         """All topics, sorted by name. A read-only store re-reads ``config/topics.json`` here

@@ -393,7 +393,8 @@ impl Store {
         check_send_allowed(topic, info)
     }
 
-    /// Creates (or updates) a topic. `exist_ok = false` fails if it exists already.
+    /// Creates a topic. An existing one is left exactly as it is (`update_topic` grows it), or
+    /// with `exist_ok = false` is an `InvalidArgument` error.
     pub fn create_topic(
         &self,
         topic: &str,
@@ -410,12 +411,7 @@ impl Store {
                 reason: "reserved system topic",
             });
         }
-        if !(1..=MAX_QUEUES).contains(&queues) {
-            return Err(Error::InvalidArgument {
-                field: "queues",
-                reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
-            });
-        }
+        check_queue_count(queues)?;
         if perm & !7 != 0 {
             return Err(Error::InvalidArgument {
                 field: "perm",
@@ -436,6 +432,50 @@ impl Store {
             .topics
             .put(TopicConfig::new(topic, queues, perm, order))?;
         self.inner.cqs.prepare_topic(topic, queues)
+    }
+
+    /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
+    /// producers and consumers can use the new queues as soon as this returns. The same count
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// `TopicNotFound`; `InvalidTopic` for a system topic; `InvalidArgument` for a count outside
+    /// `[1, MAX_QUEUES]` or below the topic's read or write queue count: a topic never shrinks,
+    /// since the messages of a removed queue would no longer be read.
+    pub fn update_topic(&self, topic: &str, queues: u32) -> Result<TopicConfig> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "reserved system topic",
+            });
+        }
+        check_queue_count(queues)?;
+        let grow = |config: &mut TopicConfig| {
+            let have = config.read_queue_nums.max(config.write_queue_nums);
+            if queues < have {
+                return Err(Error::InvalidArgument {
+                    field: "queues",
+                    reason: format!(
+                        "topic {topic:?} has {have} queues and cannot shrink to {queues} \
+                         (the messages of a removed queue would no longer be read)"
+                    ),
+                });
+            }
+            config.read_queue_nums = queues;
+            config.write_queue_nums = queues;
+            Ok(())
+        };
+        let config =
+            self.inner
+                .topics
+                .update(topic, grow)?
+                .ok_or_else(|| Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                })?;
+        self.inner.cqs.prepare_topic(topic, queues)?;
+        Ok(config)
     }
 
     /// Every topic's configuration.
@@ -486,6 +526,17 @@ fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u3
         });
     }
     Ok(queues)
+}
+
+/// A topic's queue count is 1 to `MAX_QUEUES`.
+fn check_queue_count(queues: u32) -> Result<()> {
+    if !(1..=MAX_QUEUES).contains(&queues) {
+        return Err(Error::InvalidArgument {
+            field: "queues",
+            reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
+        });
+    }
+    Ok(())
 }
 
 fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {

@@ -46,6 +46,19 @@ impl PyStore {
     }
 }
 
+/// A topic's config as RocketMQ's JSON names its fields.
+fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("topicName", &t.topic_name)?;
+    d.set_item("readQueueNums", t.read_queue_nums)?;
+    d.set_item("writeQueueNums", t.write_queue_nums)?;
+    d.set_item("perm", t.perm)?;
+    d.set_item("order", t.order)?;
+    d.set_item("topicFilterType", &t.topic_filter_type)?;
+    d.set_item("topicSysFlag", t.topic_sys_flag)?;
+    Ok(d)
+}
+
 fn queue_id_arg(q: i64) -> PyResult<u32> {
     u32::try_from(q)
         .map_err(|_| InvalidQueueError::new_err(format!("queue id {q} is negative or too large")))
@@ -229,19 +242,30 @@ impl PyStore {
         .map_err(|e| PyMqError(e).into())
     }
 
+    /// Grows an existing topic to `queues` read and write queues; returns its new config.
+    fn update_topic<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        queues: i64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let queues = u32::try_from(queues).map_err(|_| {
+            illegal(format!(
+                "queues must be in [1, {}], got {queues}",
+                mqlite::topic_config::MAX_QUEUES
+            ))
+        })?;
+        let config = py
+            .detach(|| self.store.update_topic(topic, queues))
+            .map_err(PyMqError)?;
+        topic_dict(py, &config)
+    }
+
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let topics = self.store.topics().map_err(PyMqError)?;
         let list = PyList::empty(py);
         for t in topics {
-            let d = PyDict::new(py);
-            d.set_item("topicName", &t.topic_name)?;
-            d.set_item("readQueueNums", t.read_queue_nums)?;
-            d.set_item("writeQueueNums", t.write_queue_nums)?;
-            d.set_item("perm", t.perm)?;
-            d.set_item("order", t.order)?;
-            d.set_item("topicFilterType", &t.topic_filter_type)?;
-            d.set_item("topicSysFlag", t.topic_sys_flag)?;
-            list.append(d)?;
+            list.append(topic_dict(py, &t)?)?;
         }
         Ok(list)
     }
