@@ -333,7 +333,8 @@ class Store:
     ) -> _core.GetResult:
         """Read from ``offset``; the result carries the status and ``next_offset``."""
         mq = _queue(mq)
-        if isinstance(offset, int) and offset > _MAX_OFFSET:
+        offset, max_messages = int_arg("offset", offset), int_arg("max_messages", max_messages)
+        if offset > _MAX_OFFSET:
             raise IllegalArgumentError(f"offset must be <= {_MAX_OFFSET}, got {offset}")
         return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
 
@@ -354,7 +355,7 @@ class Store:
 
     def get_by_offset(self, commit_log_offset: int) -> MessageExt:
         """The message stored at this commit-log offset."""
-        return self._live().get_by_offset(commit_log_offset)
+        return self._live().get_by_offset(int_arg("commit_log_offset", commit_log_offset))
 
     def wait_for(
         self,
@@ -368,7 +369,7 @@ class Store:
         Ctrl-C ends it with KeyboardInterrupt (within 0.1 s).
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
-        queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]
+        queues = [(_queue(mq).topic, mq.queue_id, int_arg("offset", offset)) for mq, offset in items]
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
         if timeout is not None and not 0 <= timeout < float("inf"):  # also NaN

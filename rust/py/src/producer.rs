@@ -15,6 +15,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{illegal, PyMqError};
 use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
+use crate::no_bool::NoBool;
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
@@ -181,7 +182,7 @@ impl PyProducer {
     fn send(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
         sharding_key: Option<&Bound<'_, PyAny>>,
         selector: Option<&Bound<'_, PyAny>>,
         arg: Option<&Bound<'_, PyAny>>,
@@ -191,13 +192,14 @@ impl PyProducer {
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
+        let queue_id = queue_id.map(|q| q.0);
         let queue_id = if sharding_key.is_some() || selector.is_some() {
             // Rare path: the Python subclass implements key hashing and custom selectors.
             let q = slf.call_method1(
                 intern!(py, "_select"),
                 (msg, queue_id, sharding_key, selector, arg),
             )?;
-            Some(q.extract::<i64>()?)
+            Some(q.extract::<NoBool<i64>>()?.0)
         } else {
             queue_id
         };
@@ -212,13 +214,13 @@ impl PyProducer {
     fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
     ) -> PyResult<PySendResult> {
         let this = slf.get();
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        this.put_one(slf.py(), msg, queue_arg(queue_id)?, false)
+        this.put_one(slf.py(), msg, queue_arg(queue_id.map(|q| q.0))?, false)
     }
 
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
@@ -229,9 +231,9 @@ impl PyProducer {
         py: Python<'_>,
         msgs: &Bound<'_, PyAny>,
         topic: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
     ) -> PyResult<PySendBatchResult> {
-        let queue_id = queue_arg(queue_id)?;
+        let queue_id = queue_arg(queue_id.map(|q| q.0))?;
         let seq = if let Ok(l) = msgs.cast::<PyList>() {
             l.to_tuple()
         } else if let Ok(t) = msgs.cast::<PyTuple>() {
