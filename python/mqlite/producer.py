@@ -8,7 +8,6 @@ import os
 import queue
 import threading
 import time
-import warnings
 import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
+from mqlite._args import deprecated
 from mqlite.errors import (
     IllegalArgumentError,
     InvalidConfigError,
@@ -415,11 +415,7 @@ class Producer(_core.Producer):
         future completes when ``send`` would return, one fsync serving every pending send).
 
         Sends as ``send`` does, so SEND_OK keeps its meaning."""
-        warnings.warn(
-            "Producer.send_pipelined is deprecated: use send, or send_async to pipeline sends",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        deprecated("Producer.send_pipelined is deprecated: use send, or send_async to pipeline sends")
         return self.send(msg, queue_id)
 
     def send_async(

@@ -16,10 +16,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
-from mqlite._args import int_arg
+from mqlite._args import deprecated, int_arg
 from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
+    ConsumerGroupNotFoundError,
     IllegalArgumentError,
     MQError,
     StoreClosedError,
@@ -428,18 +429,45 @@ class Store:
         group: str,
         topic: str,
         *,
-        to: int | Literal["earliest", "latest"] | datetime,
+        to: Literal["earliest", "latest"] | datetime | int | None = None,
+        offset: int | None = None,
         force: bool = False,
+        create: bool = False,
     ) -> dict[MessageQueue, int]:
-        """Set the clustering group's offsets of every queue of ``topic``.
+        """Set the clustering group's offsets of every queue of ``topic``; returns them.
 
-        ``to`` is an offset (clamped to each queue's range), ``"earliest"``, ``"latest"`` or a
-        time. Live consumers of the group would overwrite the reset with their own positions, so
-        this raises ConsumerGroupActiveError while any is subscribed, unless ``force``.
+        Give one of ``to``: ``"earliest"``, ``"latest"`` or a time (a ``datetime``: the first
+        message stored at or after it), or ``offset``: a queue offset, clamped to each queue's
+        range. (``to=<int>`` still means a queue offset, with a DeprecationWarning: an int is
+        never a time here, while an int ``consume_from`` used to be epoch milliseconds.)
+
+        A group that has no committed offsets and that no consumer ever subscribed with is
+        probably misspelled: it is a ConsumerGroupNotFoundError, unless ``create`` (then the
+        group starts at these offsets). Live consumers of the group would overwrite the reset
+        with their own positions, so this raises ConsumerGroupActiveError while any is
+        subscribed, unless ``force``.
         """
         check_group(group)
         core = self._live()
+        if isinstance(to, int) and not isinstance(to, bool) and offset is None:
+            deprecated("reset_offset(to=<int>) is deprecated: pass the queue offset as offset=<int>")
+            to, offset = None, to
+        if (to is None) == (offset is None):
+            raise IllegalArgumentError("give one of to= ('earliest', 'latest' or a datetime) and offset=")
+        if offset is not None:
+            offset = int_arg("offset", offset)
+        elif not (to in ("earliest", "latest") or isinstance(to, datetime)):
+            raise IllegalArgumentError(
+                f"to must be 'earliest', 'latest' or a datetime (offset= takes an int), got {to!r}"
+            )
         root = self._client_root()
+        offsets = group_offsets(root, durable=self._path != ":memory:")
+        if not create and not _group_known(root, group, offsets.load()):
+            raise ConsumerGroupNotFoundError(
+                f"consumer group {group!r} has no committed offsets and no consumer ever "
+                f"subscribed with it (known groups: {self.consumer_groups()}); "
+                "pass create=True to start it at these offsets"
+            )
         alive = live_members(root, group, topic)
         if alive and not force:
             raise ConsumerGroupActiveError(
@@ -449,23 +477,21 @@ class Store:
         result: dict[MessageQueue, int] = {}
         for mq in self.queues(topic):
             low, high = core.offsets(topic, mq.queue_id)
-            if to == "earliest":
-                offset = low
-            elif to == "latest":
-                offset = high
+            if offset is not None:
+                result[mq] = min(max(offset, low), high)
             elif isinstance(to, datetime):
-                offset = self.offset_for_timestamp(mq, to)
-            elif isinstance(to, int) and not isinstance(to, bool):
-                offset = min(max(to, low), high)
+                result[mq] = self.offset_for_timestamp(mq, to)
             else:
-                raise IllegalArgumentError(
-                    f"to must be an int offset, 'earliest', 'latest' or a datetime, got {to!r}"
-                )
-            result[mq] = offset
-        group_offsets(root, durable=self._path != ":memory:").update(
-            offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True
-        )
+                result[mq] = low if to == "earliest" else high
+        offsets.update(offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True)
         return result
+
+
+def _group_known(root: Path, group: str, table: Mapping[str, Any]) -> bool:
+    """Whether ``group`` has committed offsets (of any topic) or a consumer of it ever joined
+    (its directory of member and queue locks exists)."""
+    suffix = "@" + group
+    return any(key.endswith(suffix) for key in table) or (root / "consumer_groups" / group).is_dir()
 
 
 def open(path: str | os.PathLike[str], **config: Any) -> Store:  # noqa: A001 - mirrors sqlite3.connect
