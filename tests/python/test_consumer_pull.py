@@ -93,6 +93,21 @@ def test_consume_from_timestamp(store: mqlite.Store) -> None:
         assert bodies(drain(c)) == [0, 1, 2, 3, 100]
 
 
+def test_consume_from_an_int_is_deprecated_epoch_milliseconds(store: mqlite.Store) -> None:
+    """An int consume_from is a time while reset_offset(offset=) and seek take queue offsets: it
+    keeps working, with a DeprecationWarning pointing at the caller."""
+    fill(store, n=4)
+    with pytest.warns(DeprecationWarning, match="consume_timestamp") as record:
+        c = store.pull_consumer("g", consume_from=0)
+    assert record[0].filename == __file__
+    with c:
+        c.subscribe("t")
+        assert bodies(drain(c)) == [0, 1, 2, 3]
+    with pytest.warns(DeprecationWarning) as record:
+        store.push_consumer("p", consume_from=0).shutdown()
+    assert record[0].filename == __file__
+
+
 def test_poll_blocks_then_wakes_at_once(store: mqlite.Store) -> None:
     store.create_topic("t", 2)
     with store.pull_consumer("g") as c:
