@@ -519,7 +519,9 @@ class PullConsumer:
             # Read, and if nothing is there wait and read again, then advance the cursors nobody
             # moved (seek, rebalance) meanwhile, all in one call: one GIL hand-off when a
             # message arrives.
-            msgs = core.poll_cursors(order, n, left, self._lock, self._queue_error_changed)
+            msgs = core.poll_cursors(
+                order, n, left, self._lock, self._queue_error_changed, self._expired_skipped
+            )
             if msgs:
                 self._rr += 1
                 return msgs
@@ -536,6 +538,15 @@ class PullConsumer:
                 "again at every poll, the other queues are served: %s",
                 cursor.mq, self._client_id, self._group, cursor.position, cursor.error,
             )
+
+    def _expired_skipped(self, cursor: _core.QueueCursor, start: int, end: int) -> None:
+        """A poll moved ``cursor`` from ``start`` up to its queue's minimum ``end``: retention
+        deleted those messages before this consumer read them (lock held)."""
+        log.warning(
+            "%s: consumer %s of group %s skipped offsets %d to %d (%d messages): retention "
+            "deleted them before they were consumed",
+            cursor.mq, self._client_id, self._group, start, end - 1, end - start,
+        )
 
     def queue_errors(self) -> dict[MessageQueue, BaseException]:
         """The assigned queues whose latest read by ``poll`` failed, with the exception (see

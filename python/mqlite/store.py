@@ -421,7 +421,8 @@ class Store:
                 continue
             topic = key[: -len(suffix)]
             for qid, committed in queues.items():
-                out.append(QueueProgress(topic, qid, committed, core.offsets(topic, qid)[1]))
+                low, high = core.offsets(topic, qid)
+                out.append(QueueProgress(topic, qid, committed, high, low))
         return sorted(out, key=lambda p: (p.topic, p.queue_id))
 
     def reset_offset(

@@ -17,6 +17,10 @@
 //! read of it succeeds; the other cursors are read and advanced as usual, and the wait is for
 //! them only. The call raises a queue's error only when every cursor it read failed. Errors of
 //! the store itself (closed, used after fork) are raised at once.
+//!
+//! Expired messages: a cursor below its queue's minimum (retention deleted the files under a
+//! slow consumer) moves up to the minimum, and `on_skip(cursor, from, to)` is called once for
+//! that jump, so the consumer can say which offsets it never delivered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,6 +245,7 @@ pub fn poll_cursors(
     timeout: Option<f64>,
     lock: &Bound<'_, PyAny>,
     on_error: Option<&Bound<'_, PyAny>>,
+    on_skip: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyList>> {
     let max = usize::try_from(max_messages)
         .ok()
@@ -282,7 +287,7 @@ pub fn poll_cursors(
         py.check_signals()?;
     };
     lock.call_method0(intern!(py, "acquire"))?;
-    let applied = advance(py, &cs, &snaps, results, on_error);
+    let applied = advance(py, &cs, &snaps, results, on_error, on_skip);
     let released = lock.call_method0(intern!(py, "release"));
     let out = applied?;
     released?;
@@ -291,8 +296,8 @@ pub fn poll_cursors(
 
 /// Collects the messages of every still-live, unmoved cursor (SQL filter applied), then moves
 /// those cursors past what they read; records each one's failure or success (`on_error` for
-/// changes). When every cursor read failed, raises the first failure. The consumer's lock is
-/// held.
+/// changes) and calls `on_skip` for each cursor moved past expired messages. When every
+/// cursor read failed, raises the first failure. The consumer's lock is held.
 ///
 /// All or nothing: building or filtering the messages runs Python code that may raise (a
 /// `KeyboardInterrupt`, a `MemoryError`, a selector's own error). Such an error returns before
@@ -304,6 +309,7 @@ fn advance(
     snaps: &[Snapshot],
     results: Vec<Read>,
     on_error: Option<&Bound<'_, PyAny>>,
+    on_skip: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyList>> {
     let out = PyList::empty(py);
     let all_failed = !results.is_empty() && results.iter().all(Result::is_err);
@@ -312,6 +318,8 @@ fn advance(
     // (cursor, the position read from, the position after), applied once every message is in
     // `out`.
     let mut moves: Vec<(&Bound<'_, PyQueueCursor>, u64, u64)> = Vec::with_capacity(cs.len());
+    // The moves past expired messages (OFFSET_TOO_SMALL), reported once applied.
+    let mut expired = Vec::new();
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
         let (sql, queue, r) = {
             let mut cur = c.borrow_mut();
@@ -337,6 +345,9 @@ fn advance(
             if r.records.is_empty() {
                 if skips(&r) {
                     moves.push((c, snap.position, r.next_offset));
+                    if r.status == GetStatus::OffsetTooSmall {
+                        expired.push((c, snap.position, r.next_offset));
+                    }
                 }
                 continue;
             }
@@ -376,6 +387,14 @@ fn advance(
         // reentrant) keeps where it was put.
         if cur.position == from {
             cur.position = next;
+        }
+    }
+    if let Some(f) = on_skip {
+        for (c, from, to) in expired {
+            // Moved by this call (not put elsewhere by a seek meanwhile).
+            if c.borrow().position == to {
+                f.call1((c, from, to))?;
+            }
         }
     }
     if let Some(f) = on_error {

@@ -362,8 +362,9 @@ impl PyStore {
 
     /// Reads the cursors in order (waiting up to `timeout` when none has anything) and advances
     /// them; a cursor whose read fails keeps its position and carries the error, and
-    /// `on_error(cursor)` is called when that changes; see `cursor.rs`. Returns the messages.
-    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None))]
+    /// `on_error(cursor)` is called when that changes; `on_skip(cursor, from, to)` when a cursor
+    /// moves past expired messages; see `cursor.rs`. Returns the messages.
+    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None, on_skip = None))]
     fn poll_cursors(
         &self,
         py: Python<'_>,
@@ -372,6 +373,7 @@ impl PyStore {
         timeout: Option<f64>,
         lock: &Bound<'_, PyAny>,
         on_error: Option<&Bound<'_, PyAny>>,
+        on_skip: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         crate::cursor::poll_cursors(
             py,
@@ -381,6 +383,7 @@ impl PyStore {
             timeout,
             lock,
             on_error,
+            on_skip,
         )
     }
 
