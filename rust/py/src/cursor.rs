@@ -234,6 +234,15 @@ fn skips(r: &GetResult) -> bool {
         || (r.status == GetStatus::OffsetOverflowBadly && r.max_offset > 0)
 }
 
+/// The consumer's callbacks of a poll (called with its lock held): `on_error(cursor)` when a
+/// cursor's error changed, `on_skip(cursor, from, to)` when a cursor moved past expired
+/// messages.
+#[derive(Debug, Clone, Copy)]
+pub struct Hooks<'a, 'py> {
+    pub on_error: Option<&'a Bound<'py, PyAny>>,
+    pub on_skip: Option<&'a Bound<'py, PyAny>>,
+}
+
 /// `Store.poll_cursors`: see the module doc. `lock` is the consumer's lock (an RLock), taken
 /// around the check-and-advance step; `on_error`, if given, is called (lock held) with each
 /// cursor whose `error` changed: a read of it failed, failed differently, or read again.
@@ -244,8 +253,7 @@ pub fn poll_cursors(
     max_messages: i64,
     timeout: Option<f64>,
     lock: &Bound<'_, PyAny>,
-    on_error: Option<&Bound<'_, PyAny>>,
-    on_skip: Option<&Bound<'_, PyAny>>,
+    hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
     let max = usize::try_from(max_messages)
         .ok()
@@ -287,7 +295,7 @@ pub fn poll_cursors(
         py.check_signals()?;
     };
     lock.call_method0(intern!(py, "acquire"))?;
-    let applied = advance(py, &cs, &snaps, results, on_error, on_skip);
+    let applied = advance(py, &cs, &snaps, results, hooks);
     let released = lock.call_method0(intern!(py, "release"));
     let out = applied?;
     released?;
@@ -308,8 +316,7 @@ fn advance(
     cs: &[Bound<'_, PyQueueCursor>],
     snaps: &[Snapshot],
     results: Vec<Read>,
-    on_error: Option<&Bound<'_, PyAny>>,
-    on_skip: Option<&Bound<'_, PyAny>>,
+    hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
     let out = PyList::empty(py);
     let all_failed = !results.is_empty() && results.iter().all(Result::is_err);
@@ -389,7 +396,7 @@ fn advance(
             cur.position = next;
         }
     }
-    if let Some(f) = on_skip {
+    if let Some(f) = hooks.on_skip {
         for (c, from, to) in expired {
             // Moved by this call (not put elsewhere by a seek meanwhile).
             if c.borrow().position == to {
@@ -397,7 +404,7 @@ fn advance(
             }
         }
     }
-    if let Some(f) = on_error {
+    if let Some(f) = hooks.on_error {
         for c in changed {
             f.call1((c,))?;
         }

@@ -365,6 +365,7 @@ impl PyStore {
     /// `on_error(cursor)` is called when that changes; `on_skip(cursor, from, to)` when a cursor
     /// moves past expired messages; see `cursor.rs`. Returns the messages.
     #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None, on_skip = None))]
+    #[allow(clippy::too_many_arguments)]
     fn poll_cursors(
         &self,
         py: Python<'_>,
@@ -382,8 +383,7 @@ impl PyStore {
             max_messages,
             timeout,
             lock,
-            on_error,
-            on_skip,
+            crate::cursor::Hooks { on_error, on_skip },
         )
     }
 
