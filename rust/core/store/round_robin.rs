@@ -12,7 +12,7 @@
 //! beyond `SLOTS` share a locked map.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -98,11 +98,7 @@ impl RoundRobin {
         if last.topic.get().is_some_and(|t| **t == *topic) {
             return Some(last);
         }
-        let start = {
-            let mut h = FastBuild::default().build_hasher();
-            topic.hash(&mut h);
-            h.finish() as usize
-        };
+        let start = FastBuild::default().hash_one(topic) as usize;
         for i in 0..SLOTS {
             let at = (start.wrapping_add(i)) % SLOTS;
             let slot = self.slots.get(at)?;
