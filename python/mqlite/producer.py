@@ -301,7 +301,9 @@ class Producer(_core.Producer):
     ``send`` is the native method itself (no Python frame per message): it picks the queue
     round robin over the topic's write queues, unless ``queue_id`` names it, ``sharding_key``
     hashes to it (CRC32 modulo the queue count: one key keeps to one queue, hence in order) or
-    ``selector(queues, msg, arg)`` returns it.
+    ``selector(queues, msg, arg)`` returns it. The producer keeps one round-robin turn per topic
+    (RocketMQ's ``TopicPublishInfo``): sends to other topics never change which queue of a topic
+    comes next.
 
     ``compress_over=N`` compresses the body of every single send of ``N`` bytes or more with
     ``compression`` (``"zlib"``, ``"lz4"`` or ``"zstd"``) at ``compression_level`` (RocketMQ's

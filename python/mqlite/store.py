@@ -226,7 +226,8 @@ class Store:
         compression: Compression = "zlib",
         compression_level: int | None = None,
     ) -> Producer:
-        """A producer in ``group``; sends go round robin over a topic's write queues.
+        """A producer in ``group``; sends go round robin over a topic's write queues, with one
+        turn per topic.
 
         ``compress_over=N`` compresses single sends of ``N`` body bytes or more (see
         ``Producer``)."""
