@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqlite::{FlushMode, GetStatus, MessageRef, PutStatus, Store, StoreConfig, TagFilter};
+use mqlite::{
+    FlushMode, GetStatus, MessageRef, PutStatus, RoundRobin, Store, StoreConfig, TagFilter,
+};
 
 fn sync_config() -> StoreConfig {
     StoreConfig {
@@ -55,7 +56,7 @@ fn threads_share_flushes_and_round_robin_spreads_queues() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), sync_config()).unwrap());
     store.create_topic("T", 4, 6, false, true).unwrap();
-    let next = Arc::new(AtomicU32::new(0));
+    let next = Arc::new(RoundRobin::new(0));
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let (store, next) = (Arc::clone(&store), Arc::clone(&next));

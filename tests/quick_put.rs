@@ -11,6 +11,8 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use mqlite::RoundRobin;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -66,7 +68,7 @@ fn quick_puts_store_what_put_stores() {
         s.create_topic("T", 3, 6, false, false).unwrap();
     }
     let props = mqlite::message::properties::encode([("TAGS", "a"), ("KEYS", "k1 k2")]);
-    let (rr_quick, rr_plain) = (AtomicU32::new(0), AtomicU32::new(0));
+    let (rr_quick, rr_plain) = (RoundRobin::new(0), RoundRobin::new(0));
     let mut quick_count = 0;
     // 128 KiB commit-log files and 64-unit queue files: rolls of both happen on the way.
     for i in 0..3000u64 {
@@ -105,7 +107,7 @@ fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), config()).unwrap();
     store.create_topic("T", 2, 6, false, false).unwrap();
-    let rr = AtomicU32::new(5);
+    let rr = RoundRobin::new(5);
 
     // No file yet: the first append creates it, so it is declined.
     let m = MessageRef::new("T", 0, b"x");
@@ -114,8 +116,8 @@ fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
         .unwrap()
         .is_none());
     assert_eq!(
-        rr.load(Ordering::Relaxed),
-        5,
+        rr.next("T", 2),
+        5 % 2,
         "a declined send keeps its queue's turn"
     );
     store.put(&m).unwrap();
@@ -159,7 +161,7 @@ fn in_sync_mode_a_quick_put_is_pipelined_and_wait_durable_confirms_it() {
     store
         .put(&MessageRef::new("T", 0, b"opens the log"))
         .unwrap();
-    let rr = AtomicU32::new(0);
+    let rr = RoundRobin::new(0);
     let mut last = 0;
     for i in 0..200u32 {
         let b = body(u64::from(i));

@@ -27,6 +27,7 @@ __all__ = [
     "ClientIdInUseError",
     "QueueNotAssignedError",
     "ConsumerGroupActiveError",
+    "ConsumerGroupNotFoundError",
     "TopicNotFoundError",
     "TopicNotReadableError",
     "TopicNotWritableError",
@@ -177,6 +178,13 @@ class ConsumerGroupActiveError(IllegalStateError):
     """An offset reset while live consumers of the group hold the topic's queues."""
 
     default_code = "CONSUMER_GROUP_ACTIVE"
+
+
+class ConsumerGroupNotFoundError(MQClientError, LookupError):
+    """A consumer group with no committed offsets and no consumer ever subscribed: most often a
+    misspelled name (``reset_offset`` creates one only when asked)."""
+
+    default_code = "SUBSCRIPTION_GROUP_NOT_EXIST"
 
 
 class TopicNotFoundError(MQClientError, LookupError):

@@ -59,6 +59,8 @@ class QueueProgress:
     queue_id: int
     committed: int
     max_offset: int
+    min_offset: int = 0
+    """The queue's oldest offset: below it, retention deleted the messages."""
 
     @property
     def message_queue(self) -> MessageQueue:
@@ -67,8 +69,9 @@ class QueueProgress:
 
     @property
     def lag(self) -> int:
-        """Messages stored but not yet consumed by the group."""
-        return max(self.max_offset - self.committed, 0)
+        """Messages stored but not yet consumed by the group: those retention deleted before
+        the group read them are not counted (its consumers skip them)."""
+        return max(self.max_offset - max(self.committed, self.min_offset), 0)
 
 
 _MAX_QUEUE_ID = (1 << 31) - 1  # queue ids are Java ints

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
+from mqlite._args import deprecated
 from mqlite.errors import (
     IllegalArgumentError,
     InvalidConfigError,
@@ -172,7 +173,7 @@ _Item = tuple[SendFuture, "SendCallback | None", "SendResult | None", "BaseExcep
 class _Completer:
     """One thread per store that completes async sends in call order.
 
-    The caller's thread appends (``send_pipelined``); this thread then waits for the disk once
+    The caller's thread appends (``_send_pipelined``); this thread then waits for the disk once
     for everything queued meanwhile by every producer of the store (sync-flush stores: one
     group commit for all of them), resolves those futures at once and runs the callbacks.
     """
@@ -300,7 +301,9 @@ class Producer(_core.Producer):
     ``send`` is the native method itself (no Python frame per message): it picks the queue
     round robin over the topic's write queues, unless ``queue_id`` names it, ``sharding_key``
     hashes to it (CRC32 modulo the queue count: one key keeps to one queue, hence in order) or
-    ``selector(queues, msg, arg)`` returns it.
+    ``selector(queues, msg, arg)`` returns it. The producer keeps one round-robin turn per topic
+    (RocketMQ's ``TopicPublishInfo``): sends to other topics never change which queue of a topic
+    comes next.
 
     ``compress_over=N`` compresses the body of every single send of ``N`` bytes or more with
     ``compression`` (``"zlib"``, ``"lz4"`` or ``"zstd"``) at ``compression_level`` (RocketMQ's
@@ -406,7 +409,16 @@ class Producer(_core.Producer):
     ) -> SendResult:
         if sharding_key is not None or selector is not None:
             queue_id = self._select(msg, queue_id, sharding_key, selector, arg)
-        return self.send_pipelined(msg, queue_id)
+        return self._send_pipelined(msg, queue_id)
+
+    def send_pipelined(self, msg: Message, queue_id: int | None = None) -> SendResult:
+        """Deprecated: use ``send`` (returns once the message is stored, and in a
+        ``flush="sync"`` store once the disk holds it) or ``send_async`` (returns at once; its
+        future completes when ``send`` would return, one fsync serving every pending send).
+
+        Sends as ``send`` does, so SEND_OK keeps its meaning."""
+        deprecated("Producer.send_pipelined is deprecated: use send, or send_async to pipeline sends")
+        return self.send(msg, queue_id)
 
     def send_async(
         self,
@@ -433,7 +445,7 @@ class Producer(_core.Producer):
         fut = SendFuture(completer.cond)
         try:
             if sharding_key is None and selector is None:
-                result = self.send_pipelined(msg, queue_id)
+                result = self._send_pipelined(msg, queue_id)
             else:
                 result = self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - handed to the future / callback

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from mqlite import _core
+from mqlite._args import deprecated
 from mqlite._files import open_lock, try_flock
 from mqlite.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from mqlite.errors import (
@@ -120,6 +121,12 @@ class PullConsumer:
     group's live consumers (threads or processes on this machine), each queue owned by exactly one
     of them; in BROADCASTING mode every consumer reads every queue and keeps its own offsets.
     ``assign`` instead takes explicit queues with no group coordination.
+
+    A queue without a committed offset starts at ``consume_from``: the first or the last
+    offset, or the first message stored at or after a time (a ``datetime``, or
+    ``CONSUME_FROM_TIMESTAMP`` with ``consume_timestamp``, a ``datetime`` or epoch milliseconds;
+    half an hour ago when None). An int ``consume_from`` (epoch milliseconds) still works but is
+    deprecated: everywhere else an int is a queue offset.
     """
 
     def __init__(
@@ -152,6 +159,12 @@ class PullConsumer:
         ):
             raise InvalidConfigError(
                 f"consume_from must be a ConsumeFromWhere, datetime or int ms, got {consume_from!r}"
+            )
+        if isinstance(consume_from, int):
+            # An int that is a time here and a queue offset elsewhere (reset_offset, seek).
+            deprecated(
+                "consume_from=<int> (epoch milliseconds) is deprecated: pass a datetime, or "
+                "consume_from=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP with consume_timestamp="
             )
         if consume_timestamp is not None and not isinstance(consume_timestamp, datetime) and (
             isinstance(consume_timestamp, bool) or not isinstance(consume_timestamp, int)
@@ -504,7 +517,9 @@ class PullConsumer:
             # Read, and if nothing is there wait and read again, then advance the cursors nobody
             # moved (seek, rebalance) meanwhile, all in one call: one GIL hand-off when a
             # message arrives.
-            msgs = core.poll_cursors(order, n, left, self._lock, self._queue_error_changed)
+            msgs = core.poll_cursors(
+                order, n, left, self._lock, self._queue_error_changed, self._expired_skipped
+            )
             if msgs:
                 self._rr += 1
                 return msgs
@@ -521,6 +536,15 @@ class PullConsumer:
                 "again at every poll, the other queues are served: %s",
                 cursor.mq, self._client_id, self._group, cursor.position, cursor.error,
             )
+
+    def _expired_skipped(self, cursor: _core.QueueCursor, start: int, end: int) -> None:
+        """A poll moved ``cursor`` from ``start`` up to its queue's minimum ``end``: retention
+        deleted those messages before this consumer read them (lock held)."""
+        log.warning(
+            "%s: consumer %s of group %s skipped offsets %d to %d (%d messages): retention "
+            "deleted them before they were consumed",
+            cursor.mq, self._client_id, self._group, start, end - 1, end - start,
+        )
 
     def queue_errors(self) -> dict[MessageQueue, BaseException]:
         """The assigned queues whose latest read by ``poll`` failed, with the exception (see

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import tempfile
@@ -15,9 +16,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
+from mqlite._args import deprecated, int_arg
 from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
+    ConsumerGroupNotFoundError,
     IllegalArgumentError,
     MQError,
     StoreClosedError,
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from mqlite.push import PushConsumer
 
 __all__ = ["Store", "open"]
+
+log = logging.getLogger("mqlite.store")
 
 _OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
 # Rust handles inherited by a forked child: kept alive so their destructors never run there.
@@ -221,7 +226,8 @@ class Store:
         compression: Compression = "zlib",
         compression_level: int | None = None,
     ) -> Producer:
-        """A producer in ``group``; sends go round robin over a topic's write queues.
+        """A producer in ``group``; sends go round robin over a topic's write queues, with one
+        turn per topic.
 
         ``compress_over=N`` compresses single sends of ``N`` body bytes or more (see
         ``Producer``)."""
@@ -241,13 +247,35 @@ class Store:
         self, name: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
     ) -> None:
         """Create a topic with ``queues`` read and write queues, 1 to 1024 (``perm``: 4 read,
-        2 write)."""
-        for field, v in (("queues", queues), ("perm", perm)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{field} must be an int, not {type(v).__name__}")
+        2 write).
+
+        An existing topic is left as it is (with ``exist_ok=False`` it is an
+        IllegalArgumentError); asking it for more queues than it has logs a WARNING: grow it
+        with ``update_topic``."""
+        queues = int_arg("queues", queues)
+        perm = int_arg("perm", perm)
         if perm < 0:  # the core checks the upper bound; a negative one would not convert
             raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
-        self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
+        core = self._live()
+        core.create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
+        have = core.queue_count(name)
+        if have < queues:
+            log.warning(
+                "topic %r exists with %d queues; create_topic leaves it as it is: "
+                "use update_topic(%r, queues=%d) to grow it",
+                name, have, name, queues,
+            )
+
+    def update_topic(self, name: str, *, queues: int) -> TopicConfig:
+        """Grow the existing topic ``name`` to ``queues`` read and write queues (RocketMQ's
+        ``updateTopic``) and return its configuration.
+
+        Producers send to the new queues at once (round robin covers them from the next send);
+        subscribed consumers pick them up at their next rebalance. A topic never shrinks: fewer
+        queues than it has is an IllegalArgumentError (the messages of a removed queue would no
+        longer be read), as is a count over 1024; an unknown topic is a TopicNotFoundError."""
+        queues = int_arg("queues", queues)
+        return TopicConfig.from_dict(self._live().update_topic(name, queues))
 
     def topics(self) -> list[TopicConfig]:
         """All topics, sorted by name. A read-only store re-reads ``config/topics.json`` here
@@ -288,7 +316,11 @@ class Store:
         return self._live().delete_expired_files()
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes, as plain data."""
+        """Counters and sizes, as plain data.
+
+        ``commit_log_max_offset`` is one past the newest record; a read-only handle finds it
+        by checking the records the writer has added since its last look (it cannot see the
+        writer's position), and reports it as ``dispatched_offset`` too."""
         return self._live().stats()
 
     # -- reading --------------------------------------------------------------------------------
@@ -303,7 +335,8 @@ class Store:
     ) -> _core.GetResult:
         """Read from ``offset``; the result carries the status and ``next_offset``."""
         mq = _queue(mq)
-        if isinstance(offset, int) and offset > _MAX_OFFSET:
+        offset, max_messages = int_arg("offset", offset), int_arg("max_messages", max_messages)
+        if offset > _MAX_OFFSET:
             raise IllegalArgumentError(f"offset must be <= {_MAX_OFFSET}, got {offset}")
         return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
 
@@ -324,7 +357,7 @@ class Store:
 
     def get_by_offset(self, commit_log_offset: int) -> MessageExt:
         """The message stored at this commit-log offset."""
-        return self._live().get_by_offset(commit_log_offset)
+        return self._live().get_by_offset(int_arg("commit_log_offset", commit_log_offset))
 
     def wait_for(
         self,
@@ -338,7 +371,7 @@ class Store:
         Ctrl-C ends it with KeyboardInterrupt (within 0.1 s).
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
-        queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]
+        queues = [(_queue(mq).topic, mq.queue_id, int_arg("offset", offset)) for mq, offset in items]
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
         if timeout is not None and not 0 <= timeout < float("inf"):  # also NaN
@@ -389,7 +422,8 @@ class Store:
                 continue
             topic = key[: -len(suffix)]
             for qid, committed in queues.items():
-                out.append(QueueProgress(topic, qid, committed, core.offsets(topic, qid)[1]))
+                low, high = core.offsets(topic, qid)
+                out.append(QueueProgress(topic, qid, committed, high, low))
         return sorted(out, key=lambda p: (p.topic, p.queue_id))
 
     def reset_offset(
@@ -397,18 +431,45 @@ class Store:
         group: str,
         topic: str,
         *,
-        to: int | Literal["earliest", "latest"] | datetime,
+        to: Literal["earliest", "latest"] | datetime | int | None = None,
+        offset: int | None = None,
         force: bool = False,
+        create: bool = False,
     ) -> dict[MessageQueue, int]:
-        """Set the clustering group's offsets of every queue of ``topic``.
+        """Set the clustering group's offsets of every queue of ``topic``; returns them.
 
-        ``to`` is an offset (clamped to each queue's range), ``"earliest"``, ``"latest"`` or a
-        time. Live consumers of the group would overwrite the reset with their own positions, so
-        this raises ConsumerGroupActiveError while any is subscribed, unless ``force``.
+        Give one of ``to``: ``"earliest"``, ``"latest"`` or a time (a ``datetime``: the first
+        message stored at or after it), or ``offset``: a queue offset, clamped to each queue's
+        range. (``to=<int>`` still means a queue offset, with a DeprecationWarning: an int is
+        never a time here, while an int ``consume_from`` used to be epoch milliseconds.)
+
+        A group that has no committed offsets and that no consumer ever subscribed with is
+        probably misspelled: it is a ConsumerGroupNotFoundError, unless ``create`` (then the
+        group starts at these offsets). Live consumers of the group would overwrite the reset
+        with their own positions, so this raises ConsumerGroupActiveError while any is
+        subscribed, unless ``force``.
         """
         check_group(group)
         core = self._live()
+        if isinstance(to, int) and not isinstance(to, bool) and offset is None:
+            deprecated("reset_offset(to=<int>) is deprecated: pass the queue offset as offset=<int>")
+            to, offset = None, to
+        if (to is None) == (offset is None):
+            raise IllegalArgumentError("give one of to= ('earliest', 'latest' or a datetime) and offset=")
+        if offset is not None:
+            offset = int_arg("offset", offset)
+        elif not (to in ("earliest", "latest") or isinstance(to, datetime)):
+            raise IllegalArgumentError(
+                f"to must be 'earliest', 'latest' or a datetime (offset= takes an int), got {to!r}"
+            )
         root = self._client_root()
+        offsets = group_offsets(root, durable=self._path != ":memory:")
+        if not create and not _group_known(root, group, offsets.load()):
+            raise ConsumerGroupNotFoundError(
+                f"consumer group {group!r} has no committed offsets and no consumer ever "
+                f"subscribed with it (known groups: {self.consumer_groups()}); "
+                "pass create=True to start it at these offsets"
+            )
         alive = live_members(root, group, topic)
         if alive and not force:
             raise ConsumerGroupActiveError(
@@ -418,23 +479,21 @@ class Store:
         result: dict[MessageQueue, int] = {}
         for mq in self.queues(topic):
             low, high = core.offsets(topic, mq.queue_id)
-            if to == "earliest":
-                offset = low
-            elif to == "latest":
-                offset = high
+            if offset is not None:
+                result[mq] = min(max(offset, low), high)
             elif isinstance(to, datetime):
-                offset = self.offset_for_timestamp(mq, to)
-            elif isinstance(to, int) and not isinstance(to, bool):
-                offset = min(max(to, low), high)
+                result[mq] = self.offset_for_timestamp(mq, to)
             else:
-                raise IllegalArgumentError(
-                    f"to must be an int offset, 'earliest', 'latest' or a datetime, got {to!r}"
-                )
-            result[mq] = offset
-        group_offsets(root, durable=self._path != ":memory:").update(
-            offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True
-        )
+                result[mq] = low if to == "earliest" else high
+        offsets.update(offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True)
         return result
+
+
+def _group_known(root: Path, group: str, table: Mapping[str, Any]) -> bool:
+    """Whether ``group`` has committed offsets (of any topic) or a consumer of it ever joined
+    (its directory of member and queue locks exists)."""
+    suffix = "@" + group
+    return any(key.endswith(suffix) for key in table) or (root / "consumer_groups" / group).is_dir()
 
 
 def open(path: str | os.PathLike[str], **config: Any) -> Store:  # noqa: A001 - mirrors sqlite3.connect

@@ -52,5 +52,5 @@ pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, Result};
 pub use message::{MessageRef, RecordView};
-pub use store::{GetResult, GetStatus, PutResult, PutStatus, Store, TagFilter};
+pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
 pub use topic_config::TopicConfig;

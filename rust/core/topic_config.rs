@@ -236,6 +236,34 @@ impl TopicTable {
         Ok(true)
     }
 
+    /// Changes the existing `topic` with `change` and persists the table, as one step: no
+    /// other change of the table comes between the check `change` makes and the write. `Ok(None)`
+    /// when the topic does not exist; an error of `change` changes nothing.
+    pub fn update(
+        &self,
+        topic: &str,
+        change: impl FnOnce(&mut TopicConfig) -> Result<()>,
+    ) -> Result<Option<TopicConfig>> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let Some(old) = g.topic_config_table.get(topic).cloned() else {
+            return Ok(None);
+        };
+        let mut new = old.clone();
+        change(&mut new)?;
+        if new == old {
+            return Ok(Some(new));
+        }
+        g.topic_config_table.insert(topic.to_owned(), new.clone());
+        g.data_version.counter += 1;
+        g.data_version.timestamp = now_ms();
+        if let Err(e) = self.persist(&mut g) {
+            // Keep memory and disk in agreement: undo the change.
+            g.topic_config_table.insert(topic.to_owned(), old);
+            return Err(e);
+        }
+        Ok(Some(new))
+    }
+
     /// Adds the topics found on disk without a table (`config/topics.json` and its `.bak`
     /// missing, as in a store whose config was lost or not copied), each readable and writable
     /// with as many queues as its highest queue directory says. A topic already in the table
@@ -308,6 +336,25 @@ mod tests {
         assert_eq!(t.try_write_info("T"), None);
         drop(changing);
         assert_eq!(t.try_write_info("T"), Some(Some((4, false))));
+    }
+
+    #[test]
+    fn update_changes_an_existing_topic_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        t.put(TopicConfig::new("T", 2, 6, false)).unwrap();
+        let grow = |c: &mut TopicConfig| {
+            c.write_queue_nums = 4;
+            Ok(())
+        };
+        assert_eq!(t.update("U", grow).unwrap(), None);
+        assert_eq!(t.update("T", grow).unwrap().unwrap().write_queue_nums, 4);
+        let refuse = |_: &mut TopicConfig| Err(Error::ReadOnly);
+        assert!(t.update("T", refuse).is_err());
+        let reloaded = TopicTable::load(Some(p), 0o600).unwrap();
+        assert_eq!(reloaded.get("T"), t.get("T"));
+        assert_eq!(reloaded.get("T").unwrap().write_queue_nums, 4);
     }
 
     #[test]

@@ -137,6 +137,32 @@ def test_queue_id_wrong_type(guard: Guard) -> None:
     guard.check_unchanged()
 
 
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_is_not_an_int(guard: Guard, flag: bool) -> None:
+    """bool is a subclass of int: True must not pass as queue 1, offset 1 or one queue."""
+    p, store, mq = guard.producer, guard.store, MessageQueue(T, 0)
+    calls: list[Callable[[], Any]] = [
+        lambda: p.send(Message(T, b"x"), queue_id=flag),
+        lambda: p.send(Message(T, b"x"), flag),
+        lambda: p.send(Message(T, b"x"), queue_id=flag, selector=lambda qs, m, a: qs[0]),
+        lambda: p.send_async(Message(T, b"x"), queue_id=flag).result(5),
+        lambda: p.send_batch([b"x"], topic=T, queue_id=flag),
+        lambda: p.send(Message(T, b"x", flag=flag)),
+        lambda: MessageQueue(T, flag),
+        lambda: store.read(mq, flag),
+        lambda: store.read(mq, 0, flag),
+        lambda: store.get_by_offset(flag),
+        lambda: store.wait_for({mq: flag}, 0),
+        lambda: store.create_topic("other", flag),
+        lambda: store.update_topic(T, queues=flag),
+        lambda: store.offset_for_timestamp(mq, flag),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="bool"):
+            call()
+    guard.check_unchanged()
+
+
 def test_message_too_large(tmp_path: Path) -> None:
     with mqlite.open(tmp_path / "small", max_message_size=1024) as store:
         store.create_topic(T, 4)

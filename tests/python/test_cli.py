@@ -50,8 +50,8 @@ def test_topics_table(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def grouped(filled: Path) -> Path:
     """``filled`` with two groups: ``done`` has consumed everything, ``behind`` nothing."""
     with mqlite.open(filled) as s:
-        s.reset_offset("done", "orders", to="latest")
-        s.reset_offset("behind", "orders", to="earliest")
+        s.reset_offset("done", "orders", to="latest", create=True)
+        s.reset_offset("behind", "orders", to="earliest", create=True)
     return filled
 
 

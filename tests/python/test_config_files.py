@@ -222,7 +222,7 @@ def test_hostile_consumer_offsets_are_a_typed_error_everywhere(tmp_path: Path, c
             s, consume_from=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET),
         "consumer_groups": lambda s: s.consumer_groups(),
         "consumer_progress": lambda s: s.consumer_progress("g"),
-        "reset_offset": lambda s: s.reset_offset("other", "t", to=0),
+        "reset_offset": lambda s: s.reset_offset("other", "t", offset=0, create=True),
     }
     with mqlite.open(root) as s:
         for name, call in calls.items():

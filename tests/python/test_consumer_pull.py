@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from datetime import datetime, timedelta
@@ -91,6 +93,65 @@ def test_consume_from_timestamp(store: mqlite.Store) -> None:
     ) as c:
         c.subscribe("t")
         assert bodies(drain(c)) == [0, 1, 2, 3, 100]
+
+
+def test_consume_from_an_int_is_deprecated_epoch_milliseconds(store: mqlite.Store) -> None:
+    """An int consume_from is a time while reset_offset(offset=) and seek take queue offsets: it
+    keeps working, with a DeprecationWarning pointing at the caller."""
+    fill(store, n=4)
+    with pytest.warns(DeprecationWarning, match="consume_timestamp") as record:
+        c = store.pull_consumer("g", consume_from=0)
+    assert record[0].filename == __file__
+    with c:
+        c.subscribe("t")
+        assert bodies(drain(c)) == [0, 1, 2, 3]
+    with pytest.warns(DeprecationWarning) as record:
+        store.push_consumer("p", consume_from=0).shutdown()
+    assert record[0].filename == __file__
+
+
+def test_a_consumer_behind_retention_warns_once_of_the_offsets_it_skips(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    size = 64 << 10
+    with mqlite.open(tmp_path / "s", commit_log_file_size=size, consume_queue_file_units=100,
+                     max_message_size=4096, retention_hours=1.0) as store:
+        store.create_topic("t", 1)
+        mq = MessageQueue("t", 0)
+        with store.pull_consumer("slow", consume_from=FIRST) as c:
+            c.subscribe("t")  # commits its starting point, 0
+        p = store.producer()
+        for _ in range(300):
+            p.send(Message("t", b"y" * 2000))
+        store.flush()
+        end = store.stats()["commit_log_max_offset"]
+        old = [f for f in (tmp_path / "s" / "commitlog").iterdir() if int(f.name) < end - end % size]
+        stale = time.time() - 2 * 3600  # older than the retention time
+        for f in old:
+            os.utime(f, (stale, stale))
+        assert store.delete_expired_files() == len(old) > 0
+        low, high = store.offsets(mq)
+        assert 0 < low < high == 300
+        # The deleted messages are not lag: nobody can consume them any more.
+        [progress] = store.consumer_progress("slow")
+        assert (progress.committed, progress.min_offset, progress.lag) == (0, low, high - low)
+
+        with caplog.at_level(logging.WARNING, logger="mqlite.consumer"):
+            with store.pull_consumer("slow") as c:
+                c.subscribe("t")
+                got: list[mqlite.MessageExt] = []
+                while len(got) < high - low:
+                    batch = c.poll(10)
+                    assert batch, "nothing after the jump"
+                    got += batch
+                assert c.poll(0) == []
+        assert [m.queue_offset for m in got] == list(range(low, high))
+        skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert len(skipped) == 1, skipped
+        assert "group slow" in skipped[0] and str(mq) in skipped[0]
+        assert f"offsets 0 to {low - 1} ({low} messages)" in skipped[0]
+        [progress] = store.consumer_progress("slow")
+        assert (progress.committed, progress.lag) == (high, 0)
 
 
 def test_poll_blocks_then_wakes_at_once(store: mqlite.Store) -> None:

@@ -34,6 +34,7 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.ClientIdInUseError, (E.IllegalStateError,)),
     (E.QueueNotAssignedError, (E.IllegalStateError, LookupError)),
     (E.ConsumerGroupActiveError, (E.IllegalStateError,)),
+    (E.ConsumerGroupNotFoundError, (E.MQClientError, LookupError)),
     (E.TopicNotFoundError, (E.MQClientError, LookupError)),
     (E.TopicNotWritableError, (E.MQClientError,)),
     (E.TopicNotReadableError, (E.MQClientError,)),

@@ -277,3 +277,25 @@ def test_a_queue_that_cannot_be_read_does_not_stop_the_others(
                 c.poll(0.2)
             assert c.position(q0) == 0 and list(c.queue_errors()) == [q0]
         _restore(*damaged)
+
+
+def test_a_follower_reports_the_writers_commit_log_end_not_the_file_size(tmp_path: Path) -> None:
+    """A read-only handle cannot see the writer's position; its stats still give the end of the
+    last record, across a roll into a new file and after more sends."""
+    size = 64 << 10
+    with mqlite.open(tmp_path / "s", commit_log_file_size=size, consume_queue_file_units=100,
+                     max_message_size=4096) as writer:
+        writer.create_topic("t", 1)
+        p = writer.producer()
+        follower = mqlite.open(tmp_path / "s", read_only=True)
+        try:
+            for n in (5, 40, 1):  # the 40 sends of 2000 bytes roll into a second file
+                for _ in range(n):
+                    p.send(Message("t", b"y" * 2000))
+                writer.flush()
+                want = writer.stats()["commit_log_max_offset"]
+                got = follower.stats()
+                assert (got["commit_log_max_offset"], got["dispatched_offset"]) == (want, want)
+            assert want > size
+        finally:
+            follower.close()

@@ -95,8 +95,8 @@ def test_reset_offset(store: mqlite.Store) -> None:
         store.reset_offset("g", "t", to="latest")
     c.close()
     assert store.reset_offset("g", "t", to="latest") == {MessageQueue("t", 0): 5, MessageQueue("t", 1): 5}
-    assert store.reset_offset("g", "t", to=3) == {MessageQueue("t", 0): 3, MessageQueue("t", 1): 3}
-    assert store.reset_offset("g", "t", to=99)[MessageQueue("t", 0)] == 5
+    assert store.reset_offset("g", "t", offset=3) == {MessageQueue("t", 0): 3, MessageQueue("t", 1): 3}
+    assert store.reset_offset("g", "t", offset=99)[MessageQueue("t", 0)] == 5
     past = datetime.now() - timedelta(hours=1)
     assert set(store.reset_offset("g", "t", to=past).values()) == {0}
     store.reset_offset("g", "t", to="earliest")
@@ -108,6 +108,41 @@ def test_reset_offset(store: mqlite.Store) -> None:
     assert len(got) == 10
     with pytest.raises(mqlite.IllegalArgumentError):
         store.reset_offset("g", "t", to="middle")  # type: ignore[arg-type]
+    with pytest.raises(mqlite.IllegalArgumentError, match="one of"):
+        store.reset_offset("g", "t", to="latest", offset=1)
+    with pytest.raises(mqlite.IllegalArgumentError, match="one of"):
+        store.reset_offset("g", "t")
+    with pytest.raises(TypeError):
+        store.reset_offset("g", "t", offset=True)
+
+
+def test_reset_offset_to_an_int_is_a_deprecated_queue_offset(store: mqlite.Store) -> None:
+    fill(store)
+    store.reset_offset("g", "t", offset=0, create=True)
+    with pytest.warns(DeprecationWarning, match="offset="):
+        assert set(store.reset_offset("g", "t", to=3).values()) == {3}
+    assert store.consumer_progress("g")[0].committed == 3
+
+
+def test_reset_offset_of_an_unknown_group_is_an_error_unless_created(store: mqlite.Store, store_path: Path) -> None:
+    fill(store)
+    with store.pull_consumer("orders", consume_from=FIRST) as c:
+        c.subscribe("t")
+    before = offsets_file_bytes(store_path)
+    with pytest.raises(mqlite.ConsumerGroupNotFoundError, match="'ordres'.*create=True") as info:
+        store.reset_offset("ordres", "t", to="latest")  # misspelled
+    assert "orders" in str(info.value)  # the known groups are named
+    assert offsets_file_bytes(store_path) == before, "nothing was written"
+    assert store.consumer_groups() == ["orders"]
+    # A group is known by its commits of any topic.
+    store.create_topic("u", 1)
+    assert store.reset_offset("orders", "u", to="earliest") == {MessageQueue("u", 0): 0}
+    assert store.reset_offset("fresh", "t", to="latest", create=True)[MessageQueue("t", 1)] == 5
+    assert store.consumer_groups() == ["fresh", "orders"]
+
+
+def offsets_file_bytes(root: Path) -> bytes:
+    return (root / "config" / "consumerOffset.json").read_bytes()
 
 
 def test_broadcast_offsets_are_per_consumer(store: mqlite.Store, store_path: Path) -> None:

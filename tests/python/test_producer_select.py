@@ -37,6 +37,24 @@ def test_default_is_round_robin(mem_store: mqlite.Store) -> None:
     assert sorted(ids) == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.parametrize("how", ["send", "send_async", "send_oneway", "send_batch"])
+def test_round_robin_turns_are_per_topic(mem_store: mqlite.Store, how: str) -> None:
+    # Sends alternating with another topic's must not decide which queue of this topic is next
+    # (RocketMQ keeps one turn per producer and topic).
+    mem_store.create_topic("two", 2)
+    mem_store.create_topic("one", 1)
+    p = mem_store.producer()
+    for _ in range(6):
+        for topic in ("two", "one"):
+            if how == "send_batch":
+                p.send_batch([b"x"], topic=topic)
+            else:
+                getattr(p, how)(Message(topic, b"x"))
+    p.flush()
+    mq = mem_store.queues("two")
+    assert [mem_store.offsets(q)[1] for q in mq] == [3, 3]
+
+
 def test_selector(mem_store: mqlite.Store) -> None:
     mem_store.create_topic("t", 4)
     p = mem_store.producer()
@@ -136,6 +154,21 @@ def test_send_async_in_a_sync_store_is_acknowledged_after_the_disk(tmp_path) -> 
     with mqlite.open(path) as again:
         total = sum(again.offsets(MessageQueue("t", q))[1] for q in range(4))
         assert total == per_thread * threads + 1
+
+
+def test_send_pipelined_is_deprecated_and_acknowledges_only_after_the_disk(tmp_path) -> None:
+    """The pipelined append is private to send_async/send_oneway; the old public name still
+    sends, with a DeprecationWarning, and its SEND_OK means what send's does: durable."""
+    assert not hasattr(mqlite._core.Producer, "send_pipelined")
+    with mqlite.open(tmp_path / "s", flush="sync") as store:
+        store.create_topic("t", 2)
+        p = store.producer()
+        for q in (None, 1):
+            with pytest.warns(DeprecationWarning, match="send_async"):
+                r = p.send_pipelined(Message("t", b"x"), q)
+            assert r.send_status is mqlite.SendStatus.SEND_OK
+            assert store.stats()["flushed_offset"] >= r._end(), "acknowledged before the disk"
+        assert r.message_queue == MessageQueue("t", 1)
 
 
 def test_send_futures_are_concurrent_futures_that_cannot_be_cancelled(mem_store: mqlite.Store) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import datetime, timedelta
@@ -185,6 +186,58 @@ def test_topics_and_queues(store: mqlite.Store) -> None:
     assert store.queues("orders") == [MessageQueue("orders", i) for i in range(3)]
     with pytest.raises(mqlite.MQClientError):
         store.create_topic("orders", 3, exist_ok=False)
+
+
+def test_update_topic_grows_a_topic_and_never_shrinks_it(
+    store: mqlite.Store, store_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create_topic("grow", 2)
+    with caplog.at_level(logging.WARNING, logger="mqlite.store"):
+        store.create_topic("grow", 4)  # exist_ok: left as it is, but said
+    assert "update_topic('grow', queues=4)" in caplog.text
+    assert store.queues("grow") == [MessageQueue("grow", i) for i in range(2)]
+
+    assert store.update_topic("grow", queues=4) == mqlite.TopicConfig("grow", 4, 4, 6, False)
+    assert store.update_topic("grow", queues=4).read_queues == 4  # the same count: no change
+    p = store.producer()
+    assert p.send(Message("grow", b"q3"), queue_id=3).message_queue == MessageQueue("grow", 3)
+    # Round robin covers the new queues at once.
+    sent = {p.send(Message("grow", b"rr")).message_queue.queue_id for _ in range(4)}
+    assert sent == {0, 1, 2, 3}
+    assert [m.body for m in store.read(MessageQueue("grow", 3), 0, 1)] == [b"q3"]
+
+    with pytest.raises(mqlite.IllegalArgumentError, match="cannot shrink"):
+        store.update_topic("grow", queues=3)
+    with pytest.raises(mqlite.IllegalArgumentError, match="1024"):
+        store.update_topic("grow", queues=1025)
+    with pytest.raises(mqlite.TopicNotFoundError):
+        store.update_topic("no-such-topic", queues=8)
+    with pytest.raises(TypeError):
+        store.update_topic("grow", queues=True)
+    with pytest.raises(mqlite.InvalidTopicError):
+        store.update_topic("SCHEDULE_TOPIC_XXXX", queues=8)
+    assert len(store.queues("grow")) == 4
+    store.close()
+    with mqlite.open(store_path) as again:
+        assert len(again.queues("grow")) == 4
+
+
+def test_a_consumer_picks_up_the_queues_a_topic_grows(store: mqlite.Store) -> None:
+    store.create_topic("grow", 1)
+    with store.pull_consumer("g", rebalance_interval=0.05,
+                             consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as c:
+        c.subscribe("grow")
+        assert c.assignment() == [MessageQueue("grow", 0)]
+        store.update_topic("grow", queues=3)
+        store.producer().send(Message("grow", b"new"), queue_id=2)
+        # The poll waits for the message and rebalances meanwhile: its arrival is the event.
+        got: list[mqlite.MessageExt] = []
+        for _ in range(100):
+            got = c.poll(10)
+            if got:
+                break
+        assert [(m.body, m.queue_id) for m in got] == [(b"new", 2)]
+        assert len(c.assignment()) == 3
 
 
 def test_auto_created_topic_uses_default_queues(store: mqlite.Store) -> None:

@@ -14,6 +14,9 @@
 //! - A file replaced under its name (same name, another inode) is never read as the queue's
 //!   data after such a refresh: a read that finds damage refreshes and reads again before it
 //!   reports the damage.
+//! - A follower's commit-log end (`follower_log_end`) is the end of the last whole record,
+//!   CRC-checked, never the size of the files it mapped: it cannot see the writer's position,
+//!   and a file the writer created ahead of time holds no record yet.
 
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -21,6 +24,7 @@ use std::time::Instant;
 
 use super::Store;
 use crate::consume_queue::ConsumeQueue;
+use crate::message::codec::{self, RecordCheck};
 
 /// The longest a follower's file lists go without being checked against the directories while
 /// the follower is used.
@@ -76,5 +80,48 @@ impl Store {
             let _ = cq.refresh(true);
             cq.correct_min_offset(self.inner.commit_log.min_offset());
         }
+    }
+
+    /// A follower's commit-log end: one past the last whole record (CRC-checked) the writer
+    /// has written. Scans forward from the end found last time, or from the start of the
+    /// newest file that holds a record (the newer ones were created ahead of the writer), so
+    /// a scan covers each byte about once. The directory is read first (not only every
+    /// `FOLLOW_INTERVAL_MS`): the end must include a file the writer has just rolled into.
+    pub(super) fn follower_log_end(&self) -> u64 {
+        let log = &self.inner.commit_log;
+        let files = log.files();
+        // Files the writer created since the last look hold the newest records.
+        if !self.follow() {
+            let _ = files.refresh(false);
+        }
+        let (low, high) = (files.min_offset(), files.max_offset());
+        let mut start = files.last_file().map_or(low, |f| f.from_offset());
+        while start > low && !self.first_record_is_whole(start) {
+            start = start.saturating_sub(files.file_size()).max(low);
+        }
+        let known = self.inner.follow_end.load(Ordering::Relaxed);
+        // A known end outside the files (deleted, or cut after a writer's crash) is forgotten.
+        let from = if (start..=high).contains(&known) {
+            known
+        } else {
+            start
+        };
+        let end = log
+            .scan(from, true, 0, false, |_| Ok(()))
+            .map_or(from, |e| e.end);
+        self.inner.follow_end.store(end, Ordering::Relaxed);
+        end
+    }
+
+    /// Whether a whole record starts the commit-log file beginning at `start`.
+    fn first_record_is_whole(&self, start: u64) -> bool {
+        self.inner.commit_log.file_at(start).is_some_and(|f| {
+            f.slice(0, f.size() as usize).is_some_and(|b| {
+                matches!(
+                    codec::check_stored(b, true, Some(start)),
+                    RecordCheck::Record(_)
+                )
+            })
+        })
     }
 }

@@ -10,6 +10,7 @@
 mod follow;
 mod open;
 mod read;
+mod round_robin;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use crate::recovery::RecoveryReport;
 use crate::topic_config::TopicTable;
 
 pub use read::{GetResult, GetStatus, TagFilter};
+pub use round_robin::RoundRobin;
 pub use write::{PutResult, PutStatus, QUICK_BODY_MAX};
 
 /// An open message store. Cheap to share: every method takes `&self` and is thread-safe.
@@ -66,6 +68,8 @@ struct Inner {
     /// Followers: when the file lists were last checked against the directories
     /// (`follow::monotonic_ms`).
     last_follow: std::sync::atomic::AtomicU64,
+    /// Followers: the commit-log end found last (`follower_log_end`; 0: none yet).
+    follow_end: std::sync::atomic::AtomicU64,
 }
 
 /// How often reads release the mapped pages of old files.
@@ -178,17 +182,22 @@ impl Store {
 
     /// Commit-log offsets: (oldest byte, one past the newest record).
     pub fn commit_log_range(&self) -> (u64, u64) {
-        self.follow();
+        if self.inner.config.read_only {
+            let end = self.follower_log_end();
+            return (self.inner.commit_log.min_offset(), end);
+        }
         (
             self.inner.commit_log.min_offset(),
             self.inner.commit_log.max_offset(),
         )
     }
 
-    /// Offset below which every record is dispatched to its consume queue.
+    /// Offset below which every record is dispatched to its consume queue. A follower does not
+    /// dispatch (it reads the writer's queues): it reports its commit-log end.
     pub fn dispatched_offset(&self) -> u64 {
         match &self.inner.reput {
             Some(r) => r.dispatched_offset(),
+            None if self.inner.config.read_only => self.follower_log_end(),
             None => self.inner.commit_log.max_offset(),
         }
     }

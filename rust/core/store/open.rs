@@ -192,6 +192,7 @@ pub(super) fn open(
         last_read_file: std::sync::atomic::AtomicU64::new(u64::MAX),
         // The files were just loaded.
         last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
+        follow_end: std::sync::atomic::AtomicU64::new(0),
     });
     start_threads(&inner)?;
     Ok(Store { inner })

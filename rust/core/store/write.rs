@@ -1,9 +1,7 @@
 //! The write path: validation (bad input writes nothing), topic auto-creation, append,
 //! dispatch, and the durability wait of sync mode.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, Ordering};
-
+use super::round_robin::RoundRobin;
 use super::Store;
 use crate::commit_log::append::{Appended, Prepared};
 use crate::config::FlushMode;
@@ -14,6 +12,7 @@ use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
 use crate::util::clock::now_ms;
 use crate::util::{bytes, reuse};
+use std::cell::Cell;
 
 /// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
 /// microseconds); larger ones take the blocking path.
@@ -59,7 +58,7 @@ impl Store {
     pub fn put_pipelined(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
     ) -> Result<PutResult> {
         self.put_to(msg, round_robin, false)
     }
@@ -85,13 +84,13 @@ impl Store {
         }
     }
 
-    /// Appends one message to the queue `next % queue count` of its topic (`msg.queue_id` is
-    /// ignored), `next` being advanced once per call: round robin over the write queues, as a
+    /// Appends one message to the next queue of its topic in `next` (`msg.queue_id` is
+    /// ignored), which advances that topic's turn only: round robin over the write queues, as a
     /// RocketMQ producer does, with a single topic lookup.
     ///
     /// # Errors
     /// As `put`.
-    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &AtomicU32) -> Result<PutResult> {
+    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &RoundRobin) -> Result<PutResult> {
         self.put_to(msg, Some(next), true)
     }
 
@@ -115,7 +114,7 @@ impl Store {
     pub fn try_put_nowait(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
         self.try_put_nowait_at(msg, round_robin, now_ms(), wake_via)
@@ -131,7 +130,7 @@ impl Store {
     pub fn try_put_nowait_at(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         now_ms: i64,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
@@ -149,7 +148,7 @@ impl Store {
         let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
             if let Some(next) = round_robin {
                 // Not sent: the blocking retry takes this queue's turn again.
-                next.fetch_sub(1, Ordering::Relaxed);
+                next.give_back(msg.topic);
             }
             return Ok(None);
         };
@@ -178,7 +177,7 @@ impl Store {
     fn put_to(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         wait: bool,
     ) -> Result<PutResult> {
         self.check_writable()?;
@@ -207,15 +206,15 @@ impl Store {
         self.put_batch_to(msgs, None, out).map(|(_, status)| status)
     }
 
-    /// `put_batch` to the queue `next % queue count` of the batch's topic (the messages'
-    /// queue ids are ignored), `next` advancing once per batch; returns the queue chosen.
+    /// `put_batch` to the next queue of the batch's topic in `next` (the messages' queue ids
+    /// are ignored), the topic's turn advancing once per batch; returns the queue chosen.
     ///
     /// # Errors
     /// As `put_batch`.
     pub fn put_batch_round_robin(
         &self,
         msgs: &[MessageRef<'_>],
-        next: &AtomicU32,
+        next: &RoundRobin,
         out: &mut Vec<Appended>,
     ) -> Result<(u32, PutStatus)> {
         self.put_batch_to(msgs, Some(next), out)
@@ -224,7 +223,7 @@ impl Store {
     fn put_batch_to(
         &self,
         msgs: &[MessageRef<'_>],
-        round_robin: Option<&AtomicU32>,
+        round_robin: Option<&RoundRobin>,
         out: &mut Vec<Appended>,
     ) -> Result<(u32, PutStatus)> {
         self.check_writable()?;
@@ -255,7 +254,7 @@ impl Store {
         // Messages first: a rejected batch must not auto-create its topic.
         let queues = self.writable_queues(first.topic)?;
         let queue_id = match round_robin {
-            Some(next) => next.fetch_add(1, Ordering::Relaxed) % queues.max(1),
+            Some(next) => next.next(first.topic, queues),
             None => first.queue_id,
         };
         check_queue_id(first.topic, queue_id, queues)?;
@@ -394,7 +393,8 @@ impl Store {
         check_send_allowed(topic, info)
     }
 
-    /// Creates (or updates) a topic. `exist_ok = false` fails if it exists already.
+    /// Creates a topic. An existing one is left exactly as it is (`update_topic` grows it), or
+    /// with `exist_ok = false` is an `InvalidArgument` error.
     pub fn create_topic(
         &self,
         topic: &str,
@@ -411,12 +411,7 @@ impl Store {
                 reason: "reserved system topic",
             });
         }
-        if !(1..=MAX_QUEUES).contains(&queues) {
-            return Err(Error::InvalidArgument {
-                field: "queues",
-                reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
-            });
-        }
+        check_queue_count(queues)?;
         if perm & !7 != 0 {
             return Err(Error::InvalidArgument {
                 field: "perm",
@@ -437,6 +432,50 @@ impl Store {
             .topics
             .put(TopicConfig::new(topic, queues, perm, order))?;
         self.inner.cqs.prepare_topic(topic, queues)
+    }
+
+    /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
+    /// producers and consumers can use the new queues as soon as this returns. The same count
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// `TopicNotFound`; `InvalidTopic` for a system topic; `InvalidArgument` for a count outside
+    /// `[1, MAX_QUEUES]` or below the topic's read or write queue count: a topic never shrinks,
+    /// since the messages of a removed queue would no longer be read.
+    pub fn update_topic(&self, topic: &str, queues: u32) -> Result<TopicConfig> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "reserved system topic",
+            });
+        }
+        check_queue_count(queues)?;
+        let grow = |config: &mut TopicConfig| {
+            let have = config.read_queue_nums.max(config.write_queue_nums);
+            if queues < have {
+                return Err(Error::InvalidArgument {
+                    field: "queues",
+                    reason: format!(
+                        "topic {topic:?} has {have} queues and cannot shrink to {queues} \
+                         (the messages of a removed queue would no longer be read)"
+                    ),
+                });
+            }
+            config.read_queue_nums = queues;
+            config.write_queue_nums = queues;
+            Ok(())
+        };
+        let config =
+            self.inner
+                .topics
+                .update(topic, grow)?
+                .ok_or_else(|| Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                })?;
+        self.inner.cqs.prepare_topic(topic, queues)?;
+        Ok(config)
     }
 
     /// Every topic's configuration.
@@ -462,11 +501,11 @@ impl Store {
 fn routed<'m>(
     msg: &MessageRef<'m>,
     queues: u32,
-    round_robin: Option<&AtomicU32>,
+    round_robin: Option<&RoundRobin>,
 ) -> Result<MessageRef<'m>> {
     let mut msg = *msg;
     if let Some(next) = round_robin {
-        msg.queue_id = next.fetch_add(1, Ordering::Relaxed) % queues.max(1);
+        msg.queue_id = next.next(msg.topic, queues);
     }
     check_queue_id(msg.topic, msg.queue_id, queues)?;
     Ok(msg)
@@ -487,6 +526,17 @@ fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u3
         });
     }
     Ok(queues)
+}
+
+/// A topic's queue count is 1 to `MAX_QUEUES`.
+fn check_queue_count(queues: u32) -> Result<()> {
+    if !(1..=MAX_QUEUES).contains(&queues) {
+        return Err(Error::InvalidArgument {
+            field: "queues",
+            reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
+        });
+    }
+    Ok(())
 }
 
 fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {

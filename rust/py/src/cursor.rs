@@ -17,6 +17,10 @@
 //! read of it succeeds; the other cursors are read and advanced as usual, and the wait is for
 //! them only. The call raises a queue's error only when every cursor it read failed. Errors of
 //! the store itself (closed, used after fork) are raised at once.
+//!
+//! Expired messages: a cursor below its queue's minimum (retention deleted the files under a
+//! slow consumer) moves up to the minimum, and `on_skip(cursor, from, to)` is called once for
+//! that jump, so the consumer can say which offsets it never delivered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,6 +234,15 @@ fn skips(r: &GetResult) -> bool {
         || (r.status == GetStatus::OffsetOverflowBadly && r.max_offset > 0)
 }
 
+/// The consumer's callbacks of a poll (called with its lock held): `on_error(cursor)` when a
+/// cursor's error changed, `on_skip(cursor, from, to)` when a cursor moved past expired
+/// messages.
+#[derive(Debug, Clone, Copy)]
+pub struct Hooks<'a, 'py> {
+    pub on_error: Option<&'a Bound<'py, PyAny>>,
+    pub on_skip: Option<&'a Bound<'py, PyAny>>,
+}
+
 /// `Store.poll_cursors`: see the module doc. `lock` is the consumer's lock (an RLock), taken
 /// around the check-and-advance step; `on_error`, if given, is called (lock held) with each
 /// cursor whose `error` changed: a read of it failed, failed differently, or read again.
@@ -240,7 +253,7 @@ pub fn poll_cursors(
     max_messages: i64,
     timeout: Option<f64>,
     lock: &Bound<'_, PyAny>,
-    on_error: Option<&Bound<'_, PyAny>>,
+    hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
     let max = usize::try_from(max_messages)
         .ok()
@@ -282,7 +295,7 @@ pub fn poll_cursors(
         py.check_signals()?;
     };
     lock.call_method0(intern!(py, "acquire"))?;
-    let applied = advance(py, &cs, &snaps, results, on_error);
+    let applied = advance(py, &cs, &snaps, results, hooks);
     let released = lock.call_method0(intern!(py, "release"));
     let out = applied?;
     released?;
@@ -291,8 +304,8 @@ pub fn poll_cursors(
 
 /// Collects the messages of every still-live, unmoved cursor (SQL filter applied), then moves
 /// those cursors past what they read; records each one's failure or success (`on_error` for
-/// changes). When every cursor read failed, raises the first failure. The consumer's lock is
-/// held.
+/// changes) and calls `on_skip` for each cursor moved past expired messages. When every
+/// cursor read failed, raises the first failure. The consumer's lock is held.
 ///
 /// All or nothing: building or filtering the messages runs Python code that may raise (a
 /// `KeyboardInterrupt`, a `MemoryError`, a selector's own error). Such an error returns before
@@ -303,7 +316,7 @@ fn advance(
     cs: &[Bound<'_, PyQueueCursor>],
     snaps: &[Snapshot],
     results: Vec<Read>,
-    on_error: Option<&Bound<'_, PyAny>>,
+    hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
     let out = PyList::empty(py);
     let all_failed = !results.is_empty() && results.iter().all(Result::is_err);
@@ -312,6 +325,8 @@ fn advance(
     // (cursor, the position read from, the position after), applied once every message is in
     // `out`.
     let mut moves: Vec<(&Bound<'_, PyQueueCursor>, u64, u64)> = Vec::with_capacity(cs.len());
+    // The moves past expired messages (OFFSET_TOO_SMALL), reported once applied.
+    let mut expired = Vec::new();
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
         let (sql, queue, r) = {
             let mut cur = c.borrow_mut();
@@ -337,6 +352,9 @@ fn advance(
             if r.records.is_empty() {
                 if skips(&r) {
                     moves.push((c, snap.position, r.next_offset));
+                    if r.status == GetStatus::OffsetTooSmall {
+                        expired.push((c, snap.position, r.next_offset));
+                    }
                 }
                 continue;
             }
@@ -378,7 +396,15 @@ fn advance(
             cur.position = next;
         }
     }
-    if let Some(f) = on_error {
+    if let Some(f) = hooks.on_skip {
+        for (c, from, to) in expired {
+            // Moved by this call (not put elsewhere by a seek meanwhile).
+            if c.borrow().position == to {
+                f.call1((c, from, to))?;
+            }
+        }
+    }
+    if let Some(f) = hooks.on_error {
         for c in changed {
             f.call1((c,))?;
         }

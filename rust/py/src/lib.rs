@@ -19,6 +19,7 @@ mod cursor;
 mod errors;
 mod interrupt;
 mod message;
+mod no_bool;
 mod outgoing;
 mod producer;
 mod queue;

@@ -154,6 +154,7 @@ fn held_from<'py>(
             push_property(&k, &v, props)?;
         }
     }
+    crate::no_bool::refuse_bool(flag_obj, "flag")?;
     let flag: i32 = flag_obj
         .extract()
         .map_err(|_| type_error("flag must be an int in the i32 range"))?;

@@ -3,18 +3,19 @@
 //! works.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mqlite::message::compression::{self, Codec};
 use mqlite::message::msg_id::UniqueIdGenerator;
-use mqlite::{Appended, FlushMode, MessageRef, PutStatus, Store};
+use mqlite::{Appended, FlushMode, MessageRef, PutStatus, RoundRobin, Store};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{illegal, PyMqError};
 use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
+use crate::no_bool::NoBool;
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
@@ -23,7 +24,8 @@ use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, Py
 pub struct PyProducer {
     pub store: Arc<Store>,
     pub group: String,
-    pub next_queue: AtomicU32,
+    /// Round-robin turns, one per topic.
+    pub next_queue: RoundRobin,
     pub ids: Arc<UniqueIdGenerator>,
     /// Set by `_mark_closed` (the producer's or its store's close).
     pub closed: AtomicBool,
@@ -92,7 +94,7 @@ impl PyProducer {
         Ok(PyProducer {
             store: Arc::clone(core),
             group: group.to_owned(),
-            next_queue: AtomicU32::new(std::process::id() % 1024),
+            next_queue: RoundRobin::new(std::process::id() % 1024),
             ids: store.ids(),
             closed: AtomicBool::new(false),
             compress,
@@ -180,7 +182,7 @@ impl PyProducer {
     fn send(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
         sharding_key: Option<&Bound<'_, PyAny>>,
         selector: Option<&Bound<'_, PyAny>>,
         arg: Option<&Bound<'_, PyAny>>,
@@ -190,31 +192,35 @@ impl PyProducer {
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
+        let queue_id = queue_id.map(|q| q.0);
         let queue_id = if sharding_key.is_some() || selector.is_some() {
             // Rare path: the Python subclass implements key hashing and custom selectors.
             let q = slf.call_method1(
                 intern!(py, "_select"),
                 (msg, queue_id, sharding_key, selector, arg),
             )?;
-            Some(q.extract::<i64>()?)
+            Some(q.extract::<NoBool<i64>>()?.0)
         } else {
             queue_id
         };
         this.put_one(py, msg, queue_arg(queue_id)?, true)
     }
-    /// Appends one message without waiting for the disk (sync-mode pipelining): confirm it
-    /// with `Store.wait_durable(result._end())`. The queue is `queue_id` or round robin.
+    /// Appends one message without waiting for the disk, for `Producer.send_async` and
+    /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
+    /// returns, and the store's completion thread confirms it
+    /// (`_core.Store.wait_durable(result._end())`) before a future reports it. The queue is
+    /// `queue_id` or round robin.
     #[pyo3(signature = (msg, queue_id = None))]
-    fn send_pipelined(
+    fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
     ) -> PyResult<PySendResult> {
         let this = slf.get();
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        this.put_one(slf.py(), msg, queue_arg(queue_id)?, false)
+        this.put_one(slf.py(), msg, queue_arg(queue_id.map(|q| q.0))?, false)
     }
 
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
@@ -225,9 +231,9 @@ impl PyProducer {
         py: Python<'_>,
         msgs: &Bound<'_, PyAny>,
         topic: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<i64>,
+        queue_id: Option<NoBool<i64>>,
     ) -> PyResult<PySendBatchResult> {
-        let queue_id = queue_arg(queue_id)?;
+        let queue_id = queue_arg(queue_id.map(|q| q.0))?;
         let seq = if let Ok(l) = msgs.cast::<PyList>() {
             l.to_tuple()
         } else if let Ok(t) = msgs.cast::<PyTuple>() {

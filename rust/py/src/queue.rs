@@ -2,6 +2,8 @@
 
 use pyo3::prelude::*;
 
+use crate::no_bool::NoBool;
+
 /// A (topic, queue id) pair.
 #[pyclass(
     frozen,
@@ -21,7 +23,8 @@ pub struct PyMessageQueue {
 #[pymethods]
 impl PyMessageQueue {
     #[new]
-    fn new(topic: String, queue_id: i64) -> PyResult<Self> {
+    fn new(topic: String, queue_id: NoBool<i64>) -> PyResult<Self> {
+        let NoBool(queue_id) = queue_id;
         let queue_id = u32::try_from(queue_id).map_err(|_| {
             crate::errors::InvalidQueueError::new_err(format!(
                 "queue id {queue_id} is negative or too large"

@@ -46,6 +46,19 @@ impl PyStore {
     }
 }
 
+/// A topic's config as RocketMQ's JSON names its fields.
+fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("topicName", &t.topic_name)?;
+    d.set_item("readQueueNums", t.read_queue_nums)?;
+    d.set_item("writeQueueNums", t.write_queue_nums)?;
+    d.set_item("perm", t.perm)?;
+    d.set_item("order", t.order)?;
+    d.set_item("topicFilterType", &t.topic_filter_type)?;
+    d.set_item("topicSysFlag", t.topic_sys_flag)?;
+    Ok(d)
+}
+
 fn queue_id_arg(q: i64) -> PyResult<u32> {
     u32::try_from(q)
         .map_err(|_| InvalidQueueError::new_err(format!("queue id {q} is negative or too large")))
@@ -229,19 +242,30 @@ impl PyStore {
         .map_err(|e| PyMqError(e).into())
     }
 
+    /// Grows an existing topic to `queues` read and write queues; returns its new config.
+    fn update_topic<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        queues: i64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let queues = u32::try_from(queues).map_err(|_| {
+            illegal(format!(
+                "queues must be in [1, {}], got {queues}",
+                mqlite::topic_config::MAX_QUEUES
+            ))
+        })?;
+        let config = py
+            .detach(|| self.store.update_topic(topic, queues))
+            .map_err(PyMqError)?;
+        topic_dict(py, &config)
+    }
+
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let topics = self.store.topics().map_err(PyMqError)?;
         let list = PyList::empty(py);
         for t in topics {
-            let d = PyDict::new(py);
-            d.set_item("topicName", &t.topic_name)?;
-            d.set_item("readQueueNums", t.read_queue_nums)?;
-            d.set_item("writeQueueNums", t.write_queue_nums)?;
-            d.set_item("perm", t.perm)?;
-            d.set_item("order", t.order)?;
-            d.set_item("topicFilterType", &t.topic_filter_type)?;
-            d.set_item("topicSysFlag", t.topic_sys_flag)?;
-            list.append(d)?;
+            list.append(topic_dict(py, &t)?)?;
         }
         Ok(list)
     }
@@ -338,8 +362,10 @@ impl PyStore {
 
     /// Reads the cursors in order (waiting up to `timeout` when none has anything) and advances
     /// them; a cursor whose read fails keeps its position and carries the error, and
-    /// `on_error(cursor)` is called when that changes; see `cursor.rs`. Returns the messages.
-    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None))]
+    /// `on_error(cursor)` is called when that changes; `on_skip(cursor, from, to)` when a cursor
+    /// moves past expired messages; see `cursor.rs`. Returns the messages.
+    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None, on_skip = None))]
+    #[allow(clippy::too_many_arguments)]
     fn poll_cursors(
         &self,
         py: Python<'_>,
@@ -348,6 +374,7 @@ impl PyStore {
         timeout: Option<f64>,
         lock: &Bound<'_, PyAny>,
         on_error: Option<&Bound<'_, PyAny>>,
+        on_skip: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         crate::cursor::poll_cursors(
             py,
@@ -356,7 +383,7 @@ impl PyStore {
             max_messages,
             timeout,
             lock,
-            on_error,
+            crate::cursor::Hooks { on_error, on_skip },
         )
     }
 
