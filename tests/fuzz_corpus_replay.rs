@@ -495,9 +495,9 @@ const OPEN_LIMIT: Duration = Duration::from_secs(5);
 
 fn fuzz_config() -> StoreConfig {
     StoreConfig {
-        commit_log_file_size: 64 << 10,
-        consume_queue_file_units: 64,
-        max_message_size: 4 << 10,
+        commit_log_file_size: Some(64 << 10),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(4 << 10),
         default_queues: 2,
         ..Default::default()
     }

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
-from mqlite.config import existing_sizes, fit_max_message, store_options
+from mqlite.config import store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     IllegalArgumentError,
@@ -70,13 +70,13 @@ class Store:
         *,
         read_only: bool = False,
         wait: float | None = None,
-        flush: Literal["async", "sync"] = "async",
+        flush: Literal["async", "sync"] | None = None,
         flush_interval_ms: int | None = None,
         sync_flush_timeout_ms: int | None = None,
         commit_log_file_size: int | None = None,
         consume_queue_file_units: int | None = None,
         max_message_size: int | None = None,
-        auto_create_topics: bool = True,
+        auto_create_topics: bool | None = None,
         default_queues: int | None = None,
         file_mode: int | None = None,
         dir_mode: int | None = None,
@@ -106,9 +106,6 @@ class Store:
             err = StoreNotADirectoryError(f"{where!r} is not a directory")
             err.errno, err.strerror, err.filename = errno.ENOTDIR, str(err), where
             raise err
-        # An existing store keeps the file sizes it was created with.
-        options.update(existing_sizes(where, options))
-        fit_max_message(options)
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
@@ -116,14 +113,14 @@ class Store:
         self._ok = True
         self._forked = False
         # Async sends of a sync-flush store wait for the disk on the completion thread.
-        self._sync = flush == "sync"
+        self._sync = self._core.flush_mode == "sync"
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self._sender: _Completer | None = None
         self._sender_lock = threading.Lock()
         self._scratch: Path | None = None
         # What sends with a sharding key or selector need to auto-create a topic as the core does.
-        self._auto_create = auto_create_topics
-        self._default_queues = 4 if default_queues is None else default_queues
+        self._auto_create = self._core.auto_create_topics
+        self._default_queues = self._core.default_queues
         _OPEN.add(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
