@@ -301,3 +301,19 @@ fn compressed_body_fixtures_decode_through_a_stored_record() {
     // The same bytes without the compressed bit are a plain body.
     assert_eq!(decoded_body(0x300, &zlib).unwrap(), zlib);
 }
+
+#[test]
+fn meta_slot_encode_matches_fixture() {
+    use mqlite::store_meta::{Geometry, StoreMeta};
+    let expected = fixture("meta_slot.hex");
+    let meta = StoreMeta {
+        format_version: 1,
+        geometry: Geometry {
+            commit_log_file_size: 32 << 20,
+            consume_queue_file_units: 50_000,
+        },
+        created_by: "mqlite 0.1.0".to_owned(),
+    };
+    assert_eq!(meta.encode().as_slice(), expected.as_slice());
+    assert_eq!(StoreMeta::decode(&expected), Some(meta));
+}

@@ -14,7 +14,9 @@ fn small_store(root: &Path) {
     let store = Store::open(root, common::small_config()).unwrap();
     store.create_topic("t", 1, 6, false, false).unwrap();
     for i in 0..50 {
-        store.put(&MessageRef::new("t", 0, &common::body(i))).unwrap();
+        store
+            .put(&MessageRef::new("t", 0, &common::body(i)))
+            .unwrap();
     }
     store.close().unwrap();
 }
@@ -75,10 +77,7 @@ fn a_size_given_that_differs_from_the_stores_is_a_conflict_that_writes_nothing()
                 field,
                 stored: s,
                 given,
-            } => assert_eq!(
-                (field, s, given),
-                ("commit_log_file_size", stored, 1 << 20)
-            ),
+            } => assert_eq!((field, s, given), ("commit_log_file_size", stored, 1 << 20)),
             other => panic!("{other:?}"),
         }
         assert_eq!(listing(dir.path()), before, "read_only={read_only}");

@@ -40,8 +40,9 @@ pub fn derive(root: &Path) -> Result<Derived> {
         check_commit_log_file_size(len).is_ok()
     })?
     .map(|(size, _)| size);
-    let unit_ok =
-        |len: u64| len % UNIT_SIZE == 0 && check_consume_queue_file_units(len / UNIT_SIZE).is_ok();
+    let unit_ok = |len: u64| {
+        len.is_multiple_of(UNIT_SIZE) && check_consume_queue_file_units(len / UNIT_SIZE).is_ok()
+    };
     let mut best_length: Option<u64> = None;
     let mut proven = None;
     'queues: for topic in sorted_dirs(&root.join("consumequeue"))? {
@@ -89,7 +90,7 @@ fn file_size(dir: &Path, valid: impl Fn(u64) -> bool) -> Result<Option<(u64, Evi
         }
     }
     Ok(match (names.first(), lengths.first()) {
-        (Some((start, _)), Some(Some(len))) if valid(*len) && start % len == 0 => {
+        (Some((start, _)), Some(Some(len))) if valid(*len) && start.is_multiple_of(*len) => {
             Some((*len, Evidence::FileLength))
         }
         _ => None,
