@@ -30,10 +30,10 @@ _BOOLS = ("read_only", "auto_create_topics")
 
 def _number(name: str, value: object, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidConfigError(f"{name} must be a number, not {type(value).__name__}")
+        raise InvalidConfigError(f"{name} must be a number, not {type(value).__name__}", field=name)
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
-        raise InvalidConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise InvalidConfigError(f"{name} must be a finite number {bound}, got {value!r}", field=name)
     return float(value)
 
 
@@ -45,24 +45,24 @@ def store_options(options: Mapping[str, object]) -> dict[str, Any]:
             continue
         if name in _BOOLS:
             if not isinstance(value, bool):
-                raise InvalidConfigError(f"{name} must be a bool, not {type(value).__name__}")
+                raise InvalidConfigError(f"{name} must be a bool, not {type(value).__name__}", field=name)
             out[name] = value
         elif name in _INTS:
             low, high = _INTS[name]
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}")
+                raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}", field=name)
             if value < low or (high is not None and value > high):
                 limit = f">= {low}" if high is None else f"in [{low}, {high:#o}]"
-                raise InvalidConfigError(f"{name} must be {limit}, got {value!r}")
+                raise InvalidConfigError(f"{name} must be {limit}, got {value!r}", field=name)
             out[name] = value
         elif name == "flush":
             if value not in ("async", "sync"):
-                raise InvalidConfigError(f"flush must be 'async' or 'sync', got {value!r}")
+                raise InvalidConfigError(f"flush must be 'async' or 'sync', got {value!r}", field=name)
             out[name] = value
         elif name == "wait":
             out[name] = _number(name, value, positive=False)
         elif name == "retention_hours":
             out[name] = _number(name, value, positive=True)
         else:
-            raise InvalidConfigError(f"unknown option {name!r}")
+            raise InvalidConfigError(f"unknown option {name!r}", field=name)
     return out

@@ -86,6 +86,17 @@ def test_an_explicit_size_that_differs_from_the_stores_is_invalid_config(
         assert s.offsets(MessageQueue("t", 0)) == (0, 10)
 
 
+def test_an_option_of_the_wrong_type_names_its_field(tmp_path: Path) -> None:
+    with pytest.raises(mqlite.InvalidConfigError) as info:
+        mqlite.open(tmp_path / "s", commit_log_file_size="big")
+    assert info.value.field == "commit_log_file_size"  # type: ignore[attr-defined]
+    with pytest.raises(mqlite.InvalidConfigError) as info:
+        mqlite.open(tmp_path / "s", commit_log_file_size=1000)  # the core's range check
+    assert info.value.field == "commit_log_file_size"  # type: ignore[attr-defined]
+    assert (info.value.stored, info.value.given) == (None, None)  # type: ignore[attr-defined]
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_damaged_meta_file_is_a_config_file_error_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s"
     small_store(path)
