@@ -291,7 +291,9 @@ class Store:
         return self._live().delete_expired_files()
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes, as plain data."""
+        """Counters and sizes, as plain data: commit-log range, flushed and dispatched offsets,
+        what recovery found, and the sizes in use (``commit_log_file_size`` and
+        ``consume_queue_file_units``, which the store records, and ``max_message_size``)."""
         return self._live().stats()
 
     # -- reading --------------------------------------------------------------------------------
