@@ -16,6 +16,9 @@ use crate::config::{StoreConfig, DEFAULT_COMMIT_LOG_FILE_SIZE, DEFAULT_CONSUME_Q
 use crate::error::{Error, Result};
 use crate::store_meta::{self, Geometry, StoreMeta};
 
+/// Appended to the created-by string of a `meta` recorded for an existing store.
+const MEASURED: &str = " (sizes from files)";
+
 /// What the open uses.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Decided {
@@ -23,12 +26,15 @@ pub(super) struct Decided {
     pub max_message_size: usize,
     /// The store has no `meta` and the open is a writer's: `record` writes it.
     missing: bool,
+    /// Some size came from the files of a store written without `meta`.
+    measured: bool,
 }
 
 /// Decides the geometry of the store at `root` (`None`: in memory) for `config`. The caller
 /// holds the writer lock when `writable`.
 pub(super) fn decide(root: Option<&Path>, config: &StoreConfig, writable: bool) -> Result<Decided> {
     let mut missing = false;
+    let mut measured = false;
     let (stored_size, stored_units) = match root {
         None => (None, None),
         Some(root) => match store_meta::read(root)? {
@@ -39,6 +45,7 @@ pub(super) fn decide(root: Option<&Path>, config: &StoreConfig, writable: bool) 
             None => {
                 missing = writable;
                 let d = store_meta::derive(root)?;
+                measured = d.commit_log_file_size.is_some() || d.consume_queue_file_units.is_some();
                 (d.commit_log_file_size, d.consume_queue_file_units)
             }
         },
@@ -62,13 +69,19 @@ pub(super) fn decide(root: Option<&Path>, config: &StoreConfig, writable: bool) 
         geometry,
         max_message_size,
         missing,
+        measured,
     })
 }
 
 /// Writes the `meta` file of a writer's store that has none; called once the open has succeeded.
 pub(super) fn record(root: &Path, decided: &Decided, mode: u32) -> Result<()> {
     if decided.missing {
-        store_meta::write(root, &StoreMeta::new(decided.geometry), mode)?;
+        let mut meta = StoreMeta::new(decided.geometry);
+        if decided.measured {
+            // Whatever created the store is unknown: say who measured its sizes.
+            meta.created_by.push_str(MEASURED);
+        }
+        store_meta::write(root, &meta, mode)?;
     }
     Ok(())
 }
