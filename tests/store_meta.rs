@@ -136,6 +136,18 @@ fn a_writer_records_what_the_files_of_a_store_without_meta_show() {
 #[test]
 fn an_unset_message_limit_fits_a_small_file_and_a_given_one_must_fit() {
     let dir = tempfile::tempdir().unwrap();
+    // A limit too large for the default file size: refused before the directory is made.
+    let new = dir.path().join("new");
+    let err = Store::open(
+        &new,
+        StoreConfig {
+            max_message_size: Some(32 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+    assert!(!new.exists());
     let store = Store::open(
         dir.path(),
         StoreConfig {

@@ -6,9 +6,10 @@
 //! differs from what the store records is `ConfigConflict`, before anything is written.
 //!
 //! A writer records a missing `meta` (`record`) once recovery has succeeded, just before the open
-//! completes: an open that fails leaves the store without it, as it found it, and no data file
-//! is created before it except those recovery re-dispatches (which the next open derives the
-//! same sizes from). A read-only open derives the geometry again each time and writes nothing.
+//! completes: an open that fails leaves the store without it, as it found it. The only files
+//! sized by the geometry that exist before it are those the store already had and the
+//! consume-queue files recovery re-dispatches into, from which the next open derives the same
+//! sizes. A read-only open derives the geometry again each time and writes nothing.
 
 use std::path::Path;
 
@@ -71,6 +72,22 @@ pub(super) fn decide(root: Option<&Path>, config: &StoreConfig, writable: bool) 
         missing,
         measured,
     })
+}
+
+/// Checks, before a writer creates the directory of a new store, what `decide` will check once
+/// it exists: a new store gets the sizes given or the defaults, so a message limit that does
+/// not fit them is refused with nothing created.
+pub(super) fn check_new(root: &Path, config: &StoreConfig) -> Result<()> {
+    if crate::util::fs::entry_exists(root) {
+        return Ok(());
+    }
+    config
+        .max_message_size_for(
+            config
+                .commit_log_file_size
+                .unwrap_or(DEFAULT_COMMIT_LOG_FILE_SIZE),
+        )
+        .map(drop)
 }
 
 /// Writes the `meta` file of a writer's store that has none; called once the open has succeeded.

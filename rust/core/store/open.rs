@@ -38,6 +38,7 @@ pub(super) fn open(
     let mut abnormal = false;
     if let Some(root) = root {
         if writable {
+            geometry::check_new(root, &config)?;
             fs::create_dir_all(root, config.dir_mode)?;
             // The lock comes first: nothing below may touch a file without it.
             store_lock = Some(StoreLock::acquire(
