@@ -206,8 +206,8 @@ fn roll(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((4096 * msgs.len()) as u64));
     for warm in [true, false] {
         let config = StoreConfig {
-            commit_log_file_size: 1 << 20,
-            max_message_size: 256 << 10,
+            commit_log_file_size: Some(1 << 20),
+            max_message_size: Some(256 << 10),
             warm_mapped_files: warm,
             ..async_config()
         };

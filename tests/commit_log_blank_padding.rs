@@ -20,9 +20,9 @@ const MAX_BODY: usize = 16 << 10;
 
 fn config() -> StoreConfig {
     StoreConfig {
-        commit_log_file_size: FILE,
-        consume_queue_file_units: 64,
-        max_message_size: MAX_BODY,
+        commit_log_file_size: Some(FILE),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(MAX_BODY),
         warm_mapped_files: false,
         ..Default::default()
     }

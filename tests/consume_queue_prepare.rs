@@ -178,7 +178,7 @@ fn flush_returns_after_the_files_being_made_in_the_background() {
     let queues = 8;
     store.create_topic(TOPIC, queues, 6, false, false).unwrap();
     store.flush().unwrap();
-    let want = StoreConfig::default().consume_queue_file_units * 20;
+    let want = store.geometry().consume_queue_file_size();
     for q in 0..queues {
         let path = common::cq_file(dir.path(), TOPIC, q, 0);
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

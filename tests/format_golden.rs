@@ -140,9 +140,9 @@ fn record_fixture_decodes_to_expected_fields() {
 
 fn small_config() -> StoreConfig {
     StoreConfig {
-        commit_log_file_size: 128 << 10,
-        consume_queue_file_units: 64,
-        max_message_size: 64 << 10,
+        commit_log_file_size: Some(128 << 10),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(64 << 10),
         warm_mapped_files: false,
         ..Default::default()
     }
@@ -300,4 +300,20 @@ fn compressed_body_fixtures_decode_through_a_stored_record() {
     assert_eq!(decoded_body(0x1, &zlib).unwrap(), body);
     // The same bytes without the compressed bit are a plain body.
     assert_eq!(decoded_body(0x300, &zlib).unwrap(), zlib);
+}
+
+#[test]
+fn meta_slot_encode_matches_fixture() {
+    use mqlite::store_meta::{Geometry, StoreMeta};
+    let expected = fixture("meta_slot.hex");
+    let meta = StoreMeta {
+        format_version: 1,
+        geometry: Geometry {
+            commit_log_file_size: 32 << 20,
+            consume_queue_file_units: 50_000,
+        },
+        created_by: "mqlite 0.1.0".to_owned(),
+    };
+    assert_eq!(meta.encode().as_slice(), expected.as_slice());
+    assert_eq!(StoreMeta::decode(&expected), Some(meta));
 }

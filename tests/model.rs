@@ -57,9 +57,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 fn config() -> StoreConfig {
     StoreConfig {
-        commit_log_file_size: 64 << 10,
-        consume_queue_file_units: 64,
-        max_message_size: 8 << 10,
+        commit_log_file_size: Some(64 << 10),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(8 << 10),
         warm_mapped_files: false,
         ..Default::default()
     }

@@ -55,7 +55,7 @@ fn config() -> StoreConfig {
 }
 
 fn file_size() -> u64 {
-    config().commit_log_file_size
+    config().commit_log_file_size.unwrap_or_default()
 }
 
 /// Body of message `i`: 400..1400 bytes, content derived from `i`.
@@ -317,7 +317,7 @@ fn t0_undamaged_crash_image_keeps_everything() {
 #[test]
 fn t0b_consume_queue_files_created_above_the_watermark_are_lost() {
     let img = build();
-    let units_per_file = config().consume_queue_file_units;
+    let units_per_file = config().consume_queue_file_units.unwrap_or_default();
     let file_bytes = units_per_file * 20;
     let mut lost = 0;
     for q in 0..QUEUES {

@@ -32,7 +32,7 @@ fn config() -> StoreConfig {
 }
 
 fn file_size() -> u64 {
-    config().commit_log_file_size
+    config().commit_log_file_size.unwrap_or_default()
 }
 
 fn q1_body(i: u64) -> Vec<u8> {

@@ -221,22 +221,28 @@ class Store:
         *,
         read_only: bool = False,
         wait: float | None = None,
-        flush: str = "async",
-        flush_interval_ms: int = 500,
-        sync_flush_timeout_ms: int = 5000,
-        commit_log_file_size: int = ...,
-        consume_queue_file_units: int = ...,
-        max_message_size: int = ...,
-        auto_create_topics: bool = True,
-        default_queues: int = 4,
-        file_mode: int = 0o600,
-        dir_mode: int = 0o700,
-        retention_hours: float = 72.0,
+        flush: str | None = None,
+        flush_interval_ms: int | None = None,
+        sync_flush_timeout_ms: int | None = None,
+        commit_log_file_size: int | None = None,
+        consume_queue_file_units: int | None = None,
+        max_message_size: int | None = None,
+        auto_create_topics: bool | None = None,
+        default_queues: int | None = None,
+        file_mode: int | None = None,
+        dir_mode: int | None = None,
+        retention_hours: float | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...
     @property
     def read_only(self) -> bool: ...
+    @property
+    def default_queues(self) -> int: ...
+    @property
+    def auto_create_topics(self) -> bool: ...
+    @property
+    def flush_mode(self) -> str: ...
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...

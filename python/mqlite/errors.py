@@ -115,9 +115,26 @@ class InvalidBatchError(IllegalArgumentError):
 
 
 class InvalidConfigError(IllegalArgumentError):
-    """A store option has a wrong type or value."""
+    """A store option has a wrong type or value. ``field`` names the option when one is to blame
+    (empty otherwise). A file size given explicitly that differs from the one the store was
+    created with also sets ``stored`` (the store's value) and ``given``; both are ``None``
+    otherwise. Leave such an option unset: an existing store's file sizes are its own."""
 
     default_code = "INVALID_CONFIG"
+
+    def __init__(
+        self,
+        message: str = "",
+        code: str | None = None,
+        *,
+        field: str = "",
+        stored: int | None = None,
+        given: int | None = None,
+    ) -> None:
+        super().__init__(message, code)
+        self.field = field
+        self.stored = stored
+        self.given = given
 
 
 class InvalidGroupError(IllegalArgumentError):

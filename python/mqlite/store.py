@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
 from mqlite._args import deprecated, int_arg
-from mqlite.config import existing_sizes, fit_max_message, store_options
+from mqlite.config import store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     ConsumerGroupNotFoundError,
@@ -67,7 +67,13 @@ def _queue(mq: object) -> MessageQueue:
 
 
 class Store:
-    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path."""
+    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path.
+
+    Options left ``None`` take the core's defaults. The file sizes (``commit_log_file_size``,
+    ``consume_queue_file_units``) are chosen when the store is created: it records them in
+    ``<store>/meta`` and every later open, read-only included, uses them; a different value
+    given raises InvalidConfigError (with ``field``, ``stored`` and ``given``). An unset
+    ``max_message_size`` is 4 MiB, or the largest body a smaller commit-log file holds."""
 
     def __init__(
         self,
@@ -75,13 +81,13 @@ class Store:
         *,
         read_only: bool = False,
         wait: float | None = None,
-        flush: Literal["async", "sync"] = "async",
+        flush: Literal["async", "sync"] | None = None,
         flush_interval_ms: int | None = None,
         sync_flush_timeout_ms: int | None = None,
         commit_log_file_size: int | None = None,
         consume_queue_file_units: int | None = None,
         max_message_size: int | None = None,
-        auto_create_topics: bool = True,
+        auto_create_topics: bool | None = None,
         default_queues: int | None = None,
         file_mode: int | None = None,
         dir_mode: int | None = None,
@@ -111,9 +117,6 @@ class Store:
             err = StoreNotADirectoryError(f"{where!r} is not a directory")
             err.errno, err.strerror, err.filename = errno.ENOTDIR, str(err), where
             raise err
-        # An existing store keeps the file sizes it was created with.
-        options.update(existing_sizes(where, options))
-        fit_max_message(options)
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
@@ -121,14 +124,14 @@ class Store:
         self._ok = True
         self._forked = False
         # Async sends of a sync-flush store wait for the disk on the completion thread.
-        self._sync = flush == "sync"
+        self._sync = self._core.flush_mode == "sync"
         self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self._sender: _Completer | None = None
         self._sender_lock = threading.Lock()
         self._scratch: Path | None = None
         # What sends with a sharding key or selector need to auto-create a topic as the core does.
-        self._auto_create = auto_create_topics
-        self._default_queues = 4 if default_queues is None else default_queues
+        self._auto_create = self._core.auto_create_topics
+        self._default_queues = self._core.default_queues
         _OPEN.add(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -316,7 +319,9 @@ class Store:
         return self._live().delete_expired_files()
 
     def stats(self) -> dict[str, Any]:
-        """Counters and sizes, as plain data.
+        """Counters and sizes, as plain data: commit-log range, flushed and dispatched offsets,
+        what recovery found, and the sizes in use (``commit_log_file_size`` and
+        ``consume_queue_file_units``, which the store records, and ``max_message_size``).
 
         ``commit_log_max_offset`` is one past the newest record; a read-only handle finds it
         by checking the records the writer has added since its last look (it cannot see the

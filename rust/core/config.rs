@@ -37,12 +37,16 @@ pub struct StoreConfig {
     pub flush_interval: Duration,
     /// Sync mode: how long a put waits for the disk before reporting FLUSH_DISK_TIMEOUT.
     pub sync_flush_timeout: Duration,
-    /// Size of each commit-log file in bytes.
-    pub commit_log_file_size: u64,
-    /// Units (20 bytes each) per consume-queue file.
-    pub consume_queue_file_units: u64,
-    /// Largest accepted body in bytes.
-    pub max_message_size: usize,
+    /// Size of each commit-log file in bytes. `None`: the size the store records (its `meta`
+    /// file, or what its files show), or [`DEFAULT_COMMIT_LOG_FILE_SIZE`] for a new store. A
+    /// value that differs from the store's is refused (`Error::ConfigConflict`).
+    pub commit_log_file_size: Option<u64>,
+    /// Units (20 bytes each) per consume-queue file; `None` as for `commit_log_file_size`, with
+    /// [`DEFAULT_CONSUME_QUEUE_UNITS`] for a new store.
+    pub consume_queue_file_units: Option<u64>,
+    /// Largest accepted body in bytes. `None`: [`DEFAULT_MAX_MESSAGE_SIZE`], or the largest
+    /// body a commit-log file holds when that is smaller (`max_message_size_for`).
+    pub max_message_size: Option<usize>,
     /// Create unknown topics on first send.
     pub auto_create_topics: bool,
     /// Read/write queue count of auto-created topics and the default of `create_topic`.
@@ -77,9 +81,9 @@ impl Default for StoreConfig {
             flush_mode: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
             sync_flush_timeout: Duration::from_millis(5000),
-            commit_log_file_size: DEFAULT_COMMIT_LOG_FILE_SIZE,
-            consume_queue_file_units: DEFAULT_CONSUME_QUEUE_UNITS,
-            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            commit_log_file_size: None,
+            consume_queue_file_units: None,
+            max_message_size: None,
             auto_create_topics: true,
             default_queues: 4,
             check_crc_on_recover: true,
@@ -96,42 +100,44 @@ pub fn max_record_len(max_body: usize) -> usize {
     FIXED_V1_IPV4 + 1 + max_body + MAX_SYSTEM_TOPIC_LEN + MAX_PROPERTIES_LEN
 }
 
+/// Checks a commit-log file size: a multiple of 4096 in [64 KiB, 1 GiB].
+pub fn check_commit_log_file_size(size: u64) -> std::result::Result<(), String> {
+    if (64 << 10..=1 << 30).contains(&size) && size.is_multiple_of(4096) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{size} is not a multiple of 4096 in [64 KiB, 1 GiB]"
+        ))
+    }
+}
+
+/// Checks a consume-queue file's unit count: in [64, 10,000,000].
+pub fn check_consume_queue_file_units(units: u64) -> std::result::Result<(), String> {
+    if (64..=10_000_000).contains(&units) {
+        Ok(())
+    } else {
+        Err(format!("{units} is outside [64, 10000000]"))
+    }
+}
+
 impl StoreConfig {
-    /// Checks every field; returns the first problem found.
+    /// Checks every field given; returns the first problem found. Whether `max_message_size`
+    /// fits a commit-log file is checked once the store's file size is known
+    /// (`max_message_size_for`).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
-        if !(64 << 10..=1 << 30).contains(&self.commit_log_file_size)
-            || !self.commit_log_file_size.is_multiple_of(4096)
-        {
-            return bad(
-                "commit_log_file_size",
-                format!(
-                    "{} is not a multiple of 4096 in [64 KiB, 1 GiB]",
-                    self.commit_log_file_size
-                ),
-            );
+        if let Some(size) = self.commit_log_file_size {
+            check_commit_log_file_size(size).or_else(|r| bad("commit_log_file_size", r))?;
         }
-        if !(64..=10_000_000).contains(&self.consume_queue_file_units) {
-            return bad(
-                "consume_queue_file_units",
-                format!(
-                    "{} is outside [64, 10000000]",
-                    self.consume_queue_file_units
-                ),
-            );
+        if let Some(units) = self.consume_queue_file_units {
+            check_consume_queue_file_units(units)
+                .or_else(|r| bad("consume_queue_file_units", r))?;
         }
-        if self.max_message_size == 0 {
+        if self.max_message_size == Some(0) {
             return bad("max_message_size", "must be positive".into());
         }
-        let need = max_record_len(self.max_message_size) as u64 + 8;
-        if need > self.commit_log_file_size {
-            return bad(
-                "max_message_size",
-                format!(
-                    "{} bytes cannot fit a commit-log file of {} bytes (needs {need})",
-                    self.max_message_size, self.commit_log_file_size
-                ),
-            );
+        if let (Some(max), Some(size)) = (self.max_message_size, self.commit_log_file_size) {
+            check_message_fits(max, size).or_else(|r| bad("max_message_size", r))?;
         }
         if !(1..=MAX_QUEUES).contains(&self.default_queues) {
             return bad(
@@ -151,10 +157,40 @@ impl StoreConfig {
         Ok(())
     }
 
-    /// Consume-queue file size in bytes.
-    pub fn consume_queue_file_size(&self) -> u64 {
-        self.consume_queue_file_units * crate::consume_queue::unit::UNIT_SIZE
+    /// The body-size limit for a store of commit-log files of `commit_log_file_size` bytes:
+    /// the value given, which must fit a file (`InvalidConfig`), else the default or, when a
+    /// file cannot hold a default-sized record, the largest body one can hold.
+    pub fn max_message_size_for(&self, commit_log_file_size: u64) -> Result<usize> {
+        match self.max_message_size {
+            Some(max) => {
+                check_message_fits(max, commit_log_file_size).map_err(|reason| {
+                    Error::InvalidConfig {
+                        field: "max_message_size",
+                        reason,
+                    }
+                })?;
+                Ok(max)
+            }
+            None => {
+                let room = usize::try_from(commit_log_file_size)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(max_record_len(0) + 8);
+                Ok(DEFAULT_MAX_MESSAGE_SIZE.min(room).max(1))
+            }
+        }
     }
+}
+
+/// A body of `max` bytes must leave room, at its longest (longest topic, fullest properties),
+/// for the 8-byte END_OF_FILE marker in a file of `file_size` bytes.
+fn check_message_fits(max: usize, file_size: u64) -> std::result::Result<(), String> {
+    let need = max_record_len(max) as u64 + 8;
+    if need > file_size {
+        return Err(format!(
+            "{max} bytes cannot fit a commit-log file of {file_size} bytes (needs {need})"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -165,7 +201,7 @@ mod tests {
     fn defaults_validate_and_limits_are_checked() {
         assert!(StoreConfig::default().validate().is_ok());
         let c = StoreConfig {
-            commit_log_file_size: 1000,
+            commit_log_file_size: Some(1000),
             ..Default::default()
         };
         assert!(matches!(
@@ -176,7 +212,8 @@ mod tests {
             })
         ));
         let c = StoreConfig {
-            commit_log_file_size: 1 << 20,
+            commit_log_file_size: Some(1 << 20),
+            max_message_size: Some(DEFAULT_MAX_MESSAGE_SIZE),
             ..Default::default()
         };
         assert!(matches!(
@@ -191,5 +228,28 @@ mod tests {
             ..Default::default()
         };
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn an_unset_message_limit_fits_the_file_size() {
+        let c = StoreConfig::default();
+        assert_eq!(
+            c.max_message_size_for(DEFAULT_COMMIT_LOG_FILE_SIZE)
+                .unwrap(),
+            DEFAULT_MAX_MESSAGE_SIZE
+        );
+        let fitted = c.max_message_size_for(64 << 10).unwrap();
+        assert_eq!(max_record_len(fitted) + 8, 64 << 10);
+        let c = StoreConfig {
+            max_message_size: Some(fitted + 1),
+            ..Default::default()
+        };
+        assert!(matches!(
+            c.max_message_size_for(64 << 10),
+            Err(Error::InvalidConfig {
+                field: "max_message_size",
+                ..
+            })
+        ));
     }
 }

@@ -37,6 +37,13 @@ pub enum Error {
     Poisoned { reason: String },
     /// A configuration value is out of range.
     InvalidConfig { field: &'static str, reason: String },
+    /// An option given explicitly differs from the value the store records (its `meta` file, or
+    /// what its files show): the file geometry is fixed when a store is created.
+    ConfigConflict {
+        field: &'static str,
+        stored: u64,
+        given: u64,
+    },
     /// A metadata file of the store (`config/topics.json`) does not decode, or a value in it
     /// has the wrong type or is out of range, and no usable `.bak` copy stands in for it.
     /// `field` is the JSON path of the bad value, empty when the file as a whole is bad.
@@ -100,7 +107,7 @@ impl Error {
             Error::Closed => "STORE_CLOSED",
             Error::ReadOnly => "STORE_READ_ONLY",
             Error::Poisoned { .. } => "STORE_POISONED",
-            Error::InvalidConfig { .. } => "INVALID_CONFIG",
+            Error::InvalidConfig { .. } | Error::ConfigConflict { .. } => "INVALID_CONFIG",
             Error::ConfigFile { .. } => "CONFIG_FILE",
             Error::InvalidTopic { .. } => "INVALID_TOPIC",
             Error::TopicNotFound { .. } => "TOPIC_NOT_FOUND",
@@ -159,6 +166,15 @@ impl fmt::Display for Error {
                 )
             }
             Error::InvalidConfig { field, reason } => write!(f, "invalid config {field}: {reason}"),
+            Error::ConfigConflict {
+                field,
+                stored,
+                given,
+            } => write!(
+                f,
+                "invalid config {field}: the store was created with {stored}, {given} was given \
+                 (leave it unset to use the store's)"
+            ),
             Error::ConfigFile {
                 path,
                 field,

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! store (facade, threads, lifecycle)
-//!   -> recovery, checkpoint, lock, flush, topic_config
+//!   -> recovery, checkpoint, store_meta, lock, flush, topic_config
 //!   -> consume_queue               (implements dispatch::Dispatcher)
 //!   -> dispatch (reput: tails the commit log and feeds dispatchers)
 //!   -> commit_log (append + END_OF_FILE padding, batch, read, recovery scan)
@@ -42,6 +42,7 @@ pub mod message;
 pub mod prepare;
 pub mod recovery;
 pub mod store;
+pub mod store_meta;
 #[cfg(feature = "fault-injection")]
 pub mod testing;
 pub mod topic_config;
@@ -53,4 +54,5 @@ pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
+pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

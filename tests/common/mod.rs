@@ -11,9 +11,9 @@ use mqlite::{GetStatus, Store, StoreConfig, TagFilter};
 /// Small files so rolls happen after a few records.
 pub fn small_config() -> StoreConfig {
     StoreConfig {
-        commit_log_file_size: 128 << 10,
-        consume_queue_file_units: 64,
-        max_message_size: 64 << 10,
+        commit_log_file_size: Some(128 << 10),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(64 << 10),
         warm_mapped_files: false,
         ..Default::default()
     }

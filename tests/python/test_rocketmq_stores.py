@@ -155,6 +155,28 @@ def test_writer_open_keeps_every_byte_and_can_append(tmp_path: Path, version: st
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_the_file_sizes_are_found_from_the_files_and_a_writer_records_them(
+    tmp_path: Path, version: str
+) -> None:
+    """RocketMQ writes no ``meta`` file (rust/FORMAT.md §11). A read-only open finds the sizes
+    from the files without writing one; a writer adds it, a new file beside the data."""
+    root = extract(version, tmp_path)
+    with mqlite.open(root, read_only=True) as store:
+        stats = store.stats()
+        assert (stats["commit_log_file_size"], stats["consume_queue_file_units"]) == (1 << 20, 100)
+    assert not (root / "meta").exists(), "a read-only open wrote the meta file"
+    before = digest(root)
+    with mqlite.open(root) as store:
+        assert store.stats()["commit_log_file_size"] == 1 << 20
+    after = digest(root)
+    assert data_files(after) == data_files(before)
+    meta = (root / "meta").read_bytes()
+    assert struct.unpack_from(">IIQQ", meta) == (0x4D514C4D, 1, 1 << 20, 100)
+    with pytest.raises(mqlite.InvalidConfigError):
+        mqlite.open(root, read_only=True, commit_log_file_size=32 << 20)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_topics_are_found_from_the_consume_queues_without_a_table(tmp_path: Path, version: str) -> None:
     root = extract(version, tmp_path)
     (root / "config" / "topics.json").unlink()

@@ -8,6 +8,7 @@
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
 
 mod follow;
+mod geometry;
 mod open;
 mod read;
 mod round_robin;
@@ -43,7 +44,12 @@ pub struct Store {
 
 #[derive(Debug)]
 struct Inner {
+    /// The options, with the geometry and message limit the open decided filled in.
     config: StoreConfig,
+    /// The store's file sizes (its `meta` file's; geometry.rs).
+    geometry: crate::store_meta::Geometry,
+    /// Largest accepted body.
+    max_message_size: usize,
     root: Option<PathBuf>,
     commit_log: Arc<CommitLog>,
     cqs: Arc<ConsumeQueueStore>,
@@ -104,8 +110,9 @@ impl Store {
     /// Opens (creating if needed) the store in directory `root`.
     ///
     /// # Errors
-    /// `StoreLocked` if another writer holds it, `InvalidConfig`, `Corrupted` for damage below
-    /// the durable watermark, `Io`/`StoreFull` for file-system failures.
+    /// `StoreLocked` if another writer holds it, `InvalidConfig`, `ConfigConflict` for a file
+    /// size that differs from the store's, `ConfigFile` for a damaged `meta` file, `Corrupted`
+    /// for damage below the durable watermark, `Io`/`StoreFull` for file-system failures.
     pub fn open(root: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
         open::open(Some(root.as_ref()), config, &mut || false)
     }
@@ -151,9 +158,20 @@ impl Store {
         self.inner.root.as_deref()
     }
 
-    /// The configuration in force.
+    /// The configuration in force: the options given, with the file sizes and the message
+    /// limit the store uses filled in.
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
+    }
+
+    /// The store's file sizes: those its `meta` file records (FORMAT.md §11).
+    pub fn geometry(&self) -> crate::store_meta::Geometry {
+        self.inner.geometry
+    }
+
+    /// The largest body a put accepts.
+    pub fn max_message_size(&self) -> usize {
+        self.inner.max_message_size
     }
 
     /// True if opened read-only.

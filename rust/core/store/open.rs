@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use super::{Inner, Store};
+use super::{geometry, Inner, Store};
 use crate::checkpoint::Checkpoint;
 use crate::commit_log::{CommitLog, WarmAhead};
 use crate::config::{FlushMode, StoreConfig};
@@ -28,7 +28,7 @@ use crate::wakeup::WakeWord;
 /// `interrupted`: asked while waiting for the writer lock (`StoreLock::acquire`).
 pub(super) fn open(
     root: Option<&Path>,
-    config: StoreConfig,
+    mut config: StoreConfig,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<Store> {
     config.validate()?;
@@ -38,6 +38,7 @@ pub(super) fn open(
     let mut abnormal = false;
     if let Some(root) = root {
         if writable {
+            geometry::check_new(root, &config)?;
             fs::create_dir_all(root, config.dir_mode)?;
             // The lock comes first: nothing below may touch a file without it.
             store_lock = Some(StoreLock::acquire(
@@ -60,6 +61,12 @@ pub(super) fn open(
         }
     }
 
+    // Before any file is read: every size below comes from here.
+    let decided = geometry::decide(root, &config, writable)?;
+    config.commit_log_file_size = Some(decided.geometry.commit_log_file_size);
+    config.consume_queue_file_units = Some(decided.geometry.consume_queue_file_units);
+    config.max_message_size = Some(decided.max_message_size);
+
     let (checkpoint, cp_data) = match root {
         Some(r) if writable || r.join("checkpoint").exists() => {
             let (cp, data) = Checkpoint::open(&r.join("checkpoint"), writable, config.file_mode)?;
@@ -76,12 +83,12 @@ pub(super) fn open(
         },
         None => Backing::Memory,
     };
-    let files = MappedFileQueue::new(backing, config.commit_log_file_size, writable);
+    let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable);
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     let cqs = Arc::new(ConsumeQueueStore::new(
         root.map(|r| r.join("consumequeue")),
-        config.consume_queue_file_size(),
+        decided.geometry.consume_queue_file_size(),
         config.file_mode,
         config.dir_mode,
         !writable,
@@ -154,6 +161,7 @@ pub(super) fn open(
         flush = Some(Arc::new(service));
         reput = Some(r);
         if let Some(root) = root {
+            geometry::record(root, &decided, config.file_mode)?;
             lock::create_abort(root, config.file_mode)?;
         }
         if let Some(l) = &store_lock {
@@ -173,6 +181,8 @@ pub(super) fn open(
 
     let inner = Arc::new(Inner {
         config,
+        geometry: decided.geometry,
+        max_message_size: decided.max_message_size,
         root: root.map(Path::to_path_buf),
         commit_log,
         cqs,

@@ -266,7 +266,7 @@ impl Store {
             ));
         }
         let mut out = GetResult::empty(GetStatus::OffsetFoundNull, offset, min, maxo);
-        let cap = crate::config::max_record_len(self.inner.config.max_message_size);
+        let cap = crate::config::max_record_len(self.inner.max_message_size);
         out.buffer.reserve(
             units
                 .iter()

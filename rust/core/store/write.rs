@@ -361,7 +361,7 @@ impl Store {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
-            self.inner.config.max_message_size,
+            self.inner.max_message_size,
         )?;
         check_encoded_properties(m.properties)
     }

@@ -66,7 +66,9 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::Closed => StoreClosedError::new_err(msg),
         Error::ReadOnly => StoreReadOnlyError::new_err(msg),
         Error::Poisoned { .. } => StorePoisonedError::new_err(msg),
-        Error::InvalidConfig { .. } => InvalidConfigError::new_err(msg),
+        Error::InvalidConfig { .. } | Error::ConfigConflict { .. } => {
+            InvalidConfigError::new_err(msg)
+        }
         Error::ConfigFile { .. } => ConfigFileError::new_err(msg),
         Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
         Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
@@ -97,6 +99,19 @@ pub fn to_pyerr(e: &Error) -> PyErr {
                 let _ = value.setattr("strerror", e.to_string());
             }
             let _ = value.setattr("filename", path.to_string_lossy().as_ref());
+        }
+        if let Error::InvalidConfig { field, .. } = e {
+            let _ = value.setattr("field", *field);
+        }
+        if let Error::ConfigConflict {
+            field,
+            stored,
+            given,
+        } = e
+        {
+            let _ = value.setattr("field", *field);
+            let _ = value.setattr("stored", *stored);
+            let _ = value.setattr("given", *given);
         }
         if let Error::ConfigFile { path, field, .. } = e {
             let _ = value.setattr("path", path.to_string_lossy().as_ref());

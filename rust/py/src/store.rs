@@ -68,6 +68,13 @@ fn offset_arg(o: i64, what: &str) -> PyResult<u64> {
     u64::try_from(o).map_err(|_| illegal(format!("{what} must be >= 0, got {o}")))
 }
 
+fn flush_mode_name(mode: FlushMode) -> &'static str {
+    match mode {
+        FlushMode::Async => "async",
+        FlushMode::Sync => "sync",
+    }
+}
+
 fn duration_arg(secs: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(secs)
         .map_err(|_| InvalidConfigError::new_err(format!("{what} must be a finite number >= 0")))
@@ -118,13 +125,14 @@ impl PyGetResult {
 
 #[pymethods]
 impl PyStore {
+    /// Every option left `None` takes the core's default (`StoreConfig::default()`), or for the
+    /// file sizes the store's own.
     #[new]
     #[pyo3(signature = (
-        path, *, read_only = false, wait = None, flush = "async", flush_interval_ms = 500,
-        sync_flush_timeout_ms = 5000, commit_log_file_size = mqlite::config::DEFAULT_COMMIT_LOG_FILE_SIZE,
-        consume_queue_file_units = mqlite::config::DEFAULT_CONSUME_QUEUE_UNITS,
-        max_message_size = mqlite::config::DEFAULT_MAX_MESSAGE_SIZE, auto_create_topics = true,
-        default_queues = 4, file_mode = 0o600, dir_mode = 0o700, retention_hours = 72.0
+        path, *, read_only = false, wait = None, flush = None, flush_interval_ms = None,
+        sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
+        max_message_size = None, auto_create_topics = None, default_queues = None,
+        file_mode = None, dir_mode = None, retention_hours = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -132,42 +140,50 @@ impl PyStore {
         path: String,
         read_only: bool,
         wait: Option<f64>,
-        flush: &str,
-        flush_interval_ms: u64,
-        sync_flush_timeout_ms: u64,
-        commit_log_file_size: u64,
-        consume_queue_file_units: u64,
-        max_message_size: usize,
-        auto_create_topics: bool,
-        default_queues: u32,
-        file_mode: u32,
-        dir_mode: u32,
-        retention_hours: f64,
+        flush: Option<&str>,
+        flush_interval_ms: Option<u64>,
+        sync_flush_timeout_ms: Option<u64>,
+        commit_log_file_size: Option<u64>,
+        consume_queue_file_units: Option<u64>,
+        max_message_size: Option<usize>,
+        auto_create_topics: Option<bool>,
+        default_queues: Option<u32>,
+        file_mode: Option<u32>,
+        dir_mode: Option<u32>,
+        retention_hours: Option<f64>,
     ) -> PyResult<Self> {
+        let defaults = StoreConfig::default();
         let flush_mode = match flush {
-            "async" => FlushMode::Async,
-            "sync" => FlushMode::Sync,
-            other => {
+            None => defaults.flush_mode,
+            Some("async") => FlushMode::Async,
+            Some("sync") => FlushMode::Sync,
+            Some(other) => {
                 return Err(InvalidConfigError::new_err(format!(
                     "flush must be 'async' or 'sync', not {other:?}"
                 )))
             }
         };
+        let file_reserved_time = match retention_hours {
+            Some(h) => duration_arg(h * 3600.0, "retention_hours")?,
+            None => defaults.file_reserved_time,
+        };
         let config = StoreConfig {
             read_only,
             lock_wait: wait.map(|w| duration_arg(w, "wait")).transpose()?,
             flush_mode,
-            flush_interval: Duration::from_millis(flush_interval_ms),
-            sync_flush_timeout: Duration::from_millis(sync_flush_timeout_ms),
+            flush_interval: flush_interval_ms
+                .map_or(defaults.flush_interval, Duration::from_millis),
+            sync_flush_timeout: sync_flush_timeout_ms
+                .map_or(defaults.sync_flush_timeout, Duration::from_millis),
             commit_log_file_size,
             consume_queue_file_units,
             max_message_size,
-            auto_create_topics,
-            default_queues,
-            file_mode,
-            dir_mode,
-            file_reserved_time: duration_arg(retention_hours * 3600.0, "retention_hours")?,
-            ..StoreConfig::default()
+            auto_create_topics: auto_create_topics.unwrap_or(defaults.auto_create_topics),
+            default_queues: default_queues.unwrap_or(defaults.default_queues),
+            file_mode: file_mode.unwrap_or(defaults.file_mode),
+            dir_mode: dir_mode.unwrap_or(defaults.dir_mode),
+            file_reserved_time,
+            ..defaults
         };
         let in_memory = path == ":memory:";
         if in_memory && read_only {
@@ -201,6 +217,24 @@ impl PyStore {
     #[getter]
     fn read_only(&self) -> bool {
         self.store.is_read_only()
+    }
+
+    /// The queue count of topics created without one (auto-created topics).
+    #[getter]
+    fn default_queues(&self) -> u32 {
+        self.store.config().default_queues
+    }
+
+    /// Whether sends create unknown topics.
+    #[getter]
+    fn auto_create_topics(&self) -> bool {
+        self.store.config().auto_create_topics
+    }
+
+    /// "async" or "sync".
+    #[getter]
+    fn flush_mode(&self) -> &'static str {
+        flush_mode_name(self.store.config().flush_mode)
     }
 
     #[getter]
@@ -448,11 +482,12 @@ impl PyStore {
         d.set_item("read_only", self.store.is_read_only())?;
         d.set_item(
             "flush_mode",
-            match self.store.config().flush_mode {
-                FlushMode::Async => "async",
-                FlushMode::Sync => "sync",
-            },
+            flush_mode_name(self.store.config().flush_mode),
         )?;
+        let g = self.store.geometry();
+        d.set_item("commit_log_file_size", g.commit_log_file_size)?;
+        d.set_item("consume_queue_file_units", g.consume_queue_file_units)?;
+        d.set_item("max_message_size", self.store.max_message_size())?;
         Ok(d)
     }
 }
