@@ -16,15 +16,13 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
+from mqlite._context import HasClientContext
 from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, SendResult
-from mqlite.producer import Compression, MessageQueueSelector
+from mqlite.producer import Compression, MessageQueueSelector, Producer
 from mqlite.pull import PullConsumer, RebalanceCallback, _Handout
 from mqlite.selector import MessageSelector
-
-if TYPE_CHECKING:
-    from mqlite.store import Store
 
 __all__ = ["AsyncProducer", "AsyncPullConsumer"]
 
@@ -52,14 +50,15 @@ class AsyncProducer:
 
     def __init__(
         self,
-        store: Store,
+        store: HasClientContext,
         group: str = "DEFAULT_PRODUCER",
         *,
         compress_over: int | None = None,
         compression: Compression = "zlib",
         compression_level: int | None = None,
     ) -> None:
-        self._producer = store.producer(
+        self._producer = Producer(
+            store,
             group,
             compress_over=compress_over,
             compression=compression,
@@ -114,7 +113,7 @@ class AsyncPullConsumer:
     Options are those of ``PullConsumer``.
     """
 
-    def __init__(self, store: Store, group: str, **options: Any) -> None:
+    def __init__(self, store: HasClientContext, group: str, **options: Any) -> None:
         self._consumer = PullConsumer(store, group, **options)
         self._worker = _Worker("mqlite-aio-consumer")
 

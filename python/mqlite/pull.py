@@ -21,9 +21,10 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from mqlite import _core
+from mqlite._context import HasClientContext, context_of
 from mqlite._files import open_lock, try_flock
 from mqlite.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from mqlite.errors import (
@@ -42,14 +43,52 @@ from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_of
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
 
-if TYPE_CHECKING:
-    from mqlite.store import Store
-
 __all__ = ["PullConsumer", "RebalanceCallback"]
 
 log = logging.getLogger("mqlite.consumer")
 
 RebalanceCallback = Callable[["PullConsumer", list[MessageQueue]], None]
+
+
+class QueueOwner(Protocol):
+    """What a component that drives a PullConsumer and keeps state of its own per owned queue
+    (the push consumer) implements; see ``drive``.
+
+    Both methods run with the consumer's lock held, on the thread that rebalances (inside
+    ``poll``, ``subscribe``, ``unsubscribe`` or ``close``), before the ``on_assign`` /
+    ``on_revoke`` callbacks of the subscription.
+    """
+
+    def queues_assigned(self, cursors: Mapping[MessageQueue, _core.QueueCursor]) -> None:
+        """Queues gained, each with the cursor ``poll`` reads it through: the same object until
+        the queue is revoked."""
+
+    def queues_revoked(self, mqs: list[MessageQueue]) -> Mapping[MessageQueue, int]:
+        """Queues about to be given up; returns the offsets to commit for them, which the
+        consumer writes before another member can own them."""
+
+
+class Membership:
+    """A driver's handle on the PullConsumer it drives (see ``drive``): the consumer, used
+    through its public API, and the one commit that API has no form for."""
+
+    __slots__ = ("consumer",)
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self.consumer = consumer
+
+    def submit(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Commits the owner's offsets on the consumer's offset writer thread (the caller does
+        not wait), as ``commit_async`` does but without its ownership check: the owner's
+        offsets come from reads of its queues, and a revoke writes what is pending first."""
+        self.consumer._submit(offsets)
+
+
+def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any) -> Membership:
+    """A PullConsumer whose queue assignments ``owner`` follows (options as ``PullConsumer``)."""
+    consumer = PullConsumer(store, group, **options)
+    consumer._owner = owner
+    return Membership(consumer)
 
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
@@ -86,7 +125,9 @@ def _selector(expression: str | MessageSelector) -> MessageSelector:
     raise TypeError(f"expression must be a str or MessageSelector, not {type(expression).__name__}")
 
 
-def _positive(name: str, value: object, *, integer: bool = False) -> None:
+def check_positive(name: str, value: object, *, integer: bool = False) -> None:
+    """InvalidConfigError unless ``value`` is a number (an int with ``integer``) above 0; a bool
+    is not a number here."""
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
         kind = "an int" if integer else "a number"
@@ -124,7 +165,7 @@ class PullConsumer:
 
     def __init__(
         self,
-        store: Store,
+        store: HasClientContext,
         group: str,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
@@ -142,9 +183,9 @@ class PullConsumer:
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(auto_commit, bool):
             raise InvalidConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
-        _positive("auto_commit_interval", auto_commit_interval)
-        _positive("rebalance_interval", rebalance_interval)
-        _positive("max_poll_messages", max_poll_messages, integer=True)
+        check_positive("auto_commit_interval", auto_commit_interval)
+        check_positive("rebalance_interval", rebalance_interval)
+        check_positive("max_poll_messages", max_poll_messages, integer=True)
         if max_poll_messages > _MAX_POLL:
             raise InvalidConfigError(f"max_poll_messages must be <= {_MAX_POLL}")
         if not isinstance(consume_from, (ConsumeFromWhere, datetime)) and (
@@ -162,8 +203,9 @@ class PullConsumer:
         strategy = allocate_strategy or AllocateMessageQueueAveragely()
         if not callable(getattr(strategy, "allocate", None)):
             raise InvalidConfigError("allocate_strategy must have an allocate() method")
-        self._store = store
-        self._core = store._live()
+        ctx = context_of(store)
+        self._ctx = ctx
+        self._core = ctx.live()
         self._model = message_model
         self._auto_commit = auto_commit
         self._commit_interval = float(auto_commit_interval)
@@ -173,8 +215,8 @@ class PullConsumer:
         self._client_id = check_client_id(client_id) if client_id is not None else new_client_id()
         self._strategy = strategy
         self._rebalance_interval = float(rebalance_interval)
-        root = store._client_root()
-        durable = store.path != ":memory:"
+        root = ctx.client_root()
+        durable = ctx.durable
         self._root: Path = root
         self._offsets: OffsetFile = (
             group_offsets(root, durable=durable)
@@ -195,8 +237,7 @@ class PullConsumer:
         self._next_commit = time.monotonic() + self._commit_interval
         self._closed = False
         self._pid = os.getpid()
-        self._internal_assign: list[RebalanceCallback] = []
-        self._internal_revoke: list[RebalanceCallback] = []
+        self._owner: QueueOwner | None = None  # see ``drive``
         self._handout: _Handout | None = None
         self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
 
@@ -232,8 +273,8 @@ class PullConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError(f"consumer {self._client_id!r} of group {self._group!r} is closed")
-        if not self._store._ok:
-            raise self._store._dead()
+        if not self._ctx.ok:
+            raise self._ctx.dead()
 
     def subscribe(
         self,
@@ -357,7 +398,7 @@ class PullConsumer:
             if ts is None:
                 ts = datetime.now() - timedelta(minutes=30)
             return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(ts))
-        assert isinstance(cf, (datetime, int))
+        # A datetime or epoch milliseconds (the constructor accepts nothing else).
         return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(cf))
 
     def _add(self, mqs: list[MessageQueue], *, commit_initial: bool) -> None:
@@ -410,9 +451,14 @@ class PullConsumer:
         by_topic: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_topic.setdefault(mq.topic, []).append(mq)
-        internal = self._internal_assign if assign else self._internal_revoke
-        for fn in internal:
-            fn(self, sorted(mqs))
+        owner = self._owner
+        if owner is not None:
+            if assign:
+                owner.queues_assigned({mq: self._queues[mq] for mq in sorted(mqs)})
+            else:
+                offsets = owner.queues_revoked(sorted(mqs))
+                if offsets:
+                    self._write(offsets)  # offsets come from reads: never ahead of the data
         for topic, group in by_topic.items():
             sub = self._subs.get(topic)
             fn2 = None if sub is None else (sub.on_assign if assign else sub.on_revoke)
@@ -483,7 +529,7 @@ class PullConsumer:
                 if first and self._handout is not None:
                     self._give_back()
                 first = False
-                core = self._store._live()
+                core = self._ctx.live()
                 now = time.monotonic()
                 if now >= self._next_rebalance:
                     self._rebalance()
