@@ -15,7 +15,6 @@ from mqlite.errors import (
     ConsumerGroupActiveError,
     CorruptedLogError,
     FilterExpressionError,
-    FlushDiskTimeoutError,
     IllegalArgumentError,
     IllegalStateError,
     InvalidBatchError,
@@ -28,7 +27,6 @@ from mqlite.errors import (
     MessageTooLargeError,
     MQClientError,
     MQError,
-    MQTimeoutError,
     OffsetOutOfRangeError,
     PropertiesTooLargeError,
     QueueNotAssignedError,
@@ -45,9 +43,9 @@ from mqlite.errors import (
     TopicNotFoundError,
     TopicNotReadableError,
     TopicNotWritableError,
-    TransactionError,
 )
 from mqlite import _core
+from mqlite.errors import _deprecated
 from mqlite.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -134,7 +132,9 @@ __all__ = [
     "StoreNotADirectoryError",
     "StoreNotFoundError",
     "OffsetOutOfRangeError",
-    "MQTimeoutError",
-    "FlushDiskTimeoutError",
-    "TransactionError",
 ]
+
+
+def __getattr__(name: str) -> type[MQError]:
+    # Exception classes nothing raises any more: importable, with a DeprecationWarning.
+    return _deprecated(__name__, name)

@@ -368,12 +368,12 @@ impl CommitLog {
     }
 
     /// Refuses every later append (after a failed flush).
-    pub fn poison(&self, reason: String) {
-        self.lock_appender().poisoned.get_or_insert(reason);
+    pub fn poison(&self, cause: Arc<Error>) {
+        self.lock_appender().poisoned.get_or_insert(cause);
     }
 
     /// Why appends are refused, if they are.
-    pub fn poisoned(&self) -> Option<String> {
+    pub fn poisoned(&self) -> Option<Arc<Error>> {
         self.lock_appender().poisoned.clone()
     }
 
