@@ -374,3 +374,41 @@ impl std::fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn corrupted_keeps_the_decode_error_as_its_source() {
+        let e = Error::undecodable(
+            "log",
+            7,
+            DecodeError::BadLength,
+            "below the durable offset 9",
+        );
+        let source = e.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        assert_eq!(source, Some(&DecodeError::BadLength));
+        assert_eq!(
+            e.to_string(),
+            "corrupted data in log at offset 7: record length disagrees with its fields: \
+             below the durable offset 9"
+        );
+    }
+
+    #[test]
+    fn poisoned_keeps_the_io_error_of_the_failed_flush() {
+        let failed = Error::io("msync", "log", io::Error::from_raw_os_error(libc::EIO));
+        let e = Error::Poisoned {
+            cause: Error::poisoned_by(&failed),
+        };
+        let cause = e.source().and_then(|s| s.downcast_ref::<Error>());
+        assert!(
+            matches!(cause, Some(Error::Io { op: "msync", source, .. })
+                if source.raw_os_error() == Some(libc::EIO)),
+            "{cause:?}"
+        );
+        assert!(e.to_string().contains(&failed.to_string()), "{e}");
+    }
+}
