@@ -136,7 +136,9 @@ class ClientContext:
             with self._lock:
                 if self._completer is None:
                     ref = weakref.ref(self)
-                    self._completer = Completer(lambda: None if (c := ref()) is None else c.core, self._sync)
+                    self._completer = Completer(
+                        lambda: None if (c := ref()) is None else c.core, self._sync
+                    )
                     # A store dropped without close() still ends the thread.
                     weakref.finalize(self, self._completer.stop, False)
                 completer = self._completer

@@ -159,7 +159,7 @@ class Producer(_core.Producer):
         if self.closed:
             raise self._dead()
         completer = self._ctx.completer()
-        fut = SendFuture(completer)
+        fut = SendFuture(completer.cond)
         try:
             if sharding_key is None and selector is None:
                 result = self.send_pipelined(msg, queue_id)

@@ -142,9 +142,9 @@ def _timestamp_ms(ts: datetime | int) -> int:
     raise TypeError(f"timestamp must be a datetime or int milliseconds, not {type(ts).__name__}")
 
 
-class _Handout:
-    """A batch an iterator hands out one message at a time: ``next`` indexes the first message
-    not yet yielded; ``returned`` once the rest was given back (it is then not yielded)."""
+class HeldBatch:
+    """A polled batch not yet (wholly) handed out: ``next`` indexes the first message not yet
+    handed out; ``returned`` once the rest was given back (it is then not handed out)."""
 
     __slots__ = ("batch", "next", "returned")
 
@@ -238,7 +238,7 @@ class PullConsumer:
         self._closed = False
         self._pid = os.getpid()
         self._owner: QueueOwner | None = None  # see ``drive``
-        self._handout: _Handout | None = None
+        self._handout: HeldBatch | None = None
         self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
 
     # -- properties -----------------------------------------------------------------------------
@@ -586,18 +586,18 @@ class PullConsumer:
         """Yields ``batch`` one message at a time (see ``_hold``)."""
         return self._hand_out_held(self._hold(batch))
 
-    def _hold(self, batch: list[MessageExt]) -> _Handout:
+    def _hold(self, batch: list[MessageExt]) -> HeldBatch:
         """Registers ``batch`` as fetched but not yet handed out: until its messages are yielded
         (``_hand_out_held``) or settled (``_settle``), commits stop at the first of them, and
         ``close()``, ``poll()``, ``seek()`` or a revocation gives the rest back (rewinds the
         positions), after which it is not handed out any more."""
-        h = _Handout(batch)
+        h = HeldBatch(batch)
         with self._lock:
             self._give_back()
             self._handout = h
         return h
 
-    def _hand_out_held(self, h: _Handout) -> Generator[MessageExt, None, None]:
+    def _hand_out_held(self, h: HeldBatch) -> Generator[MessageExt, None, None]:
         """Yields a held batch one message at a time; leaving the loop gives the rest back."""
         try:
             while h.next < len(h.batch) and not h.returned:
@@ -607,7 +607,7 @@ class PullConsumer:
         finally:
             self._return(h)
 
-    def _settle(self, h: _Handout) -> bool:
+    def _settle(self, h: HeldBatch) -> bool:
         """Hands a held batch out whole (an awaited poll's result reached its caller); False if
         it was given back meanwhile (the positions were rewound: a later poll fetches it)."""
         with self._lock:
@@ -617,7 +617,7 @@ class PullConsumer:
             self._return(h)
             return True
 
-    def _return(self, h: _Handout) -> None:
+    def _return(self, h: HeldBatch) -> None:
         """Gives back the unyielded rest of ``h`` once: the positions move back to it."""
         with self._lock:
             if h.returned:
@@ -864,6 +864,39 @@ class PullConsumer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._queues)} queues"
         return f"<mqlite.PullConsumer group={self._group!r} client_id={self._client_id!r} {state}>"
+
+
+class Handouts:
+    """How a caller that receives a PullConsumer's batches on another thread (the asyncio
+    consumer) hands them out: a polled batch counts as handed out only once its receiver has it.
+
+    Until then commits stop at its first message, and ``close()``, ``poll()``, ``seek()`` or a
+    revocation gives it back (the positions move back to it), after which it is not handed out.
+    """
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self._consumer = consumer
+
+    def poll(self, timeout: float | None, max_messages: int | None) -> HeldBatch:
+        """``PullConsumer.poll``, its batch held (any batch held before is given back)."""
+        c = self._consumer
+        return c._hold(c.poll(timeout, max_messages))
+
+    def settle(self, held: HeldBatch) -> bool:
+        """The receiver has the whole batch; False if it was given back meanwhile (a later poll
+        fetches it again)."""
+        return self._consumer._settle(held)
+
+    def give_back(self, held: HeldBatch) -> None:
+        """Nobody will receive the rest of the batch: the positions move back to it."""
+        self._consumer._return(held)
+
+    def one_by_one(self, held: HeldBatch) -> Generator[MessageExt, None, None]:
+        """Hands the batch out a message at a time; closing the generator early gives the rest
+        back."""
+        return self._consumer._hand_out_held(held)
 
 
 def _weak_write(consumer: PullConsumer) -> Callable[[dict[MessageQueue, int]], None]:

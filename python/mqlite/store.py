@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
@@ -93,11 +93,11 @@ class Store:
             auto_create=auto_create_topics,
             default_queues=4 if default_queues is None else default_queues,
         )
+        # The native store, or the error saying why it may not be used (closed, forked): bound
+        # once, as every call goes through it.
+        self._live: Callable[[], _core.Store] = self._client_context.live
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    def _live(self) -> _core.Store:
-        return self._client_context.live()
 
     def close(self) -> None:
         """Flush and close; idempotent. In a forked child this only forgets the handle.

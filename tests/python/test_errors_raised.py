@@ -6,6 +6,7 @@ reports the class it got, and its cause, as JSON."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -90,7 +91,7 @@ def _store_full(p: Path) -> str:
 def _poisoned(p: Path) -> str:
     got = _child(_FSIZE_CHILD, p)["send"]
     # The typed cause survives: the failed flush, an OSError with its errno.
-    assert (got["cause"], got["errno"]) == ("StoreFullError", 27), got  # EFBIG
+    assert (got["cause"], got["errno"]) == ("StoreFullError", errno.EFBIG), got
     return str(got["type"])
 
 

@@ -162,44 +162,63 @@ def test_send_futures_are_concurrent_futures_that_cannot_be_cancelled(mem_store:
     assert producers[0].flush(5) == 0 and late == [bad]
 
 
-def test_send_future_is_a_plain_running_future() -> None:
-    """SendFuture is a standard Future (its own state, completed through the public API) that
-    starts running: it cannot be cancelled, a timeout raises concurrent.futures.TimeoutError,
-    wait() sees it complete, and only a fork makes a pending one raise instead of waiting."""
+def test_send_future_waits_for_its_own_completion_only() -> None:
+    """A wake-up for another future of the same condition does not end result()'s wait, and a
+    timeout raises concurrent.futures.TimeoutError."""
     import concurrent.futures as cf
 
-    from mqlite.producer import SendFuture
+    from mqlite._completion import CompletionCondition, SendFuture
 
-    class Completer:
-        forked: str | None = None
-
-        def check_not_forked(self) -> None:
-            if self.forked is not None:
-                raise mqlite.StoreUsedAfterForkError(self.forked)
-
-    completer = Completer()
-    mine, other = SendFuture(completer), SendFuture(completer)  # type: ignore[arg-type]
-    assert mine.running() and not mine.done() and not mine.cancel()
+    cond = CompletionCondition(threading.RLock())
+    mine, other = SendFuture(cond), SendFuture(cond)
+    assert mine.running() and not mine.done()
     with pytest.raises(cf.TimeoutError):
         mine.result(timeout=0.05)
-    other.set_exception(ValueError("other"))
-    assert not mine.done()  # completing another future leaves this one alone
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(mine.result(timeout=5)))
     t.start()
+    with cond:
+        other._finish(None, ValueError("other"))
+        cond.notify_all()
+    t.join(0.2)
+    assert t.is_alive() and not got  # still waiting: the wake-up was for `other`
     sentinel: Any = object()
-    mine.set_result(sentinel)
+    with cond:
+        mine._finish(sentinel, None)
+        cond.notify_all()
     t.join(5)
     assert got == [sentinel]
-    done, pending = cf.wait([mine, other], timeout=5)
-    assert done == {mine, other} and not pending
     with pytest.raises(ValueError):
         other.result(0)
-    completer.forked = "opened in the parent"
-    stuck = SendFuture(completer)  # type: ignore[arg-type]
-    with pytest.raises(mqlite.StoreUsedAfterForkError):
-        stuck.result()
-    assert mine.result() is sentinel  # a finished one still answers
+
+
+def test_send_future_keeps_the_base_class_contract() -> None:
+    """SendFuture skips Future.__init__ (see its docstring): it must set exactly the attributes
+    the running Python's Future.__init__ sets, and its completion must leave the same state as
+    set_result/set_exception, so wait(), as_completed() and add_done_callback keep working."""
+    import concurrent.futures as cf
+
+    from mqlite._completion import CompletionCondition, SendFuture
+
+    cond = CompletionCondition(threading.RLock())
+    plain, mine = cf.Future(), SendFuture(cond)  # type: ignore[var-annotated]
+    assert set(vars(mine)) == set(vars(plain))
+    plain.set_running_or_notify_cancel()
+    assert mine._state == plain._state and not mine.cancel()
+    seen: list[Any] = []
+    mine.add_done_callback(seen.append)
+    sentinel: Any = object()
+    waiter = threading.Thread(target=lambda: seen.append(cf.wait([mine], timeout=5)))
+    waiter.start()
+    with cond:
+        mine._finish(sentinel, None)
+        cond.notify_all()
+    mine._run_done_callbacks()
+    waiter.join(5)
+    plain.set_result(sentinel)
+    assert mine._state == plain._state and mine.done() and mine.result() is sentinel
+    assert seen[0] is mine and seen[1].done == {mine}
+    assert list(cf.as_completed([mine], timeout=5)) == [mine]
 
 
 def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
@@ -211,9 +230,9 @@ def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
     assert producer.send_async(Message("t", b"a")).result(5).send_status is mqlite.SendStatus.SEND_OK
     completer = store._client_context.completer()
     completer.stop()  # what close() does after flushing the producers
-    from mqlite.producer import SendFuture
+    from mqlite._completion import SendFuture
 
-    late = SendFuture(completer)
+    late = SendFuture(completer.cond)
     called: list[Any] = []
     completer.put((late, lambda r, e: called.append(e), None, None, producer._tally))
     with pytest.raises(mqlite.StoreClosedError):
