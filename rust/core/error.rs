@@ -71,8 +71,8 @@ pub enum Error {
     InvalidBatch { reason: String },
     /// A read argument is out of range (max messages, offset).
     InvalidArgument { field: &'static str, reason: String },
-    /// A message id is malformed or points at no record.
-    MessageNotFound { msg_id: String },
+    /// A message id is malformed, or no record starts at the offset looked up.
+    MessageNotFound { key: MessageKey },
     /// Bytes on disk below the durable watermark do not decode. `cause` is the record
     /// decoder's verdict when a record failed to decode (then `reason` gives its context, and
     /// may be empty); `reason` alone describes any other inconsistency.
@@ -278,7 +278,12 @@ impl fmt::Display for Error {
             }
             Error::InvalidBatch { reason } => write!(f, "invalid batch: {reason}"),
             Error::InvalidArgument { field, reason } => write!(f, "invalid {field}: {reason}"),
-            Error::MessageNotFound { msg_id } => write!(f, "no message with id {msg_id}"),
+            Error::MessageNotFound {
+                key: MessageKey::Id(id),
+            } => write!(f, "no message with id {id}"),
+            Error::MessageNotFound {
+                key: MessageKey::Offset(offset),
+            } => write!(f, "no message at commit-log offset {offset}"),
             Error::Corrupted {
                 path,
                 offset,
@@ -319,6 +324,15 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
+}
+
+/// How a message was looked up, in [`Error::MessageNotFound`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageKey {
+    /// By offset message id (as given).
+    Id(String),
+    /// By commit-log offset.
+    Offset(u64),
 }
 
 /// Why bytes are not a valid record.

@@ -410,7 +410,7 @@ impl CommitLog {
     /// `MessageNotFound` for the record at `offset`.
     pub(crate) fn not_found(&self, offset: u64) -> Error {
         Error::MessageNotFound {
-            msg_id: format!("commit-log offset {offset}"),
+            key: crate::error::MessageKey::Offset(offset),
         }
     }
 

@@ -433,7 +433,7 @@ impl Store {
         match msg_id::decode_offset_msg_id(id) {
             Some((host, off)) if host == STORE_HOST => Ok(off),
             _ => Err(Error::MessageNotFound {
-                msg_id: id.to_owned(),
+                key: crate::error::MessageKey::Id(id.to_owned()),
             }),
         }
     }
