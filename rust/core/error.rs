@@ -1,8 +1,11 @@
 //! Typed errors for every store operation.
 //!
 //! One `Error` enum with `#[non_exhaustive]` variants that carry what a caller needs to act on them
-//! (path, offset, limit, actual value) and keep the underlying `io::Error` as `source()`. The Python
-//! binding maps each variant to one exception class; `Error::kind` gives that mapping a stable name.
+//! (path, offset, limit, actual value) and keep their cause typed, as `source()`: the `io::Error`
+//! of `Io`/`StoreFull`, the `DecodeError` of `Corrupted`, the failure behind `Poisoned`. The
+//! Python binding maps each variant to one exception class; `Error::kind` gives that mapping a
+//! stable name. `DecodeError` lives here, not in the codec, so that this module depends on nothing
+//! else in the crate.
 
 use std::fmt;
 use std::io;
