@@ -4,7 +4,7 @@ The Rust extension raises these classes by name (``pyo3::import_exception!``), s
 contract. This module must not import ``mqlite._core``.
 
 ``MQError``, ``MQClientError`` and ``StoreError`` are categories to catch; every other class is
-raised by some call (``tests/python/test_errors.py`` provokes each one).
+raised by some call (``tests/python/test_errors_raised.py`` provokes each one).
 """
 
 from __future__ import annotations
