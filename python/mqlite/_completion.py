@@ -57,9 +57,9 @@ class SendFuture(Future):  # type: ignore[type-arg]
     StoreUsedAfterForkError for a future still pending at the fork: only the parent completes it.
 
     Contract with the base class: ``__init__`` does not call ``Future.__init__``, which would
-    give every send a condition of its own (a lock, a deque and five bound methods for the
-    collector to track, and a wake-up per future instead of per group commit: three times
-    fewer ``send_async`` calls per second). It sets instead exactly the attributes
+    give every send a condition of its own: a lock, a deque and five bound methods for the
+    cycle collector to track per send, and a wake-up per future instead of one per group
+    commit, on the path that async sends exist to make fast. It sets instead exactly the attributes
     ``Future.__init__`` sets, with the states of ``concurrent.futures._base``, so that
     ``wait()``, ``as_completed()``, ``add_done_callback`` and ``asyncio.wrap_future`` work on
     it unchanged; ``_finish`` completes it as ``set_result``/``set_exception`` do.
