@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{body, settle, small_config};
 use mqlite::message::codec::STORE_HOST;
 use mqlite::message::{msg_id, properties};
-use mqlite::{Error, GetStatus, MessageRef, Store, TagFilter};
+use mqlite::{Error, GetStatus, MessageKey, MessageRef, Store, TagFilter};
 
 const TAGS: [&str; 3] = ["TagA", "TagB", "TagC"];
 
@@ -312,19 +312,24 @@ fn get_by_offset_and_msg_id_round_trip() {
         "0A00000100002A9F0000000000000000",
     ] {
         assert!(
-            matches!(store.decode_msg_id(bad), Err(Error::MessageNotFound { .. })),
+            matches!(store.decode_msg_id(bad), Err(Error::MessageNotFound { key: MessageKey::Id(id) }) if id == bad),
             "{bad}"
         );
     }
+    // A lookup by offset names the offset, not an id.
+    let inside = offsets[1] + 1;
     assert!(matches!(
-        store.get_by_offset(offsets[1] + 1, |v| v.queue_offset()),
-        Err(Error::MessageNotFound { .. })
+        store.get_by_offset(inside, |v| v.queue_offset()),
+        Err(Error::MessageNotFound { key: MessageKey::Offset(o) }) if o == inside
     ));
     let end = store.commit_log_range().1;
-    assert!(matches!(
-        store.get_by_offset(end + 1000, |v| v.queue_offset()),
-        Err(Error::MessageNotFound { .. })
-    ));
+    let err = store
+        .get_by_offset(end + 1000, |v| v.queue_offset())
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("no message at commit-log offset {}", end + 1000)
+    );
 }
 
 /// Reads verify each record's body CRC: a record damaged after it was written (here through

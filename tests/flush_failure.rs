@@ -69,6 +69,13 @@ fn failed_flush_poisons_the_writer_and_nothing_is_acknowledged_after_it() {
     );
     let later = store.put(&MessageRef::new("F", 0, &body(2)));
     assert!(matches!(later, Err(Error::Poisoned { .. })), "{later:?}");
+    // The poison keeps the failed flush's own error, EIO included.
+    let cause = later.as_ref().err().and_then(std::error::Error::source);
+    assert!(
+        matches!(cause.and_then(|c| c.downcast_ref::<Error>()),
+            Some(Error::Io { op: "msync", source, .. }) if source.raw_os_error() == Some(libc::EIO)),
+        "{cause:?}"
+    );
     mqlite::testing::fail_flushes_after(None);
     let still = store.put(&MessageRef::new("F", 0, &body(3)));
     assert!(

@@ -16,7 +16,6 @@ from mqlite.errors import (
     ConsumerGroupNotFoundError,
     CorruptedLogError,
     FilterExpressionError,
-    FlushDiskTimeoutError,
     IllegalArgumentError,
     IllegalStateError,
     InvalidBatchError,
@@ -29,7 +28,6 @@ from mqlite.errors import (
     MessageTooLargeError,
     MQClientError,
     MQError,
-    MQTimeoutError,
     OffsetOutOfRangeError,
     PropertiesTooLargeError,
     QueueNotAssignedError,
@@ -46,9 +44,9 @@ from mqlite.errors import (
     TopicNotFoundError,
     TopicNotReadableError,
     TopicNotWritableError,
-    TransactionError,
 )
 from mqlite import _core
+from mqlite.errors import _deprecated
 from mqlite.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -136,7 +134,9 @@ __all__ = [
     "StoreNotADirectoryError",
     "StoreNotFoundError",
     "OffsetOutOfRangeError",
-    "MQTimeoutError",
-    "FlushDiskTimeoutError",
-    "TransactionError",
 ]
+
+
+def __getattr__(name: str) -> type[MQError]:
+    # Exception classes nothing raises any more: importable, with a DeprecationWarning.
+    return _deprecated(__name__, name)

@@ -16,15 +16,13 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
+from mqlite._context import HasClientContext
 from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, SendResult
-from mqlite.producer import Compression, MessageQueueSelector
-from mqlite.pull import PullConsumer, RebalanceCallback, _Handout
+from mqlite.producer import Compression, MessageQueueSelector, Producer
+from mqlite.pull import Handouts, HeldBatch, PullConsumer, RebalanceCallback
 from mqlite.selector import MessageSelector
-
-if TYPE_CHECKING:
-    from mqlite.store import Store
 
 __all__ = ["AsyncProducer", "AsyncPullConsumer"]
 
@@ -52,14 +50,15 @@ class AsyncProducer:
 
     def __init__(
         self,
-        store: Store,
+        store: HasClientContext,
         group: str = "DEFAULT_PRODUCER",
         *,
         compress_over: int | None = None,
         compression: Compression = "zlib",
         compression_level: int | None = None,
     ) -> None:
-        self._producer = store.producer(
+        self._producer = Producer(
+            store,
             group,
             compress_over=compress_over,
             compression=compression,
@@ -114,8 +113,9 @@ class AsyncPullConsumer:
     Options are those of ``PullConsumer``.
     """
 
-    def __init__(self, store: Store, group: str, **options: Any) -> None:
+    def __init__(self, store: HasClientContext, group: str, **options: Any) -> None:
         self._consumer = PullConsumer(store, group, **options)
+        self._handouts = Handouts(self._consumer)
         self._worker = _Worker("mqlite-aio-consumer")
 
     @property
@@ -158,18 +158,14 @@ class AsyncPullConsumer:
         """See ``PullConsumer.assignment``."""
         return await self._worker.run(self._consumer.assignment)
 
-    def _poll_held(self, timeout: float | None, max_messages: int | None) -> _Handout:
-        """On the worker: poll, and hold the batch until its awaiter receives it."""
-        c = self._consumer
-        return c._hold(c.poll(timeout, max_messages))
-
-    def _return_unreceived(self, fut: Future[_Handout]) -> None:
+    def _return_unreceived(self, fut: Future[HeldBatch]) -> None:
         """Done callback of a poll whose awaiter was cancelled: nobody will see its batch."""
         if not fut.cancelled() and fut.exception() is None:
-            self._consumer._return(fut.result())
+            self._handouts.give_back(fut.result())
 
-    async def _poll(self, timeout: float | None, max_messages: int | None) -> _Handout:
-        fut = self._worker.submit(self._poll_held, timeout, max_messages)
+    async def _poll(self, timeout: float | None, max_messages: int | None) -> HeldBatch:
+        # On the worker: poll, and hold the batch until its awaiter receives it.
+        fut = self._worker.submit(self._handouts.poll, timeout, max_messages)
         try:
             return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
@@ -179,7 +175,7 @@ class AsyncPullConsumer:
     async def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """See ``PullConsumer.poll``; waits on the worker thread."""
         h = await self._poll(timeout, max_messages)
-        return h.batch if self._consumer._settle(h) else []
+        return h.batch if self._handouts.settle(h) else []
 
     async def commit(
         self, offsets: Mapping[MessageQueue, int] | None = None, *, message: MessageExt | None = None
@@ -229,7 +225,7 @@ class AsyncPullConsumer:
         # rest back when this generator is finalized, and a ``close()`` or ``poll()`` that runs
         # first (finalization may come later) gives it back before doing anything else.
         while not self._consumer.closed:
-            out = self._consumer._hand_out_held(await self._poll(0.5, None))
+            out = self._handouts.one_by_one(await self._poll(0.5, None))
             try:
                 for msg in out:
                     yield msg

@@ -2,9 +2,14 @@
 
 The Rust extension raises these classes by name (``pyo3::import_exception!``), so the names are a
 contract. This module must not import ``mqlite._core``.
+
+``MQError``, ``MQClientError`` and ``StoreError`` are categories to catch; every other class is
+raised by some call (``tests/python/test_errors_raised.py`` provokes each one).
 """
 
 from __future__ import annotations
+
+import warnings
 
 __all__ = [
     "MQError",
@@ -43,9 +48,6 @@ __all__ = [
     "StoreNotADirectoryError",
     "StoreNotFoundError",
     "OffsetOutOfRangeError",
-    "MQTimeoutError",
-    "FlushDiskTimeoutError",
-    "TransactionError",
 ]
 
 
@@ -248,15 +250,33 @@ class StoreFullError(StoreError, OSError):
 
 
 class StorePoisonedError(StoreError):
-    """A flush failed earlier; reopen the store to write again."""
+    """A flush failed earlier; reopen the store to write again. ``__cause__`` is the error of
+    that flush (a ``StoreIOError`` with its ``errno`` and ``filename``)."""
 
     default_code = "STORE_POISONED"
 
 
 class CorruptedLogError(StoreError):
-    """A record failed its checks."""
+    """A record failed its checks, or store files disagree with each other. ``path`` is the
+    damaged file and ``offset`` the position in it (its name's start offset, in a commit-log
+    file; -1 when unknown); ``decode_error`` is the record decoder's verdict (``"body CRC
+    mismatch ..."``) when a record failed to decode, else None."""
 
     default_code = "CORRUPTED_LOG"
+
+    def __init__(
+        self,
+        message: str = "",
+        code: str | None = None,
+        *,
+        path: str = "",
+        offset: int = -1,
+        decode_error: str | None = None,
+    ) -> None:
+        super().__init__(message, code)
+        self.path = path
+        self.offset = offset
+        self.decode_error = decode_error
 
 
 class ConfigFileError(StoreError):
@@ -306,19 +326,45 @@ class OffsetOutOfRangeError(MQError, LookupError):
     default_code = "OFFSET_OUT_OF_RANGE"
 
 
-class MQTimeoutError(MQError, TimeoutError):
-    """An operation did not finish in time."""
+class _MQTimeoutError(MQError, TimeoutError):
+    """Deprecated: raised by nothing (a timeout is a status or a return value in mqlite)."""
 
     default_code = "TIMEOUT"
 
 
-class FlushDiskTimeoutError(MQTimeoutError):
-    """A sync flush did not finish within ``sync_flush_timeout_ms``."""
+class _FlushDiskTimeoutError(_MQTimeoutError):
+    """Deprecated: raised by nothing (an unconfirmed sync flush is ``SendStatus.FLUSH_DISK_TIMEOUT``)."""
 
     default_code = "FLUSH_DISK_TIMEOUT"
 
 
-class TransactionError(MQError):
-    """A transactional operation failed."""
+class _TransactionError(MQError):
+    """Deprecated: raised by nothing (transactions do not exist yet)."""
 
     default_code = "TRANSACTION_ERROR"
+
+
+# Names that nothing raises, kept importable (with a DeprecationWarning) so that code catching
+# them still runs; they are not part of the tree any more.
+_DEPRECATED: dict[str, type[MQError]] = {
+    "MQTimeoutError": _MQTimeoutError,
+    "FlushDiskTimeoutError": _FlushDiskTimeoutError,
+    "TransactionError": _TransactionError,
+}
+
+
+def _deprecated(module: str, name: str) -> type[MQError]:
+    """The deprecated class ``name`` (a DeprecationWarning naming ``module``), else AttributeError."""
+    cls = _DEPRECATED.get(name)
+    if cls is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{module}.{name} is raised by nothing and will be removed; stop catching it",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return cls
+
+
+def __getattr__(name: str) -> type[MQError]:
+    return _deprecated(__name__, name)

@@ -21,10 +21,11 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from mqlite import _core
 from mqlite._args import deprecated
+from mqlite._context import HasClientContext, context_of
 from mqlite._files import open_lock, try_flock
 from mqlite.allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from mqlite.errors import (
@@ -43,14 +44,52 @@ from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_of
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
 
-if TYPE_CHECKING:
-    from mqlite.store import Store
-
 __all__ = ["PullConsumer", "RebalanceCallback"]
 
 log = logging.getLogger("mqlite.consumer")
 
 RebalanceCallback = Callable[["PullConsumer", list[MessageQueue]], None]
+
+
+class QueueOwner(Protocol):
+    """What a component that drives a PullConsumer and keeps state of its own per owned queue
+    (the push consumer) implements; see ``drive``.
+
+    Both methods run with the consumer's lock held, on the thread that rebalances (inside
+    ``poll``, ``subscribe``, ``unsubscribe`` or ``close``), before the ``on_assign`` /
+    ``on_revoke`` callbacks of the subscription.
+    """
+
+    def queues_assigned(self, cursors: Mapping[MessageQueue, _core.QueueCursor]) -> None:
+        """Queues gained, each with the cursor ``poll`` reads it through: the same object until
+        the queue is revoked."""
+
+    def queues_revoked(self, mqs: list[MessageQueue]) -> Mapping[MessageQueue, int]:
+        """Queues about to be given up; returns the offsets to commit for them, which the
+        consumer writes before another member can own them."""
+
+
+class Membership:
+    """A driver's handle on the PullConsumer it drives (see ``drive``): the consumer, used
+    through its public API, and the one commit that API has no form for."""
+
+    __slots__ = ("consumer",)
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self.consumer = consumer
+
+    def submit(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Commits the owner's offsets on the consumer's offset writer thread (the caller does
+        not wait), as ``commit_async`` does but without its ownership check: the owner's
+        offsets come from reads of its queues, and a revoke writes what is pending first."""
+        self.consumer._submit(offsets)
+
+
+def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any) -> Membership:
+    """A PullConsumer whose queue assignments ``owner`` follows (options as ``PullConsumer``)."""
+    consumer = PullConsumer(store, group, **options)
+    consumer._owner = owner
+    return Membership(consumer)
 
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
@@ -87,7 +126,9 @@ def _selector(expression: str | MessageSelector) -> MessageSelector:
     raise TypeError(f"expression must be a str or MessageSelector, not {type(expression).__name__}")
 
 
-def _positive(name: str, value: object, *, integer: bool = False) -> None:
+def check_positive(name: str, value: object, *, integer: bool = False) -> None:
+    """InvalidConfigError unless ``value`` is a number (an int with ``integer``) above 0; a bool
+    is not a number here."""
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
         kind = "an int" if integer else "a number"
@@ -102,9 +143,9 @@ def _timestamp_ms(ts: datetime | int) -> int:
     raise TypeError(f"timestamp must be a datetime or int milliseconds, not {type(ts).__name__}")
 
 
-class _Handout:
-    """A batch an iterator hands out one message at a time: ``next`` indexes the first message
-    not yet yielded; ``returned`` once the rest was given back (it is then not yielded)."""
+class HeldBatch:
+    """A polled batch not yet (wholly) handed out: ``next`` indexes the first message not yet
+    handed out; ``returned`` once the rest was given back (it is then not handed out)."""
 
     __slots__ = ("batch", "next", "returned")
 
@@ -131,7 +172,7 @@ class PullConsumer:
 
     def __init__(
         self,
-        store: Store,
+        store: HasClientContext,
         group: str,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
@@ -149,9 +190,9 @@ class PullConsumer:
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(auto_commit, bool):
             raise InvalidConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
-        _positive("auto_commit_interval", auto_commit_interval)
-        _positive("rebalance_interval", rebalance_interval)
-        _positive("max_poll_messages", max_poll_messages, integer=True)
+        check_positive("auto_commit_interval", auto_commit_interval)
+        check_positive("rebalance_interval", rebalance_interval)
+        check_positive("max_poll_messages", max_poll_messages, integer=True)
         if max_poll_messages > _MAX_POLL:
             raise InvalidConfigError(f"max_poll_messages must be <= {_MAX_POLL}")
         if not isinstance(consume_from, (ConsumeFromWhere, datetime)) and (
@@ -175,8 +216,9 @@ class PullConsumer:
         strategy = allocate_strategy or AllocateMessageQueueAveragely()
         if not callable(getattr(strategy, "allocate", None)):
             raise InvalidConfigError("allocate_strategy must have an allocate() method")
-        self._store = store
-        self._core = store._live()
+        ctx = context_of(store)
+        self._ctx = ctx
+        self._core = ctx.live()
         self._model = message_model
         self._auto_commit = auto_commit
         self._commit_interval = float(auto_commit_interval)
@@ -186,8 +228,8 @@ class PullConsumer:
         self._client_id = check_client_id(client_id) if client_id is not None else new_client_id()
         self._strategy = strategy
         self._rebalance_interval = float(rebalance_interval)
-        root = store._client_root()
-        durable = store.path != ":memory:"
+        root = ctx.client_root()
+        durable = ctx.durable
         self._root: Path = root
         self._offsets: OffsetFile = (
             group_offsets(root, durable=durable)
@@ -208,9 +250,8 @@ class PullConsumer:
         self._next_commit = time.monotonic() + self._commit_interval
         self._closed = False
         self._pid = os.getpid()
-        self._internal_assign: list[RebalanceCallback] = []
-        self._internal_revoke: list[RebalanceCallback] = []
-        self._handout: _Handout | None = None
+        self._owner: QueueOwner | None = None  # see ``drive``
+        self._handout: HeldBatch | None = None
         self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
 
     # -- properties -----------------------------------------------------------------------------
@@ -245,8 +286,8 @@ class PullConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError(f"consumer {self._client_id!r} of group {self._group!r} is closed")
-        if not self._store._ok:
-            raise self._store._dead()
+        if not self._ctx.ok:
+            raise self._ctx.dead()
 
     def subscribe(
         self,
@@ -370,7 +411,7 @@ class PullConsumer:
             if ts is None:
                 ts = datetime.now() - timedelta(minutes=30)
             return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(ts))
-        assert isinstance(cf, (datetime, int))
+        # A datetime or epoch milliseconds (the constructor accepts nothing else).
         return self._core.offset_for_timestamp(mq.topic, mq.queue_id, _timestamp_ms(cf))
 
     def _add(self, mqs: list[MessageQueue], *, commit_initial: bool) -> None:
@@ -423,9 +464,14 @@ class PullConsumer:
         by_topic: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_topic.setdefault(mq.topic, []).append(mq)
-        internal = self._internal_assign if assign else self._internal_revoke
-        for fn in internal:
-            fn(self, sorted(mqs))
+        owner = self._owner
+        if owner is not None:
+            if assign:
+                owner.queues_assigned({mq: self._queues[mq] for mq in sorted(mqs)})
+            else:
+                offsets = owner.queues_revoked(sorted(mqs))
+                if offsets:
+                    self._write(offsets)  # offsets come from reads: never ahead of the data
         for topic, group in by_topic.items():
             sub = self._subs.get(topic)
             fn2 = None if sub is None else (sub.on_assign if assign else sub.on_revoke)
@@ -494,7 +540,7 @@ class PullConsumer:
                 if first and self._handout is not None:
                     self._give_back()
                 first = False
-                core = self._store._live()
+                core = self._ctx.live()
                 now = time.monotonic()
                 if now >= self._next_rebalance:
                     self._rebalance()
@@ -562,18 +608,18 @@ class PullConsumer:
         """Yields ``batch`` one message at a time (see ``_hold``)."""
         return self._hand_out_held(self._hold(batch))
 
-    def _hold(self, batch: list[MessageExt]) -> _Handout:
+    def _hold(self, batch: list[MessageExt]) -> HeldBatch:
         """Registers ``batch`` as fetched but not yet handed out: until its messages are yielded
         (``_hand_out_held``) or settled (``_settle``), commits stop at the first of them, and
         ``close()``, ``poll()``, ``seek()`` or a revocation gives the rest back (rewinds the
         positions), after which it is not handed out any more."""
-        h = _Handout(batch)
+        h = HeldBatch(batch)
         with self._lock:
             self._give_back()
             self._handout = h
         return h
 
-    def _hand_out_held(self, h: _Handout) -> Generator[MessageExt, None, None]:
+    def _hand_out_held(self, h: HeldBatch) -> Generator[MessageExt, None, None]:
         """Yields a held batch one message at a time; leaving the loop gives the rest back."""
         try:
             while h.next < len(h.batch) and not h.returned:
@@ -583,7 +629,7 @@ class PullConsumer:
         finally:
             self._return(h)
 
-    def _settle(self, h: _Handout) -> bool:
+    def _settle(self, h: HeldBatch) -> bool:
         """Hands a held batch out whole (an awaited poll's result reached its caller); False if
         it was given back meanwhile (the positions were rewound: a later poll fetches it)."""
         with self._lock:
@@ -593,7 +639,7 @@ class PullConsumer:
             self._return(h)
             return True
 
-    def _return(self, h: _Handout) -> None:
+    def _return(self, h: HeldBatch) -> None:
         """Gives back the unyielded rest of ``h`` once: the positions move back to it."""
         with self._lock:
             if h.returned:
@@ -840,6 +886,39 @@ class PullConsumer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._queues)} queues"
         return f"<mqlite.PullConsumer group={self._group!r} client_id={self._client_id!r} {state}>"
+
+
+class Handouts:
+    """How a caller that receives a PullConsumer's batches on another thread (the asyncio
+    consumer) hands them out: a polled batch counts as handed out only once its receiver has it.
+
+    Until then commits stop at its first message, and ``close()``, ``poll()``, ``seek()`` or a
+    revocation gives it back (the positions move back to it), after which it is not handed out.
+    """
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        self._consumer = consumer
+
+    def poll(self, timeout: float | None, max_messages: int | None) -> HeldBatch:
+        """``PullConsumer.poll``, its batch held (any batch held before is given back)."""
+        c = self._consumer
+        return c._hold(c.poll(timeout, max_messages))
+
+    def settle(self, held: HeldBatch) -> bool:
+        """The receiver has the whole batch; False if it was given back meanwhile (a later poll
+        fetches it again)."""
+        return self._consumer._settle(held)
+
+    def give_back(self, held: HeldBatch) -> None:
+        """Nobody will receive the rest of the batch: the positions move back to it."""
+        self._consumer._return(held)
+
+    def one_by_one(self, held: HeldBatch) -> Generator[MessageExt, None, None]:
+        """Hands the batch out a message at a time; closing the generator early gives the rest
+        back."""
+        return self._consumer._hand_out_held(held)
 
 
 def _weak_write(consumer: PullConsumer) -> Callable[[dict[MessageQueue, int]], None]:

@@ -35,12 +35,13 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 from mqlite import _core
+from mqlite._context import HasClientContext, context_of
 from mqlite.allocate import AllocateMessageQueueStrategy
 from mqlite.errors import (
     ClientClosedError,
@@ -51,12 +52,9 @@ from mqlite.errors import (
     StoreClosedError,
 )
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.pull import PullConsumer, _positive
+from mqlite.pull import check_positive, drive
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
-
-if TYPE_CHECKING:
-    from mqlite.store import Store
 
 __all__ = ["MessageListener", "PushConsumer"]
 
@@ -127,7 +125,7 @@ class PushConsumer:
 
     def __init__(
         self,
-        store: Store,
+        store: HasClientContext,
         group: str,
         *,
         orderly: bool = False,
@@ -152,19 +150,20 @@ class PushConsumer:
         for name, value in (("threads", threads), ("batch_size", batch_size),
                             ("pull_batch_size", pull_batch_size),
                             ("max_buffered_per_queue", max_buffered_per_queue)):
-            _positive(name, value, integer=True)
+            check_positive(name, value, integer=True)
         for name, fvalue in (("suspend_time", suspend_time), ("retry_delay", retry_delay),
                              ("max_retry_delay", max_retry_delay), ("commit_interval", commit_interval),
                              ("revoke_timeout", revoke_timeout)):
-            _positive(name, fvalue)
-        self._consumer = PullConsumer(
-            store, group, message_model=message_model, auto_commit=False,
+            check_positive(name, fvalue)
+        self._ctx = context_of(store)
+        # The pull consumer this drives: it calls queues_assigned/queues_revoked (lock held).
+        self._member = drive(
+            store, group, _Owner(self), message_model=message_model, auto_commit=False,
             consume_from=consume_from, consume_timestamp=consume_timestamp,
             max_poll_messages=pull_batch_size, client_id=client_id,
             allocate_strategy=allocate_strategy, rebalance_interval=rebalance_interval,
         )
-        self._consumer._internal_assign.append(self._on_assign)
-        self._consumer._internal_revoke.append(self._on_revoke)
+        self._consumer = self._member.consumer
         self._orderly = orderly
         self._threads_n = threads
         self._batch = batch_size
@@ -288,7 +287,7 @@ class PushConsumer:
             return
         if os.getpid() != self._pid:
             self._state = "stopped"
-            raise self._consumer._store._dead()
+            raise self._ctx.dead()
         with self._cond:
             self._state = "stopping"
             self._cond.notify_all()
@@ -326,14 +325,17 @@ class PushConsumer:
         mode = "orderly" if self._orderly else "concurrent"
         return f"<mqlite.PushConsumer group={self.group!r} {mode} {self._state}>"
 
-    # -- rebalance callbacks (called by the polling thread inside PullConsumer.poll) ------------
+    # -- assignment changes (_Owner: called by the polling thread inside PullConsumer.poll) ------
 
-    def _on_assign(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
+    def _queues_assigned(self, cursors: Mapping[MessageQueue, _core.QueueCursor]) -> None:
+        """A process queue per gained queue."""
         with self._lock:
-            for mq in mqs:
-                self._pqs[mq] = _ProcessQueue(mq, consumer._queues[mq])
+            for mq, cursor in cursors.items():
+                self._pqs[mq] = _ProcessQueue(mq, cursor)
 
-    def _on_revoke(self, consumer: PullConsumer, mqs: list[MessageQueue]) -> None:
+    def _queues_revoked(self, mqs: list[MessageQueue]) -> Mapping[MessageQueue, int]:
+        """Drops the queues' process queues once no listener runs on them (up to
+        ``revoke_timeout``); returns their oldest unacknowledged offsets."""
         with self._cond:
             pqs = [pq for mq in mqs if (pq := self._pqs.get(mq)) is not None]
             for pq in pqs:
@@ -343,8 +345,7 @@ class PushConsumer:
             offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.cursor.committed}
             for pq in pqs:
                 del self._pqs[pq.mq]
-        if offsets:
-            consumer._write(offsets)  # offsets come from reads: never ahead of the data
+        return offsets
 
     def _wait_idle(self, pqs: list[_ProcessQueue]) -> bool:
         """Waits (``_cond`` held) until no listener runs on ``pqs``: at most ``revoke_timeout``,
@@ -632,14 +633,15 @@ class PushConsumer:
                        if pq.commit_offset() != pq.cursor.committed}
         # Written on the offset writer's thread: the poller goes straight back to polling rather
         # than wait for the offset file's fsyncs. A revoke writes what is still pending first.
-        self._consumer._submit(offsets)
+        self._member.submit(offsets)
 
     def _call(self, msgs: list[MessageExt], started: float | None = None) -> bool:
         """Runs the listener on ``msgs`` (``started``: a ``time.perf_counter()`` reading the
         caller took just before, saving one). True when it reported success. Never raises:
         whatever the listener raises or returns other than a status is a failure, logged."""
         listener = self._listener
-        assert listener is not None
+        if listener is None:  # start() refuses to run without one
+            raise IllegalStateError("no message listener registered")
         if started is None:
             started = time.perf_counter()
         try:
@@ -715,6 +717,21 @@ class PushConsumer:
                     break
                 batch = list(itertools.islice(pq.backlog, self._batch))
         self._resume(resume)
+
+
+class _Owner:
+    """The push consumer as the ``pull.QueueOwner`` of the pull consumer it drives."""
+
+    __slots__ = ("_push",)
+
+    def __init__(self, push: PushConsumer) -> None:
+        self._push = push
+
+    def queues_assigned(self, cursors: Mapping[MessageQueue, _core.QueueCursor]) -> None:
+        self._push._queues_assigned(cursors)
+
+    def queues_revoked(self, mqs: list[MessageQueue]) -> Mapping[MessageQueue, int]:
+        return self._push._queues_revoked(mqs)
 
 
 def _describe(obj: object) -> str:

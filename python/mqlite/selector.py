@@ -106,7 +106,8 @@ def _compare(op: str, a: Value, b: Value) -> bool | None:
         if nx is None or ny is None or isinstance(x, bool):
             return None
         x, y = nx, ny
-    assert not isinstance(x, str) and not isinstance(y, str) and x is not None and y is not None
+    if isinstance(x, str) or isinstance(y, str) or x is None or y is None:
+        return None  # a string never orders against a number: UNKNOWN
     if op == "<":
         return x < y
     if op == "<=":
@@ -230,7 +231,8 @@ class _Parser:
                 num = _number(value)
             except ValueError as exc:  # CPython's limit on the digits int() converts
                 raise FilterExpressionError(f"numeric literal at {at} has too many digits: {exc}") from exc
-            assert num is not None
+            if num is None:  # the tokenizer only lets numbers through as "num"
+                raise FilterExpressionError(f"invalid numeric literal {value!r} at {at}")
             return num
         if kind == "str":
             self.i += 1

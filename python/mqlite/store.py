@@ -5,60 +5,35 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
-import tempfile
-import threading
-import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from mqlite import _core
 from mqlite._args import deprecated, int_arg
+from mqlite._context import ClientContext
 from mqlite.config import store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     ConsumerGroupNotFoundError,
     IllegalArgumentError,
-    MQError,
-    StoreClosedError,
     StoreNotADirectoryError,
-    StoreUsedAfterForkError,
 )
 from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.producer import Compression, Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
+from mqlite.producer import Compression, Producer
+from mqlite.pull import PullConsumer
+from mqlite.push import PushConsumer
 from mqlite.topic import TopicConfig, parse_tags
 
 _MAX_OFFSET = (1 << 63) - 1  # queue offsets are Java longs
 
-if TYPE_CHECKING:
-    from mqlite.pull import PullConsumer
-    from mqlite.push import PushConsumer
-
 __all__ = ["Store", "open"]
 
 log = logging.getLogger("mqlite.store")
-
-_OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
-# Rust handles inherited by a forked child: kept alive so their destructors never run there.
-_INHERITED: list[_core.Store] = []
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_OPEN):
-        store._mark_forked()
-        if store._sender is not None:
-            store._sender.after_fork(str(store._dead()))
-    _OPEN.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 def _queue(mq: object) -> MessageQueue:
     if not isinstance(mq, MessageQueue):
@@ -120,47 +95,18 @@ class Store:
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
-        self._pid = os.getpid()
-        self._ok = True
-        self._forked = False
-        # Async sends of a sync-flush store wait for the disk on the completion thread.
-        self._sync = self._core.flush_mode == "sync"
-        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()
-        self._sender: _Completer | None = None
-        self._sender_lock = threading.Lock()
-        self._scratch: Path | None = None
-        # What sends with a sharding key or selector need to auto-create a topic as the core does.
-        self._auto_create = self._core.auto_create_topics
-        self._default_queues = self._core.default_queues
-        _OPEN.add(self)
+        # Everything the store's clients use of it (they see nothing else).
+        self._client_context = ClientContext(
+            self._core,
+            sync=self._core.flush_mode == "sync",
+            auto_create=self._core.auto_create_topics,
+            default_queues=self._core.default_queues,
+        )
+        # The native store, or the error saying why it may not be used (closed, forked): bound
+        # once, as every call goes through it.
+        self._live: Callable[[], _core.Store] = self._client_context.live
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    def _mark_forked(self) -> None:
-        _INHERITED.append(self._core)
-        self._forked = True
-        self._set_dead()
-
-    def _set_dead(self) -> None:
-        self._ok = False
-        for producer in list(self._producers):
-            producer._mark_closed()
-
-    def _dead(self) -> MQError:
-        if self._pid != os.getpid() and not self._forked:
-            self._mark_forked()
-        if self._forked:
-            return StoreUsedAfterForkError(
-                f"store {self._path!r} was opened in process {self._pid}; "
-                "open it again in the child (use the 'spawn' start method)"
-            )
-        return StoreClosedError(f"store {self._path!r} is closed")
-
-    def _live(self) -> _core.Store:
-        # A fork marks every open store dead in the child (register_at_fork), so no getpid().
-        if self._ok:
-            return self._core
-        raise self._dead()
 
     def close(self) -> None:
         """Flush and close; idempotent. In a forked child this only forgets the handle.
@@ -169,33 +115,13 @@ class Store:
         sends accepted before complete (in a ``flush="sync"`` store, once the disk holds them)
         and their callbacks run; then the store closes. A steady stream of sends from other
         threads therefore cannot hold close() up."""
-        if not self._ok:
-            return
-        self._set_dead()
-        _OPEN.discard(self)
-        if self._pid != os.getpid():
-            self._mark_forked()
-            return
-        if self._sender is not None:
-            self._sender.stop()  # completes every send queued before it, then ends the thread
-        self._core.close()
-
-    def _completer(self) -> _Completer:
-        """The thread completing this store's async sends (started by the first one)."""
-        sender = self._sender
-        if sender is None:
-            with self._sender_lock:
-                if self._sender is None:
-                    self._sender = _Completer(self, self._sync)
-                    # A store dropped without close() still ends the thread.
-                    weakref.finalize(self, self._sender.stop, False)
-                sender = self._sender
-        return sender
+        self._client_context.close()
 
     @property
     def closed(self) -> bool:
         """True after ``close()``, or in a child process that inherited the handle."""
-        return not self._ok or self._pid != os.getpid()
+        ctx = self._client_context
+        return not ctx.ok or ctx.pid != os.getpid()
 
     @property
     def path(self) -> str:
@@ -234,15 +160,13 @@ class Store:
 
         ``compress_over=N`` compresses single sends of ``N`` body bytes or more (see
         ``Producer``)."""
-        producer = Producer(
+        return Producer(
             self,
             group,
             compress_over=compress_over,
             compression=compression,
             compression_level=compression_level,
         )
-        self._producers.add(producer)
-        return producer
 
     # -- admin ----------------------------------------------------------------------------------
 
@@ -386,26 +310,12 @@ class Store:
 
     # -- consumers ------------------------------------------------------------------------------
 
-    def _client_root(self) -> Path:
-        """Where consumer offsets and group locks live: the store directory, or for
-        ``":memory:"`` a private temporary directory removed with the handle."""
-        if self._path != ":memory:":
-            return Path(self._path)
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
-            weakref.finalize(self, shutil.rmtree, self._scratch, True)
-        return self._scratch
-
     def pull_consumer(self, group: str, **options: Any) -> PullConsumer:
         """A ``PullConsumer`` in ``group``; see ``PullConsumer`` for the options."""
-        from mqlite.pull import PullConsumer
-
         return PullConsumer(self, group, **options)
 
     def push_consumer(self, group: str, **options: Any) -> PushConsumer:
         """A ``PushConsumer`` in ``group``; see ``PushConsumer`` for the options."""
-        from mqlite.push import PushConsumer
-
         return PushConsumer(self, group, **options)
 
     def consumer_groups(self) -> list[str]:
@@ -413,7 +323,7 @@ class Store:
         ``consumerOffset.json`` keys are ``topic@group``; a broadcasting consumer keeps its
         offsets to itself and is not listed)."""
         self._live()
-        table = group_offsets(self._client_root()).load()
+        table = group_offsets(self._client_context.client_root()).load()
         return sorted({key.rpartition("@")[2] for key in table if "@" in key})
 
     def consumer_progress(self, group: str) -> list[QueueProgress]:
@@ -422,7 +332,7 @@ class Store:
         core = self._live()
         suffix = "@" + group
         out: list[QueueProgress] = []
-        for key, queues in group_offsets(self._client_root()).load().items():
+        for key, queues in group_offsets(self._client_context.client_root()).load().items():
             if not key.endswith(suffix):
                 continue
             topic = key[: -len(suffix)]
@@ -467,8 +377,8 @@ class Store:
             raise IllegalArgumentError(
                 f"to must be 'earliest', 'latest' or a datetime (offset= takes an int), got {to!r}"
             )
-        root = self._client_root()
-        offsets = group_offsets(root, durable=self._path != ":memory:")
+        root = self._client_context.client_root()
+        offsets = group_offsets(root, durable=self._client_context.durable)
         if not create and not _group_known(root, group, offsets.load()):
             raise ConsumerGroupNotFoundError(
                 f"consumer group {group!r} has no committed offsets and no consumer ever "

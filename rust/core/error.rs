@@ -1,12 +1,16 @@
 //! Typed errors for every store operation.
 //!
 //! One `Error` enum with `#[non_exhaustive]` variants that carry what a caller needs to act on them
-//! (path, offset, limit, actual value) and keep the underlying `io::Error` as `source()`. The Python
-//! binding maps each variant to one exception class; `Error::kind` gives that mapping a stable name.
+//! (path, offset, limit, actual value) and keep their cause typed, as `source()`: the `io::Error`
+//! of `Io`/`StoreFull`, the `DecodeError` of `Corrupted`, the failure behind `Poisoned`. The
+//! Python binding maps each variant to one exception class; `Error::kind` gives that mapping a
+//! stable name. `DecodeError` lives here, not in the codec, so that this module depends on nothing
+//! else in the crate.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -34,7 +38,8 @@ pub enum Error {
     /// The store is open read-only and the call would write.
     ReadOnly,
     /// A flush (fsync/msync) failed earlier; the writer refuses every write until reopened.
-    Poisoned { reason: String },
+    /// `cause` is the failure that poisoned the store, shared by every error reporting it.
+    Poisoned { cause: Arc<Error> },
     /// A configuration value is out of range.
     InvalidConfig { field: &'static str, reason: String },
     /// An option given explicitly differs from the value the store records (its `meta` file, or
@@ -76,17 +81,17 @@ pub enum Error {
     InvalidBatch { reason: String },
     /// A read argument is out of range (max messages, offset).
     InvalidArgument { field: &'static str, reason: String },
-    /// A message id is malformed or points at no record.
-    MessageNotFound { msg_id: String },
-    /// Bytes on disk below the durable watermark do not decode.
+    /// A message id is malformed, or no record starts at the offset looked up.
+    MessageNotFound { key: MessageKey },
+    /// Bytes on disk below the durable watermark do not decode. `cause` is the record
+    /// decoder's verdict when a record failed to decode (then `reason` gives its context, and
+    /// may be empty); `reason` alone describes any other inconsistency.
     Corrupted {
         path: PathBuf,
         offset: u64,
         reason: String,
+        cause: Option<DecodeError>,
     },
-    /// The disk did not confirm a sync flush within the timeout. The message is written and
-    /// will survive a process crash, but was not confirmed durable (RocketMQ FLUSH_DISK_TIMEOUT).
-    FlushTimeout { offset: u64, timeout_ms: u64 },
     /// The store was used in a process forked from the one that opened it.
     UsedAfterFork,
     /// A body flagged compressed does not decompress (damaged, an unknown codec, or larger
@@ -121,7 +126,6 @@ impl Error {
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
             Error::Corrupted { .. } => "CORRUPTED",
-            Error::FlushTimeout { .. } => "FLUSH_DISK_TIMEOUT",
             Error::UsedAfterFork => "USED_AFTER_FORK",
             Error::Compression { .. } => "COMPRESSION",
             Error::Interrupted => "INTERRUPTED",
@@ -137,6 +141,82 @@ impl Error {
             }
             _ => Error::Io { op, path, source },
         }
+    }
+
+    /// `Corrupted` for a record that failed to decode at `offset` of `path`; `context` (may be
+    /// empty) says where it was found.
+    pub fn undecodable(
+        path: impl Into<PathBuf>,
+        offset: u64,
+        cause: DecodeError,
+        context: impl Into<String>,
+    ) -> Error {
+        Error::Corrupted {
+            path: path.into(),
+            offset,
+            reason: context.into(),
+            cause: Some(cause),
+        }
+    }
+
+    /// `Poisoned` by `cause`, keeping a copy of it so that the failing call can still return
+    /// `cause` itself (see [`Error::copy`]).
+    pub fn poisoned_by(cause: &Error) -> Arc<Error> {
+        Arc::new(cause.copy())
+    }
+
+    /// A copy of this error for a second reporter: I/O errors keep their operation, path and
+    /// OS error code (or kind and message), `Poisoned` shares its cause, `Corrupted` and
+    /// `ConfigFile` are copied whole; anything else (not a failure a flush reports) becomes an
+    /// I/O error carrying its message.
+    fn copy(&self) -> Error {
+        match self {
+            Error::Io { op, path, source } => Error::Io {
+                op,
+                path: path.clone(),
+                source: copy_io(source),
+            },
+            Error::StoreFull { path, source } => Error::StoreFull {
+                path: path.clone(),
+                source: copy_io(source),
+            },
+            Error::Poisoned { cause } => Error::Poisoned {
+                cause: Arc::clone(cause),
+            },
+            Error::Corrupted {
+                path,
+                offset,
+                reason,
+                cause,
+            } => Error::Corrupted {
+                path: path.clone(),
+                offset: *offset,
+                reason: reason.clone(),
+                cause: cause.clone(),
+            },
+            Error::ConfigFile {
+                path,
+                field,
+                reason,
+            } => Error::ConfigFile {
+                path: path.clone(),
+                field: field.clone(),
+                reason: reason.clone(),
+            },
+            other => Error::Io {
+                op: "flush",
+                path: PathBuf::new(),
+                source: io::Error::other(other.to_string()),
+            },
+        }
+    }
+}
+
+/// The same OS error (errno) when there is one, else the same kind and message.
+fn copy_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
 }
 
@@ -159,10 +239,10 @@ impl fmt::Display for Error {
             },
             Error::Closed => write!(f, "the store is closed"),
             Error::ReadOnly => write!(f, "the store is open read-only"),
-            Error::Poisoned { reason } => {
+            Error::Poisoned { cause } => {
                 write!(
                     f,
-                    "the store refuses writes after a failed flush ({reason}); reopen it"
+                    "the store refuses writes after a failed flush ({cause}); reopen it"
                 )
             }
             Error::InvalidConfig { field, reason } => write!(f, "invalid config {field}: {reason}"),
@@ -217,22 +297,29 @@ impl fmt::Display for Error {
             }
             Error::InvalidBatch { reason } => write!(f, "invalid batch: {reason}"),
             Error::InvalidArgument { field, reason } => write!(f, "invalid {field}: {reason}"),
-            Error::MessageNotFound { msg_id } => write!(f, "no message with id {msg_id}"),
+            Error::MessageNotFound {
+                key: MessageKey::Id(id),
+            } => write!(f, "no message with id {id}"),
+            Error::MessageNotFound {
+                key: MessageKey::Offset(offset),
+            } => write!(f, "no message at commit-log offset {offset}"),
             Error::Corrupted {
                 path,
                 offset,
                 reason,
+                cause,
             } => {
                 write!(
                     f,
-                    "corrupted data in {} at offset {offset}: {reason}",
+                    "corrupted data in {} at offset {offset}: ",
                     path.display()
-                )
+                )?;
+                match cause {
+                    Some(c) if reason.is_empty() => write!(f, "{c}"),
+                    Some(c) => write!(f, "{c}: {reason}"),
+                    None => write!(f, "{reason}"),
+                }
             }
-            Error::FlushTimeout { offset, timeout_ms } => write!(
-                f,
-                "disk did not confirm the flush of offset {offset} within {timeout_ms} ms"
-            ),
             Error::UsedAfterFork => {
                 write!(
                     f,
@@ -251,7 +338,110 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io { source, .. } | Error::StoreFull { source, .. } => Some(source),
+            Error::Poisoned { cause } => Some(cause.as_ref()),
+            Error::Corrupted { cause: Some(c), .. } => Some(c),
             _ => None,
         }
+    }
+}
+
+/// How a message was looked up, in [`Error::MessageNotFound`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageKey {
+    /// By offset message id (as given).
+    Id(String),
+    /// By commit-log offset.
+    Offset(u64),
+}
+
+/// Why bytes are not a valid record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the header or the declared size.
+    Truncated,
+    /// Unknown magic code.
+    BadMagic(u32),
+    /// Declared total size disagrees with the field lengths.
+    BadLength,
+    /// Stored body CRC differs from the computed one.
+    #[allow(missing_docs)]
+    CrcMismatch { stored: u32, computed: u32 },
+    /// The whole-record CRC property differs from the CRC of the bytes it covers.
+    #[allow(missing_docs)]
+    RecordCrcMismatch { stored: u32, computed: u32 },
+    /// The topic is not UTF-8.
+    BadTopic,
+    /// The topic is not the one the reader was led to (by a consume-queue unit).
+    OtherTopic,
+    /// A record without the whole-record CRC property whose topic or properties hold a zero
+    /// byte: a torn write.
+    TornFields,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "record truncated"),
+            DecodeError::BadMagic(m) => write!(f, "bad magic code {m:#010x}"),
+            DecodeError::BadLength => write!(f, "record length disagrees with its fields"),
+            DecodeError::CrcMismatch { stored, computed } => {
+                write!(
+                    f,
+                    "body CRC mismatch (stored {stored:#x}, computed {computed:#x})"
+                )
+            }
+            DecodeError::RecordCrcMismatch { stored, computed } => {
+                write!(
+                    f,
+                    "whole-record CRC mismatch (stored {stored:#x}, computed {computed:#x})"
+                )
+            }
+            DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
+            DecodeError::OtherTopic => write!(f, "topic differs from the one expected"),
+            DecodeError::TornFields => write!(
+                f,
+                "topic or properties torn (zero bytes, and no record CRC to check them)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn corrupted_keeps_the_decode_error_as_its_source() {
+        let e = Error::undecodable(
+            "log",
+            7,
+            DecodeError::BadLength,
+            "below the durable offset 9",
+        );
+        let source = e.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        assert_eq!(source, Some(&DecodeError::BadLength));
+        assert_eq!(
+            e.to_string(),
+            "corrupted data in log at offset 7: record length disagrees with its fields: \
+             below the durable offset 9"
+        );
+    }
+
+    #[test]
+    fn poisoned_keeps_the_io_error_of_the_failed_flush() {
+        let failed = Error::io("msync", "log", io::Error::from_raw_os_error(libc::EIO));
+        let e = Error::Poisoned {
+            cause: Error::poisoned_by(&failed),
+        };
+        let cause = e.source().and_then(|s| s.downcast_ref::<Error>());
+        assert!(
+            matches!(cause, Some(Error::Io { op: "msync", source, .. })
+                if source.raw_os_error() == Some(libc::EIO)),
+            "{cause:?}"
+        );
+        assert!(e.to_string().contains(&failed.to_string()), "{e}");
     }
 }

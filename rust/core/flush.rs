@@ -51,7 +51,8 @@ pub struct Deleted {
 struct State {
     requested: u64,
     flushed: u64,
-    poisoned: Option<String>,
+    /// The failure that poisoned the store (see `Error::Poisoned`).
+    poisoned: Option<Arc<Error>>,
 }
 
 /// The flush service.
@@ -122,8 +123,10 @@ impl FlushService {
             self.requested.notify_one();
         }
         loop {
-            if let Some(r) = &s.poisoned {
-                return Err(Error::Poisoned { reason: r.clone() });
+            if let Some(cause) = &s.poisoned {
+                return Err(Error::Poisoned {
+                    cause: Arc::clone(cause),
+                });
             }
             if s.flushed >= offset {
                 return Ok(true);
@@ -164,10 +167,10 @@ impl FlushService {
                 Ok(flushed)
             }
             Err(e) => {
-                let reason = e.to_string();
-                self.commit_log.poison(reason.clone());
+                let cause = Error::poisoned_by(&e);
+                self.commit_log.poison(Arc::clone(&cause));
                 let mut s = self.lock();
-                s.poisoned.get_or_insert(reason);
+                s.poisoned.get_or_insert(cause);
                 self.poisoned_flag.store(true, Ordering::Release);
                 self.done.notify_all();
                 Err(e)
@@ -181,7 +184,7 @@ impl FlushService {
         let dispatched = self.reput.dispatched_offset();
         self.cqs
             .flush_all()
-            .inspect_err(|e| self.commit_log.poison(e.to_string()))?;
+            .inspect_err(|e| self.commit_log.poison(Error::poisoned_by(e)))?;
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
@@ -194,7 +197,7 @@ impl FlushService {
             confirm_phy_offset: confirm,
             logics_dispatched_offset: dispatched.min(confirm),
         })
-        .inspect_err(|e| self.commit_log.poison(e.to_string()))
+        .inspect_err(|e| self.commit_log.poison(Error::poisoned_by(e)))
     }
 
     /// Body of the flush thread.
@@ -300,7 +303,7 @@ impl FlushService {
     }
 
     /// Why the store is poisoned, if it is.
-    pub fn poisoned(&self) -> Option<String> {
+    pub fn poisoned(&self) -> Option<Arc<Error>> {
         if !self.poisoned_flag.load(Ordering::Acquire) {
             return None;
         }

@@ -51,7 +51,7 @@ pub mod wakeup;
 
 pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};
-pub use error::{Error, Result};
+pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
 pub use store_meta::Geometry;

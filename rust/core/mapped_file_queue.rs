@@ -108,6 +108,7 @@ impl MappedFileQueue {
                     path,
                     offset: start,
                     reason: "store file is a symlink".into(),
+                    cause: None,
                 });
             }
             let is_last = i + 1 == n;
@@ -121,6 +122,7 @@ impl MappedFileQueue {
                         path,
                         offset: start,
                         reason: format!("file is {} bytes, expected {}", len.len(), self.file_size),
+                        cause: None,
                     });
                 }
                 if !self.writable {
@@ -136,6 +138,7 @@ impl MappedFileQueue {
                         "start offset is not a multiple of the file size {}",
                         self.file_size
                     ),
+                    cause: None,
                 });
             }
             if let Some(prev) = loaded.last().map(|f: &Arc<MappedFile>| f.from_offset()) {
@@ -144,6 +147,7 @@ impl MappedFileQueue {
                         path,
                         offset: start,
                         reason: format!("gap after the file starting at {prev}"),
+                        cause: None,
                     });
                 }
             }
@@ -205,6 +209,7 @@ impl MappedFileQueue {
                 path: path.clone(),
                 offset,
                 reason: "store file is a symlink".into(),
+                cause: None,
             });
         }
         for path in &paths {

@@ -81,6 +81,7 @@ pub fn recover(
                 path: "commitlog".into(),
                 offset: 0,
                 reason: format!("no commit-log file, but {durable} bytes were confirmed durable"),
+                cause: None,
             });
         }
         cqs.load_all(abnormal)?;
@@ -128,6 +129,7 @@ pub fn recover(
                 "commit log ends at {} but {durable} bytes were confirmed durable",
                 scan.end
             ),
+            cause: None,
         });
     }
     // Nothing was changed above this line.

@@ -248,11 +248,11 @@ def test_closed_producer_leaves_store_usable(store: mqlite.Store) -> None:
 
 
 FORK_PROBE = """
-import json, sys, mqlite, mqlite.store
+import json, sys, mqlite, mqlite._context
 store = mqlite.open(sys.argv[1])
 producer = store.producer()
 r = producer.send(mqlite.Message("t", b"x"))
-mqlite.store._after_fork_in_child()  # what os.register_at_fork runs in a child
+mqlite._context._after_fork_in_child()  # what os.register_at_fork runs in a child
 out = []
 for call in (lambda: producer.send(mqlite.Message("t", b"y")), store.topics, store.producer,
              lambda: store.read(r.message_queue, 0), store.flush):

@@ -50,9 +50,6 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.StoreNotFoundError, (E.StoreIOError, FileNotFoundError)),
     (E.StoreNotADirectoryError, (E.StoreIOError, NotADirectoryError)),
     (E.OffsetOutOfRangeError, (E.MQError, LookupError)),
-    (E.MQTimeoutError, (E.MQError, TimeoutError)),
-    (E.FlushDiskTimeoutError, (E.MQTimeoutError,)),
-    (E.TransactionError, (E.MQError,)),
 ]
 
 
@@ -112,8 +109,6 @@ def test_builtin_catch_sites_work() -> None:
         raise E.MessageTooLargeError("too big")
     with pytest.raises(LookupError):
         raise E.TopicNotFoundError("nope")
-    with pytest.raises(TimeoutError):
-        raise E.FlushDiskTimeoutError("slow disk")
     with pytest.raises(OSError):
         raise E.StoreFullError("ENOSPC")
     with pytest.raises(RuntimeError):
@@ -127,4 +122,4 @@ def test_errors_module_imports_nothing_from_the_extension() -> None:
         for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     ]
-    assert set(imported) <= {"__future__"}
+    assert set(imported) <= {"__future__", "warnings"}

@@ -74,7 +74,7 @@ def test_thread_members_share_and_rebalance(store: mqlite.Store) -> None:
         m.subscribe("t")
     settle([a, b, c], 6)
     assert [len(m.assignment()) for m in (a, b, c)] == [2, 2, 2]
-    assert live_members(store._client_root(), "g", "t") == ["m0", "m1", "m2"]
+    assert live_members(store._client_context.client_root(), "g", "t") == ["m0", "m1", "m2"]
     fill(store, 60)
     seen: list[mqlite.MessageExt] = []
     for m in (a, b, c):
@@ -91,7 +91,7 @@ def test_thread_members_share_and_rebalance(store: mqlite.Store) -> None:
     assert len(keys) == len(set(keys)) == 120  # no loss, no duplicate without a crash
     a.close()
     c.close()
-    assert live_members(store._client_root(), "g", "t") == []
+    assert live_members(store._client_context.client_root(), "g", "t") == []
 
 
 def test_rebalance_under_concurrent_polling_threads(store: mqlite.Store) -> None:

@@ -200,9 +200,9 @@ def test_send_future_waits_for_its_own_completion_only() -> None:
     timeout raises concurrent.futures.TimeoutError."""
     import concurrent.futures as cf
 
-    from mqlite.producer import SendFuture, _CompletionCondition
+    from mqlite._completion import CompletionCondition, SendFuture
 
-    cond = _CompletionCondition(threading.RLock())
+    cond = CompletionCondition(threading.RLock())
     mine, other = SendFuture(cond), SendFuture(cond)
     assert mine.running() and not mine.done()
     with pytest.raises(cf.TimeoutError):
@@ -225,6 +225,35 @@ def test_send_future_waits_for_its_own_completion_only() -> None:
         other.result(0)
 
 
+def test_send_future_keeps_the_base_class_contract() -> None:
+    """SendFuture skips Future.__init__ (see its docstring): it must set exactly the attributes
+    the running Python's Future.__init__ sets, and its completion must leave the same state as
+    set_result/set_exception, so wait(), as_completed() and add_done_callback keep working."""
+    import concurrent.futures as cf
+
+    from mqlite._completion import CompletionCondition, SendFuture
+
+    cond = CompletionCondition(threading.RLock())
+    plain, mine = cf.Future(), SendFuture(cond)  # type: ignore[var-annotated]
+    assert set(vars(mine)) == set(vars(plain))
+    plain.set_running_or_notify_cancel()
+    assert mine._state == plain._state and not mine.cancel()
+    seen: list[Any] = []
+    mine.add_done_callback(seen.append)
+    sentinel: Any = object()
+    waiter = threading.Thread(target=lambda: seen.append(cf.wait([mine], timeout=5)))
+    waiter.start()
+    with cond:
+        mine._finish(sentinel, None)
+        cond.notify_all()
+    mine._run_done_callbacks()
+    waiter.join(5)
+    plain.set_result(sentinel)
+    assert mine._state == plain._state and mine.done() and mine.result() is sentinel
+    assert seen[0] is mine and seen[1].done == {mine}
+    assert list(cf.as_completed([mine], timeout=5)) == [mine]
+
+
 def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
     """A send appended just before the store's completion thread stopped (a close racing it)
     gets a StoreClosedError at once; nothing waits for a thread that is gone."""
@@ -232,9 +261,9 @@ def test_send_async_racing_a_close_fails_instead_of_hanging(tmp_path) -> None:
     store.create_topic("t", 1)
     producer = store.producer()
     assert producer.send_async(Message("t", b"a")).result(5).send_status is mqlite.SendStatus.SEND_OK
-    completer = store._completer()
+    completer = store._client_context.completer()
     completer.stop()  # what close() does after flushing the producers
-    from mqlite.producer import SendFuture
+    from mqlite._completion import SendFuture
 
     late = SendFuture(completer.cond)
     called: list[Any] = []

@@ -5,6 +5,7 @@
 //! the wall clock steps back).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::fence::FillFence;
 use crate::error::{Error, Result};
@@ -34,7 +35,8 @@ pub struct Appender {
     pub(crate) writer: Option<FileWriter>,
     /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
     pub(crate) queue_offsets: QueueTable,
-    pub(crate) poisoned: Option<String>,
+    /// Set after a failed flush: every later append fails with `Poisoned` and this cause.
+    pub(crate) poisoned: Option<Arc<Error>>,
     // Reused encoding buffer of batch appends.
     scratch: Vec<u8>,
     // The latest store timestamp written: store timestamps never decrease along the log, even
@@ -189,9 +191,9 @@ impl Appender {
         p: &Prepared<'_>,
         now: Option<i64>,
     ) -> Result<Appended> {
-        if let Some(reason) = &self.poisoned {
+        if let Some(cause) = &self.poisoned {
             return Err(Error::Poisoned {
-                reason: reason.clone(),
+                cause: Arc::clone(cause),
             });
         }
         let m = &p.msg;
@@ -258,9 +260,9 @@ impl Appender {
         warm: impl Fn(u64, u64) -> bool,
         out: &mut Vec<Appended>,
     ) -> Result<u64> {
-        if let Some(reason) = &self.poisoned {
+        if let Some(cause) = &self.poisoned {
             return Err(Error::Poisoned {
-                reason: reason.clone(),
+                cause: Arc::clone(cause),
             });
         }
         let Some(first) = batch.first() else {

@@ -368,12 +368,12 @@ impl CommitLog {
     }
 
     /// Refuses every later append (after a failed flush).
-    pub fn poison(&self, reason: String) {
-        self.lock_appender().poisoned.get_or_insert(reason);
+    pub fn poison(&self, cause: Arc<Error>) {
+        self.lock_appender().poisoned.get_or_insert(cause);
     }
 
     /// Why appends are refused, if they are.
-    pub fn poisoned(&self) -> Option<String> {
+    pub fn poisoned(&self) -> Option<Arc<Error>> {
         self.lock_appender().poisoned.clone()
     }
 
@@ -410,7 +410,7 @@ impl CommitLog {
     /// `MessageNotFound` for the record at `offset`.
     pub(crate) fn not_found(&self, offset: u64) -> Error {
         Error::MessageNotFound {
-            msg_id: format!("commit-log offset {offset}"),
+            key: crate::error::MessageKey::Offset(offset),
         }
     }
 

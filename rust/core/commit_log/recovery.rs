@@ -73,21 +73,21 @@ impl CommitLog {
                 }
                 RecordCheck::Invalid(e) => {
                     if pos < durable {
-                        return Err(Error::Corrupted {
-                            path: file.path().to_path_buf(),
-                            offset: pos,
-                            reason: format!("{e} below the durable offset {durable}"),
-                        });
+                        return Err(Error::undecodable(
+                            file.path(),
+                            pos,
+                            e,
+                            format!("below the durable offset {durable}"),
+                        ));
                     }
                     if tail_only {
                         if let Some(next) = self.whole_record_after(pos, buf) {
-                            return Err(Error::Corrupted {
-                                path: file.path().to_path_buf(),
-                                offset: pos,
-                                reason: format!(
-                                    "{e}, and a whole record follows at {next}: not a torn tail"
-                                ),
-                            });
+                            return Err(Error::undecodable(
+                                file.path(),
+                                pos,
+                                e,
+                                format!("a whole record follows at {next}, so not a torn tail"),
+                            ));
                         }
                     }
                     return Ok(ScanEnd {

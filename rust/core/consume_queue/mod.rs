@@ -538,6 +538,7 @@ impl ConsumeQueue {
                     self.queue_id,
                     end / UNIT_SIZE
                 ),
+                cause: None,
             });
         }
         while end < expected_byte {

@@ -249,18 +249,14 @@ impl Reput {
             let Some(buf) = file.slice(local, (file.published() - local) as usize) else {
                 break;
             };
-            let corrupted = |reason: String| Error::Corrupted {
-                path: file.path().to_path_buf(),
-                offset: pos,
-                reason,
-            };
             match codec::peek(buf) {
                 Peek::End => break,
                 Peek::Blank => *from = self.commit_log.roll_next_file(pos),
                 Peek::Record => {
                     // No CRC here (as in RocketMQ): the appender computed it, recovery and
                     // reads verify it.
-                    let v = RecordView::parse(buf, false).map_err(|e| corrupted(e.to_string()))?;
+                    let v = RecordView::parse(buf, false)
+                        .map_err(|e| Error::undecodable(file.path(), pos, e, ""))?;
                     let req = DispatchRequest::from_record(&v);
                     for d in &self.dispatchers {
                         d.dispatch(&req)?;

@@ -117,6 +117,7 @@ impl MappedFile {
                     path: path.to_path_buf(),
                     offset: actual,
                     reason: format!("file is {actual} bytes, expected {size}"),
+                    cause: None,
                 });
             }
             // A roll interrupted by a crash leaves a short file: finish its preallocation.

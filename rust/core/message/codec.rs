@@ -4,6 +4,7 @@
 //! 2-byte one and is used only for topics longer than 127 bytes. Hosts are IPv4 (8 bytes) unless
 //! the sysflag's IPv6 bits say 20. Decoding is total: any inconsistency is an error value.
 
+pub use crate::error::DecodeError;
 use crate::util::crc;
 
 /// v1 record magic.
@@ -376,58 +377,6 @@ impl Writer<'_> {
     #[inline]
     fn u32(&mut self, v: u32) {
         self.bytes(&v.to_be_bytes());
-    }
-}
-
-/// Why bytes are not a valid record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
-    /// Fewer bytes than the header or the declared size.
-    Truncated,
-    /// Unknown magic code.
-    BadMagic(u32),
-    /// Declared total size disagrees with the field lengths.
-    BadLength,
-    /// Stored body CRC differs from the computed one.
-    #[allow(missing_docs)]
-    CrcMismatch { stored: u32, computed: u32 },
-    /// The whole-record CRC property differs from the CRC of the bytes it covers.
-    #[allow(missing_docs)]
-    RecordCrcMismatch { stored: u32, computed: u32 },
-    /// The topic is not UTF-8.
-    BadTopic,
-    /// The topic is not the one the reader was led to (by a consume-queue unit).
-    OtherTopic,
-    /// A record without the whole-record CRC property whose topic or properties hold a zero
-    /// byte: a torn write.
-    TornFields,
-}
-
-impl std::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecodeError::Truncated => write!(f, "record truncated"),
-            DecodeError::BadMagic(m) => write!(f, "bad magic code {m:#010x}"),
-            DecodeError::BadLength => write!(f, "record length disagrees with its fields"),
-            DecodeError::CrcMismatch { stored, computed } => {
-                write!(
-                    f,
-                    "body CRC mismatch (stored {stored:#x}, computed {computed:#x})"
-                )
-            }
-            DecodeError::RecordCrcMismatch { stored, computed } => {
-                write!(
-                    f,
-                    "whole-record CRC mismatch (stored {stored:#x}, computed {computed:#x})"
-                )
-            }
-            DecodeError::BadTopic => write!(f, "topic is not UTF-8"),
-            DecodeError::OtherTopic => write!(f, "topic differs from the one expected"),
-            DecodeError::TornFields => write!(
-                f,
-                "topic or properties torn (zero bytes, and no record CRC to check them)"
-            ),
-        }
     }
 }
 

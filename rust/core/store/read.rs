@@ -394,12 +394,9 @@ impl Store {
                     "record header disagrees with its consume-queue unit {}:{}:{}",
                     expect.0, expect.1, expect.2
                 ),
+                cause: None,
             }),
-            Err(e) => Err(Error::Corrupted {
-                path: file.path().to_path_buf(),
-                offset,
-                reason: e.to_string(),
-            }),
+            Err(e) => Err(Error::undecodable(file.path(), offset, e, "")),
         }
     }
 
@@ -436,7 +433,7 @@ impl Store {
         match msg_id::decode_offset_msg_id(id) {
             Some((host, off)) if host == STORE_HOST => Ok(off),
             _ => Err(Error::MessageNotFound {
-                msg_id: id.to_owned(),
+                key: crate::error::MessageKey::Id(id.to_owned()),
             }),
         }
     }
@@ -522,5 +519,6 @@ fn damaged_unit(cq: &ConsumeQueue, k: u64, reason: &str) -> Error {
             .unwrap_or_default(),
         offset: file.map(|f| byte - f.from_offset()).unwrap_or(byte),
         reason: format!("{}:{} unit {k}: {reason}", cq.topic(), cq.queue_id()),
+        cause: None,
     }
 }

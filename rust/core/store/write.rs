@@ -350,8 +350,8 @@ impl Store {
         if self.inner.config.read_only {
             return Err(Error::ReadOnly);
         }
-        if let Some(reason) = self.inner.flush.as_ref().and_then(|f| f.poisoned()) {
-            return Err(Error::Poisoned { reason });
+        if let Some(cause) = self.inner.flush.as_ref().and_then(|f| f.poisoned()) {
+            return Err(Error::Poisoned { cause });
         }
         Ok(())
     }

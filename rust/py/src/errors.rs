@@ -30,7 +30,6 @@ pyo3::import_exception!(mqlite.errors, InvalidBatchError);
 pyo3::import_exception!(mqlite.errors, IllegalArgumentError);
 pyo3::import_exception!(mqlite.errors, MessageNotFoundError);
 pyo3::import_exception!(mqlite.errors, CorruptedLogError);
-pyo3::import_exception!(mqlite.errors, FlushDiskTimeoutError);
 pyo3::import_exception!(mqlite.errors, StoreUsedAfterForkError);
 pyo3::import_exception!(mqlite.errors, CompressionError);
 
@@ -50,7 +49,10 @@ impl From<PyMqError> for PyErr {
     }
 }
 
-/// The exception for a core error, with `.code` set to the variant's stable name.
+/// The exception for a core error, with `.code` set to the variant's stable name. Typed causes
+/// stay reachable: `StorePoisonedError.__cause__` is the exception of the failure that poisoned
+/// the store, and `CorruptedLogError` carries `path`, `offset` and `decode_error` (the record
+/// decoder's verdict, None when the damage is not a record that failed to decode).
 pub fn to_pyerr(e: &Error) -> PyErr {
     let msg = e.to_string();
     let err = match e {
@@ -82,7 +84,6 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::InvalidArgument { .. } => IllegalArgumentError::new_err(msg),
         Error::MessageNotFound { .. } => MessageNotFoundError::new_err(msg),
         Error::Corrupted { .. } => CorruptedLogError::new_err(msg),
-        Error::FlushTimeout { .. } => FlushDiskTimeoutError::new_err(msg),
         Error::UsedAfterFork => StoreUsedAfterForkError::new_err(msg),
         Error::Compression { .. } => CompressionError::new_err(msg),
         _ => MQError::new_err(msg),
@@ -116,6 +117,20 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         if let Error::ConfigFile { path, field, .. } = e {
             let _ = value.setattr("path", path.to_string_lossy().as_ref());
             let _ = value.setattr("field", field.as_str());
+        }
+        if let Error::Corrupted {
+            path,
+            offset,
+            cause,
+            ..
+        } = e
+        {
+            let _ = value.setattr("path", path.to_string_lossy().as_ref());
+            let _ = value.setattr("offset", *offset);
+            let _ = value.setattr("decode_error", cause.as_ref().map(|c| c.to_string()));
+        }
+        if let Error::Poisoned { cause } = e {
+            err.set_cause(py, Some(to_pyerr(cause)));
         }
     });
     err
