@@ -15,6 +15,7 @@ pyo3::import_exception!(mqlite.errors, StoreFullError);
 pyo3::import_exception!(mqlite.errors, StoreLockedError);
 pyo3::import_exception!(mqlite.errors, StoreClosedError);
 pyo3::import_exception!(mqlite.errors, StoreReadOnlyError);
+pyo3::import_exception!(mqlite.errors, IllegalStateError);
 pyo3::import_exception!(mqlite.errors, StorePoisonedError);
 pyo3::import_exception!(mqlite.errors, InvalidConfigError);
 pyo3::import_exception!(mqlite.errors, InvalidTopicError);

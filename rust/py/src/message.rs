@@ -53,7 +53,9 @@ impl<'py> Held<'py> {
 /// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` and
 /// appends the encoded properties (with the given UNIQ_KEY) to `props`. A `mqlite.Message`
 /// (exactly that class) is read field by field without attribute look-ups; anything else
-/// (a subclass, a duck-typed object) through its attributes.
+/// (a subclass, a duck-typed object) through its attributes. The fields are copied out of the
+/// message first: reading `keys` or `properties` may run Python code that reads or changes the
+/// message (see `PyMessage::fields`).
 pub fn read_message<'py>(
     msg: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
@@ -61,15 +63,15 @@ pub fn read_message<'py>(
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
-        let m = msg.cast::<PyMessage>()?.borrow();
-        let none = py.None();
+        let f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        let properties = f.properties.unwrap_or_else(|| py.None());
         return held_from(
-            m.topic.bind(py).clone(),
-            m.body.bind(py).clone(),
-            m.tags.bind(py),
-            m.keys.bind(py),
-            m.properties.as_ref().unwrap_or(&none).bind(py),
-            m.flag.bind(py),
+            f.topic.into_bound(py),
+            f.body.into_bound(py),
+            f.tags.bind(py),
+            f.keys.bind(py),
+            properties.bind(py),
+            f.flag.bind(py),
             props,
             uniq,
         );
