@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -455,9 +456,14 @@ class PullConsumer:
             n = max_messages
             if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _MAX_POLL:
                 raise IllegalArgumentError(f"max_messages must be an int in [1, {_MAX_POLL}], got {n!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
             raise IllegalArgumentError(f"timeout must be a number >= 0 or None, got {timeout!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        # An int beyond the float range waits as long as float("inf") does: without limit.
+        deadline = (
+            None if timeout is None or timeout > sys.float_info.max else time.monotonic() + timeout
+        )
         first = True
         lock = self._lock
         while True:

@@ -19,6 +19,7 @@ from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
     IllegalArgumentError,
+    InvalidConfigError,
     MQError,
     StoreClosedError,
     StoreNotADirectoryError,
@@ -29,8 +30,6 @@ from mqlite.message import MessageExt, MessageQueue
 from mqlite.producer import Compression, Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.topic import TopicConfig, parse_tags
-
-_MAX_OFFSET = (1 << 63) - 1  # queue offsets are Java longs
 
 if TYPE_CHECKING:
     from mqlite.pull import PullConsumer
@@ -98,6 +97,13 @@ class Store:
             }
         )
         where = os.fsdecode(os.fspath(path))
+        try:
+            where.encode("utf-8")
+        except UnicodeEncodeError:
+            # Checked before any file-system call: the store keeps its path as text.
+            raise InvalidConfigError(
+                f"path {where!r} is not valid UTF-8 text (it holds a lone surrogate)"
+            ) from None
         if where != ":memory:" and os.path.exists(where) and not os.path.isdir(where):
             # Said the same way for both modes (a read-only open would look for files inside),
             # with errno and filename as the core's OSError subclasses carry them.
@@ -241,8 +247,6 @@ class Store:
         for field, v in (("queues", queues), ("perm", perm)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{field} must be an int, not {type(v).__name__}")
-        if perm < 0:  # the core checks the upper bound; a negative one would not convert
-            raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
         self._live().create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
 
     def topics(self) -> list[TopicConfig]:
@@ -297,8 +301,6 @@ class Store:
     ) -> _core.GetResult:
         """Read from ``offset``; the result carries the status and ``next_offset``."""
         mq = _queue(mq)
-        if isinstance(offset, int) and offset > _MAX_OFFSET:
-            raise IllegalArgumentError(f"offset must be <= {_MAX_OFFSET}, got {offset}")
         return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
 
     def read(

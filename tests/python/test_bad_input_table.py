@@ -3,9 +3,10 @@
 Every row: the call raises the listed exception, the message names the offending field, not a
 byte of any store file changes (relative path, size and SHA-256 of every file under the store
 root, compared before and after), nothing is created next to the store, and the store stays
-usable (a good send and a read afterwards). Rows of the plan that the current API has no
-surface for (delay levels, consumer offsets, format versions) are listed in
-docs/reliability.md.
+usable (a good send and a read afterwards). For each int argument an int beyond 64 bits gets
+the same typed error as one just out of range, and a str with a lone surrogate is a typed error
+naming its field. Rows of the plan that the current API has no surface for (delay levels,
+consumer offsets, format versions) are listed in docs/reliability.md.
 
 Also a Hypothesis fuzz of topic names (2,000 examples in CI) checking that no path is ever
 created outside the store root, and that every accepted name is a plain directory name.
@@ -95,6 +96,26 @@ def read(offset: Any = 0, max_messages: Any = 32, queue: int = 0) -> Callable[[E
     return lambda e: e.store.read(MessageQueue(T, queue), offset, max_messages)
 
 
+def pull(call: Callable[[mqlite.PullConsumer], Any], group: str = "g") -> Callable[[Env], Any]:
+    """``call`` on a pull consumer that commits nothing by itself, closed afterwards."""
+    def run(e: Env) -> Any:
+        with e.store.pull_consumer(group, auto_commit=False) as consumer:
+            return call(consumer)
+    return run
+
+
+def assigned(call: Callable[[mqlite.PullConsumer], Any]) -> Callable[[Env], Any]:
+    """``call`` on a pull consumer assigned queue 0 of the topic (no group files)."""
+    def run(c: mqlite.PullConsumer) -> Any:
+        c.assign([MessageQueue(T, 0)])
+        return call(c)
+    return pull(run)
+
+
+BIG = 2**64  # beyond every native integer type
+LONE = "\ud800"  # a lone surrogate: a str with no UTF-8 form
+
+
 ROWS: list[Row] = [
     # topics
     ("topic empty", send(Message("", b"x")), E.InvalidTopicError, ("topic",)),
@@ -142,7 +163,9 @@ ROWS: list[Row] = [
     ("tag empty", send(Message(T, b"x", tags="")), E.InvalidMessageError, ("tag",)),
     ("key with space", send(Message(T, b"x", keys=["a b"])), E.InvalidMessageError, ("key",)),
     ("key empty", send(Message(T, b"x", keys=[""])), E.InvalidMessageError, ("key",)),
-    ("flag beyond i32", send(Message(T, b"x", flag=2**40)), TypeError, ("flag",)),
+    ("flag beyond i32", send(Message(T, b"x", flag=2**40)), E.InvalidMessageError, ("flag",)),
+    ("flag beyond i64", send(Message(T, b"x", flag=BIG)), E.InvalidMessageError, ("flag",)),
+    ("flag str", send(Message(T, b"x", flag="1")), TypeError, ("flag",)),  # type: ignore[arg-type]
     # batches
     ("batch empty", lambda e: e.producer.send_batch([], topic=T, queue_id=0), E.InvalidBatchError, ("batch", "empty")),
     ("batch mixing topics", lambda e: e.producer.send_batch([Message(T, b"a"), Message("other", b"b")]),
@@ -164,8 +187,72 @@ ROWS: list[Row] = [
     ("wait_for negative timeout", lambda e: e.store.wait_for({MessageQueue(T, 0): 0}, timeout=-1),
      ValueError, ("timeout",)),
     # groups
-    ("producer group with /", lambda e: e.store.producer("a/b"), E.IllegalArgumentError, ("group",)),
-    ("producer group too long", lambda e: e.store.producer("g" * 300), E.IllegalArgumentError, ("group",)),
+    ("producer group with /", lambda e: e.store.producer("a/b"), E.InvalidGroupError, ("group",)),
+    ("producer group too long", lambda e: e.store.producer("g" * 300), E.InvalidGroupError, ("group",)),
+    # ints beyond 64 bits: the same typed error as a value just out of range
+    ("queue 2**63", send(Message(T, b"x"), 2**63), E.InvalidQueueError, ("queue",)),
+    ("queue -2**64", send(Message(T, b"x"), -BIG), E.InvalidQueueError, ("queue",)),
+    ("batch queue 2**64", lambda e: e.producer.send_batch([b"x"], topic=T, queue_id=BIG),
+     E.InvalidQueueError, ("queue",)),
+    ("MessageQueue 2**63", lambda e: MessageQueue(T, 2**63), E.InvalidQueueError, ("queue",)),
+    ("read offset 2**63", read(2**63), E.IllegalArgumentError, ("offset",)),
+    ("read offset -2**64", read(-BIG), E.IllegalArgumentError, ("offset",)),
+    ("read max_messages 2**64", read(0, BIG), E.IllegalArgumentError, ("max_messages",)),
+    ("get_by_offset 2**64", lambda e: e.store.get_by_offset(BIG), E.IllegalArgumentError, ("offset",)),
+    ("offset_for_timestamp 2**63", lambda e: e.store.offset_for_timestamp(MessageQueue(T, 0), 2**63),
+     E.IllegalArgumentError, ("timestamp",)),
+    ("wait_for offset 2**64", lambda e: e.store.wait_for({MessageQueue(T, 0): BIG}, 0),
+     E.IllegalArgumentError, ("offset",)),
+    ("wait_for timeout 2**1100", lambda e: e.store.wait_for({MessageQueue(T, 0): 0}, 2**1100),
+     E.IllegalArgumentError, ("timeout",)),
+    ("poll timeout nan", assigned(lambda c: c.poll(float("nan"))), E.IllegalArgumentError, ("timeout",)),
+    ("create_topic 2**64 queues", lambda e: e.store.create_topic("fresh", BIG), E.IllegalArgumentError,
+     ("queues",)),
+    ("create_topic perm -1", lambda e: e.store.create_topic("fresh", 1, perm=-1), E.IllegalArgumentError,
+     ("perm",)),
+    ("create_topic perm 8", lambda e: e.store.create_topic("fresh", 1, perm=8), E.IllegalArgumentError,
+     ("perm",)),
+    ("create_topic perm 2**64", lambda e: e.store.create_topic("fresh", 1, perm=BIG),
+     E.IllegalArgumentError, ("perm",)),
+    ("producer compress_over -1", lambda e: e.store.producer(compress_over=-1), E.InvalidConfigError,
+     ("compress_over",)),
+    ("producer compress_over 2**64", lambda e: e.store.producer(compress_over=BIG), E.InvalidConfigError,
+     ("compress_over",)),
+    ("producer compression_level 2**40", lambda e: e.store.producer(compress_over=1, compression_level=2**40),
+     E.InvalidConfigError, ("compression_level",)),
+    ("open commit_log_file_size 2**64", lambda e: mqlite.open(e.sandbox / "other", commit_log_file_size=BIG),
+     E.InvalidConfigError, ("commit_log_file_size",)),
+    ("open default_queues 2**64", lambda e: mqlite.open(e.sandbox / "other", default_queues=BIG),
+     E.InvalidConfigError, ("default_queues",)),
+    ("pull seek_to_timestamp 2**63", assigned(lambda c: c.seek_to_timestamp(2**63)), E.IllegalArgumentError,
+     ("timestamp",)),
+    ("pull offset_for_timestamp -2**64", assigned(lambda c: c.offset_for_timestamp(MessageQueue(T, 0), -BIG)),
+     E.IllegalArgumentError, ("timestamp",)),
+    # strs with a lone surrogate: a typed error naming the field
+    ("topic surrogate", send(Message(LONE, b"x")), E.InvalidTopicError, ("topic",)),
+    ("tag surrogate", send(Message(T, b"x", tags=LONE)), E.InvalidMessageError, ("tags",)),
+    ("key surrogate", send(Message(T, b"x", keys=[LONE])), E.InvalidMessageError, ("keys",)),
+    ("property name surrogate", send(Message(T, b"x", properties={LONE: "v"})), E.InvalidMessageError,
+     ("propert",)),
+    ("property value surrogate", send(Message(T, b"x", properties={"k": LONE})), E.InvalidMessageError,
+     ("propert",)),
+    ("batch topic surrogate", lambda e: e.producer.send_batch([b"x"], topic=LONE), E.InvalidTopicError,
+     ("topic",)),
+    ("MessageQueue surrogate", lambda e: MessageQueue(LONE, 0), E.InvalidTopicError, ("topic",)),
+    ("read tags surrogate", lambda e: e.store.read(MessageQueue(T, 0), 0, tags=LONE),
+     E.FilterExpressionError, ("tags",)),
+    ("get surrogate id", lambda e: e.store.get(LONE), E.MessageNotFoundError, ("msg_id",)),
+    ("get_property surrogate", lambda e: e.store.read(MessageQueue(T, 0), 0)[0].get_property(LONE),
+     E.IllegalArgumentError, ("name",)),
+    ("create_topic surrogate", lambda e: e.store.create_topic(LONE, 1), E.InvalidTopicError, ("topic",)),
+    ("producer group surrogate", lambda e: e.store.producer(LONE), E.InvalidGroupError, ("group",)),
+    ("producer compression surrogate", lambda e: e.store.producer(compress_over=1, compression=LONE),  # type: ignore[arg-type]
+     E.InvalidConfigError, ("compression",)),
+    ("open path surrogate", lambda e: mqlite.open(str(e.sandbox / "s") + LONE), E.InvalidConfigError,
+     ("path",)),
+    ("open flush surrogate", lambda e: mqlite.open(e.sandbox / "other", flush=LONE),  # type: ignore[arg-type]
+     E.InvalidConfigError, ("flush",)),
+    ("pull consumer group surrogate", lambda e: e.store.pull_consumer(LONE), E.InvalidGroupError, ("group",)),
 ]
 
 
@@ -187,6 +274,23 @@ def test_row(env: Env, row: str, call: Callable[[Env], Any], exc: type[BaseExcep
     r = env.producer.send(Message(T, b"after"), queue_id=0)
     assert r.queue_offset == 1
     assert [m.body for m in env.store.read(MessageQueue(T, 0), 0)] == [b"seed", b"after"]
+
+
+def test_poll_with_a_timeout_beyond_the_float_range_waits_without_limit(env: Env) -> None:
+    """An int timeout too large for a float is no error: it waits as ``float("inf")`` does (here
+    not at all: a message is there)."""
+    with env.store.pull_consumer("g", auto_commit=False) as consumer:
+        consumer.assign([MessageQueue(T, 0)])
+        consumer.seek(MessageQueue(T, 0), 0)
+        assert [m.body for m in consumer.poll(timeout=2**1100)] == [b"seed"]
+
+
+def test_a_batch_result_index_beyond_64_bits_is_an_index_error(env: Env) -> None:
+    result = env.producer.send_batch([b"a"], topic=T, queue_id=1)
+    for index in (1, -2, BIG, -BIG):
+        with pytest.raises(IndexError):
+            result[index]
+    assert result[-1].queue_offset == 0
 
 
 def test_read_past_the_end_is_a_status_not_an_exception(env: Env) -> None:

@@ -79,6 +79,10 @@ def test_parse_tags_rejects_non_strings(expr: object) -> None:
         {"consume_queue_file_units": -3}, {"max_message_size": True}, {"default_queues": 0},
         {"file_mode": 0o1777}, {"dir_mode": -1}, {"retention_hours": 0}, {"retention_hours": float("nan")},
         {"flush_interval_ms": 0}, {"sync_flush_timeout_ms": "5s"},
+        # ints beyond 64 bits: the same InvalidConfigError as a value just out of range
+        {"flush_interval_ms": 2**64}, {"sync_flush_timeout_ms": 2**63}, {"commit_log_file_size": 2**64},
+        {"consume_queue_file_units": 2**64}, {"max_message_size": 2**63}, {"default_queues": 2**64},
+        {"wait": 2**1100}, {"retention_hours": 2**1100},
     ],
 )
 def test_bad_options_raise_invalid_config_and_create_nothing(tmp_path: Path, options: dict[str, object]) -> None:

@@ -29,7 +29,7 @@ use crate::mapped_file::mmap::fork_generation;
 use crate::recovery::RecoveryReport;
 use crate::topic_config::TopicTable;
 
-pub use read::{GetResult, GetStatus, TagFilter};
+pub use read::{GetResult, GetStatus, TagFilter, MAX_MESSAGES_PER_READ};
 pub use write::{PutResult, PutStatus, QUICK_BODY_MAX};
 
 /// An open message store. Cheap to share: every method takes `&self` and is thread-safe.

@@ -4,7 +4,7 @@
 //! `TimeoutError`, ...) and imported here by name.
 
 use mqlite::Error;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 pyo3::import_exception!(mqlite.errors, MQError);
@@ -19,6 +19,8 @@ pyo3::import_exception!(mqlite.errors, IllegalStateError);
 pyo3::import_exception!(mqlite.errors, StorePoisonedError);
 pyo3::import_exception!(mqlite.errors, InvalidConfigError);
 pyo3::import_exception!(mqlite.errors, InvalidTopicError);
+pyo3::import_exception!(mqlite.errors, InvalidGroupError);
+pyo3::import_exception!(mqlite.errors, FilterExpressionError);
 pyo3::import_exception!(mqlite.errors, TopicNotFoundError);
 pyo3::import_exception!(mqlite.errors, TopicNotWritableError);
 pyo3::import_exception!(mqlite.errors, TopicNotReadableError);
@@ -101,11 +103,6 @@ pub fn to_pyerr(e: &Error) -> PyErr {
     err
 }
 
-/// `IllegalArgumentError` for a bad argument detected in the binding.
-pub fn illegal(msg: impl Into<String>) -> PyErr {
-    IllegalArgumentError::new_err(msg.into())
-}
-
 /// `InvalidMessageError` for a malformed message detected in the binding.
 pub fn invalid_message(msg: impl Into<String>) -> PyErr {
     InvalidMessageError::new_err(msg.into())
@@ -114,9 +111,4 @@ pub fn invalid_message(msg: impl Into<String>) -> PyErr {
 /// `TypeError` helper.
 pub fn type_error(msg: impl Into<String>) -> PyErr {
     PyTypeError::new_err(msg.into())
-}
-
-/// `ValueError` helper (non-MQ argument problems such as a bad enum string).
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
 }

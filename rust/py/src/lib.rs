@@ -11,6 +11,7 @@
 //! One helper that is not the store's: `PollToken` (see `token.rs`), the push consumer's poll
 //! leadership, in Rust so that its stall watch runs without the GIL.
 
+mod args;
 mod cursor;
 mod errors;
 mod message;

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use crate::args::Float;
 use crate::errors::InvalidConfigError;
 
 #[derive(Debug, Default)]
@@ -115,7 +116,8 @@ impl PyPollToken {
 #[pymethods]
 impl PyPollToken {
     #[new]
-    fn new(stall: f64) -> PyResult<Self> {
+    fn new(stall: Float) -> PyResult<Self> {
+        let stall = stall.0;
         let stall = Duration::try_from_secs_f64(stall)
             .ok()
             .filter(|d| !d.is_zero())
