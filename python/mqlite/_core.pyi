@@ -19,7 +19,15 @@ __all__ = [
     "Producer",
     "Store",
     "PollToken",
+    "check_topic",
+    "check_group",
 ]
+
+def check_topic(topic: str) -> None:
+    """InvalidTopicError unless ``topic`` is a valid topic name (the rule a send applies)."""
+
+def check_group(group: str) -> None:
+    """InvalidGroupError unless ``group`` is a valid producer or consumer group name."""
 
 @disjoint_base
 class Message:

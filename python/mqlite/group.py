@@ -11,6 +11,9 @@ Layout, per group and subscribed topic, under ``<store>/consumer_groups/<group>/
 
 Every member opens its own descriptors, so members in threads of one process exclude each other
 as members in different processes do (``flock`` locks belong to open file descriptions).
+
+Group and topic names become directory names here: ``topic_dir``, the one place that builds
+these paths, validates both (the rules a send applies), so no path can leave the store.
 """
 
 from __future__ import annotations
@@ -25,27 +28,24 @@ import socket
 import time
 from pathlib import Path
 
+from mqlite import _core
 from mqlite._files import open_lock, try_flock
 from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupError
 from mqlite.message import MessageQueue
+from mqlite.topic import check_topic
 
 __all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id"]
 
-# RocketMQ 5.x clients refuse group names over 120 characters (4.9 clients allowed 255), and
-# so does the engine for producer groups: one limit for every kind of group.
-_GROUP = re.compile(r"[%|A-Za-z0-9_-]{1,120}")
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 _COUNTER = itertools.count(1)
 
 
 def check_group(group: object) -> str:
-    """Validate a consumer group name (RocketMQ's rules); returns it."""
+    """Validate a producer or consumer group name with the engine's rule (1 to 120 characters
+    from ``[%|A-Za-z0-9_-]``: RocketMQ 5.x clients refuse longer names); returns it."""
     if not isinstance(group, str):
         raise InvalidGroupError(f"group must be a str, not {type(group).__name__}")
-    if not _GROUP.fullmatch(group):
-        raise InvalidGroupError(
-            f"invalid group {group!r}: 1 to 120 characters from [%|A-Za-z0-9_-]"
-        )
+    _core.check_group(group)
     return group
 
 
@@ -65,8 +65,9 @@ def new_client_id() -> str:
 
 
 def topic_dir(root: Path, group: str, topic: str) -> Path:
-    """The directory holding a group's member and queue locks for one topic."""
-    return root / "consumer_groups" / group / topic
+    """The directory holding a group's member and queue locks for one topic; the names are
+    validated first (InvalidGroupError, InvalidTopicError), so it is always inside ``root``."""
+    return root / "consumer_groups" / check_group(group) / check_topic(topic)
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -42,6 +42,7 @@ from mqlite.message import MessageExt, MessageQueue
 from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
+from mqlite.topic import check_topic
 
 if TYPE_CHECKING:
     from mqlite.store import Store
@@ -248,10 +249,10 @@ class PullConsumer:
 
         Subscribing again replaces the topic's filter. ``on_assign``/``on_revoke`` are called with
         the queues gained or lost at each rebalance (``on_revoke`` before their offsets are
-        released, so it may still ``commit`` them).
+        released, so it may still ``commit`` them). A name a send would refuse raises
+        InvalidTopicError before any file is touched.
         """
-        if not isinstance(topic, str) or not topic:
-            raise IllegalArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        check_topic(topic)
         selector = _selector(expression)
         with self._lock:
             self._check_open()
@@ -282,6 +283,7 @@ class PullConsumer:
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``: commit (with auto_commit) and give its queues up."""
+        check_topic(topic)
         with self._lock:
             self._check_open()
             if topic not in self._subs:
@@ -297,6 +299,7 @@ class PullConsumer:
         for mq in wanted:
             if not isinstance(mq, MessageQueue):
                 raise TypeError(f"expected MessageQueue items, not {type(mq).__name__}")
+            check_topic(mq.topic)
         with self._lock:
             self._check_open()
             if self._manual is False:

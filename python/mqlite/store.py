@@ -29,7 +29,7 @@ from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.producer import Compression, Producer, _Completer
 from mqlite.offsets import QueueProgress, group_offsets, offset_key
-from mqlite.topic import TopicConfig, parse_tags
+from mqlite.topic import TopicConfig, check_topic, parse_tags
 
 if TYPE_CHECKING:
     from mqlite.pull import PullConsumer
@@ -399,9 +399,11 @@ class Store:
 
         ``to`` is an offset (clamped to each queue's range), ``"earliest"``, ``"latest"`` or a
         time. Live consumers of the group would overwrite the reset with their own positions, so
-        this raises ConsumerGroupActiveError while any is subscribed, unless ``force``.
+        this raises ConsumerGroupActiveError while any is subscribed, unless ``force``. Bad names
+        raise InvalidGroupError / InvalidTopicError before any file is touched.
         """
         check_group(group)
+        check_topic(topic)
         core = self._live()
         root = self._client_root()
         alive = live_members(root, group, topic)

@@ -39,6 +39,8 @@ pub enum Error {
     InvalidConfig { field: &'static str, reason: String },
     /// A topic name is not acceptable.
     InvalidTopic { topic: String, reason: &'static str },
+    /// A producer or consumer group name is not acceptable.
+    InvalidGroup { group: String, reason: &'static str },
     /// The topic does not exist and auto-creation is off (or the call never auto-creates).
     TopicNotFound { topic: String },
     /// The topic exists but its permission forbids the operation.
@@ -91,6 +93,7 @@ impl Error {
             Error::Poisoned { .. } => "STORE_POISONED",
             Error::InvalidConfig { .. } => "INVALID_CONFIG",
             Error::InvalidTopic { .. } => "INVALID_TOPIC",
+            Error::InvalidGroup { .. } => "INVALID_GROUP",
             Error::TopicNotFound { .. } => "TOPIC_NOT_FOUND",
             Error::TopicNotWritable { .. } => "TOPIC_NOT_WRITABLE",
             Error::TopicNotReadable { .. } => "TOPIC_NOT_READABLE",
@@ -147,6 +150,7 @@ impl fmt::Display for Error {
             }
             Error::InvalidConfig { field, reason } => write!(f, "invalid config {field}: {reason}"),
             Error::InvalidTopic { topic, reason } => write!(f, "invalid topic {topic:?}: {reason}"),
+            Error::InvalidGroup { group, reason } => write!(f, "invalid group {group:?}: {reason}"),
             Error::TopicNotFound { topic } => write!(f, "topic {topic:?} does not exist"),
             Error::TopicNotWritable { topic } => {
                 write!(f, "topic {topic:?} has no write permission")

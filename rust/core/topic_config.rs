@@ -2,7 +2,9 @@
 //!
 //! Invariants: the file is replaced atomically (temp, fsync, rename, fsync dir) with a `.bak`
 //! of the previous version; the reader falls back to the `.bak` when the file is missing, empty
-//! or unparsable. System topics are created by the store, never by users.
+//! or unparsable. Every topic in the table has a valid name (`validate::check_topic`): a file
+//! naming another counts as unparsable, so no name from disk can become a path outside the
+//! store. System topics are created by the store, never by users.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -119,6 +121,17 @@ struct TopicsFile {
     topic_config_table: BTreeMap<String, TopicConfig>,
 }
 
+impl TopicsFile {
+    /// The file's table, unless it does not parse or names a topic no send could create.
+    fn parse(bytes: &[u8]) -> Option<TopicsFile> {
+        let file = serde_json::from_slice::<TopicsFile>(bytes).ok()?;
+        file.topic_config_table
+            .keys()
+            .all(|name| validate::check_topic(name).is_ok())
+            .then_some(file)
+    }
+}
+
 /// The topic table.
 #[derive(Debug)]
 pub struct TopicTable {
@@ -131,8 +144,7 @@ impl TopicTable {
     /// Loads `path` (or its `.bak`); `None` path: in memory.
     pub fn load(path: Option<PathBuf>, mode: u32) -> Result<Self> {
         let file = match &path {
-            Some(p) => fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())?
-                .unwrap_or_default(),
+            Some(p) => fs::read_with_backup(p, TopicsFile::parse)?.unwrap_or_default(),
             None => TopicsFile::default(),
         };
         Ok(TopicTable {
@@ -146,9 +158,7 @@ impl TopicTable {
     /// in memory if the file cannot be read.
     pub fn reload(&self) {
         let Some(p) = &self.path else { return };
-        if let Ok(Some(file)) =
-            fs::read_with_backup(p, |b| serde_json::from_slice::<TopicsFile>(b).ok())
-        {
+        if let Ok(Some(file)) = fs::read_with_backup(p, TopicsFile::parse) {
             *self.inner.write().unwrap_or_else(|p| p.into_inner()) = file;
         }
     }

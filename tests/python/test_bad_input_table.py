@@ -3,13 +3,15 @@
 Every row: the call raises the listed exception, the message names the offending field, not a
 byte of any store file changes (relative path, size and SHA-256 of every file under the store
 root, compared before and after), nothing is created next to the store, and the store stays
-usable (a good send and a read afterwards). For each int argument an int beyond 64 bits gets
-the same typed error as one just out of range, and a str with a lone surrogate is a typed error
-naming its field. Rows of the plan that the current API has no surface for (delay levels,
-consumer offsets, format versions) are listed in docs/reliability.md.
+usable (a good send and a read afterwards). The rows cover sends, reads, admin calls and
+consumers; for each int argument an int beyond 64 bits gets the same typed error as one just
+out of range, and a str with a lone surrogate is a typed error naming its field. Rows of the
+plan that the current API has no surface for (delay levels, format versions) are listed in
+docs/reliability.md.
 
-Also a Hypothesis fuzz of topic names (2,000 examples in CI) checking that no path is ever
-created outside the store root, and that every accepted name is a plain directory name.
+Also a Hypothesis fuzz of topic names (2,000 examples in CI) through sends, and one (500) through
+``subscribe`` and ``reset_offset``, checking that no path is ever created outside the store root,
+and that every accepted name is a plain directory name.
 """
 
 from __future__ import annotations
@@ -110,6 +112,16 @@ def assigned(call: Callable[[mqlite.PullConsumer], Any]) -> Callable[[Env], Any]
         c.assign([MessageQueue(T, 0)])
         return call(c)
     return pull(run)
+
+
+def push_subscribe(topic: Any) -> Callable[[Env], Any]:
+    def run(e: Env) -> Any:
+        consumer = e.store.push_consumer("g")
+        try:
+            consumer.subscribe(topic)
+        finally:
+            consumer.shutdown()
+    return run
 
 
 BIG = 2**64  # beyond every native integer type
@@ -252,7 +264,48 @@ ROWS: list[Row] = [
      ("path",)),
     ("open flush surrogate", lambda e: mqlite.open(e.sandbox / "other", flush=LONE),  # type: ignore[arg-type]
      E.InvalidConfigError, ("flush",)),
+    ("subscribe surrogate", pull(lambda c: c.subscribe(LONE)), E.InvalidTopicError, ("topic",)),
     ("pull consumer group surrogate", lambda e: e.store.pull_consumer(LONE), E.InvalidGroupError, ("group",)),
+    # consumers and admin calls: topic and group names as a send checks them, before any file
+    ("subscribe traversal", pull(lambda c: c.subscribe("../../../outside")), E.InvalidTopicError, ("topic",)),
+    ("subscribe absolute", lambda e: pull(lambda c: c.subscribe(str(e.sandbox / "abs")))(e),
+     E.InvalidTopicError, ("topic",)),
+    ("subscribe dotdot", pull(lambda c: c.subscribe("..")), E.InvalidTopicError, ("topic",)),
+    ("subscribe 70,000 characters", pull(lambda c: c.subscribe("a" * 70_000)), E.InvalidTopicError,
+     ("topic",)),
+    ("subscribe empty", pull(lambda c: c.subscribe("")), E.InvalidTopicError, ("topic",)),
+    ("subscribe bytes", pull(lambda c: c.subscribe(b"orders")), TypeError, ("topic",)),  # type: ignore[arg-type]
+    ("unsubscribe traversal", pull(lambda c: c.unsubscribe("../x")), E.InvalidTopicError, ("topic",)),
+    ("assign traversal", pull(lambda c: c.assign([MessageQueue("../x", 0)])), E.InvalidTopicError,
+     ("topic",)),
+    ("push subscribe traversal", push_subscribe("../../../outside"), E.InvalidTopicError, ("topic",)),
+    ("push subscribe None", push_subscribe(None), TypeError, ("topic",)),
+    ("pull consumer group traversal", lambda e: e.store.pull_consumer("../g"), E.InvalidGroupError,
+     ("group",)),
+    ("push consumer group traversal", lambda e: e.store.push_consumer("../g"), E.InvalidGroupError,
+     ("group",)),
+    ("broadcast consumer group too long",
+     lambda e: e.store.pull_consumer("g" * 121, message_model=mqlite.MessageModel.BROADCASTING),
+     E.InvalidGroupError, ("group",)),
+    ("reset_offset traversal", lambda e: e.store.reset_offset("g", "../../../victim", to=0, force=True),
+     E.InvalidTopicError, ("topic",)),
+    ("reset_offset absolute", lambda e: e.store.reset_offset("g", str(e.sandbox / "abs"), to=0),
+     E.InvalidTopicError, ("topic",)),
+    ("reset_offset group traversal", lambda e: e.store.reset_offset("../g", T, to=0), E.InvalidGroupError,
+     ("group",)),
+    ("consumer_progress group traversal", lambda e: e.store.consumer_progress("../../g"),
+     E.InvalidGroupError, ("group",)),
+    ("queues traversal", lambda e: e.store.queues("../x"), E.InvalidTopicError, ("topic",)),
+    ("offsets traversal", lambda e: e.store.offsets(MessageQueue("../x", 0)), E.InvalidTopicError,
+     ("topic",)),
+    ("read traversal", lambda e: e.store.read(MessageQueue("../../x", 0), 0), E.InvalidTopicError,
+     ("topic",)),
+    ("offset_for_timestamp traversal", lambda e: e.store.offset_for_timestamp(MessageQueue("/abs", 0), 0),
+     E.InvalidTopicError, ("topic",)),
+    ("wait_for traversal", lambda e: e.store.wait_for({MessageQueue("../x", 0): 0}, 0), E.InvalidTopicError,
+     ("topic",)),
+    ("create_topic absolute", lambda e: e.store.create_topic(str(e.sandbox / "abs"), 1), E.InvalidTopicError,
+     ("topic",)),
 ]
 
 
@@ -389,6 +442,40 @@ def test_topic_name_fuzz_creates_no_path_outside_the_store(fuzz_env: tuple[mqlit
     assert [p.name for p in sandbox.iterdir()] == ["store"]
 
 
+def valid_topic(name: str) -> bool:
+    """The name rule: 1 to 127 characters of ``[A-Za-z0-9_%|-]``, 255 for retry / DLQ topics."""
+    limit = 255 if name.startswith(("%RETRY%", "%DLQ%")) else 127
+    return bool(re.fullmatch(r"[A-Za-z0-9_%|-]+", name)) and len(name) <= limit
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=topic_names)
+def test_topic_name_fuzz_through_consumers_and_admin(
+    fuzz_env: tuple[mqlite.Store, Path, Path], name: str
+) -> None:
+    store, root, sandbox = fuzz_env
+    groups = root / "consumer_groups" / "fuzz"
+    consumer = store.pull_consumer("fuzz", auto_commit=False)
+    try:
+        consumer.subscribe(name)
+    except E.InvalidTopicError:
+        assert not valid_topic(name), f"subscribe refused the valid topic {name!r}"
+    else:
+        assert valid_topic(name), f"subscribe accepted {name!r}"
+        assert (groups / name).is_dir() and (groups / name).resolve().parent == groups.resolve()
+    finally:
+        consumer.close()
+    try:
+        store.reset_offset("fuzz", name, to=0)
+    except E.InvalidTopicError:
+        assert not valid_topic(name), f"reset_offset refused the valid topic {name!r}"
+    except E.TopicNotFoundError:
+        assert valid_topic(name)
+    else:
+        assert valid_topic(name), f"reset_offset accepted {name!r}"
+    assert [p.name for p in sandbox.iterdir()] == ["store"]
+
+
 @pytest.fixture(scope="module")
 def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.Store, Path, Path]]:
     base = tmp_path_factory.mktemp("fuzz")
@@ -404,6 +491,9 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.
     after = {p for p in base.rglob("*") if root not in p.parents and p != root}
     assert after == before, f"paths created outside the store root: {sorted(map(str, after - before))[:10]}"
     assert (base / "canary").read_text() == "canary"
-    # every topic directory is a direct child of consumequeue/
+    # every topic directory is a direct child of consumequeue/ or of its group's directory
     for p in (root / "consumequeue").iterdir():
         assert p.is_dir() and not p.is_symlink() and ALLOWED.fullmatch(p.name), p
+    groups = root / "consumer_groups"
+    for p in groups.glob("*/*") if groups.exists() else []:
+        assert p.is_dir() and not p.is_symlink() and valid_topic(p.name), p

@@ -70,6 +70,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::Poisoned { .. } => StorePoisonedError::new_err(msg),
         Error::InvalidConfig { .. } => InvalidConfigError::new_err(msg),
         Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
+        Error::InvalidGroup { .. } => InvalidGroupError::new_err(msg),
         Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
         Error::TopicNotWritable { .. } => TopicNotWritableError::new_err(msg),
         Error::TopicNotReadable { .. } => TopicNotReadableError::new_err(msg),

@@ -15,6 +15,7 @@ mod args;
 mod cursor;
 mod errors;
 mod message;
+mod names;
 mod outgoing;
 mod producer;
 mod queue;
@@ -26,6 +27,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(names::check_topic, m)?)?;
+    m.add_function(wrap_pyfunction!(names::check_group, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;

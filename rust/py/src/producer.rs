@@ -420,7 +420,7 @@ fn to_ref<'a>(o: &Outgoing<'a>, queue_id: u32, props: &'a [u8], born: i64) -> Me
     }
 }
 
-/// Rejects an empty or malformed group name.
+/// Rejects an empty or malformed group name (`InvalidGroupError`).
 pub fn check_group(group: &str) -> PyResult<()> {
     mqlite::message::validate::check_group(group).map_err(|e| PyMqError(e).into())
 }
