@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from mqlite import _core
-from mqlite._files import open_lock, try_flock
+from mqlite._files import open_lock, store_io, try_flock
 from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupError
 from mqlite.message import MessageQueue
 from mqlite.topic import check_topic
@@ -79,6 +79,7 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
+@store_io("list group members")
 def live_members(root: Path, group: str, topic: str, *, own: str | None = None) -> list[str]:
     """Sorted ids of the live members subscribed to ``topic``; removes dead members' files."""
     members = topic_dir(root, group, topic) / "members"
@@ -126,6 +127,7 @@ class GroupMember:
     def _member_path(self, topic: str) -> Path:
         return topic_dir(self.root, self.group, topic) / "members" / f"{self.client_id}.lock"
 
+    @store_io("join group")
     def join(self, topic: str, wait: float = 0.5) -> None:
         """Register as a live member for ``topic``; ClientIdInUseError if the id is taken."""
         if topic in self._members:
@@ -149,6 +151,7 @@ class GroupMember:
                 )
             time.sleep(0.002)
 
+    @store_io("join group")
     def check(self, topic: str) -> None:
         """Re-create our member file if a racing prober removed it."""
         fd = self._members.get(topic)
@@ -176,6 +179,7 @@ class GroupMember:
         """Sorted ids of the topic's live members, this one included."""
         return live_members(self.root, self.group, topic, own=self.client_id)
 
+    @store_io("lock queue")
     def try_acquire(self, mq: MessageQueue) -> bool:
         """Take the queue's lock if no live member holds it."""
         if mq in self._queues:
@@ -188,6 +192,7 @@ class GroupMember:
         os.close(fd)
         return False
 
+    @store_io("unlock queue")
     def release(self, mq: MessageQueue) -> None:
         """Give a queue up."""
         fd = self._queues.pop(mq, None)

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqlite import _core
+from mqlite._files import store_io
 from mqlite.config import existing_sizes, fit_max_message, store_options
 from mqlite.errors import (
     ConsumerGroupActiveError,
@@ -349,7 +350,8 @@ class Store:
         if self._path != ":memory:":
             return Path(self._path)
         if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
+            with store_io("create_dir", tempfile.gettempdir()):
+                self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
             weakref.finalize(self, shutil.rmtree, self._scratch, True)
         return self._scratch
 

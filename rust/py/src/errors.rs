@@ -91,17 +91,28 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         // Best effort: an exception object that refuses attributes keeps its defaults.
         let value = err.value(py);
         let _ = value.setattr("code", e.kind());
-        // OSError subclasses (StoreIOError, StoreFullError) carry errno and the path.
+        // OSError subclasses (StoreIOError, StoreFullError) carry errno and the path. Once
+        // filename is set, OSError's str() is "[Errno {errno}] {strerror}: {filename}", so all
+        // three are always set.
         if let Error::Io { source, path, .. } | Error::StoreFull { source, path } = e {
-            if let Some(code) = source.raw_os_error() {
-                // OSError's str() is built from errno, strerror and filename once errno is set.
-                let _ = value.setattr("errno", code);
-                let _ = value.setattr("strerror", e.to_string());
-            }
+            let _ = value.setattr("errno", errno_of(source));
+            let _ = value.setattr("strerror", e.to_string());
             let _ = value.setattr("filename", path.to_string_lossy().as_ref());
         }
     });
     err
+}
+
+/// The errno of an I/O error; for one the store made itself without an OS error number, the
+/// errno closest to its kind.
+fn errno_of(e: &std::io::Error) -> i32 {
+    use std::io::ErrorKind;
+    e.raw_os_error().unwrap_or(match e.kind() {
+        ErrorKind::NotFound => libc::ENOENT,
+        ErrorKind::InvalidInput => libc::EINVAL,
+        ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    })
 }
 
 /// `InvalidMessageError` for a malformed message detected in the binding.
