@@ -147,19 +147,24 @@ def _check(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_enospc_on_a_small_tmpfs(tmp_path: Path, mode: str) -> None:
+def _run_on_tmpfs(tmp_path: Path, child: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``child`` with a 3 MiB tmpfs mounted in a private namespace as its first argument
+    (skips where that is not permitted)."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if not _unshare_tmpfs_works(mnt):
         pytest.skip("unshare -rm with a tmpfs mount is not permitted here")
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(CHILD))
+    script.write_text(textwrap.dedent(child))
     cmd = (f"mount -t tmpfs -o size=3m tmpfs '{mnt}' && "
-           f"exec '{sys.executable}' '{script}' '{mnt}' {mode} tmpfs")
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
+           f"exec '{sys.executable}' '{script}' '{mnt}' {' '.join(args)}")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
                           timeout=120, env=_env(), check=False)
-    out = _check(done)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_enospc_on_a_small_tmpfs(tmp_path: Path, mode: str) -> None:
+    out = _check(_run_on_tmpfs(tmp_path, CHILD, mode, "tmpfs"))
     assert out["filler_errno"] == 28  # ENOSPC
 
 
@@ -237,16 +242,7 @@ def test_consumer_files_on_a_full_disk_raise_store_full(tmp_path: Path) -> None:
     group locks): on a full file system each raises StoreFullError (errno ENOSPC, the file
     named) as a send does, the offsets already committed stay readable, and writes succeed once
     space is back."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if not _unshare_tmpfs_works(mnt):
-        pytest.skip("unshare -rm with a tmpfs mount is not permitted here (CI runs as root)")
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(CONSUMER_CHILD))
-    cmd = (f"mount -t tmpfs -o size=3m tmpfs '{mnt}' && "
-           f"exec '{sys.executable}' '{script}' '{mnt}'")
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
-                          timeout=120, env=_env(), check=False)
+    done = _run_on_tmpfs(tmp_path, CONSUMER_CHILD)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(out)
