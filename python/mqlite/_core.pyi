@@ -19,7 +19,15 @@ __all__ = [
     "Producer",
     "Store",
     "PollToken",
+    "check_topic",
+    "check_group",
 ]
+
+def check_topic(topic: str) -> None:
+    """InvalidTopicError unless ``topic`` is a valid topic name (the rule a send applies)."""
+
+def check_group(group: str) -> None:
+    """InvalidGroupError unless ``group`` is a valid producer or consumer group name."""
 
 @disjoint_base
 class Message:
@@ -184,10 +192,10 @@ class Producer:
     def __new__(
         cls,
         store: Store,
-        group: str = "DEFAULT_PRODUCER",
+        group: str = ...,
         *,
         compress_over: int | None = None,
-        compression: str = "zlib",
+        compression: str = ...,
         compression_level: int | None = None,
     ) -> Self: ...
     @property
@@ -221,17 +229,17 @@ class Store:
         *,
         read_only: bool = False,
         wait: float | None = None,
-        flush: str = "async",
-        flush_interval_ms: int = 500,
-        sync_flush_timeout_ms: int = 5000,
-        commit_log_file_size: int = ...,
-        consume_queue_file_units: int = ...,
-        max_message_size: int = ...,
+        flush: str | None = None,
+        flush_interval_ms: int | None = None,
+        sync_flush_timeout_ms: int | None = None,
+        commit_log_file_size: int | None = None,
+        consume_queue_file_units: int | None = None,
+        max_message_size: int | None = None,
         auto_create_topics: bool = True,
-        default_queues: int = 4,
-        file_mode: int = 0o600,
-        dir_mode: int = 0o700,
-        retention_hours: float = 72.0,
+        default_queues: int | None = None,
+        file_mode: int | None = None,
+        dir_mode: int | None = None,
+        retention_hours: float = ...,
     ) -> Store: ...
     @property
     def path(self) -> str: ...
@@ -240,9 +248,9 @@ class Store:
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
-    def producer(self, group: str = "DEFAULT_PRODUCER") -> Producer: ...
+    def producer(self, group: str = ...) -> Producer: ...
     def create_topic(
-        self, topic: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
+        self, topic: str, queues: int = ..., *, perm: int = ..., order: bool = False, exist_ok: bool = True
     ) -> None: ...
     def update_topic(self, topic: str, queues: int) -> dict[str, Any]: ...
     def topics(self) -> list[dict[str, Any]]: ...
@@ -254,7 +262,7 @@ class Store:
         topic: str,
         queue_id: int,
         offset: int,
-        max_messages: int = 32,
+        max_messages: int = ...,
         tags: Sequence[str] | None = None,
     ) -> GetResult: ...
     def get(self, msg_id: str) -> MessageExt: ...
