@@ -117,3 +117,45 @@ fn a_topics_json_naming_a_path_outside_the_store_is_not_loaded() {
         .collect();
     assert_eq!(names, ["store"]);
 }
+
+#[test]
+fn a_topics_json_naming_a_path_outside_the_store_without_a_usable_bak_does_not_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let config = common::small_config();
+    {
+        let store = Store::open(&root, config.clone()).unwrap();
+        store.create_topic("t", 1, 6, false, true).unwrap();
+        store.close().unwrap();
+    }
+    let path = root.join("config").join("topics.json");
+    let bak = root.join("config").join("topics.json.bak");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut evil = json["topicConfigTable"]["t"].clone();
+    evil["topicName"] = "../../evil".into();
+    json["topicConfigTable"]["../../evil"] = evil;
+    let bad = serde_json::to_vec(&json).unwrap();
+    std::fs::write(&path, &bad).unwrap();
+
+    // No `.bak`, then a `.bak` with the same entry: the table is unreadable, never empty.
+    for bak_content in [None, Some(&bad)] {
+        match bak_content {
+            None => std::fs::remove_file(&bak).unwrap_or(()),
+            Some(b) => std::fs::write(&bak, b).unwrap(),
+        }
+        match Store::open(&root, config.clone()) {
+            Err(Error::ConfigFile { path: p, field, .. }) => {
+                assert_eq!((p, field.as_str()), (path.clone(), "topicConfigTable"));
+            }
+            Err(e) => panic!("expected ConfigFile, got {e:?}"),
+            Ok(_) => panic!("the store opened: the file naming ../../evil was taken as a table"),
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bad,
+            "topics.json was rewritten"
+        );
+    }
+    assert!(!dir.path().join("evil").exists());
+}
