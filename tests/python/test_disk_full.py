@@ -227,7 +227,7 @@ out["reset_offset"] = outcome(lambda: store.reset_offset("other", "t", offset=0,
 out["kept_while_full"] = kept.committed(MessageQueue("t", 0))
 
 os.remove(filler)  # space comes back
-out["reset_offset_after"] = outcome(lambda: store.reset_offset("other", "t", offset=1))
+out["reset_offset_after"] = outcome(lambda: store.reset_offset("other", "t", offset=1, create=True))
 out["kept_after"] = kept.committed(MessageQueue("t", 0))
 out["groups_after"] = store.consumer_groups()
 kept.close()
