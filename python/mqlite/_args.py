@@ -2,9 +2,9 @@
 the warning of a deprecated call form.
 
 Python's ``bool`` is a subclass of ``int``: without a check, ``True`` passes as 1 (queue 1, one
-queue, offset 1). Every int argument the Python layer handles itself goes through ``int_arg``;
-the binding refuses bools in the int arguments of its own public entry points (``send``,
-``MessageQueue``, a message's ``flag``)."""
+queue, offset 1). Every int argument the Python layer uses itself goes through ``int_arg``; an
+int handed on to the binding is checked there, by its one conversion layer (``args.rs``), which
+refuses bools in every int and float argument."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from mqlite import _core
 from mqlite._completion import Completer
+from mqlite._files import store_io
 from mqlite.errors import MQError, StoreClosedError, StoreUsedAfterForkError, TopicNotFoundError
 
 __all__ = ["ClientContext", "HasClientContext", "context_of"]
@@ -156,7 +157,8 @@ class ClientContext:
             return Path(self.path)
         with self._lock:
             if self._scratch is None:
-                self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
+                with store_io("create_dir", tempfile.gettempdir()):
+                    self._scratch = Path(tempfile.mkdtemp(prefix="mqlite-memory-"))
                 weakref.finalize(self, shutil.rmtree, self._scratch, True)
             return self._scratch
 

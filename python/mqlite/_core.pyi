@@ -19,7 +19,15 @@ __all__ = [
     "Producer",
     "Store",
     "PollToken",
+    "check_topic",
+    "check_group",
 ]
+
+def check_topic(topic: str) -> None:
+    """InvalidTopicError unless ``topic`` is a valid topic name (the rule a send applies)."""
+
+def check_group(group: str) -> None:
+    """InvalidGroupError unless ``group`` is a valid producer or consumer group name."""
 
 @disjoint_base
 class Message:
@@ -184,10 +192,10 @@ class Producer:
     def __new__(
         cls,
         store: Store,
-        group: str = "DEFAULT_PRODUCER",
+        group: str = ...,
         *,
         compress_over: int | None = None,
-        compression: str = "zlib",
+        compression: str = ...,
         compression_level: int | None = None,
     ) -> Self: ...
     @property
@@ -246,9 +254,9 @@ class Store:
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
-    def producer(self, group: str = "DEFAULT_PRODUCER") -> Producer: ...
+    def producer(self, group: str = ...) -> Producer: ...
     def create_topic(
-        self, topic: str, queues: int = 4, *, perm: int = 6, order: bool = False, exist_ok: bool = True
+        self, topic: str, queues: int = ..., *, perm: int = ..., order: bool = False, exist_ok: bool = True
     ) -> None: ...
     def update_topic(self, topic: str, queues: int) -> dict[str, Any]: ...
     def topics(self) -> list[dict[str, Any]]: ...
@@ -260,7 +268,7 @@ class Store:
         topic: str,
         queue_id: int,
         offset: int,
-        max_messages: int = 32,
+        max_messages: int = ...,
         tags: Sequence[str] | None = None,
     ) -> GetResult: ...
     def get(self, msg_id: str) -> MessageExt: ...

@@ -1,8 +1,17 @@
-"""File helpers for client metadata: flock, atomic JSON writes, checked RocketMQ JSON reads."""
+"""File helpers for client metadata: flock, atomic JSON writes, checked RocketMQ JSON reads.
+
+Every file operation on client metadata (consumer offsets, group and member locks) runs under
+``store_io``, which raises an ``OSError`` as the store's typed error, classified as the Rust
+core classifies its own: no space (ENOSPC, EDQUOT, EFBIG) is ``StoreFullError``, ENOENT
+``StoreNotFoundError``, ENOTDIR ``StoreNotADirectoryError``, any other errno ``StoreIOError``;
+each keeps ``errno`` and ``filename``. These are ``OSError`` subclasses (``StoreNotFoundError``
+is a ``FileNotFoundError``), so handlers of the built-in classes still match.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -13,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from mqlite.errors import ConfigFileError
+from mqlite.errors import (
+    ConfigFileError,
+    MQError,
+    StoreError,
+    StoreFullError,
+    StoreIOError,
+    StoreNotADirectoryError,
+    StoreNotFoundError,
+)
 
 __all__ = [
     "Loaded",
@@ -23,6 +40,8 @@ __all__ = [
     "load_json_object",
     "open_lock",
     "read_with_backup",
+    "store_error",
+    "store_io",
     "try_flock",
 ]
 
@@ -32,26 +51,68 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 # fastjson writes integer map keys unquoted ({0:12}); quote them so json.loads accepts the text.
 _BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+# The errnos the core reports as StoreFullError (its Error::io).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_BY_ERRNO: dict[int, type[StoreIOError]] = {
+    errno.ENOENT: StoreNotFoundError,
+    errno.ENOTDIR: StoreNotADirectoryError,
+}
+
+
+def store_error(exc: OSError, op: str, path: str | os.PathLike[str] | None = None) -> StoreError:
+    """The store's typed error for ``exc``, raised by ``op`` on a client file (``path`` names the
+    file when the error does not)."""
+    where = exc.filename if exc.filename is not None else path
+    shown = "" if where is None else f" {os.fsdecode(where)}"
+    reason = exc.strerror or str(exc)
+    err: StoreError
+    if exc.errno in _NO_SPACE:
+        text = f"no space left for{shown}: {reason}"
+        err = StoreFullError(text)
+    else:
+        text = f"{op} failed on{shown}: {reason}" if shown else f"{op} failed: {reason}"
+        err = _BY_ERRNO.get(exc.errno or 0, StoreIOError)(text)
+    # As the core's errors: OSError's str() is "[Errno n] strerror: filename" once they are set
+    # (without a filename: "[Errno n] strerror").
+    err.errno, err.strerror = exc.errno, text
+    if where is not None:
+        err.filename = os.fsdecode(where)
+    return err
+
+
+@contextlib.contextmanager
+def store_io(op: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Raise an ``OSError`` of the block as the store's typed error (see ``store_error``);
+    usable as a decorator too."""
+    try:
+        yield
+    except MQError:
+        raise
+    except OSError as exc:
+        raise store_error(exc, op, path) from exc
 
 
 def ensure_dir(path: Path) -> Path:
     """Create ``path`` (and parents) if missing; returns it."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    with store_io("create_dir", path):
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     return path
 
 
 def open_lock(path: Path) -> int:
     """Open (creating) a lock file; the caller closes the descriptor."""
     ensure_dir(path.parent)
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    with store_io("open", path):
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
 
 
 def try_flock(fd: int, exclusive: bool = True) -> bool:
     """Non-blocking ``flock``; False when another open file description holds a conflicting lock."""
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
+    with store_io("flock"):
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
     return True
 
 
@@ -60,7 +121,8 @@ def flocked(path: Path, exclusive: bool) -> Iterator[None]:
     """Hold a blocking ``flock`` on ``path`` for the ``with`` block."""
     fd = open_lock(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        with store_io("flock", path):
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)
@@ -83,18 +145,22 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True, rotate: bo
     ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
     text = json.dumps(data, indent=2).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        os.write(fd, text)
+    with store_io("write", tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            view = memoryview(text)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    with store_io("replace", path):
+        if rotate and path.exists():
+            shutil.copyfile(path, path.with_name(path.name + ".bak"))
+        os.replace(tmp, path)
         if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if rotate and path.exists():
-        shutil.copyfile(path, path.with_name(path.name + ".bak"))
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
+            _fsync_dir(path.parent)
 
 
 def loads_lenient(text: str) -> Any:
@@ -145,7 +211,8 @@ def read_with_backup(path: Path, decode: Callable[[Path, bytes], T]) -> Loaded[T
     errors: list[ConfigFileError] = []
     for p in (path, path.with_name(path.name + ".bak")):
         try:
-            raw = p.read_bytes()
+            with store_io("read", p):
+                raw = p.read_bytes()
         except FileNotFoundError:
             continue
         if not raw.strip():

@@ -31,10 +31,14 @@ _BOOLS = ("read_only", "auto_create_topics")
 def _number(name: str, value: object, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidConfigError(f"{name} must be a number, not {type(value).__name__}", field=name)
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        number = math.inf
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
         bound = "> 0" if positive else ">= 0"
         raise InvalidConfigError(f"{name} must be a finite number {bound}, got {value!r}", field=name)
-    return float(value)
+    return number
 
 
 def store_options(options: Mapping[str, object]) -> dict[str, Any]:

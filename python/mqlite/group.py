@@ -11,6 +11,9 @@ Layout, per group and subscribed topic, under ``<store>/consumer_groups/<group>/
 
 Every member opens its own descriptors, so members in threads of one process exclude each other
 as members in different processes do (``flock`` locks belong to open file descriptions).
+
+Group and topic names become directory names here: ``topic_dir``, the one place that builds
+these paths, validates both (the rules a send applies), so no path can leave the store.
 """
 
 from __future__ import annotations
@@ -25,27 +28,24 @@ import socket
 import time
 from pathlib import Path
 
-from mqlite._files import open_lock, try_flock
+from mqlite import _core
+from mqlite._files import open_lock, store_io, try_flock
 from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupError
 from mqlite.message import MessageQueue
+from mqlite.topic import check_topic
 
 __all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id"]
 
-# RocketMQ 5.x clients refuse group names over 120 characters (4.9 clients allowed 255), and
-# so does the engine for producer groups: one limit for every kind of group.
-_GROUP = re.compile(r"[%|A-Za-z0-9_-]{1,120}")
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 _COUNTER = itertools.count(1)
 
 
 def check_group(group: object) -> str:
-    """Validate a consumer group name (RocketMQ's rules); returns it."""
+    """Validate a producer or consumer group name with the engine's rule (1 to 120 characters
+    from ``[%|A-Za-z0-9_-]``: RocketMQ 5.x clients refuse longer names); returns it."""
     if not isinstance(group, str):
         raise InvalidGroupError(f"group must be a str, not {type(group).__name__}")
-    if not _GROUP.fullmatch(group):
-        raise InvalidGroupError(
-            f"invalid group {group!r}: 1 to 120 characters from [%|A-Za-z0-9_-]"
-        )
+    _core.check_group(group)
     return group
 
 
@@ -65,8 +65,9 @@ def new_client_id() -> str:
 
 
 def topic_dir(root: Path, group: str, topic: str) -> Path:
-    """The directory holding a group's member and queue locks for one topic."""
-    return root / "consumer_groups" / group / topic
+    """The directory holding a group's member and queue locks for one topic; the names are
+    validated first (InvalidGroupError, InvalidTopicError), so it is always inside ``root``."""
+    return root / "consumer_groups" / check_group(group) / check_topic(topic)
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -78,6 +79,7 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
+@store_io("list group members")
 def live_members(root: Path, group: str, topic: str, *, own: str | None = None) -> list[str]:
     """Sorted ids of the live members subscribed to ``topic``; removes dead members' files."""
     members = topic_dir(root, group, topic) / "members"
@@ -125,6 +127,7 @@ class GroupMember:
     def _member_path(self, topic: str) -> Path:
         return topic_dir(self.root, self.group, topic) / "members" / f"{self.client_id}.lock"
 
+    @store_io("join group")
     def join(self, topic: str, wait: float = 0.5) -> None:
         """Register as a live member for ``topic``; ClientIdInUseError if the id is taken."""
         if topic in self._members:
@@ -148,6 +151,7 @@ class GroupMember:
                 )
             time.sleep(0.002)
 
+    @store_io("join group")
     def check(self, topic: str) -> None:
         """Re-create our member file if a racing prober removed it."""
         fd = self._members.get(topic)
@@ -175,6 +179,7 @@ class GroupMember:
         """Sorted ids of the topic's live members, this one included."""
         return live_members(self.root, self.group, topic, own=self.client_id)
 
+    @store_io("lock queue")
     def try_acquire(self, mq: MessageQueue) -> bool:
         """Take the queue's lock if no live member holds it."""
         if mq in self._queues:
@@ -187,6 +192,7 @@ class GroupMember:
         os.close(fd)
         return False
 
+    @store_io("unlock queue")
     def release(self, mq: MessageQueue) -> None:
         """Give a queue up."""
         fd = self._queues.pop(mq, None)

@@ -25,7 +25,9 @@ A native class that behaves as a (mutable, unhashable) dataclass: ``dataclasses.
 ``replace`` and ``asdict`` work on it, it compares field by field and it pickles. Fields accept
 any object; their types are checked when the message is sent. ``keys`` is one key or a sequence
 of keys (indexed for look-up); ``properties`` are user properties (names reserved by RocketMQ,
-such as ``KEYS`` or ``UNIQ_KEY``, are refused)."""
+such as ``KEYS`` or ``UNIQ_KEY``, are refused). Reading, printing, comparing, copying or changing
+a message is safe at any time, also while a send (of this or another thread) reads it: the send
+uses the fields as they were when it began."""
 
 
 class SendStatus(enum.Enum):

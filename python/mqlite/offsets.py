@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from mqlite._files import atomic_write_json, config_error, flocked, load_json_object, read_with_backup
+from mqlite.group import check_group
 from mqlite.message import MessageQueue
 
 __all__ = ["OffsetFile", "OffsetWriter", "QueueProgress", "broadcast_offsets", "group_offsets", "offset_key"]
@@ -170,8 +171,9 @@ def group_offsets(root: Path, *, durable: bool = True) -> OffsetFile:
 
 
 def broadcast_offsets(root: Path, group: str, client_id: str, *, durable: bool = True) -> OffsetFile:
-    """The private offsets file of one broadcasting consumer."""
-    d = root / "config" / "broadcast" / group
+    """The private offsets file of one broadcasting consumer (``group`` is validated: it
+    names a directory)."""
+    d = root / "config" / "broadcast" / check_group(group)
     return OffsetFile(d / f"{client_id}.json", d / f".{client_id}.offsets.lock", durable=durable)
 
 

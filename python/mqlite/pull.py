@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -43,6 +44,7 @@ from mqlite.message import MessageExt, MessageQueue
 from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
+from mqlite.topic import check_topic
 
 __all__ = ["PullConsumer", "RebalanceCallback"]
 
@@ -301,10 +303,10 @@ class PullConsumer:
 
         Subscribing again replaces the topic's filter. ``on_assign``/``on_revoke`` are called with
         the queues gained or lost at each rebalance (``on_revoke`` before their offsets are
-        released, so it may still ``commit`` them).
+        released, so it may still ``commit`` them). A name a send would refuse raises
+        InvalidTopicError before any file is touched.
         """
-        if not isinstance(topic, str) or not topic:
-            raise IllegalArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        check_topic(topic)
         selector = _selector(expression)
         with self._lock:
             self._check_open()
@@ -335,6 +337,7 @@ class PullConsumer:
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``: commit (with auto_commit) and give its queues up."""
+        check_topic(topic)
         with self._lock:
             self._check_open()
             if topic not in self._subs:
@@ -350,6 +353,7 @@ class PullConsumer:
         for mq in wanted:
             if not isinstance(mq, MessageQueue):
                 raise TypeError(f"expected MessageQueue items, not {type(mq).__name__}")
+            check_topic(mq.topic)
         with self._lock:
             self._check_open()
             if self._manual is False:
@@ -524,9 +528,14 @@ class PullConsumer:
             n = max_messages
             if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= _MAX_POLL:
                 raise IllegalArgumentError(f"max_messages must be an int in [1, {_MAX_POLL}], got {n!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
             raise IllegalArgumentError(f"timeout must be a number >= 0 or None, got {timeout!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        # An int beyond the float range waits as long as float("inf") does: without limit.
+        deadline = (
+            None if timeout is None or timeout > sys.float_info.max else time.monotonic() + timeout
+        )
         first = True
         lock = self._lock
         while True:

@@ -45,7 +45,6 @@ from mqlite._context import HasClientContext, context_of
 from mqlite.allocate import AllocateMessageQueueStrategy
 from mqlite.errors import (
     ClientClosedError,
-    IllegalArgumentError,
     IllegalStateError,
     InvalidConfigError,
     MQError,
@@ -55,6 +54,7 @@ from mqlite.message import MessageExt, MessageQueue
 from mqlite.pull import check_positive, drive
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+from mqlite.topic import check_topic
 
 __all__ = ["MessageListener", "PushConsumer"]
 
@@ -230,8 +230,7 @@ class PushConsumer:
             MessageSelector.by_tag(expression)
         elif not isinstance(expression, MessageSelector):
             raise TypeError(f"expression must be a str or MessageSelector, not {type(expression).__name__}")
-        if not isinstance(topic, str) or not topic:
-            raise IllegalArgumentError(f"topic must be a non-empty str, got {topic!r}")
+        check_topic(topic)
         self._subs[topic] = expression
         if self._state == "running":
             self._consumer.subscribe(topic, expression)

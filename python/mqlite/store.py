@@ -19,6 +19,8 @@ from mqlite.errors import (
     ConsumerGroupActiveError,
     ConsumerGroupNotFoundError,
     IllegalArgumentError,
+    InvalidConfigError,
+    StoreClosedError,
     StoreNotADirectoryError,
 )
 from mqlite.group import check_group, live_members
@@ -27,9 +29,7 @@ from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.producer import Compression, Producer
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
-from mqlite.topic import TopicConfig, parse_tags
-
-_MAX_OFFSET = (1 << 63) - 1  # queue offsets are Java longs
+from mqlite.topic import TopicConfig, check_topic, parse_tags
 
 __all__ = ["Store", "open"]
 
@@ -86,6 +86,13 @@ class Store:
             }
         )
         where = os.fsdecode(os.fspath(path))
+        try:
+            where.encode("utf-8")
+        except UnicodeEncodeError:
+            # Checked before any file-system call: the store keeps its path as text.
+            raise InvalidConfigError(
+                f"path {where!r} is not valid UTF-8 text (it holds a lone surrogate)"
+            ) from None
         if where != ":memory:" and os.path.exists(where) and not os.path.isdir(where):
             # Said the same way for both modes (a read-only open would look for files inside),
             # with errno and filename as the core's OSError subclasses carry them.
@@ -180,9 +187,6 @@ class Store:
         IllegalArgumentError); asking it for more queues than it has logs a WARNING: grow it
         with ``update_topic``."""
         queues = int_arg("queues", queues)
-        perm = int_arg("perm", perm)
-        if perm < 0:  # the core checks the upper bound; a negative one would not convert
-            raise IllegalArgumentError(f"invalid perm: {perm} is not a 3-bit permission")
         core = self._live()
         core.create_topic(name, queues, perm=perm, order=order, exist_ok=exist_ok)
         have = core.queue_count(name)
@@ -201,7 +205,6 @@ class Store:
         subscribed consumers pick them up at their next rebalance. A topic never shrinks: fewer
         queues than it has is an IllegalArgumentError (the messages of a removed queue would no
         longer be read), as is a count over 1024; an unknown topic is a TopicNotFoundError."""
-        queues = int_arg("queues", queues)
         return TopicConfig.from_dict(self._live().update_topic(name, queues))
 
     def topics(self) -> list[TopicConfig]:
@@ -264,9 +267,6 @@ class Store:
     ) -> _core.GetResult:
         """Read from ``offset``; the result carries the status and ``next_offset``."""
         mq = _queue(mq)
-        offset, max_messages = int_arg("offset", offset), int_arg("max_messages", max_messages)
-        if offset > _MAX_OFFSET:
-            raise IllegalArgumentError(f"offset must be <= {_MAX_OFFSET}, got {offset}")
         return self._live().read(mq.topic, mq.queue_id, offset, max_messages, parse_tags(tags))
 
     def read(
@@ -286,7 +286,7 @@ class Store:
 
     def get_by_offset(self, commit_log_offset: int) -> MessageExt:
         """The message stored at this commit-log offset."""
-        return self._live().get_by_offset(int_arg("commit_log_offset", commit_log_offset))
+        return self._live().get_by_offset(commit_log_offset)
 
     def wait_for(
         self,
@@ -300,7 +300,7 @@ class Store:
         Ctrl-C ends it with KeyboardInterrupt (within 0.1 s).
         """
         items = positions.items() if isinstance(positions, Mapping) else positions
-        queues = [(_queue(mq).topic, mq.queue_id, int_arg("offset", offset)) for mq, offset in items]
+        queues = [(_queue(mq).topic, mq.queue_id, offset) for mq, offset in items]
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
         if timeout is not None and not 0 <= timeout < float("inf"):  # also NaN
@@ -362,9 +362,11 @@ class Store:
         probably misspelled: it is a ConsumerGroupNotFoundError, unless ``create`` (then the
         group starts at these offsets). Live consumers of the group would overwrite the reset
         with their own positions, so this raises ConsumerGroupActiveError while any is
-        subscribed, unless ``force``.
+        subscribed, unless ``force``. Bad names raise InvalidGroupError / InvalidTopicError
+        before any file is touched.
         """
         check_group(group)
+        check_topic(topic)
         core = self._live()
         if isinstance(to, int) and not isinstance(to, bool) and offset is None:
             deprecated("reset_offset(to=<int>) is deprecated: pass the queue offset as offset=<int>")

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PERM_INHERIT", "PERM_READ", "PERM_WRITE", "TopicConfig", "parse_tags"]
+from mqlite import _core
+
+__all__ = ["PERM_INHERIT", "PERM_READ", "PERM_WRITE", "TopicConfig", "check_topic", "parse_tags"]
 
 PERM_INHERIT = 1
 PERM_WRITE = 2
@@ -43,6 +45,16 @@ class TopicConfig:
             perm=int(d["perm"]),
             order=bool(d.get("order", False)),
         )
+
+
+def check_topic(topic: object) -> str:
+    """Validate a topic name with the rule a send applies (TypeError for a non-str,
+    InvalidTopicError for a bad name: 1 to 127 characters from ``[A-Za-z0-9_%|-]``); returns
+    it. Every API that takes a topic calls this before touching the file system."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+    _core.check_topic(topic)
+    return topic
 
 
 def parse_tags(expr: str | Sequence[str] | None) -> list[str] | None:

@@ -59,6 +59,8 @@ pub enum Error {
     },
     /// A topic name is not acceptable.
     InvalidTopic { topic: String, reason: &'static str },
+    /// A producer or consumer group name is not acceptable.
+    InvalidGroup { group: String, reason: &'static str },
     /// The topic does not exist and auto-creation is off (or the call never auto-creates).
     TopicNotFound { topic: String },
     /// The topic exists but its permission forbids the operation.
@@ -115,6 +117,7 @@ impl Error {
             Error::InvalidConfig { .. } | Error::ConfigConflict { .. } => "INVALID_CONFIG",
             Error::ConfigFile { .. } => "CONFIG_FILE",
             Error::InvalidTopic { .. } => "INVALID_TOPIC",
+            Error::InvalidGroup { .. } => "INVALID_GROUP",
             Error::TopicNotFound { .. } => "TOPIC_NOT_FOUND",
             Error::TopicNotWritable { .. } => "TOPIC_NOT_WRITABLE",
             Error::TopicNotReadable { .. } => "TOPIC_NOT_READABLE",
@@ -267,6 +270,7 @@ impl fmt::Display for Error {
                 }
             }
             Error::InvalidTopic { topic, reason } => write!(f, "invalid topic {topic:?}: {reason}"),
+            Error::InvalidGroup { group, reason } => write!(f, "invalid group {group:?}: {reason}"),
             Error::TopicNotFound { topic } => write!(f, "topic {topic:?} does not exist"),
             Error::TopicNotWritable { topic } => {
                 write!(f, "topic {topic:?} has no write permission")

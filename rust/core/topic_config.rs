@@ -6,8 +6,9 @@
 //! not decode and has no usable `.bak` is an error (`Error::ConfigFile`), never an empty table,
 //! and the table is never rewritten over it: a writable store does not open. After a load from
 //! the `.bak`, the next write leaves that `.bak` in place rather than rotating the unreadable
-//! file into it. Queue counts are at most `MAX_QUEUES`. System topics are created by the store,
-//! never by users.
+//! file into it. Every topic in the table has a valid name (`validate::check_topic`): a file
+//! naming another does not decode, so no name from disk becomes a path outside the store. Queue
+//! counts are at most `MAX_QUEUES`. System topics are created by the store, never by users.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -3,12 +3,15 @@
 Every row: the call raises the listed exception, the message names the offending field, not a
 byte of any store file changes (relative path, size and SHA-256 of every file under the store
 root, compared before and after), nothing is created next to the store, and the store stays
-usable (a good send and a read afterwards). Rows of the plan that the current API has no
-surface for (delay levels, consumer offsets, format versions) are listed in
+usable (a good send and a read afterwards). The rows cover sends, reads, admin calls and
+consumers; for each int argument an int beyond 64 bits gets the same typed error as one just
+out of range, and a str with a lone surrogate is a typed error naming its field. Rows of the
+plan that the current API has no surface for (delay levels, format versions) are listed in
 docs/reliability.md.
 
-Also a Hypothesis fuzz of topic names (2,000 examples in CI) checking that no path is ever
-created outside the store root, and that every accepted name is a plain directory name.
+Also a Hypothesis fuzz of topic names (2,000 examples in CI) through sends, and one (500) through
+``subscribe`` and ``reset_offset``, checking that no path is ever created outside the store root,
+and that every accepted name is a plain directory name.
 """
 
 from __future__ import annotations
@@ -95,6 +98,36 @@ def read(offset: Any = 0, max_messages: Any = 32, queue: int = 0) -> Callable[[E
     return lambda e: e.store.read(MessageQueue(T, queue), offset, max_messages)
 
 
+def pull(call: Callable[[mqlite.PullConsumer], Any], group: str = "g") -> Callable[[Env], Any]:
+    """``call`` on a pull consumer that commits nothing by itself, closed afterwards."""
+    def run(e: Env) -> Any:
+        with e.store.pull_consumer(group, auto_commit=False) as consumer:
+            return call(consumer)
+    return run
+
+
+def assigned(call: Callable[[mqlite.PullConsumer], Any]) -> Callable[[Env], Any]:
+    """``call`` on a pull consumer assigned queue 0 of the topic (no group files)."""
+    def run(c: mqlite.PullConsumer) -> Any:
+        c.assign([MessageQueue(T, 0)])
+        return call(c)
+    return pull(run)
+
+
+def push_subscribe(topic: Any) -> Callable[[Env], Any]:
+    def run(e: Env) -> Any:
+        consumer = e.store.push_consumer("g")
+        try:
+            consumer.subscribe(topic)
+        finally:
+            consumer.shutdown()
+    return run
+
+
+BIG = 2**64  # beyond every native integer type
+LONE = "\ud800"  # a lone surrogate: a str with no UTF-8 form
+
+
 ROWS: list[Row] = [
     # topics
     ("topic empty", send(Message("", b"x")), E.InvalidTopicError, ("topic",)),
@@ -142,7 +175,9 @@ ROWS: list[Row] = [
     ("tag empty", send(Message(T, b"x", tags="")), E.InvalidMessageError, ("tag",)),
     ("key with space", send(Message(T, b"x", keys=["a b"])), E.InvalidMessageError, ("key",)),
     ("key empty", send(Message(T, b"x", keys=[""])), E.InvalidMessageError, ("key",)),
-    ("flag beyond i32", send(Message(T, b"x", flag=2**40)), TypeError, ("flag",)),
+    ("flag beyond i32", send(Message(T, b"x", flag=2**40)), E.InvalidMessageError, ("flag",)),
+    ("flag beyond i64", send(Message(T, b"x", flag=BIG)), E.InvalidMessageError, ("flag",)),
+    ("flag str", send(Message(T, b"x", flag="1")), TypeError, ("flag",)),  # type: ignore[arg-type]
     # batches
     ("batch empty", lambda e: e.producer.send_batch([], topic=T, queue_id=0), E.InvalidBatchError, ("batch", "empty")),
     ("batch mixing topics", lambda e: e.producer.send_batch([Message(T, b"a"), Message("other", b"b")]),
@@ -170,8 +205,113 @@ ROWS: list[Row] = [
     ("sql 5000-digit literal", lambda e: MessageSelector.by_sql("a > " + "9" * 5000),
      E.FilterExpressionError, ("digits",)),
     # groups
-    ("producer group with /", lambda e: e.store.producer("a/b"), E.IllegalArgumentError, ("group",)),
-    ("producer group too long", lambda e: e.store.producer("g" * 300), E.IllegalArgumentError, ("group",)),
+    ("producer group with /", lambda e: e.store.producer("a/b"), E.InvalidGroupError, ("group",)),
+    ("producer group too long", lambda e: e.store.producer("g" * 300), E.InvalidGroupError, ("group",)),
+    # ints beyond 64 bits: the same typed error as a value just out of range
+    ("queue 2**63", send(Message(T, b"x"), 2**63), E.InvalidQueueError, ("queue",)),
+    ("queue -2**64", send(Message(T, b"x"), -BIG), E.InvalidQueueError, ("queue",)),
+    ("batch queue 2**64", lambda e: e.producer.send_batch([b"x"], topic=T, queue_id=BIG),
+     E.InvalidQueueError, ("queue",)),
+    ("MessageQueue 2**63", lambda e: MessageQueue(T, 2**63), E.InvalidQueueError, ("queue",)),
+    ("read offset 2**63", read(2**63), E.IllegalArgumentError, ("offset",)),
+    ("read offset -2**64", read(-BIG), E.IllegalArgumentError, ("offset",)),
+    ("read max_messages 2**64", read(0, BIG), E.IllegalArgumentError, ("max_messages",)),
+    ("get_by_offset 2**64", lambda e: e.store.get_by_offset(BIG), E.IllegalArgumentError, ("offset",)),
+    ("offset_for_timestamp 2**63", lambda e: e.store.offset_for_timestamp(MessageQueue(T, 0), 2**63),
+     E.IllegalArgumentError, ("timestamp",)),
+    ("wait_for offset 2**64", lambda e: e.store.wait_for({MessageQueue(T, 0): BIG}, 0),
+     E.IllegalArgumentError, ("offset",)),
+    ("wait_for timeout 2**1100", lambda e: e.store.wait_for({MessageQueue(T, 0): 0}, 2**1100),
+     E.IllegalArgumentError, ("timeout",)),
+    ("poll timeout nan", assigned(lambda c: c.poll(float("nan"))), E.IllegalArgumentError, ("timeout",)),
+    ("create_topic 2**64 queues", lambda e: e.store.create_topic("fresh", BIG), E.IllegalArgumentError,
+     ("queues",)),
+    ("create_topic perm -1", lambda e: e.store.create_topic("fresh", 1, perm=-1), E.IllegalArgumentError,
+     ("perm",)),
+    ("create_topic perm 8", lambda e: e.store.create_topic("fresh", 1, perm=8), E.IllegalArgumentError,
+     ("perm",)),
+    ("create_topic perm 2**64", lambda e: e.store.create_topic("fresh", 1, perm=BIG),
+     E.IllegalArgumentError, ("perm",)),
+    ("producer compress_over -1", lambda e: e.store.producer(compress_over=-1), E.InvalidConfigError,
+     ("compress_over",)),
+    ("producer compress_over 2**64", lambda e: e.store.producer(compress_over=BIG), E.InvalidConfigError,
+     ("compress_over",)),
+    ("producer compression_level 2**40", lambda e: e.store.producer(compress_over=1, compression_level=2**40),
+     E.InvalidConfigError, ("compression_level",)),
+    ("open commit_log_file_size 2**64", lambda e: mqlite.open(e.sandbox / "other", commit_log_file_size=BIG),
+     E.InvalidConfigError, ("commit_log_file_size",)),
+    ("open default_queues 2**64", lambda e: mqlite.open(e.sandbox / "other", default_queues=BIG),
+     E.InvalidConfigError, ("default_queues",)),
+    ("pull seek_to_timestamp 2**63", assigned(lambda c: c.seek_to_timestamp(2**63)), E.IllegalArgumentError,
+     ("timestamp",)),
+    ("pull offset_for_timestamp -2**64", assigned(lambda c: c.offset_for_timestamp(MessageQueue(T, 0), -BIG)),
+     E.IllegalArgumentError, ("timestamp",)),
+    # strs with a lone surrogate: a typed error naming the field
+    ("topic surrogate", send(Message(LONE, b"x")), E.InvalidTopicError, ("topic",)),
+    ("tag surrogate", send(Message(T, b"x", tags=LONE)), E.InvalidMessageError, ("tags",)),
+    ("key surrogate", send(Message(T, b"x", keys=[LONE])), E.InvalidMessageError, ("keys",)),
+    ("property name surrogate", send(Message(T, b"x", properties={LONE: "v"})), E.InvalidMessageError,
+     ("propert",)),
+    ("property value surrogate", send(Message(T, b"x", properties={"k": LONE})), E.InvalidMessageError,
+     ("propert",)),
+    ("batch topic surrogate", lambda e: e.producer.send_batch([b"x"], topic=LONE), E.InvalidTopicError,
+     ("topic",)),
+    ("MessageQueue surrogate", lambda e: MessageQueue(LONE, 0), E.InvalidTopicError, ("topic",)),
+    ("read tags surrogate", lambda e: e.store.read(MessageQueue(T, 0), 0, tags=LONE),
+     E.FilterExpressionError, ("tags",)),
+    ("get surrogate id", lambda e: e.store.get(LONE), E.MessageNotFoundError, ("msg_id",)),
+    ("get_property surrogate", lambda e: e.store.read(MessageQueue(T, 0), 0)[0].get_property(LONE),
+     E.IllegalArgumentError, ("name",)),
+    ("create_topic surrogate", lambda e: e.store.create_topic(LONE, 1), E.InvalidTopicError, ("topic",)),
+    ("producer group surrogate", lambda e: e.store.producer(LONE), E.InvalidGroupError, ("group",)),
+    ("producer compression surrogate", lambda e: e.store.producer(compress_over=1, compression=LONE),  # type: ignore[arg-type]
+     E.InvalidConfigError, ("compression",)),
+    ("open path surrogate", lambda e: mqlite.open(str(e.sandbox / "s") + LONE), E.InvalidConfigError,
+     ("path",)),
+    ("open flush surrogate", lambda e: mqlite.open(e.sandbox / "other", flush=LONE),  # type: ignore[arg-type]
+     E.InvalidConfigError, ("flush",)),
+    ("subscribe surrogate", pull(lambda c: c.subscribe(LONE)), E.InvalidTopicError, ("topic",)),
+    ("pull consumer group surrogate", lambda e: e.store.pull_consumer(LONE), E.InvalidGroupError, ("group",)),
+    # consumers and admin calls: topic and group names as a send checks them, before any file
+    ("subscribe traversal", pull(lambda c: c.subscribe("../../../outside")), E.InvalidTopicError, ("topic",)),
+    ("subscribe absolute", lambda e: pull(lambda c: c.subscribe(str(e.sandbox / "abs")))(e),
+     E.InvalidTopicError, ("topic",)),
+    ("subscribe dotdot", pull(lambda c: c.subscribe("..")), E.InvalidTopicError, ("topic",)),
+    ("subscribe 70,000 characters", pull(lambda c: c.subscribe("a" * 70_000)), E.InvalidTopicError,
+     ("topic",)),
+    ("subscribe empty", pull(lambda c: c.subscribe("")), E.InvalidTopicError, ("topic",)),
+    ("subscribe bytes", pull(lambda c: c.subscribe(b"orders")), TypeError, ("topic",)),  # type: ignore[arg-type]
+    ("unsubscribe traversal", pull(lambda c: c.unsubscribe("../x")), E.InvalidTopicError, ("topic",)),
+    ("assign traversal", pull(lambda c: c.assign([MessageQueue("../x", 0)])), E.InvalidTopicError,
+     ("topic",)),
+    ("push subscribe traversal", push_subscribe("../../../outside"), E.InvalidTopicError, ("topic",)),
+    ("push subscribe None", push_subscribe(None), TypeError, ("topic",)),
+    ("pull consumer group traversal", lambda e: e.store.pull_consumer("../g"), E.InvalidGroupError,
+     ("group",)),
+    ("push consumer group traversal", lambda e: e.store.push_consumer("../g"), E.InvalidGroupError,
+     ("group",)),
+    ("broadcast consumer group too long",
+     lambda e: e.store.pull_consumer("g" * 121, message_model=mqlite.MessageModel.BROADCASTING),
+     E.InvalidGroupError, ("group",)),
+    ("reset_offset traversal", lambda e: e.store.reset_offset("g", "../../../victim", offset=0, force=True),
+     E.InvalidTopicError, ("topic",)),
+    ("reset_offset absolute", lambda e: e.store.reset_offset("g", str(e.sandbox / "abs"), offset=0),
+     E.InvalidTopicError, ("topic",)),
+    ("reset_offset group traversal", lambda e: e.store.reset_offset("../g", T, offset=0), E.InvalidGroupError,
+     ("group",)),
+    ("consumer_progress group traversal", lambda e: e.store.consumer_progress("../../g"),
+     E.InvalidGroupError, ("group",)),
+    ("queues traversal", lambda e: e.store.queues("../x"), E.InvalidTopicError, ("topic",)),
+    ("offsets traversal", lambda e: e.store.offsets(MessageQueue("../x", 0)), E.InvalidTopicError,
+     ("topic",)),
+    ("read traversal", lambda e: e.store.read(MessageQueue("../../x", 0), 0), E.InvalidTopicError,
+     ("topic",)),
+    ("offset_for_timestamp traversal", lambda e: e.store.offset_for_timestamp(MessageQueue("/abs", 0), 0),
+     E.InvalidTopicError, ("topic",)),
+    ("wait_for traversal", lambda e: e.store.wait_for({MessageQueue("../x", 0): 0}, 0), E.InvalidTopicError,
+     ("topic",)),
+    ("create_topic absolute", lambda e: e.store.create_topic(str(e.sandbox / "abs"), 1), E.InvalidTopicError,
+     ("topic",)),
 ]
 
 
@@ -193,6 +333,23 @@ def test_row(env: Env, row: str, call: Callable[[Env], Any], exc: type[BaseExcep
     r = env.producer.send(Message(T, b"after"), queue_id=0)
     assert r.queue_offset == 1
     assert [m.body for m in env.store.read(MessageQueue(T, 0), 0)] == [b"seed", b"after"]
+
+
+def test_poll_with_a_timeout_beyond_the_float_range_waits_without_limit(env: Env) -> None:
+    """An int timeout too large for a float is no error: it waits as ``float("inf")`` does (here
+    not at all: a message is there)."""
+    with env.store.pull_consumer("g", auto_commit=False) as consumer:
+        consumer.assign([MessageQueue(T, 0)])
+        consumer.seek(MessageQueue(T, 0), 0)
+        assert [m.body for m in consumer.poll(timeout=2**1100)] == [b"seed"]
+
+
+def test_a_batch_result_index_beyond_64_bits_is_an_index_error(env: Env) -> None:
+    result = env.producer.send_batch([b"a"], topic=T, queue_id=1)
+    for index in (1, -2, BIG, -BIG):
+        with pytest.raises(IndexError):
+            result[index]
+    assert result[-1].queue_offset == 0
 
 
 def test_read_past_the_end_is_a_status_not_an_exception(env: Env) -> None:
@@ -291,6 +448,40 @@ def test_topic_name_fuzz_creates_no_path_outside_the_store(fuzz_env: tuple[mqlit
     assert [p.name for p in sandbox.iterdir()] == ["store"]
 
 
+def valid_topic(name: str) -> bool:
+    """The name rule: 1 to 127 characters of ``[A-Za-z0-9_%|-]``, 255 for retry / DLQ topics."""
+    limit = 255 if name.startswith(("%RETRY%", "%DLQ%")) else 127
+    return bool(re.fullmatch(r"[A-Za-z0-9_%|-]+", name)) and len(name) <= limit
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=topic_names)
+def test_topic_name_fuzz_through_consumers_and_admin(
+    fuzz_env: tuple[mqlite.Store, Path, Path], name: str
+) -> None:
+    store, root, sandbox = fuzz_env
+    groups = root / "consumer_groups" / "fuzz"
+    consumer = store.pull_consumer("fuzz", auto_commit=False)
+    try:
+        consumer.subscribe(name)
+    except E.InvalidTopicError:
+        assert not valid_topic(name), f"subscribe refused the valid topic {name!r}"
+    else:
+        assert valid_topic(name), f"subscribe accepted {name!r}"
+        assert (groups / name).is_dir() and (groups / name).resolve().parent == groups.resolve()
+    finally:
+        consumer.close()
+    try:
+        store.reset_offset("fuzz", name, offset=0, create=True)
+    except E.InvalidTopicError:
+        assert not valid_topic(name), f"reset_offset refused the valid topic {name!r}"
+    except E.TopicNotFoundError:
+        assert valid_topic(name)
+    else:
+        assert valid_topic(name), f"reset_offset accepted {name!r}"
+    assert [p.name for p in sandbox.iterdir()] == ["store"]
+
+
 @pytest.fixture(scope="module")
 def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.Store, Path, Path]]:
     base = tmp_path_factory.mktemp("fuzz")
@@ -306,6 +497,9 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.
     after = {p for p in base.rglob("*") if root not in p.parents and p != root}
     assert after == before, f"paths created outside the store root: {sorted(map(str, after - before))[:10]}"
     assert (base / "canary").read_text() == "canary"
-    # every topic directory is a direct child of consumequeue/
+    # every topic directory is a direct child of consumequeue/ or of its group's directory
     for p in (root / "consumequeue").iterdir():
         assert p.is_dir() and not p.is_symlink() and ALLOWED.fullmatch(p.name), p
+    groups = root / "consumer_groups"
+    for p in groups.glob("*/*") if groups.exists() else []:
+        assert p.is_dir() and not p.is_symlink() and valid_topic(p.name), p

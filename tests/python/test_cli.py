@@ -82,6 +82,16 @@ def test_groups_errors(grouped: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "[INVALID_GROUP]" in capsys.readouterr().err
 
 
+def test_names_that_would_leave_the_store_are_refused(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for topic in ("../../outside", str(filled.parent / "abs"), ".."):
+        assert main(["tail", str(filled), topic]) == 1
+        assert "[INVALID_TOPIC]" in capsys.readouterr().err
+    for group in ("../g", str(filled.parent / "abs")):
+        assert main(["groups", str(filled), "-g", group]) == 1
+        assert "[INVALID_GROUP]" in capsys.readouterr().err
+    assert sorted(p.name for p in filled.parent.iterdir()) == [filled.name]
+
+
 def test_groups_of_a_store_without_consumers(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["groups", str(filled), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []

@@ -147,19 +147,24 @@ def _check(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_enospc_on_a_small_tmpfs(tmp_path: Path, mode: str) -> None:
+def _run_on_tmpfs(tmp_path: Path, child: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``child`` with a 3 MiB tmpfs mounted in a private namespace as its first argument
+    (skips where that is not permitted)."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if not _unshare_tmpfs_works(mnt):
         pytest.skip("unshare -rm with a tmpfs mount is not permitted here")
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(CHILD))
+    script.write_text(textwrap.dedent(child))
     cmd = (f"mount -t tmpfs -o size=3m tmpfs '{mnt}' && "
-           f"exec '{sys.executable}' '{script}' '{mnt}' {mode} tmpfs")
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
+           f"exec '{sys.executable}' '{script}' '{mnt}' {' '.join(args)}")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", cmd], capture_output=True, text=True,
                           timeout=120, env=_env(), check=False)
-    out = _check(done)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_enospc_on_a_small_tmpfs(tmp_path: Path, mode: str) -> None:
+    out = _check(_run_on_tmpfs(tmp_path, CHILD, mode, "tmpfs"))
     assert out["filler_errno"] == 28  # ENOSPC
 
 
@@ -170,3 +175,84 @@ def test_file_size_limit(tmp_path: Path, mode: str) -> None:
     done = subprocess.run([sys.executable, str(script), str(tmp_path), mode, "rlimit"],
                           capture_output=True, text=True, timeout=120, env=_env(), check=False)
     _check(done)
+
+
+CONSUMER_CHILD = r"""
+import json, os, sys
+import mqlite
+from mqlite import ConsumeFromWhere, Message, MessageQueue
+
+root = sys.argv[1]
+store = mqlite.open(os.path.join(root, "store"), commit_log_file_size=256 << 10,
+                    consume_queue_file_units=64, max_message_size=16 << 10)
+store.create_topic("t", 1)
+producer = store.producer()
+for i in range(5):
+    producer.send(Message("t", b"m%d" % i), queue_id=0)
+first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+# No timed automatic commit: each write below is the one the call under test makes.
+quiet = dict(consume_from=first, auto_commit_interval=3600)
+kept = store.pull_consumer("kept", **quiet)
+kept.subscribe("t")
+kept.poll(0)  # assigned at subscribe; polls nothing yet
+kept.commit({MessageQueue("t", 0): 2})
+busy = store.pull_consumer("busy", **quiet)
+busy.subscribe("t")
+polled = len(busy.poll(0, max_messages=3))
+store.flush()  # the files the store prepares in the background exist before the disk fills
+
+filler = os.path.join(root, "filler")
+out = {"polled": polled}
+with open(filler, "wb", buffering=0) as f:
+    try:
+        while True:
+            f.write(b"\0" * 4096)
+    except OSError as exc:
+        out["filler_errno"] = exc.errno
+
+def outcome(call):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the test inspects what was raised
+        return {"type": type(exc).__name__, "typed": isinstance(exc, mqlite.MQError),
+                "errno": getattr(exc, "errno", None), "filename": getattr(exc, "filename", None),
+                "text": str(exc)}
+    return None
+
+late = store.pull_consumer("late", **quiet)
+out["subscribe"] = outcome(lambda: late.subscribe("t"))
+out["commit"] = outcome(busy.commit)
+out["close"] = outcome(busy.close)
+out["reset_offset"] = outcome(lambda: store.reset_offset("other", "t", offset=0, create=True))
+out["kept_while_full"] = kept.committed(MessageQueue("t", 0))
+
+os.remove(filler)  # space comes back
+out["reset_offset_after"] = outcome(lambda: store.reset_offset("other", "t", offset=1, create=True))
+out["kept_after"] = kept.committed(MessageQueue("t", 0))
+out["groups_after"] = store.consumer_groups()
+kept.close()
+late.close()
+store.close()
+print(json.dumps(out))
+"""
+
+
+def test_consumer_files_on_a_full_disk_raise_store_full(tmp_path: Path) -> None:
+    """subscribe, commit, a consumer's close and reset_offset write consumer files (offsets,
+    group locks): on a full file system each raises StoreFullError (errno ENOSPC, the file
+    named) as a send does, the offsets already committed stay readable, and writes succeed once
+    space is back."""
+    done = _run_on_tmpfs(tmp_path, CONSUMER_CHILD)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    print(out)
+    assert out["filler_errno"] == 28 and out["polled"] == 3
+    for call in ("subscribe", "commit", "close", "reset_offset"):
+        failure = out[call]
+        assert failure is not None, f"{call} wrote on a full disk"
+        assert failure["type"] == "StoreFullError" and failure["typed"], (call, failure)
+        assert failure["errno"] == 28 and failure["filename"], (call, failure)
+        assert failure["filename"] in failure["text"], (call, failure)
+    assert out["kept_while_full"] == 2 and out["kept_after"] == 2
+    assert out["reset_offset_after"] is None
+    assert "other" in out["groups_after"]

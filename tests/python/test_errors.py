@@ -123,3 +123,57 @@ def test_errors_module_imports_nothing_from_the_extension() -> None:
         for alias in node.names
     ]
     assert set(imported) <= {"__future__", "warnings"}
+
+
+# ---- file-system errors: typed, with errno and path -------------------------------------------
+
+
+def test_consumer_files_under_a_file_raise_store_not_a_directory(tmp_path: Path) -> None:
+    """``consumer_groups`` being a file: subscribe raises StoreNotADirectoryError (errno ENOTDIR,
+    the path named), not a bare NotADirectoryError."""
+    import errno
+
+    root = tmp_path / "store"
+    with mqlite.open(root) as store:
+        store.create_topic("t", 1)
+        (root / "consumer_groups").write_bytes(b"")
+        with store.pull_consumer("g") as consumer:
+            with pytest.raises(E.StoreNotADirectoryError) as info:
+                consumer.subscribe("t")
+    assert info.value.errno == errno.ENOTDIR
+    assert info.value.filename and info.value.filename.startswith(str(root / "consumer_groups"))
+    assert info.value.code == "STORE_NOT_A_DIRECTORY"
+
+
+def test_an_unreadable_offsets_file_raises_store_io_error(tmp_path: Path) -> None:
+    """``config/consumerOffset.json`` being a directory: reading the group offsets raises
+    StoreIOError (errno EISDIR, the path named)."""
+    import errno
+
+    root = tmp_path / "store"
+    with mqlite.open(root) as store:
+        (root / "config" / "consumerOffset.json").mkdir()
+        with pytest.raises(E.StoreIOError) as info:
+            store.consumer_groups()
+    assert info.value.errno == errno.EISDIR
+    assert info.value.filename == str(root / "config" / "consumerOffset.json")
+    assert str(root / "config" / "consumerOffset.json") in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["commitlog", "config"])
+def test_a_symlink_loop_at_a_store_directory_keeps_its_errno(tmp_path: Path, name: str) -> None:
+    """A symlink where the store keeps a directory is refused with ELOOP (the errno an
+    ``O_NOFOLLOW`` open gives), so the error's text is not "[Errno None] None"."""
+    import errno
+    import shutil
+
+    root = tmp_path / "store"
+    mqlite.open(root).close()
+    shutil.rmtree(root / name)
+    (root / name).symlink_to(root / name)  # a loop
+    with pytest.raises(E.StoreIOError) as info:
+        mqlite.open(root)
+    assert info.value.errno == errno.ELOOP
+    assert info.value.filename == str(root / name)
+    text = str(info.value)
+    assert "None" not in text and "symbolic link" in text and str(root / name) in text, text

@@ -205,6 +205,7 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.InvalidBatchError, lambda p: _with_topic(p).producer().send_batch([], topic="t")),
     (E.InvalidConfigError, lambda p: mqlite.open(p).pull_consumer("g", max_poll_messages=0)),
     (E.InvalidGroupError, lambda p: mqlite.open(p).pull_consumer("no spaces")),
+    (E.ConsumerGroupNotFoundError, lambda p: _with_topic(p).reset_offset("never-seen", "t", to="earliest")),
     (E.FilterExpressionError, lambda p: MessageSelector.by_sql("a >")),
     (E.IllegalStateError, _subscribe_after_assign),
     (E.StoreClosedError, _closed_store),

@@ -79,6 +79,10 @@ def test_parse_tags_rejects_non_strings(expr: object) -> None:
         {"consume_queue_file_units": -3}, {"max_message_size": True}, {"default_queues": 0},
         {"file_mode": 0o1777}, {"dir_mode": -1}, {"retention_hours": 0}, {"retention_hours": float("nan")},
         {"flush_interval_ms": 0}, {"sync_flush_timeout_ms": "5s"},
+        # ints beyond 64 bits: the same InvalidConfigError as a value just out of range
+        {"flush_interval_ms": 2**64}, {"sync_flush_timeout_ms": 2**63}, {"commit_log_file_size": 2**64},
+        {"consume_queue_file_units": 2**64}, {"max_message_size": 2**63}, {"default_queues": 2**64},
+        {"wait": 2**1100}, {"retention_hours": 2**1100},
     ],
 )
 def test_bad_options_raise_invalid_config_and_create_nothing(tmp_path: Path, options: dict[str, object]) -> None:
@@ -139,3 +143,76 @@ def test_a_message_subclass_is_read_through_its_attributes(mem_store) -> None:
 
     r = mem_store.producer().send(Upper("t", b"x", tags="lower"), queue_id=0)
     assert mem_store.read(MessageQueue("t", 0), r.queue_offset, 1)[0].tags == "UPPER"
+
+
+# ---- reading a message while it is being sent ---------------------------------------------------
+
+
+def test_a_message_can_be_read_and_changed_from_inside_its_own_send(mem_store) -> None:
+    """A ``keys`` iterable runs Python code during the send: logging the message there (repr),
+    comparing, copying or reducing it, reading its properties and setting a field all work; the
+    send uses the fields as they were when it began."""
+    import copy
+
+    seen: dict[str, object] = {}
+
+    class Keys:
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            seen["repr"] = repr(msg)
+            seen["eq"] = msg == msg
+            seen["copy"] = copy.copy(msg)
+            seen["reduce"] = msg.__reduce__()
+            seen["properties"] = dict(msg.properties)
+            msg.tags = "late"
+            yield "k1"
+
+    msg = Message("t", b"x", keys=Keys())
+    r = mem_store.producer().send(msg, queue_id=0)
+    assert str(seen["repr"]).startswith("Message(topic='t', body=b'x'") and seen["eq"] is True
+    assert isinstance(seen["copy"], Message) and seen["properties"] == {}
+    assert msg.tags == "late"
+    stored = mem_store.read(MessageQueue("t", 0), r.queue_offset, 1)[0]
+    assert (stored.keys, stored.tags) == (("k1",), None)
+
+
+def test_another_thread_reads_and_changes_a_message_while_it_is_sent(mem_store) -> None:
+    """While a send runs Python code of the message (here its ``keys``), another thread reads,
+    prints, compares and changes the same message without an error."""
+    import copy
+    import pickle
+    import threading
+
+    inside, finished = threading.Event(), threading.Event()
+
+    class Keys:
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            inside.set()
+            assert finished.wait(30), "the other thread did not finish"
+            yield "k1"
+
+    msg = Message("t", b"x", keys=Keys())
+    outcome: dict[str, object] = {}
+
+    def other() -> None:
+        try:
+            assert inside.wait(30), "the send never reached the keys"
+            outcome["properties"] = dict(msg.properties)
+            msg.properties = {"p": "v"}
+            msg.tags = "changed"
+            outcome["repr"] = repr(msg)
+            outcome["eq"] = msg == copy.copy(msg)
+            outcome["pickled"] = pickle.loads(pickle.dumps(Message(msg.topic, msg.body))) == Message("t", b"x")
+        except BaseException as exc:  # noqa: BLE001 - reported below, with its type
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    r = mem_store.producer().send(msg, queue_id=0)
+    thread.join()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert outcome["properties"] == {} and outcome["eq"] is True and outcome["pickled"] is True
+    assert "tags='changed'" in str(outcome["repr"])
+    stored = mem_store.read(MessageQueue("t", 0), r.queue_offset, 1)[0]
+    assert (stored.keys, stored.tags, stored.get_property("p")) == (("k1",), None, None)

@@ -6,6 +6,9 @@
   canary file) is never written;
 - every descriptor the store opens is close-on-exec: a child started with ``close_fds=False``
   inherits none of them;
+- topic and group names cannot reach outside the store through consumers and admin calls:
+  ``subscribe``, ``reset_offset`` and a read-only reader refuse ``..`` and absolute names
+  before touching a file, and never create or delete anything outside the store;
 - the Python package uses no pickle / marshal / shelve / eval / exec.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -158,6 +162,68 @@ def test_symlink_at_topics_json_never_writes_the_target(tmp_path: Path, canary: 
     except (E.StoreIOError, E.CorruptedLogError):
         pass
     # the canary fixture checks the target is unchanged
+
+
+# ---- names that would leave the store ------------------------------------------------------
+
+def outside_tree(base: Path, store: Path) -> dict[str, bytes | None]:
+    """Every path under ``base`` but outside ``store``, with file contents (None: directory)."""
+    out: dict[str, bytes | None] = {}
+    for p in sorted(base.rglob("*")):
+        if p == store or store in p.parents:
+            continue
+        out[str(p.relative_to(base))] = None if p.is_dir() else p.read_bytes()
+    return out
+
+
+def test_consumer_and_admin_topics_cannot_leave_the_store(tmp_path: Path) -> None:
+    victim = tmp_path / "victim" / "members"
+    victim.mkdir(parents=True)
+    (victim / "precious.lock").write_text("not mqlite's file")  # unlocked: a dead member's look
+    (tmp_path / "abs" / "members").mkdir(parents=True)
+    (tmp_path / "abs" / "members" / "other.lock").write_text("")
+    root = tmp_path / "store"
+    with mqlite.open(root) as store:
+        store.create_topic("t", 1)
+        before = outside_tree(tmp_path, root)
+        # <store>/consumer_groups/g/../../../victim is <tmp_path>/victim
+        names = ["../../../victim", "../../../outside", str(tmp_path / "abs"), str(tmp_path / "abs2")]
+        for name in names:
+            with store.pull_consumer("g") as consumer:
+                with pytest.raises(E.InvalidTopicError):
+                    consumer.subscribe(name)
+            with pytest.raises(E.InvalidTopicError):
+                store.reset_offset("g", name, offset=0, force=True)
+            push = store.push_consumer("g")
+            with pytest.raises(E.InvalidTopicError):
+                push.subscribe(name)
+            push.shutdown()
+        for group in ("../../victim", str(tmp_path / "abs")):
+            with pytest.raises(E.InvalidGroupError):
+                store.reset_offset(group, "t", offset=0, force=True)
+            with pytest.raises(E.InvalidGroupError):
+                store.pull_consumer(group)
+        assert outside_tree(tmp_path, root) == before, "a path outside the store changed"
+        assert not (root / "consumer_groups").exists(), "a refused name created group files"
+
+
+def test_read_only_reader_does_not_follow_a_topic_outside_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with mqlite.open(root, **SMALL) as store:
+        store.create_topic("t", 1)
+        store.producer().send(Message("t", b"secret"), queue_id=0)
+    # A consume queue planted next to the store, where "../../planted" would lead from
+    # <store>/consumequeue.
+    shutil.copytree(root / "consumequeue" / "t", tmp_path / "planted")
+    with mqlite.open(root, read_only=True) as reader:
+        for call in (
+            lambda: reader.read(mqlite.MessageQueue("../../planted", 0), 0),
+            lambda: reader.offsets(mqlite.MessageQueue("../../planted", 0)),
+            lambda: reader.offset_for_timestamp(mqlite.MessageQueue("../../planted", 0), 0),
+            lambda: reader.queues("../../planted"),
+        ):
+            with pytest.raises(E.InvalidTopicError):
+                call()
 
 
 # ---- close-on-exec --------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 //! ConsumeQueueStore: every consume queue of the store, opened lazily, and the dispatcher that
 //! feeds them.
 //!
-//! On disk: `consumequeue/<topic>/<queueId>/`. Topic names are validated to
-//! `[A-Za-z0-9_%|-]`, so a directory name can never leave the store root.
+//! On disk: `consumequeue/<topic>/<queueId>/`.
+//!
+//! Invariant: a path is built only from a valid topic name (`[A-Za-z0-9_%|-]`, checked in
+//! `dir_of`, the one place names become paths), so a directory can never leave the store root,
+//! whatever a caller or a `topics.json` supplies.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,7 +15,7 @@ use super::unit::CqUnit;
 use super::ConsumeQueue;
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
-use crate::message::sysflag;
+use crate::message::{sysflag, validate};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
 
@@ -64,10 +67,14 @@ impl ConsumeQueueStore {
         self.queues.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn dir_of(&self, topic: &str, queue_id: u32) -> Option<PathBuf> {
-        self.root
+    /// The queue's directory: `Ok(None)` in memory, `InvalidTopic` for a name that could
+    /// leave the store root.
+    fn dir_of(&self, topic: &str, queue_id: u32) -> Result<Option<PathBuf>> {
+        validate::check_topic(topic)?;
+        Ok(self
+            .root
             .as_ref()
-            .map(|r| r.join(topic).join(queue_id.to_string()))
+            .map(|r| r.join(topic).join(queue_id.to_string())))
     }
 
     /// Loads and recovers every queue found on disk. Returns them.
@@ -114,7 +121,7 @@ impl ConsumeQueueStore {
             let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if crate::message::validate::check_topic(&topic).is_err() || !t.path().is_dir() {
+            if validate::check_topic(&topic).is_err() || !t.path().is_dir() {
                 continue;
             }
             let qdir = t.path();
@@ -130,6 +137,7 @@ impl ConsumeQueueStore {
     }
 
     fn open_queue(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
+        let dir = self.dir_of(topic, queue_id)?;
         let mut map = self.write();
         let v = map.entry(topic.to_owned()).or_default();
         let i = queue_id as usize;
@@ -142,7 +150,7 @@ impl ConsumeQueueStore {
         let cq = Arc::new(ConsumeQueue::new(
             topic,
             queue_id,
-            self.dir_of(topic, queue_id),
+            dir,
             self.file_size,
             self.file_mode,
             self.read_only,
@@ -159,7 +167,7 @@ impl ConsumeQueueStore {
             return Some(cq);
         }
         if self.read_only {
-            let dir = self.dir_of(topic, queue_id)?;
+            let dir = self.dir_of(topic, queue_id).ok().flatten()?;
             if dir.is_dir() {
                 let cq = self.open_queue(topic, queue_id).ok()?;
                 cq.recover(false).ok()?;
@@ -177,7 +185,7 @@ impl ConsumeQueueStore {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        if let Some(dir) = self.dir_of(topic, queue_id) {
+        if let Some(dir) = self.dir_of(topic, queue_id)? {
             fs::create_dir_all(&dir, self.dir_mode)?;
         }
         self.open_queue(topic, queue_id)

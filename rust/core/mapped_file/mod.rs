@@ -77,10 +77,9 @@ impl MappedFile {
         populate: bool,
     ) -> Result<Self> {
         if fs::is_symlink(path) {
-            return Err(Error::io(
-                "create",
+            return Err(fs::symlink_refused(
+                "create (a symlink is never followed)",
                 path,
-                std::io::Error::other("refusing to follow a symlink at a store file name"),
             ));
         }
         let file = fs::open_rw(path, mode)?;

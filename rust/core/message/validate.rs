@@ -46,12 +46,14 @@ fn is_topic_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|')
 }
 
-/// Checks a consumer or producer group name (same characters as topics, at most 120 bytes).
+/// Checks a consumer or producer group name: 1..=120 bytes of the topic characters. Group
+/// names become directory and file names of consumer metadata, so the rule also keeps them
+/// inside the store root.
 pub fn check_group(group: &str) -> Result<()> {
-    let bad = |reason: &str| {
-        Err(Error::InvalidArgument {
-            field: "group",
-            reason: reason.to_owned(),
+    let bad = |reason| {
+        Err(Error::InvalidGroup {
+            group: group.to_owned(),
+            reason,
         })
     };
     if group.is_empty() {
@@ -156,6 +158,18 @@ mod tests {
         ] {
             assert!(
                 matches!(check_topic(bad), Err(Error::InvalidTopic { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn group_rules() {
+        assert!(check_group("CID_orders-1|%").is_ok());
+        assert!(check_group(&"g".repeat(120)).is_ok());
+        for bad in ["", ".", "..", "../g", "a/b", "a b", "é", &"g".repeat(121)] {
+            assert!(
+                matches!(check_group(bad), Err(Error::InvalidGroup { .. })),
                 "{bad:?}"
             );
         }

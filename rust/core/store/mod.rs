@@ -32,7 +32,7 @@ use crate::mapped_file::mmap::fork_generation;
 use crate::recovery::RecoveryReport;
 use crate::topic_config::TopicTable;
 
-pub use read::{GetResult, GetStatus, TagFilter};
+pub use read::{GetResult, GetStatus, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
 pub use write::{PutResult, PutStatus, QUICK_BODY_MAX};
 

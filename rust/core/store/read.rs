@@ -11,7 +11,7 @@ use crate::consume_queue::ConsumeQueue;
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::message::codec::{DecodeError, RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
-use crate::message::{msg_id, properties};
+use crate::message::{msg_id, properties, validate};
 
 /// RocketMQ's `GetMessageStatus` values that mqlite returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,15 +153,22 @@ impl Store {
         }
     }
 
-    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
-        let cq = self.inner.cqs.get(topic, queue_id)?;
+    /// The queue, or `None` when it does not exist. `InvalidTopic` for a name no topic can
+    /// have: every read entry point goes through here, so a bad name is reported the same way
+    /// by each, and checked only when the lookup misses (every queue in the map has a valid
+    /// name).
+    fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<ConsumeQueue>>> {
+        let Some(cq) = self.inner.cqs.get(topic, queue_id) else {
+            validate::check_topic(topic)?;
+            return Ok(None);
+        };
         if self.inner.config.read_only && !self.follow() {
             // Follow the writer (follow.rs): map the files it created since we last looked,
             // and start after units whose records are gone.
             let _ = cq.refresh(false);
             cq.correct_min_offset(self.inner.commit_log.min_offset());
         }
-        Some(cq)
+        Ok(Some(cq))
     }
 
     /// (min, max) logical offsets of a queue; max is the next offset to be written.
@@ -169,7 +176,7 @@ impl Store {
         self.check_usable()?;
         self.catch_up();
         Ok(self
-            .queue(topic, queue_id)
+            .queue(topic, queue_id)?
             .map(|cq| (cq.min_offset(), cq.max_offset()))
             .unwrap_or((0, 0)))
     }
@@ -197,7 +204,7 @@ impl Store {
                 reason: format!("{max} is outside [1, {MAX_MESSAGES_PER_READ}]"),
             });
         }
-        let Some(cq) = self.queue(topic, queue_id) else {
+        let Some(cq) = self.queue(topic, queue_id)? else {
             let status = if offset == 0 {
                 GetStatus::NoMessageInQueue
             } else {
@@ -442,7 +449,7 @@ impl Store {
     pub fn offset_for_timestamp(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.check_usable()?;
         self.catch_up();
-        let Some(cq) = self.queue(topic, queue_id) else {
+        let Some(cq) = self.queue(topic, queue_id)? else {
             return Ok(0);
         };
         let (mut lo, mut hi) = (cq.min_offset(), cq.max_offset());
@@ -476,12 +483,18 @@ impl Store {
         timeout: Option<Duration>,
     ) -> Result<bool> {
         self.check_usable()?;
+        for &(topic, _, _) in queues {
+            validate::check_topic(topic)?;
+        }
         self.catch_up();
+        // Names were checked above: a lookup error here can only mean "no such queue yet".
         let ready = || {
-            queues
-                .iter()
-                .any(|&(t, q, off)| self.queue(t, q).is_some_and(|cq| cq.max_offset() > off))
-                || self.is_closed()
+            queues.iter().any(|&(t, q, off)| {
+                self.queue(t, q)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|cq| cq.max_offset() > off)
+            }) || self.is_closed()
         };
         if self.inner.config.read_only {
             let deadline = timeout.map(|t| std::time::Instant::now() + t);

@@ -487,10 +487,14 @@ impl Store {
         Ok(self.inner.topics.all())
     }
 
-    /// One topic's configuration.
+    /// One topic's configuration; `InvalidTopic` for a name no topic can have.
     pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
         self.check_usable()?;
-        if self.inner.config.read_only && self.inner.topics.get(topic).is_none() {
+        if let Some(config) = self.inner.topics.get(topic) {
+            return Ok(Some(config));
+        }
+        validate::check_topic(topic)?;
+        if self.inner.config.read_only {
             self.inner.topics.reload()?;
         }
         Ok(self.inner.topics.get(topic))

@@ -57,14 +57,19 @@ pub fn open_ro(path: &Path) -> Result<File> {
         .map_err(|e| Error::io("open", path, e))
 }
 
+/// The error for a symlink found where the store creates or opens a file or directory of its
+/// own: ELOOP, the errno an `O_NOFOLLOW` open of a symlink gives, so callers see an errno.
+pub fn symlink_refused(op: &'static str, path: &Path) -> Error {
+    Error::io(op, path, std::io::Error::from_raw_os_error(libc::ELOOP))
+}
+
 /// Creates `path` and its parents with `mode`; refuses a symlink at `path`.
 pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_symlink() {
-            return Err(Error::io(
-                "create_dir",
+            return Err(symlink_refused(
+                "create_dir (a symlink is never followed)",
                 path,
-                std::io::Error::other("refusing to use a symlink as a store directory"),
             ));
         }
         if !meta.is_dir() {
@@ -272,4 +277,23 @@ pub fn is_symlink(path: &Path) -> bool {
 /// The 20-digit zero-padded file name RocketMQ gives a file starting at `offset`.
 pub fn offset_file_name(offset: u64) -> String {
     format!("{offset:020}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_where_a_directory_belongs_is_refused_with_eloop() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("loop");
+        std::os::unix::fs::symlink(&link, &link).unwrap();
+        match create_dir_all(&link, 0o700) {
+            Err(Error::Io { source, path, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::ELOOP));
+                assert_eq!(path, link);
+            }
+            other => panic!("expected an Io error with ELOOP, got {other:?}"),
+        }
+    }
 }

@@ -30,7 +30,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::errors::{illegal, to_pyerr, value_error, PyMqError};
+use crate::args::{self, FilterTag, Float, Int, OwnedStr, Str, TopicName};
+use crate::errors::{to_pyerr, PyMqError};
 use crate::message::messages_from;
 use crate::queue::PyMessageQueue;
 
@@ -45,12 +46,12 @@ pub struct PyQueueCursor {
     topic: Arc<str>,
     queue_id: u32,
     /// The next offset to read.
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     position: u64,
     tags: Option<Py<PyAny>>,
     sql: Option<Py<PyAny>>,
     /// The offset last written to the offset file for this queue (None: never).
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     committed: Option<u64>,
     /// Assigned and not paused: only a live cursor is advanced by a poll.
     #[pyo3(get, set)]
@@ -67,17 +68,19 @@ impl PyQueueCursor {
     #[pyo3(signature = (mq, topic, queue_id, position, tags = None, sql = None))]
     fn new(
         mq: Py<PyAny>,
-        topic: &str,
-        queue_id: u32,
-        position: u64,
+        topic: Str<'_, TopicName>,
+        queue_id: Int,
+        position: Int,
         tags: Option<Py<PyAny>>,
         sql: Option<Py<PyAny>>,
         py: Python<'_>,
     ) -> PyResult<Self> {
+        let queue_id = args::queue_id(&queue_id)?;
+        let position = args::offset(&position, "position")?;
         let filter = match &tags {
             Some(t) => {
-                let names: Vec<String> = t.bind(py).extract()?;
-                TagFilter::tags(names.iter().map(String::as_str))
+                let names: Vec<OwnedStr<FilterTag>> = t.bind(py).extract()?;
+                TagFilter::tags(names.iter().map(|n| &**n))
             }
             None => TagFilter::all(),
         };
@@ -89,7 +92,7 @@ impl PyQueueCursor {
         Ok(PyQueueCursor {
             mq,
             queue,
-            topic: Arc::from(topic),
+            topic: Arc::from(&*topic),
             queue_id,
             position,
             tags,
@@ -106,6 +109,20 @@ impl PyQueueCursor {
     #[getter]
     fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.error.as_ref().map(|(_, e)| e.clone_ref(py))
+    }
+
+    #[setter]
+    fn set_position(&mut self, position: Int) -> PyResult<()> {
+        self.position = args::offset(&position, "position")?;
+        Ok(())
+    }
+
+    #[setter]
+    fn set_committed(&mut self, committed: Option<Int>) -> PyResult<()> {
+        self.committed = committed
+            .map(|c| args::offset(&c, "committed"))
+            .transpose()?;
+        Ok(())
     }
 
     /// The queue (a `MessageQueue`).
@@ -250,22 +267,13 @@ pub fn poll_cursors(
     py: Python<'_>,
     store: &Store,
     cursors: &Bound<'_, PyList>,
-    max_messages: i64,
-    timeout: Option<f64>,
+    max_messages: Int,
+    timeout: Option<Float>,
     lock: &Bound<'_, PyAny>,
     hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
-    let max = usize::try_from(max_messages)
-        .ok()
-        .filter(|&m| m > 0)
-        .ok_or_else(|| illegal(format!("max_messages must be >= 1, got {max_messages}")))?;
-    let timeout = match timeout {
-        Some(t) => Some(
-            Duration::try_from_secs_f64(t)
-                .map_err(|_| value_error("timeout must be a finite number >= 0"))?,
-        ),
-        None => None,
-    };
+    let max = args::max_messages(&max_messages)?;
+    let timeout = timeout.map(args::timeout).transpose()?;
     let mut cs = Vec::with_capacity(cursors.len());
     let mut snaps = Vec::with_capacity(cursors.len());
     for c in cursors.iter() {

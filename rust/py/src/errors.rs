@@ -4,7 +4,7 @@
 //! `TimeoutError`, ...) and imported here by name.
 
 use mqlite::Error;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 pyo3::import_exception!(mqlite.errors, MQError);
@@ -15,10 +15,13 @@ pyo3::import_exception!(mqlite.errors, StoreFullError);
 pyo3::import_exception!(mqlite.errors, StoreLockedError);
 pyo3::import_exception!(mqlite.errors, StoreClosedError);
 pyo3::import_exception!(mqlite.errors, StoreReadOnlyError);
+pyo3::import_exception!(mqlite.errors, IllegalStateError);
 pyo3::import_exception!(mqlite.errors, StorePoisonedError);
 pyo3::import_exception!(mqlite.errors, InvalidConfigError);
 pyo3::import_exception!(mqlite.errors, ConfigFileError);
 pyo3::import_exception!(mqlite.errors, InvalidTopicError);
+pyo3::import_exception!(mqlite.errors, InvalidGroupError);
+pyo3::import_exception!(mqlite.errors, FilterExpressionError);
 pyo3::import_exception!(mqlite.errors, TopicNotFoundError);
 pyo3::import_exception!(mqlite.errors, TopicNotWritableError);
 pyo3::import_exception!(mqlite.errors, TopicNotReadableError);
@@ -73,6 +76,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         }
         Error::ConfigFile { .. } => ConfigFileError::new_err(msg),
         Error::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
+        Error::InvalidGroup { .. } => InvalidGroupError::new_err(msg),
         Error::TopicNotFound { .. } => TopicNotFoundError::new_err(msg),
         Error::TopicNotWritable { .. } => TopicNotWritableError::new_err(msg),
         Error::TopicNotReadable { .. } => TopicNotReadableError::new_err(msg),
@@ -92,13 +96,12 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         // Best effort: an exception object that refuses attributes keeps its defaults.
         let value = err.value(py);
         let _ = value.setattr("code", e.kind());
-        // OSError subclasses (StoreIOError, StoreFullError) carry errno and the path.
+        // OSError subclasses (StoreIOError, StoreFullError) carry errno and the path. Once
+        // filename is set, OSError's str() is "[Errno {errno}] {strerror}: {filename}", so all
+        // three are always set.
         if let Error::Io { source, path, .. } | Error::StoreFull { source, path } = e {
-            if let Some(code) = source.raw_os_error() {
-                // OSError's str() is built from errno, strerror and filename once errno is set.
-                let _ = value.setattr("errno", code);
-                let _ = value.setattr("strerror", e.to_string());
-            }
+            let _ = value.setattr("errno", errno_of(source));
+            let _ = value.setattr("strerror", e.to_string());
             let _ = value.setattr("filename", path.to_string_lossy().as_ref());
         }
         if let Error::InvalidConfig { field, .. } = e {
@@ -136,9 +139,16 @@ pub fn to_pyerr(e: &Error) -> PyErr {
     err
 }
 
-/// `IllegalArgumentError` for a bad argument detected in the binding.
-pub fn illegal(msg: impl Into<String>) -> PyErr {
-    IllegalArgumentError::new_err(msg.into())
+/// The errno of an I/O error; for one the store made itself without an OS error number, the
+/// errno closest to its kind.
+fn errno_of(e: &std::io::Error) -> i32 {
+    use std::io::ErrorKind;
+    e.raw_os_error().unwrap_or(match e.kind() {
+        ErrorKind::NotFound => libc::ENOENT,
+        ErrorKind::InvalidInput => libc::EINVAL,
+        ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    })
 }
 
 /// `InvalidMessageError` for a malformed message detected in the binding.
@@ -149,9 +159,4 @@ pub fn invalid_message(msg: impl Into<String>) -> PyErr {
 /// `TypeError` helper.
 pub fn type_error(msg: impl Into<String>) -> PyErr {
     PyTypeError::new_err(msg.into())
-}
-
-/// `ValueError` helper (non-MQ argument problems such as a bad enum string).
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
 }

@@ -15,11 +15,12 @@
 //! `wait_durable`, a poll token on the main thread) waits in slices and runs Python's signal
 //! handlers in between (`interrupt.rs`), so Ctrl-C ends it with KeyboardInterrupt.
 
+mod args;
 mod cursor;
 mod errors;
 mod interrupt;
 mod message;
-mod no_bool;
+mod names;
 mod outgoing;
 mod producer;
 mod queue;
@@ -31,6 +32,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(names::check_topic, m)?)?;
+    m.add_function(wrap_pyfunction!(names::check_group, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;

@@ -14,6 +14,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
+use crate::args::{
+    self, Int, MessageKey, MessageProperty, MessageTags, PropertyName, Str, TopicName,
+};
 use crate::errors::{invalid_message, type_error};
 use crate::outgoing::PyMessage;
 use crate::queue::PyMessageQueue;
@@ -41,7 +44,7 @@ impl<'py> Held<'py> {
     /// Borrows the topic and body.
     pub fn outgoing(&self) -> PyResult<Outgoing<'_>> {
         Ok(Outgoing {
-            topic: self.topic.to_str()?,
+            topic: args::text::<TopicName>(&self.topic)?,
             body: self.body.as_bytes(),
             flag: self.flag,
             props: self.props,
@@ -53,7 +56,9 @@ impl<'py> Held<'py> {
 /// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` and
 /// appends the encoded properties (with the given UNIQ_KEY) to `props`. A `mqlite.Message`
 /// (exactly that class) is read field by field without attribute look-ups; anything else
-/// (a subclass, a duck-typed object) through its attributes.
+/// (a subclass, a duck-typed object) through its attributes. The fields are copied out of the
+/// message first: reading `keys` or `properties` may run Python code that reads or changes the
+/// message (see `PyMessage::fields`).
 pub fn read_message<'py>(
     msg: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
@@ -61,15 +66,15 @@ pub fn read_message<'py>(
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
-        let m = msg.cast::<PyMessage>()?.borrow();
-        let none = py.None();
+        let f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        let properties = f.properties.unwrap_or_else(|| py.None());
         return held_from(
-            m.topic.bind(py).clone(),
-            m.body.bind(py).clone(),
-            m.tags.bind(py),
-            m.keys.bind(py),
-            m.properties.as_ref().unwrap_or(&none).bind(py),
-            m.flag.bind(py),
+            f.topic.into_bound(py),
+            f.body.into_bound(py),
+            f.tags.bind(py),
+            f.keys.bind(py),
+            properties.bind(py),
+            f.flag.bind(py),
             props,
             uniq,
         );
@@ -130,7 +135,7 @@ fn held_from<'py>(
         let t = tags
             .cast::<PyString>()
             .map_err(|_| type_error("tags must be a str or None"))?;
-        let t = t.to_str()?;
+        let t = args::text::<MessageTags>(t)?;
         validate::check_tag(t).map_err(|e| invalid_message(e.to_string()))?;
         properties::push(props, properties::TAGS, t);
         tags_code = properties::tags_hash(t);
@@ -154,10 +159,10 @@ fn held_from<'py>(
             push_property(&k, &v, props)?;
         }
     }
-    crate::no_bool::refuse_bool(flag_obj, "flag")?;
-    let flag: i32 = flag_obj
-        .extract()
-        .map_err(|_| type_error("flag must be an int in the i32 range"))?;
+    let flag = flag_obj
+        .extract::<Int>()
+        .map_err(|_| type_error(format!("flag must be an int, not {}", type_name(flag_obj))))?
+        .to(|v| invalid_message(format!("flag must be in the i32 range, got {v}")))?;
     Ok(Held {
         topic,
         body,
@@ -174,7 +179,8 @@ fn push_property(k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, props: &mut Vec<u8>
     let v = v
         .cast::<PyString>()
         .map_err(|_| type_error("property values must be str"))?;
-    let (k, v) = (k.to_str()?, v.to_str()?);
+    let k = args::text::<MessageProperty>(k)?;
+    let v = args::text::<MessageProperty>(v)?;
     validate::check_property(k, v, false).map_err(|e| invalid_message(e.to_string()))?;
     properties::push(props, k, v);
     Ok(())
@@ -189,7 +195,7 @@ fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
         let k = k
             .cast::<PyString>()
             .map_err(|_| type_error("keys must be a str or a sequence of str"))?;
-        let k = k.to_str()?;
+        let k = args::text::<MessageKey>(k)?;
         validate::check_key(k).map_err(|e| invalid_message(e.to_string()))?;
         if !joined.is_empty() {
             joined.push(' ');
@@ -223,11 +229,12 @@ fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
     Ok(())
 }
 
-/// The UTF-8 of a `str` object.
-pub fn as_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
-    obj.cast::<PyString>()
-        .map_err(|_| type_error(format!("{what} must be a str, not {}", type_name(obj))))?
-        .to_str()
+/// The UTF-8 of a topic `str` object.
+pub fn topic_str<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| type_error(format!("topic must be a str, not {}", type_name(obj))))?;
+    args::text::<TopicName>(s)
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -369,13 +376,14 @@ impl PySendBatchResult {
     fn __len__(&self) -> usize {
         self.appended.len()
     }
-    fn __getitem__(&self, py: Python<'_>, index: isize) -> PyResult<PySendResult> {
+    fn __getitem__(&self, py: Python<'_>, index: Int) -> PyResult<PySendResult> {
+        let out_of_range =
+            |_: &str| pyo3::exceptions::PyIndexError::new_err("SendBatchResult index out of range");
+        let index: isize = index.to(out_of_range)?;
         let n = self.appended.len() as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
-            return Err(pyo3::exceptions::PyIndexError::new_err(
-                "SendBatchResult index out of range",
-            ));
+            return Err(out_of_range(""));
         }
         self.item(py, i as usize)
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("index out of range"))
@@ -521,8 +529,8 @@ impl PyMessageExt {
         }
         Ok(d)
     }
-    fn get_property(&self, name: &str) -> PyResult<Option<String>> {
-        Ok(properties::get(self.view()?.properties(), name).map(str::to_owned))
+    fn get_property(&self, name: Str<'_, PropertyName>) -> PyResult<Option<String>> {
+        Ok(properties::get(self.view()?.properties(), &name).map(str::to_owned))
     }
     #[getter]
     fn flag(&self) -> PyResult<i32> {

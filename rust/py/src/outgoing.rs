@@ -12,7 +12,8 @@ use pyo3::{PyTraverseError, PyVisit};
 /// A message to send.
 ///
 /// `keys` is one key or a sequence of keys (indexed for look-up); `properties` are user
-/// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused).
+/// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused). A send
+/// uses the fields as they were when it began; the message may be read or changed meanwhile.
 #[pyclass(module = "mqlite", name = "Message", subclass)]
 #[derive(Debug)]
 pub struct PyMessage {
@@ -34,16 +35,49 @@ pub struct PyMessage {
 
 const FIELDS: [&str; 6] = ["topic", "body", "tags", "keys", "properties", "flag"];
 
+/// A message's fields, copied out of it (new references to the same objects).
+#[derive(Debug)]
+pub struct Fields {
+    pub topic: Py<PyAny>,
+    pub body: Py<PyAny>,
+    pub tags: Py<PyAny>,
+    pub keys: Py<PyAny>,
+    /// `None` while the properties were never set or read.
+    pub properties: Option<Py<PyAny>>,
+    pub flag: Py<PyAny>,
+}
+
 impl PyMessage {
-    fn values(&mut self, py: Python<'_>) -> [Py<PyAny>; 6] {
-        [
-            self.topic.clone_ref(py),
-            self.body.clone_ref(py),
-            self.tags.clone_ref(py),
-            self.keys.clone_ref(py),
-            self.properties_dict(py),
-            self.flag.clone_ref(py),
-        ]
+    /// The fields, read under a shared borrow that ends before this returns.
+    ///
+    /// Invariant: no borrow of a message is held while Python code runs (a field's `repr`, a
+    /// `keys` generator, a `properties` mapping, another thread taking the GIL). Every reader
+    /// copies the fields out first, so reading, printing, comparing, pickling or changing a
+    /// message never meets a borrow, even while `send` reads the same message. A borrow can
+    /// then fail only if that invariant is broken; it is a typed error, never a panic.
+    pub fn fields(slf: &Bound<'_, Self>) -> PyResult<Fields> {
+        let py = slf.py();
+        let m = slf.try_borrow().map_err(|_| {
+            crate::errors::IllegalStateError::new_err("the message is being changed; try again")
+        })?;
+        Ok(Fields {
+            topic: m.topic.clone_ref(py),
+            body: m.body.clone_ref(py),
+            tags: m.tags.clone_ref(py),
+            keys: m.keys.clone_ref(py),
+            properties: m.properties.as_ref().map(|p| p.clone_ref(py)),
+            flag: m.flag.clone_ref(py),
+        })
+    }
+
+    /// The field values in `FIELDS` order (a new empty dict stands for unset properties).
+    fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 6]> {
+        let py = slf.py();
+        let f = Self::fields(slf)?;
+        let properties = f
+            .properties
+            .unwrap_or_else(|| PyDict::new(py).into_any().unbind());
+        Ok([f.topic, f.body, f.tags, f.keys, properties, f.flag])
     }
 
     /// The properties object, creating the empty dict on first use.
@@ -137,8 +171,7 @@ impl PyMessage {
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
-        // The borrow ends here: a field's repr may look at this message again.
-        let values = slf.borrow_mut().values(py);
+        let values = Self::values(slf)?;
         let mut out = String::from("Message(");
         for (i, (name, value)) in FIELDS.iter().zip(values).enumerate() {
             if i > 0 {
@@ -159,9 +192,8 @@ impl PyMessage {
             return Ok(py.NotImplemented());
         }
         let other = other.cast::<PyMessage>()?;
-        // Each borrow ends with its statement, so `m == m` borrows the same object twice in turn.
-        let a = PyTuple::new(py, slf.borrow_mut().values(py))?;
-        let b = PyTuple::new(py, other.borrow_mut().values(py))?;
+        let a = PyTuple::new(py, Self::values(slf)?)?;
+        let b = PyTuple::new(py, Self::values(other)?)?;
         Ok(a.eq(b)?.into_pyobject(py)?.to_owned().into_any().unbind())
     }
 
@@ -173,7 +205,7 @@ impl PyMessage {
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<(Py<PyAny>, Py<PyTuple>)> {
         let py = slf.py();
-        let args = PyTuple::new(py, slf.borrow_mut().values(py))?.unbind();
+        let args = PyTuple::new(py, Self::values(slf)?)?.unbind();
         Ok((slf.get_type().into_any().unbind(), args))
     }
 

@@ -13,9 +13,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::errors::{illegal, PyMqError};
-use crate::message::{as_str, read_message, Held, Outgoing, PySendBatchResult, PySendResult};
-use crate::no_bool::NoBool;
+use crate::args::{self, CompressionOption, GroupName, Int, Str};
+use crate::errors::PyMqError;
+use crate::message::{read_message, topic_str, Held, Outgoing, PySendBatchResult, PySendResult};
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
@@ -44,20 +44,20 @@ pub struct Compress {
 
 impl Compress {
     /// The settings of `Producer(..., compress_over=, compression=, compression_level=)`.
-    fn from_args(over: Option<i64>, codec: &str, level: Option<i32>) -> PyResult<Option<Self>> {
+    fn from_args(over: Option<Int>, codec: &str, level: Option<Int>) -> PyResult<Option<Self>> {
         let codec = Codec::from_name(codec).ok_or_else(|| {
             crate::errors::InvalidConfigError::new_err(format!(
                 "compression must be 'zlib', 'lz4' or 'zstd', not {codec:?}"
             ))
         })?;
-        let level = level.unwrap_or(compression::DEFAULT_LEVEL);
+        let level = args::option(level, "compression_level", compression::DEFAULT_LEVEL)?;
         codec.check_level(level).map_err(PyMqError)?;
         let Some(over) = over else {
             return Ok(None);
         };
-        let over = usize::try_from(over).map_err(|_| {
+        let over = over.within(0, i64::MAX as usize, |v| {
             crate::errors::InvalidConfigError::new_err(format!(
-                "compress_over must be >= 0 bytes, not {over}"
+                "compress_over must be >= 0 bytes, not {v}"
             ))
         })?;
         Ok(Some(Compress { codec, over, level }))
@@ -115,40 +115,29 @@ fn dead(slf: &Bound<'_, PyProducer>) -> PyErr {
     }
 }
 
-fn queue_arg(queue_id: Option<i64>) -> PyResult<Option<u32>> {
-    match queue_id {
-        None => Ok(None),
-        Some(q) => u32::try_from(q).map(Some).map_err(|_| {
-            crate::errors::InvalidQueueError::new_err(format!(
-                "queue id {q} is negative or too large"
-            ))
-        }),
-    }
-}
-
 #[pymethods]
 impl PyProducer {
     #[new]
     #[pyo3(signature = (
         store,
-        group = "DEFAULT_PRODUCER",
+        group = Str::of("DEFAULT_PRODUCER"),
         *,
         compress_over = None,
-        compression = "zlib",
+        compression = Str::of("zlib"),
         compression_level = None
     ))]
     fn py_new(
         store: &Bound<'_, PyAny>,
-        group: &str,
-        compress_over: Option<i64>,
-        compression: &str,
-        compression_level: Option<i32>,
+        group: Str<'_, GroupName>,
+        compress_over: Option<Int>,
+        compression: Str<'_, CompressionOption>,
+        compression_level: Option<Int>,
     ) -> PyResult<Self> {
         let store = store
             .cast::<crate::store::PyStore>()
             .map_err(|_| crate::errors::type_error("store must be an mqlite._core.Store"))?;
-        let compress = Compress::from_args(compress_over, compression, compression_level)?;
-        Self::create(store.get(), group, compress)
+        let compress = Compress::from_args(compress_over, &compression, compression_level)?;
+        Self::create(store.get(), &group, compress)
     }
 
     /// `(codec, compress_over, level)` when single sends are compressed, else None.
@@ -182,7 +171,7 @@ impl PyProducer {
     fn send(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<NoBool<i64>>,
+        queue_id: Option<Int>,
         sharding_key: Option<&Bound<'_, PyAny>>,
         selector: Option<&Bound<'_, PyAny>>,
         arg: Option<&Bound<'_, PyAny>>,
@@ -192,18 +181,17 @@ impl PyProducer {
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        let queue_id = queue_id.map(|q| q.0);
         let queue_id = if sharding_key.is_some() || selector.is_some() {
             // Rare path: the Python subclass implements key hashing and custom selectors.
             let q = slf.call_method1(
                 intern!(py, "_select"),
-                (msg, queue_id, sharding_key, selector, arg),
+                (msg, queue_id.as_ref(), sharding_key, selector, arg),
             )?;
-            Some(q.extract::<NoBool<i64>>()?.0)
+            Some(q.extract::<Int>()?)
         } else {
             queue_id
         };
-        this.put_one(py, msg, queue_arg(queue_id)?, true)
+        this.put_one(py, msg, args::opt_queue_id(queue_id.as_ref())?, true)
     }
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
     /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
@@ -214,13 +202,13 @@ impl PyProducer {
     fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<NoBool<i64>>,
+        queue_id: Option<Int>,
     ) -> PyResult<PySendResult> {
         let this = slf.get();
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        this.put_one(slf.py(), msg, queue_arg(queue_id.map(|q| q.0))?, false)
+        this.put_one(slf.py(), msg, args::opt_queue_id(queue_id.as_ref())?, false)
     }
 
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
@@ -231,9 +219,9 @@ impl PyProducer {
         py: Python<'_>,
         msgs: &Bound<'_, PyAny>,
         topic: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<NoBool<i64>>,
+        queue_id: Option<Int>,
     ) -> PyResult<PySendBatchResult> {
-        let queue_id = queue_arg(queue_id.map(|q| q.0))?;
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
         let seq = if let Ok(l) = msgs.cast::<PyList>() {
             l.to_tuple()
         } else if let Ok(t) = msgs.cast::<PyTuple>() {
@@ -246,7 +234,7 @@ impl PyProducer {
             return Err(crate::errors::InvalidBatchError::new_err("empty batch"));
         }
         let topic_str = match topic {
-            Some(t) => Some(as_str(t, "topic")?),
+            Some(t) => Some(topic_str(t)?),
             None => None,
         };
         let now = mqlite::util::clock::now_ms();
@@ -436,7 +424,7 @@ fn to_ref<'a>(o: &Outgoing<'a>, queue_id: u32, props: &'a [u8], born: i64) -> Me
     }
 }
 
-/// Rejects an empty or malformed group name.
+/// Rejects an empty or malformed group name (`InvalidGroupError`).
 pub fn check_group(group: &str) -> PyResult<()> {
-    mqlite::message::validate::check_group(group).map_err(|e| illegal(e.to_string()))
+    mqlite::message::validate::check_group(group).map_err(|e| PyMqError(e).into())
 }

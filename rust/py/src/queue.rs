@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use crate::no_bool::NoBool;
+use crate::args::{self, Int, OwnedStr, TopicName};
 
 /// A (topic, queue id) pair.
 #[pyclass(
@@ -23,14 +23,11 @@ pub struct PyMessageQueue {
 #[pymethods]
 impl PyMessageQueue {
     #[new]
-    fn new(topic: String, queue_id: NoBool<i64>) -> PyResult<Self> {
-        let NoBool(queue_id) = queue_id;
-        let queue_id = u32::try_from(queue_id).map_err(|_| {
-            crate::errors::InvalidQueueError::new_err(format!(
-                "queue id {queue_id} is negative or too large"
-            ))
-        })?;
-        Ok(PyMessageQueue { topic, queue_id })
+    fn new(topic: OwnedStr<TopicName>, queue_id: Int) -> PyResult<Self> {
+        Ok(PyMessageQueue {
+            queue_id: args::queue_id(&queue_id)?,
+            topic: topic.into_inner(),
+        })
     }
 
     #[getter]

@@ -9,7 +9,11 @@ use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::errors::{illegal, value_error, InvalidConfigError, InvalidQueueError, PyMqError};
+use crate::args::{
+    self, FilterTag, Float, FlushOption, GroupName, Int, MsgIdText, OwnedStr, StorePath, Str,
+    TopicName,
+};
+use crate::errors::{InvalidConfigError, PyMqError};
 use crate::interrupt;
 use crate::message::{messages_from, PyMessageExt, ReadBatch};
 use crate::producer::PyProducer;
@@ -33,6 +37,19 @@ impl PyStore {
     /// The store's unique-id generator (shared by its producers).
     pub fn ids(&self) -> Arc<UniqueIdGenerator> {
         Arc::clone(&self.ids)
+    }
+
+    /// The record at commit-log offset `offset` as a `MessageExt`.
+    fn record_at(&self, py: Python<'_>, offset: u64) -> PyResult<PyMessageExt> {
+        let bytes = py
+            .detach(|| self.store.record_bytes(offset))
+            .map_err(PyMqError)?;
+        let len = bytes.len() as u32;
+        Ok(PyMessageExt {
+            batch: Arc::new(ReadBatch { bytes, mq: None }),
+            start: 0,
+            len,
+        })
     }
 
     /// The topic's config; `TopicNotFoundError` if it does not exist.
@@ -59,13 +76,9 @@ fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
-fn queue_id_arg(q: i64) -> PyResult<u32> {
-    u32::try_from(q)
-        .map_err(|_| InvalidQueueError::new_err(format!("queue id {q} is negative or too large")))
-}
-
-fn offset_arg(o: i64, what: &str) -> PyResult<u64> {
-    u64::try_from(o).map_err(|_| illegal(format!("{what} must be >= 0, got {o}")))
+/// A topic's queue count: `[1, MAX_QUEUES]`, else `IllegalArgumentError`.
+fn queue_count(queues: &Int) -> PyResult<u32> {
+    args::count(queues, "queues", 1, mqlite::topic_config::MAX_QUEUES)
 }
 
 fn flush_mode_name(mode: FlushMode) -> &'static str {
@@ -137,23 +150,37 @@ impl PyStore {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: String,
+        path: Str<'_, StorePath>,
         read_only: bool,
-        wait: Option<f64>,
-        flush: Option<&str>,
-        flush_interval_ms: Option<u64>,
-        sync_flush_timeout_ms: Option<u64>,
-        commit_log_file_size: Option<u64>,
-        consume_queue_file_units: Option<u64>,
-        max_message_size: Option<usize>,
+        wait: Option<Float>,
+        flush: Option<Str<'_, FlushOption>>,
+        flush_interval_ms: Option<Int>,
+        sync_flush_timeout_ms: Option<Int>,
+        commit_log_file_size: Option<Int>,
+        consume_queue_file_units: Option<Int>,
+        max_message_size: Option<Int>,
         auto_create_topics: Option<bool>,
-        default_queues: Option<u32>,
-        file_mode: Option<u32>,
-        dir_mode: Option<u32>,
-        retention_hours: Option<f64>,
+        default_queues: Option<Int>,
+        file_mode: Option<Int>,
+        dir_mode: Option<Int>,
+        retention_hours: Option<Float>,
     ) -> PyResult<Self> {
+        // `StoreConfig::default()` is the one source of defaults; an option the type cannot
+        // hold is InvalidConfigError here, and the core's validation checks the rest of each
+        // option's range. The file sizes stay unset unless given: the store's meta file, or its
+        // files, decide them.
         let defaults = StoreConfig::default();
-        let flush_mode = match flush {
+        let flush_interval_ms = args::option(
+            flush_interval_ms,
+            "flush_interval_ms",
+            defaults.flush_interval.as_millis() as u64,
+        )?;
+        let sync_flush_timeout_ms = args::option(
+            sync_flush_timeout_ms,
+            "sync_flush_timeout_ms",
+            defaults.sync_flush_timeout.as_millis() as u64,
+        )?;
+        let flush_mode = match flush.as_deref() {
             None => defaults.flush_mode,
             Some("async") => FlushMode::Async,
             Some("sync") => FlushMode::Sync,
@@ -164,27 +191,38 @@ impl PyStore {
             }
         };
         let file_reserved_time = match retention_hours {
-            Some(h) => duration_arg(h * 3600.0, "retention_hours")?,
+            Some(h) => duration_arg(h.0 * 3600.0, "retention_hours")?,
             None => defaults.file_reserved_time,
+        };
+        let unset_or = |n: Option<Int>, field: &str| -> PyResult<Option<u64>> {
+            n.map(|n| args::option(Some(n), field, 0u64)).transpose()
         };
         let config = StoreConfig {
             read_only,
-            lock_wait: wait.map(|w| duration_arg(w, "wait")).transpose()?,
+            lock_wait: wait.map(|w| duration_arg(w.0, "wait")).transpose()?,
             flush_mode,
-            flush_interval: flush_interval_ms
-                .map_or(defaults.flush_interval, Duration::from_millis),
-            sync_flush_timeout: sync_flush_timeout_ms
-                .map_or(defaults.sync_flush_timeout, Duration::from_millis),
-            commit_log_file_size,
-            consume_queue_file_units,
-            max_message_size,
+            flush_interval: Duration::from_millis(flush_interval_ms),
+            sync_flush_timeout: Duration::from_millis(sync_flush_timeout_ms),
+            commit_log_file_size: unset_or(commit_log_file_size, "commit_log_file_size")?,
+            consume_queue_file_units: unset_or(
+                consume_queue_file_units,
+                "consume_queue_file_units",
+            )?,
+            max_message_size: max_message_size
+                .map(|n| args::option(Some(n), "max_message_size", 0usize))
+                .transpose()?,
             auto_create_topics: auto_create_topics.unwrap_or(defaults.auto_create_topics),
-            default_queues: default_queues.unwrap_or(defaults.default_queues),
-            file_mode: file_mode.unwrap_or(defaults.file_mode),
-            dir_mode: dir_mode.unwrap_or(defaults.dir_mode),
+            default_queues: args::option(
+                default_queues,
+                "default_queues",
+                defaults.default_queues,
+            )?,
+            file_mode: args::option(file_mode, "file_mode", defaults.file_mode)?,
+            dir_mode: args::option(dir_mode, "dir_mode", defaults.dir_mode)?,
             file_reserved_time,
             ..defaults
         };
+        let path = path.to_owned();
         let in_memory = path == ":memory:";
         if in_memory && read_only {
             return Err(InvalidConfigError::new_err(
@@ -248,30 +286,28 @@ impl PyStore {
             .map_err(|e| PyMqError(e).into())
     }
 
-    #[pyo3(signature = (group = "DEFAULT_PRODUCER"))]
-    fn producer(&self, group: &str) -> PyResult<PyProducer> {
-        PyProducer::create(self, group, None)
+    #[pyo3(signature = (group = Str::of("DEFAULT_PRODUCER")))]
+    fn producer(&self, group: Str<'_, GroupName>) -> PyResult<PyProducer> {
+        PyProducer::create(self, &group, None)
     }
 
-    #[pyo3(signature = (topic, queues = 4, *, perm = 6, order = false, exist_ok = true))]
+    #[pyo3(signature = (
+        topic, queues = Int::Fits(4), *, perm = Int::Fits(6), order = false, exist_ok = true
+    ))]
     fn create_topic(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queues: i64,
-        perm: u32,
+        topic: Str<'_, TopicName>,
+        queues: Int,
+        perm: Int,
         order: bool,
         exist_ok: bool,
     ) -> PyResult<()> {
-        let queues = u32::try_from(queues).map_err(|_| {
-            illegal(format!(
-                "queues must be in [1, {}], got {queues}",
-                mqlite::topic_config::MAX_QUEUES
-            ))
-        })?;
+        let queues = queue_count(&queues)?;
+        let perm = args::count(&perm, "perm", 0, 7)?;
         py.detach(|| {
             self.store
-                .create_topic(topic, queues, perm, order, exist_ok)
+                .create_topic(&topic, queues, perm, order, exist_ok)
         })
         .map_err(|e| PyMqError(e).into())
     }
@@ -280,17 +316,12 @@ impl PyStore {
     fn update_topic<'py>(
         &self,
         py: Python<'py>,
-        topic: &str,
-        queues: i64,
+        topic: Str<'_, TopicName>,
+        queues: Int,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let queues = u32::try_from(queues).map_err(|_| {
-            illegal(format!(
-                "queues must be in [1, {}], got {queues}",
-                mqlite::topic_config::MAX_QUEUES
-            ))
-        })?;
+        let queues = queue_count(&queues)?;
         let config = py
-            .detach(|| self.store.update_topic(topic, queues))
+            .detach(|| self.store.update_topic(&topic, queues))
             .map_err(PyMqError)?;
         topic_dict(py, &config)
     }
@@ -306,41 +337,44 @@ impl PyStore {
 
     /// The queues a consumer group shares: the read queue count, 0 for a topic whose
     /// permission forbids reads (RocketMQ offers consumers no queue of such a topic).
-    fn consumer_queue_count(&self, topic: &str) -> PyResult<u32> {
-        let t = self.existing_topic(topic)?;
+    fn consumer_queue_count(&self, topic: Str<'_, TopicName>) -> PyResult<u32> {
+        let t = self.existing_topic(&topic)?;
         Ok(if t.readable() { t.read_queue_nums } else { 0 })
     }
 
-    fn queue_count(&self, topic: &str) -> PyResult<u32> {
-        Ok(self.existing_topic(topic)?.read_queue_nums)
+    fn queue_count(&self, topic: Str<'_, TopicName>) -> PyResult<u32> {
+        Ok(self.existing_topic(&topic)?.read_queue_nums)
     }
 
-    fn offsets(&self, py: Python<'_>, topic: &str, queue_id: i64) -> PyResult<(u64, u64)> {
-        let q = queue_id_arg(queue_id)?;
-        py.detach(|| self.store.queue_offsets(topic, q))
+    fn offsets(
+        &self,
+        py: Python<'_>,
+        topic: Str<'_, TopicName>,
+        queue_id: Int,
+    ) -> PyResult<(u64, u64)> {
+        let q = args::queue_id(&queue_id)?;
+        py.detach(|| self.store.queue_offsets(&topic, q))
             .map_err(|e| PyMqError(e).into())
     }
 
-    #[pyo3(signature = (topic, queue_id, offset, max_messages = 32, tags = None))]
+    #[pyo3(signature = (topic, queue_id, offset, max_messages = Int::Fits(32), tags = None))]
     fn read(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i64,
-        offset: i64,
-        max_messages: i64,
-        tags: Option<Vec<String>>,
+        topic: Str<'_, TopicName>,
+        queue_id: Int,
+        offset: Int,
+        max_messages: Int,
+        tags: Option<Vec<OwnedStr<FilterTag>>>,
     ) -> PyResult<PyGetResult> {
-        let q = queue_id_arg(queue_id)?;
-        let offset = offset_arg(offset, "offset")?;
-        let max = usize::try_from(max_messages)
-            .ok()
-            .filter(|&m| m > 0)
-            .ok_or_else(|| illegal(format!("max_messages must be >= 1, got {max_messages}")))?;
+        let q = args::queue_id(&queue_id)?;
+        let offset = args::offset(&offset, "offset")?;
+        let max = args::max_messages(&max_messages)?;
         let filter = match &tags {
-            Some(t) => TagFilter::tags(t.iter().map(String::as_str)),
+            Some(t) => TagFilter::tags(t.iter().map(|t| &**t)),
             None => TagFilter::all(),
         };
+        let topic: &str = &topic;
         let r = py
             .detach(|| self.store.get_messages(topic, q, offset, max, &filter))
             .map_err(PyMqError)?;
@@ -364,33 +398,27 @@ impl PyStore {
         })
     }
 
-    fn get(&self, py: Python<'_>, msg_id: &str) -> PyResult<PyMessageExt> {
-        let offset = self.store.decode_msg_id(msg_id).map_err(PyMqError)?;
-        self.get_by_offset(py, offset as i64)
+    fn get(&self, py: Python<'_>, msg_id: Str<'_, MsgIdText>) -> PyResult<PyMessageExt> {
+        let offset = self.store.decode_msg_id(&msg_id).map_err(PyMqError)?;
+        self.record_at(py, offset)
     }
 
-    fn get_by_offset(&self, py: Python<'_>, commit_log_offset: i64) -> PyResult<PyMessageExt> {
-        let off = offset_arg(commit_log_offset, "commit_log_offset")?;
-        let bytes = py
-            .detach(|| self.store.record_bytes(off))
-            .map_err(PyMqError)?;
-        let len = bytes.len() as u32;
-        Ok(PyMessageExt {
-            batch: Arc::new(ReadBatch { bytes, mq: None }),
-            start: 0,
-            len,
-        })
+    fn get_by_offset(&self, py: Python<'_>, commit_log_offset: Int) -> PyResult<PyMessageExt> {
+        let off = args::offset(&commit_log_offset, "commit_log_offset")?;
+        self.record_at(py, off)
     }
 
     fn offset_for_timestamp(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i64,
-        timestamp_ms: i64,
+        topic: Str<'_, TopicName>,
+        queue_id: Int,
+        timestamp_ms: Int,
     ) -> PyResult<u64> {
-        let q = queue_id_arg(queue_id)?;
-        py.detach(|| self.store.offset_for_timestamp(topic, q, timestamp_ms))
+        let q = args::queue_id(&queue_id)?;
+        let ts = args::millis(&timestamp_ms, "timestamp")?;
+        let topic: &str = &topic;
+        py.detach(|| self.store.offset_for_timestamp(topic, q, ts))
             .map_err(|e| PyMqError(e).into())
     }
 
@@ -404,8 +432,8 @@ impl PyStore {
         &self,
         py: Python<'_>,
         cursors: &Bound<'_, PyList>,
-        max_messages: i64,
-        timeout: Option<f64>,
+        max_messages: Int,
+        timeout: Option<Float>,
         lock: &Bound<'_, PyAny>,
         on_error: Option<&Bound<'_, PyAny>>,
         on_skip: Option<&Bound<'_, PyAny>>,
@@ -424,20 +452,14 @@ impl PyStore {
     fn wait_for(
         &self,
         py: Python<'_>,
-        queues: Vec<(String, i64, i64)>,
-        timeout: Option<f64>,
+        queues: Vec<(OwnedStr<TopicName>, Int, Int)>,
+        timeout: Option<Float>,
     ) -> PyResult<bool> {
         let mut qs = Vec::with_capacity(queues.len());
         for (t, q, o) in &queues {
-            qs.push((t.as_str(), queue_id_arg(*q)?, offset_arg(*o, "offset")?));
+            qs.push((&**t, args::queue_id(q)?, args::offset(o, "offset")?));
         }
-        let timeout = match timeout {
-            Some(t) => Some(
-                Duration::try_from_secs_f64(t)
-                    .map_err(|_| value_error("timeout must be a finite number >= 0"))?,
-            ),
-            None => None,
-        };
+        let timeout = timeout.map(args::timeout).transpose()?;
         let deadline = interrupt::deadline(timeout);
         let ready = interrupt::wait(py, deadline, |slice| {
             let ready = self.store.wait_for_messages(&qs, Some(slice))?;
@@ -454,7 +476,8 @@ impl PyStore {
     /// Sync mode: waits until the commit log is durable below `end` (one group commit for
     /// every waiter). False when the disk did not confirm within the store's sync flush
     /// timeout. Async mode: true at once.
-    fn wait_durable(&self, py: Python<'_>, end: u64) -> PyResult<bool> {
+    fn wait_durable(&self, py: Python<'_>, end: Int) -> PyResult<bool> {
+        let end = args::offset(&end, "end")?;
         let deadline = interrupt::deadline(Some(self.store.config().sync_flush_timeout));
         let durable = interrupt::wait(py, deadline, |slice| {
             Ok(self.store.wait_durable(end, slice)?.then_some(()))

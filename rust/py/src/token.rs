@@ -32,6 +32,7 @@ use mqlite::mapped_file::mmap::fork_generation;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::args::Float;
 use crate::errors::{InvalidConfigError, StoreUsedAfterForkError};
 use crate::interrupt;
 
@@ -161,7 +162,8 @@ fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
 #[pymethods]
 impl PyPollToken {
     #[new]
-    fn new(stall: f64) -> PyResult<Self> {
+    fn new(stall: Float) -> PyResult<Self> {
+        let stall = stall.0;
         let stall = Duration::try_from_secs_f64(stall)
             .ok()
             .filter(|d| !d.is_zero())
