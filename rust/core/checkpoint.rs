@@ -458,6 +458,74 @@ mod tests {
         assert_eq!(cp.rocketmq(), None);
     }
 
+    fn progress(name: &str, offset: u64, ts: i64) -> StoreProgress {
+        StoreProgress {
+            name: name.to_owned(),
+            offset,
+            store_timestamp: ts,
+        }
+    }
+
+    #[test]
+    fn the_progress_table_round_trips_merges_per_name_and_a_torn_table_falls_back_to_b() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("checkpoint");
+        let (cp, _) = Checkpoint::open(&p, true, 0o600).unwrap();
+        let d = CheckpointData {
+            confirm_phy_offset: 100,
+            logics_dispatched_offset: 90,
+            ..Default::default()
+        };
+        cp.store_with_progress(
+            d,
+            &[progress("consume_queue", 90, 7), progress("index", 40, 5)],
+        )
+        .unwrap();
+        // Values only grow per name; a name not given keeps its entry.
+        cp.store_with_progress(d, &[progress("index", 30, 9)])
+            .unwrap();
+        let want = vec![progress("consume_queue", 90, 7), progress("index", 40, 9)];
+        assert_eq!(cp.progress(), want);
+        drop(cp);
+        let (cp, data) = Checkpoint::open(&p, true, 0o600).unwrap();
+        assert_eq!((data, cp.progress()), (Some(d), want.clone()));
+        // Slot A's table torn (its head intact): slot B is used, table and all.
+        let older = CheckpointData {
+            confirm_phy_offset: 50,
+            ..d
+        };
+        let slot_b = encode_slot(&older, &[progress("index", 10, 1)]).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&slot_b, SLOT_B_AT).unwrap();
+        f.write_all_at(&[0xFF; 4], SLOT_LEN as u64 + 20).unwrap();
+        let (cp, data) = Checkpoint::open(&p, false, 0o600).unwrap();
+        assert_eq!(
+            (data, cp.progress()),
+            (Some(older), vec![progress("index", 10, 1)])
+        );
+        // A name that does not fit is refused and nothing is written.
+        let (cp, _) = Checkpoint::open(&p, true, 0o600).unwrap();
+        let long = progress("a_name_longer_than_16", 1, 1);
+        assert!(matches!(
+            cp.store_with_progress(d, &[long]),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+
+    #[test]
+    fn golden_progress_table_layout() {
+        let d = CheckpointData::default();
+        let slot = encode_slot(&d, &[progress("consume_queue", 4096, 1_700_000_000_000)]).unwrap();
+        assert_eq!(slot.len(), 64 + 4 + 32);
+        assert_eq!(&slot[64..68], &[0, 0, 0, 1]);
+        assert_eq!(&slot[68..84], b"consume_queue\0\0\0");
+        assert_eq!(&slot[84..92], &4096i64.to_be_bytes());
+        assert_eq!(&slot[92..100], &1_700_000_000_000i64.to_be_bytes());
+        assert_eq!(&slot[60..64], &crc::crc32(&slot[64..]).to_be_bytes());
+        // The head is the version-1 slot: its CRC covers bytes 0..56 only.
+        assert_eq!(CheckpointData::decode(&slot), Some(d));
+    }
+
     #[test]
     fn golden_slot_layout() {
         let d = CheckpointData {

@@ -1,10 +1,10 @@
 //! ReputService: tails the commit log and feeds every derived store (dispatch/derived.rs).
 //!
 //! Lanes: the critical stores share the main cursor, the one consumers wait on; each
-//! non-critical store has a lane of its own, moved only by a thread of its own kind
-//! (`FollowerService`, registered when such stores exist) and by `dispatch_all` when that lane
-//! is free, so one that fails, lags or blocks never holds back the main cursor nor the reput
-//! thread. A lane's failure is recorded on it and retried at the follower thread's next
+//! non-critical store has a lane of its own, moved only by a thread of its own
+//! (`FollowerService`, registered when such stores exist) and by a last `follow` at close, so
+//! one that fails, lags or blocks never holds back the main cursor, the reput thread or a
+//! producer. A lane's failure is recorded on it and retried at the follower thread's next
 //! wake-up.
 //!
 //! Who runs it: whichever thread gets there first. A producer that just published records
@@ -326,21 +326,19 @@ impl Reput {
     }
 
     /// Dispatches everything available to the critical stores, waiting for the lock
-    /// (recovery, flush, shutdown), then moves the non-critical lanes that are free.
+    /// (recovery, flush, shutdown, a put that must read its own write). Non-critical stores
+    /// are not touched: only `follow` moves them.
     ///
     /// # Errors
-    /// A critical store's failure; a non-critical store's is recorded on its lane only.
+    /// A critical store's failure.
     pub fn dispatch_all(&self) -> Result<()> {
-        let result = {
-            let mut from = self.main.cursor.lock().unwrap_or_else(|p| p.into_inner());
-            self.run(&self.main, &mut from)
-        };
-        self.follow();
-        result
+        let mut from = self.main.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        self.run(&self.main, &mut from)
     }
 
     /// Moves every non-critical lane forward unless another thread is doing it; a failure
-    /// stays on its lane until the next attempt.
+    /// stays on its lane until the next attempt. Called by the follower thread, and once by
+    /// close after that thread stopped (a store that blocks there blocks close).
     pub fn follow(&self) {
         for lane in &self.followers {
             let Some(mut from) = crate::util::sync::try_lock(&lane.cursor) else {

@@ -289,6 +289,11 @@ impl Inner {
         let mut result = Ok(());
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
             result = f.flush_all();
+            if result.is_ok() && r.has_followers() {
+                // The non-critical stores get what their stopped thread had not given them.
+                r.follow();
+                result = f.flush_logics_and_checkpoint();
+            }
             let clean = result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
             if clean {
                 if let Some(root) = &self.root {
