@@ -147,11 +147,12 @@ impl Service for Retention {
                 drop(r);
             }
             // A failed deletion is retried at the next pass; it never blocks writes.
-            while !self.stop_flag.load(Ordering::Acquire)
-                && self
-                    .delete_expired_until(Some(Instant::now() + DELETE_BUDGET))
-                    .is_ok_and(|d| d.more)
-            {}
+            while !self.stop_flag.load(Ordering::Acquire) {
+                let pass = self.delete_expired_until(Some(Instant::now() + DELETE_BUDGET));
+                if !pass.is_ok_and(|d| d.more) {
+                    break;
+                }
+            }
             if self.stop_flag.load(Ordering::Acquire) {
                 return;
             }

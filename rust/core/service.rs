@@ -27,10 +27,13 @@ pub trait Service: Send + Sync + std::fmt::Debug {
     fn stop(&self);
 }
 
+/// A started service and its thread.
+type Running = (Arc<dyn Service>, JoinHandle<()>);
+
 /// The running services of a store, in start order.
 #[derive(Debug, Default)]
 pub struct Services {
-    running: Mutex<Vec<(Arc<dyn Service>, JoinHandle<()>)>>,
+    running: Mutex<Vec<Running>>,
 }
 
 impl Services {
@@ -71,7 +74,7 @@ impl Services {
         self.lock().iter().map(|(s, _)| s.name()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<dyn Service>, JoinHandle<()>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
