@@ -24,6 +24,12 @@ const EVENT: Duration = Duration::from_secs(20);
 /// A non-critical store that records what it is given, and can be told to fail or to block.
 #[derive(Debug, Default)]
 struct Probe {
+    /// Its name; "probe" when empty.
+    name: &'static str,
+    /// Registered as critical (never declaring `quick`).
+    critical: bool,
+    /// `dispatch_quick` calls.
+    quick_calls: std::sync::atomic::AtomicUsize,
     fail: AtomicBool,
     state: Mutex<ProbeState>,
     changed: Condvar,
@@ -59,7 +65,11 @@ impl Probe {
 
 impl Dispatcher for Probe {
     fn name(&self) -> &'static str {
-        "probe"
+        if self.name.is_empty() {
+            "probe"
+        } else {
+            self.name
+        }
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {
@@ -81,11 +91,16 @@ impl Dispatcher for Probe {
         self.changed.notify_all();
         Ok(())
     }
+
+    fn dispatch_quick(&self, reqs: &[DispatchRequest<'_>]) -> Result<bool> {
+        self.quick_calls.fetch_add(1, Ordering::Relaxed);
+        self.dispatch_batch(reqs).map(|()| true)
+    }
 }
 
 impl DerivedStore for Probe {
     fn critical(&self) -> bool {
-        false
+        self.critical
     }
 
     fn load(&self, _abnormal: bool) -> Result<()> {
@@ -251,4 +266,56 @@ fn retention_by_age_follows_the_store_clock() {
     let last = got.iter().next().unwrap();
     assert_eq!(last.body(), b"late");
     assert_eq!(last.store_timestamp(), clock.now_ms());
+}
+
+#[test]
+fn a_store_the_checkpoint_cannot_record_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    for name in ["consume_queue", "a_name_of_17_byte", "two words"] {
+        let probe: Arc<dyn DerivedStore> = Arc::new(Probe {
+            name,
+            ..Probe::default()
+        });
+        let Err(err) = Store::open_with_derived(&root, small_config(), vec![probe]) else {
+            panic!("{name:?} was accepted");
+        };
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument {
+                    field: "derived stores",
+                    ..
+                }
+            ),
+            "{name:?}: {err}"
+        );
+        assert!(!root.exists(), "{name:?} created the store");
+    }
+}
+
+#[test]
+fn a_critical_store_without_the_quick_capability_is_never_asked_on_the_producer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Arc::new(Probe {
+        critical: true,
+        ..Probe::default()
+    });
+    let store = open(dir.path(), small_config(), &probe);
+    for i in 0..20u64 {
+        let body = common::body(i);
+        let msg = MessageRef::new("Derived", 0, &body);
+        if store
+            .try_put_nowait(&msg, None, |wake| wake())
+            .unwrap()
+            .is_none()
+        {
+            store.put(&msg).unwrap();
+        }
+    }
+    settle(&store);
+    assert_eq!(read_queue(&store, "Derived", 0).len(), 20);
+    assert_eq!(probe.lock().seen.len(), 20);
+    assert_eq!(probe.quick_calls.load(Ordering::Relaxed), 0);
+    store.close().unwrap();
 }

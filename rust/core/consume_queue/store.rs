@@ -18,6 +18,9 @@ use crate::message::{sysflag, RecordView};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
 
+/// The consume queues' name as a derived store (the checkpoint's progress table key).
+pub const NAME: &str = "consume_queue";
+
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
 type QueueMap = HashMap<String, ById, crate::util::hash::FastBuild>;
@@ -398,7 +401,7 @@ impl DerivedStore for ConsumeQueueStore {
 
 impl Dispatcher for ConsumeQueueStore {
     fn name(&self) -> &'static str {
-        "consume_queue"
+        NAME
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {

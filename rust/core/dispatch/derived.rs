@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use super::Dispatcher;
 use crate::commit_log::CommitLog;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::prepare::Preparer;
 
 /// How far a derived store's data is durable: every record below `offset` (a commit-log
@@ -120,6 +120,41 @@ impl DerivedStores {
     /// The stores `all`, in order.
     pub fn new(all: Vec<Arc<dyn DerivedStore>>) -> Self {
         DerivedStores { all }
+    }
+
+    /// Checks that the checkpoint can record stores of these names (FORMAT.md §5.1): at most
+    /// `MAX_PROGRESS_ENTRIES`, distinct, each 1 to `PROGRESS_NAME_LEN` printable ASCII bytes.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the first name that does not fit.
+    pub fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        use crate::checkpoint::{MAX_PROGRESS_ENTRIES, PROGRESS_NAME_LEN};
+        let invalid = |reason: String| Error::InvalidArgument {
+            field: "derived stores",
+            reason,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for name in names {
+            if name.is_empty()
+                || name.len() > PROGRESS_NAME_LEN
+                || !name.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return Err(invalid(format!(
+                    "name {name:?} is not 1 to {PROGRESS_NAME_LEN} printable ASCII bytes"
+                )));
+            }
+            if seen.contains(&name) {
+                return Err(invalid(format!("name {name:?} is registered twice")));
+            }
+            seen.push(name);
+        }
+        if seen.len() > MAX_PROGRESS_ENTRIES {
+            return Err(invalid(format!(
+                "{} registered, at most {MAX_PROGRESS_ENTRIES}",
+                seen.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Every store, in order.

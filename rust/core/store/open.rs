@@ -44,6 +44,10 @@ pub(super) fn open_with(
     extra: Vec<Arc<dyn DerivedStore>>,
 ) -> Result<Store> {
     config.validate()?;
+    // Checked before anything is created: the checkpoint must be able to record every store.
+    DerivedStores::check_names(
+        std::iter::once(crate::consume_queue::store::NAME).chain(extra.iter().map(|s| s.name())),
+    )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
     let mut store_lock = None;
@@ -99,6 +103,10 @@ pub(super) fn open_with(
         config.dir_mode,
         !writable,
     ));
+    // The registration list: every derived store, critical ones first.
+    let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
+    registered.extend(extra);
+    let derived = DerivedStores::new(registered);
     let topics_path = root.map(|r| r.join("config").join("topics.json"));
     // No table at all (lost, or not copied with the data): the queues on disk name the topics.
     let table_missing = topics_path
@@ -109,11 +117,6 @@ pub(super) fn open_with(
         topics.adopt_discovered(&cqs.discover_topics()?, false)?;
     }
     let notifier = Arc::new(Notifier::default());
-
-    // The registration list: every derived store, critical ones first.
-    let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
-    registered.extend(extra);
-    let derived = DerivedStores::new(registered);
 
     let mut report = RecoveryReport::default();
     let mut reput = None;
