@@ -6,20 +6,27 @@
 //! 1. `load(abnormal)` once recovery has scanned the commit log and changed nothing yet;
 //! 2. `recover(log, end, resume_from)`: drop what points at or past the log's recovered end,
 //!    verify the tail written after the checkpoint, and say where dispatch must resume;
-//! 3. `recovered(log)` once the checkpoint holds every resume point (files set aside in step 2
-//!    may go), then dispatch of the recovered records, then `ready(log)`;
+//! 3. `recovered()` once the checkpoint holds every resume point (files set aside in step 2
+//!    may go), then dispatch of the recovered records to the critical stores, then
+//!    `ready(log)` and `use_preparer(preparer)`;
 //! 4. `dispatch*` (the `Dispatcher` supertrait) while the store runs, `flush(progress)` every
 //!    flush interval, `delete_expired(log_min)` after retention deleted commit-log files,
 //!    `release_pages()` to unmap old files;
-//! 5. `close()` after the final flush.
+//! 5. `close()` after the services stopped and the final flush.
+//!
+//! A read-only store calls none of these but `close`: it reads consume queues directly.
 //!
 //! Invariants
 //! - A *critical* store is dispatched in commit-log order at the dispatch cursor consumers
 //!   wait on, inline by producers when it declares `quick`; its failure stops dispatch, and the
 //!   checkpoint's dispatched offset is the critical cursor.
 //! - A *non-critical* store (best effort, like RocketMQ's index) has a cursor of its own that
-//!   only the reput thread moves: when it fails or lags, consumers and the critical stores go on
-//!   without it, and its progress is recorded in the checkpoint separately (FORMAT.md §5).
+//!   only its follower thread (and a last pass at close) moves, never a producer: when it
+//!   fails, lags or blocks, consumers and the critical stores go on without it, and its
+//!   progress is recorded in the checkpoint separately (FORMAT.md §5.1). Records retention
+//!   deleted before it reached them are skipped.
+//! - Stores are named (`Dispatcher::name`) by 1 to 16 printable ASCII bytes, distinct, at most
+//!   32 of them: the checkpoint's progress table key (checked at open).
 //! - Dispatch is idempotent: after a crash a store may see a record again.
 
 use std::sync::Arc;

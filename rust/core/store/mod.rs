@@ -1,7 +1,8 @@
 //! Store: the facade that opens, recovers, runs and closes a message store.
 //!
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
-//! reverse: reput (dispatch), flush, the preparer, retention (stores with a directory). A
+//! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
+//! registered), flush, the preparer, retention (stores with a directory). A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
 //! registered in one list (`DerivedStores`) that recovery, flush, retention, page release and
@@ -85,10 +86,11 @@ const RELEASE_INTERVAL_MS: i64 = 1000;
 
 impl Store {
     /// Drops this process's mappings of old commit-log and derived-store files (all but the
-    /// two newest commit-log files and, for consume queues, each queue's newest file). The data stays in the page
-    /// cache and on disk; the next read of it faults it back in. The flush thread does this
-    /// every flush interval and reads at most once a second, so the resident set stays flat
-    /// while a store many times the size of memory is written or consumed.
+    /// two newest commit-log files and, for consume queues, each queue's newest file). The
+    /// data stays in the page cache and on disk; the next read of it faults it back in. The
+    /// flush thread does this every flush interval and reads at most once a second, so the
+    /// resident set stays flat while a store many times the size of memory is written or
+    /// consumed.
     pub fn release_pages(&self) {
         release_pages(&self.inner.commit_log, &self.inner.derived);
     }
