@@ -18,7 +18,8 @@
 //!   non-empty units, and such a unit re-encodes to the same bytes.
 //! - `checkpoint_decode`: `CheckpointData::decode` never panics, accepts only slots with the
 //!   right magic, version and CRC, and decoded values round-trip through `encode`;
-//!   `Checkpoint::open` (read-only) on the bytes as a file picks slot A, else slot B.
+//!   `Checkpoint::open` (read-only) on the bytes as a file picks slot A, else slot B, a slot
+//!   counting only when its progress table (FORMAT.md §5) verifies too.
 //! - `topics_json`: `TopicTable::load` of the bytes as `topics.json` never panics; it fails
 //!   only with `ConfigFile` naming that file (never with an empty table in its place), a loaded
 //!   table agrees with a generic JSON parse, and loading the bytes as the `.bak` behind a damaged
@@ -347,12 +348,14 @@ const CP_FILE: usize = 4096;
 
 /// Decodes `data` as a slot and as a whole checkpoint file.
 pub fn check_checkpoint(data: &[u8]) {
-    let a = checkpoint_slot(data);
-    // The file: slot A, else slot B (the file is read into a zero-filled 4 KiB buffer).
+    // The file: slot A, else slot B (the file is read into a zero-filled 4 KiB buffer; slot
+    // A's table must end before slot B).
     let mut padded = data.get(..CP_FILE).unwrap_or(data).to_vec();
     padded.resize(CP_FILE, 0);
+    let whole = |slot: &[u8]| checkpoint_slot(slot).filter(|_| progress_table_ok(slot));
+    let a = whole(&data[..data.len().min(CP_SLOT_B)]);
     let expect = if data.len() >= CP_SLOT {
-        a.or_else(|| checkpoint_slot(&padded[CP_SLOT_B..]))
+        a.or_else(|| whole(&padded[CP_SLOT_B..]))
     } else {
         None
     };
@@ -408,6 +411,34 @@ fn checkpoint_slot(b: &[u8]) -> Option<CheckpointData> {
         assert!(neg(32) || neg(40), "rejected a well-formed slot");
     }
     d
+}
+
+/// Whether the progress table after a slot's head verifies: bytes 60..64 hold its CRC32, 0
+/// for no table; a table is a `u32` count (1 to 32) and that many 32-byte entries (a name of
+/// 16 bytes whose bytes before the first zero are UTF-8, a non-negative `i64` offset, an
+/// `i64` timestamp), and the CRC covers the count and the entries.
+fn progress_table_ok(slot: &[u8]) -> bool {
+    let Some(crc) = be_u32(slot, 60) else {
+        return false;
+    };
+    if crc == 0 {
+        return true;
+    }
+    let Some(n) = be_u32(slot, CP_SLOT).map(|n| n as usize) else {
+        return false;
+    };
+    if n == 0 || n > 32 {
+        return false;
+    }
+    let Some(table) = slot.get(CP_SLOT..CP_SLOT + 4 + 32 * n) else {
+        return false;
+    };
+    mqlite::util::crc::crc32(table) == crc
+        && table[4..].chunks(32).all(|e| {
+            let name = &e[..16];
+            let len = name.iter().position(|&c| c == 0).unwrap_or(16);
+            std::str::from_utf8(&name[..len]).is_ok() && e[16] < 0x80
+        })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ use crate::message::codec::FIXED_V1_IPV4;
 use crate::message::properties::MAX_PROPERTIES_LEN;
 use crate::message::validate::MAX_SYSTEM_TOPIC_LEN;
 use crate::topic_config::MAX_QUEUES;
+use crate::util::clock::Clock;
 
 /// When appended data is forced to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,9 @@ pub struct StoreConfig {
     pub warm_mapped_files: bool,
     /// How long commit-log files are kept before expiry deletes them (from the head only).
     pub file_reserved_time: Duration,
+    /// Where the store reads wall-clock time (record store timestamps, retention age,
+    /// checkpoint timestamps): the system clock unless a test sets a manual one.
+    pub clock: Clock,
 }
 
 /// Default commit-log file size (32 MiB).
@@ -91,6 +95,7 @@ impl Default for StoreConfig {
             dir_mode: 0o700,
             warm_mapped_files: false,
             file_reserved_time: Duration::from_secs(72 * 3600),
+            clock: Clock::system(),
         }
     }
 }

@@ -7,13 +7,12 @@
 //!   confirmed durable).
 //!   A pipelined put only registers its end offset (`request_flush`) and confirms it later
 //!   with `wait_flushed`, so one msync can cover many puts of one thread.
-//! - Both modes: consume queues are flushed every interval, then the checkpoint records the
-//!   flushed commit-log offset and the dispatched offset captured *before* the queue flush,
-//!   and the mappings of old files are released (`store::release_pages`; no data changes).
-//! - Retention: every `CLEAN_INTERVAL` a pass deletes every expired commit-log file (oldest
-//!   first) and the consume-queue files that only index deleted records (`delete_expired_until`).
-//!   A pass stops after `DELETE_BUDGET`; the next one then runs right after the next flush,
-//!   until none is left, so the store is reclaimed as fast as the file system deletes files.
+//! - Both modes: every derived store is flushed every interval, then the checkpoint records
+//!   the flushed commit-log offset and each store's progress as its `flush` returned it from
+//!   what was dispatched to it *before* the flush (the critical stores' as the dispatched
+//!   offset), and the mappings of old files are released (`store::release_pages`; no data
+//!   changes). A non-critical store that fails to flush keeps its last recorded progress and
+//!   poisons nothing.
 //!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
@@ -22,30 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{Checkpoint, CheckpointData};
+use crate::checkpoint::{Checkpoint, CheckpointData, StoreProgress};
 use crate::commit_log::CommitLog;
 use crate::config::FlushMode;
-use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::derived::DerivedStores;
 use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
-use crate::util::clock::now_ms;
-
-/// How often expired files are looked for.
-const CLEAN_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The longest one pass of the flush thread spends deleting expired files. What is left is
-/// deleted by the passes that follow, each right after a flush, so a backlog of expired files
-/// never holds a flush (and the sends waiting on it) up for longer.
-const DELETE_BUDGET: Duration = Duration::from_millis(20);
-
-/// What a retention pass did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deleted {
-    /// Commit-log files deleted.
-    pub files: usize,
-    /// The pass stopped at its time budget with expired files possibly left.
-    pub more: bool,
-}
+use crate::service::Service;
 
 #[derive(Debug, Default)]
 struct State {
@@ -59,13 +41,11 @@ struct State {
 #[derive(Debug)]
 pub struct FlushService {
     commit_log: Arc<CommitLog>,
-    cqs: Arc<ConsumeQueueStore>,
+    stores: DerivedStores,
     reput: Arc<Reput>,
     checkpoint: Option<Arc<Checkpoint>>,
     mode: FlushMode,
     interval: Duration,
-    /// Commit-log files last modified longer ago than this are deleted (`delete_expired`).
-    pub retention: Option<Duration>,
     state: Mutex<State>,
     requested: Condvar,
     done: Condvar,
@@ -78,7 +58,7 @@ impl FlushService {
     /// A service for the given parts.
     pub fn new(
         commit_log: Arc<CommitLog>,
-        cqs: Arc<ConsumeQueueStore>,
+        stores: DerivedStores,
         reput: Arc<Reput>,
         checkpoint: Option<Arc<Checkpoint>>,
         mode: FlushMode,
@@ -87,12 +67,11 @@ impl FlushService {
         let flushed = commit_log.flushed_offset();
         FlushService {
             commit_log,
-            cqs,
+            stores,
             reput,
             checkpoint,
             mode,
             interval,
-            retention: None,
             state: Mutex::new(State {
                 requested: flushed,
                 flushed,
@@ -178,39 +157,79 @@ impl FlushService {
         }
     }
 
-    /// Flushes consume queues and records progress in the checkpoint.
+    /// Flushes the commit log, dispatches everything it holds, then flushes the derived stores
+    /// and the checkpoint (`Store::flush`, close).
+    ///
+    /// # Errors
+    /// The first failure; flush failures poison the store.
+    pub fn flush_all(&self) -> Result<()> {
+        self.flush_commit_log()?;
+        self.reput.dispatch_all()?;
+        self.flush_logics_and_checkpoint()
+    }
+
+    /// Flushes every derived store and records their progress in the checkpoint.
+    ///
+    /// # Errors
+    /// A critical store's flush failure or the checkpoint write's (both poison the store).
     pub fn flush_logics_and_checkpoint(&self) -> Result<()> {
-        // Captured before the queue flush: every unit below it is in the flushed files.
-        let dispatched = self.reput.dispatched_offset();
-        self.cqs
-            .flush_all()
-            .inspect_err(|e| self.commit_log.poison(Error::poisoned_by(e)))?;
+        // Captured before the flushes: everything below it is in the flushed files.
+        let states = self.reput.progress();
+        let mut main = self.reput.dispatched();
+        let mut progress = Vec::with_capacity(states.len());
+        let mut index_ts: Option<i64> = None;
+        for st in &states {
+            match st.store.flush(st.dispatched) {
+                Ok(p) => {
+                    if st.store.critical() {
+                        main.offset = main.offset.min(p.offset);
+                    } else {
+                        index_ts =
+                            Some(index_ts.map_or(p.store_timestamp, |t| t.min(p.store_timestamp)));
+                    }
+                    progress.push((st.store.name(), p));
+                }
+                Err(e) if st.store.critical() => {
+                    self.commit_log.poison(Error::poisoned_by(&e));
+                    return Err(e);
+                }
+                // Best effort: its recorded progress stays where it was.
+                Err(_) => {}
+            }
+        }
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
         let confirm = self.commit_log.flushed_offset();
         let physic_ts = self.last_physic_ts.lock().map(|t| *t).unwrap_or(0);
-        cp.store(CheckpointData {
-            physic_msg_timestamp: physic_ts,
-            logics_msg_timestamp: now_ms(),
-            index_msg_timestamp: 0,
-            confirm_phy_offset: confirm,
-            logics_dispatched_offset: dispatched.min(confirm),
-        })
+        let table: Vec<StoreProgress> = progress
+            .into_iter()
+            .map(|(name, p)| StoreProgress {
+                name: name.to_owned(),
+                offset: p.offset.min(confirm),
+                store_timestamp: p.store_timestamp,
+            })
+            .collect();
+        cp.store_with_progress(
+            CheckpointData {
+                physic_msg_timestamp: physic_ts,
+                logics_msg_timestamp: main.store_timestamp,
+                index_msg_timestamp: index_ts.unwrap_or(0),
+                confirm_phy_offset: confirm,
+                logics_dispatched_offset: main.offset.min(confirm),
+            },
+            &table,
+        )
         .inspect_err(|e| self.commit_log.poison(Error::poisoned_by(e)))
     }
 
     /// Body of the flush thread.
     pub fn run_thread(&self) {
         let mut last_logics = Instant::now();
-        let mut last_clean = Instant::now();
-        // A retention pass ran out of time: the next one runs right after the next flush.
-        let mut deleting = false;
         while !self.stop.load(Ordering::Acquire) {
             {
                 let s = self.lock();
                 let wait = match self.mode {
-                    _ if deleting => Duration::ZERO,
                     FlushMode::Sync => self.interval.min(Duration::from_millis(10)),
                     FlushMode::Async => self.interval,
                 };
@@ -235,64 +254,9 @@ impl FlushService {
             if last_logics.elapsed() >= self.interval {
                 last_logics = Instant::now();
                 let _ = self.flush_logics_and_checkpoint();
-                crate::store::release_pages(&self.commit_log, &self.cqs);
-            }
-            if deleting || last_clean.elapsed() >= CLEAN_INTERVAL {
-                last_clean = Instant::now();
-                // A failed deletion is retried at the next pass; it never blocks writes.
-                deleting = self
-                    .delete_expired_until(Some(Instant::now() + DELETE_BUDGET))
-                    .is_ok_and(|d| d.more);
+                crate::store::release_pages(&self.commit_log, &self.stores);
             }
         }
-    }
-
-    /// Deletes every expired commit-log file (see `delete_expired_until`); returns how many.
-    pub fn delete_expired(&self) -> Result<usize> {
-        self.delete_expired_until(None).map(|d| d.files)
-    }
-
-    /// Deletes commit-log files whose last modification is older than the retention, oldest
-    /// first, up to the first one that is not expired, never the file being written and never
-    /// one holding records dispatch has not indexed yet; then the consume-queue files whose
-    /// units all point below the commit log's new minimum. With a `deadline`, stops deleting
-    /// commit-log files once it has passed (`more`: some may be left for the next pass).
-    pub fn delete_expired_until(&self, deadline: Option<Instant>) -> Result<Deleted> {
-        let mut done = Deleted {
-            files: 0,
-            more: false,
-        };
-        let Some(retention) = self.retention else {
-            return Ok(done);
-        };
-        let now = std::time::SystemTime::now();
-        let dispatched = self.reput.dispatched_offset();
-        let expired = |f: &crate::mapped_file::MappedFile| {
-            let end = f.from_offset() + f.size();
-            let old = std::fs::metadata(f.path())
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|m| now.duration_since(m).ok())
-                .is_some_and(|age| age > retention);
-            old && end <= dispatched
-        };
-        // One file at a time: each unlink may take milliseconds (the file system frees its
-        // blocks), and the deadline is checked between them.
-        let deleted = loop {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                done.more = true;
-                break Ok(());
-            }
-            match self.commit_log.files().delete_head_while(1, expired) {
-                Ok(0) => break Ok(()),
-                Ok(n) => done.files += n,
-                Err(e) => break Err(e),
-            }
-        };
-        if done.files > 0 {
-            self.cqs.delete_expired(self.commit_log.min_offset())?;
-        }
-        deleted.map(|()| done)
     }
 
     /// Asks the thread to exit.
@@ -311,83 +275,16 @@ impl FlushService {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-    use crate::dispatch::notifier::Notifier;
-    use crate::mapped_file_queue::{Backing, MappedFileQueue};
-
-    /// A service over a commit log of `files` files, all expired (zero retention) and all
-    /// dispatched.
-    fn service(dir: &std::path::Path, files: u64) -> FlushService {
-        const SIZE: u64 = 64 << 10;
-        let backing = Backing::Dir {
-            dir: dir.join("commitlog"),
-            mode: 0o600,
-            populate: false,
-        };
-        std::fs::create_dir_all(dir.join("commitlog")).unwrap();
-        let queue = MappedFileQueue::new(backing, SIZE, true);
-        for k in 0..files {
-            queue.roll(k * SIZE).unwrap();
-        }
-        let log = Arc::new(CommitLog::new(queue));
-        let cqs = Arc::new(ConsumeQueueStore::new(
-            Some(dir.join("consumequeue")),
-            1000,
-            0o600,
-            0o700,
-            false,
-        ));
-        let reput = Arc::new(Reput::new(
-            Arc::clone(&log),
-            Vec::new(),
-            files * SIZE,
-            false,
-            Arc::new(Notifier::default()),
-        ));
-        let mut s = FlushService::new(
-            log,
-            cqs,
-            reput,
-            None,
-            FlushMode::Async,
-            Duration::from_millis(500),
-        );
-        s.retention = Some(Duration::ZERO);
-        s
+impl Service for FlushService {
+    fn name(&self) -> &'static str {
+        "flush"
     }
 
-    /// A pass out of time reports the files it left; a pass without a deadline deletes every
-    /// expired file, all but the one being written.
-    #[test]
-    fn a_pass_deletes_every_expired_file_unless_its_time_is_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = service(dir.path(), 25);
-        let late = s.delete_expired_until(Some(Instant::now())).unwrap();
-        assert_eq!(
-            late,
-            Deleted {
-                files: 0,
-                more: true
-            }
-        );
-        let all = s.delete_expired_until(None).unwrap();
-        assert_eq!(
-            all,
-            Deleted {
-                files: 24,
-                more: false
-            }
-        );
-        assert_eq!(s.commit_log.files().len(), 1);
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("commitlog"))
-                .unwrap()
-                .count(),
-            1
-        );
+    fn run(&self) {
+        self.run_thread();
+    }
+
+    fn stop(&self) {
+        FlushService::stop(self);
     }
 }

@@ -4,14 +4,14 @@
 //! Layers (a lower layer never imports a higher one):
 //!
 //! ```text
-//! store (facade, threads, lifecycle)
-//!   -> recovery, checkpoint, store_meta, lock, flush, topic_config
-//!   -> consume_queue               (implements dispatch::Dispatcher)
-//!   -> dispatch (reput: tails the commit log and feeds dispatchers)
+//! store (facade, services, lifecycle; registers the derived stores)
+//!   -> recovery, checkpoint, store_meta, lock, flush, retention, topic_config
+//!   -> consume_queue               (implements dispatch::derived::DerivedStore)
+//!   -> dispatch (DerivedStore; reput: tails the commit log and feeds the derived stores)
 //!   -> commit_log (append + END_OF_FILE padding, batch, read, recovery scan)
 //!   -> message (record codec, properties, ids, validation)
 //!   -> mapped_file_queue -> mapped_file (mmap: the only unsafe code)
-//!   -> util (fs protocol, crc, clock), config, error
+//!   -> util (fs protocol, crc, clock), service (background-thread trait), config, error
 //! ```
 //!
 //! ```
@@ -41,6 +41,8 @@ pub mod mapped_file_queue;
 pub mod message;
 pub mod prepare;
 pub mod recovery;
+pub mod retention;
+pub mod service;
 pub mod store;
 pub mod store_meta;
 #[cfg(feature = "fault-injection")]

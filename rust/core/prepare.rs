@@ -23,7 +23,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::commit_log::CommitLog;
 use crate::consume_queue::ConsumeQueue;
@@ -42,6 +42,8 @@ pub enum Prepare {
     QueueFile(Weak<ConsumeQueue>, u64),
     /// Answer once every job sent before this one is done (`Preparer::wait_for_files`).
     Barrier(Sender<()>),
+    /// Exit after the jobs sent before this one (store close); later jobs are dropped.
+    Stop,
 }
 
 impl Prepare {
@@ -99,10 +101,57 @@ impl Preparer {
     }
 }
 
-/// Body of the preparer thread: runs jobs until every sender is gone or the commit log is;
-/// lowers `files_pending` after each file job.
+/// The preparer thread as a store service: `stop` queues `Prepare::Stop`, so the thread
+/// finishes the jobs queued before it and exits.
+#[derive(Debug)]
+pub struct PreparerService {
+    commit_log: Weak<CommitLog>,
+    jobs: Mutex<Option<Receiver<Prepare>>>,
+    tx: Preparer,
+}
+
+impl PreparerService {
+    /// A preparer for `commit_log` (and the files of derived stores given `preparer()`).
+    pub fn new(commit_log: &Arc<CommitLog>) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        PreparerService {
+            commit_log: Arc::downgrade(commit_log),
+            jobs: Mutex::new(Some(rx)),
+            tx: Preparer::new(tx),
+        }
+    }
+
+    /// A handle writers send jobs through.
+    pub fn preparer(&self) -> Preparer {
+        self.tx.clone()
+    }
+}
+
+impl crate::service::Service for PreparerService {
+    fn name(&self) -> &'static str {
+        "prealloc"
+    }
+
+    /// Runs the jobs; a second call returns at once (the job queue has one consumer).
+    fn run(&self) {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(jobs) = jobs {
+            run(&self.commit_log, &jobs, &self.tx.files_pending);
+        }
+    }
+
+    fn stop(&self) {
+        let _ = self.tx.tx.send(Prepare::Stop);
+    }
+}
+
+/// Body of the preparer thread: runs jobs until `Prepare::Stop`, every sender is gone or the
+/// commit log is; lowers `files_pending` after each file job.
 pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending: &AtomicUsize) {
     while let Ok(job) = jobs.recv() {
+        if matches!(job, Prepare::Stop) {
+            break;
+        }
         let file = job.makes_file();
         let Some(cl) = commit_log.upgrade() else {
             break;
@@ -131,6 +180,7 @@ pub fn run(commit_log: &Weak<CommitLog>, jobs: &Receiver<Prepare>, files_pending
             Prepare::Barrier(done) => {
                 let _ = done.send(());
             }
+            Prepare::Stop => break,
         }
         if file {
             files_pending.fetch_sub(1, Ordering::AcqRel);

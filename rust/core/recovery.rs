@@ -1,22 +1,23 @@
-//! Startup orchestration: lock, detect an abnormal shutdown, recover the commit log and the
-//! consume queues, and choose where dispatch resumes.
+//! Startup orchestration: lock, detect an abnormal shutdown, recover the commit log and every
+//! registered derived store (dispatch/derived.rs), and choose where dispatch resumes for each.
 //!
 //! Order (the lock comes before anything touches a file):
 //! 1. take the writer lock; note whether the abort marker exists (abnormal shutdown);
 //! 2. read the checkpoint (mqlite's, or else RocketMQ's fields); load commit-log files;
 //! 3. scan the commit log with CRC from a durable record boundary,
 //!    `min(checkpoint dispatched, checkpoint flushed)` (the oldest file without a checkpoint),
-//!    changing nothing; then load and recover every consume queue (valid prefix of units kept,
-//!    the rest of the last file zeroed after an abnormal shutdown; a queue with a file shorter
-//!    than the file size ends before that file and is cut short) and cut the log's torn tail
-//!    (zeroed after a crash);
-//! 4. drop consume-queue units that point at or past the recovered end, and cut each queue at
-//!    the first unit written after the checkpoint that does not index exactly its record (a
-//!    torn or stale unit);
-//! 5. dispatch resumes at the checkpoint's dispatched offset, or below it at the end of a cut
-//!    short queue's units, re-creating any missing unit (dispatch is idempotent), before the
-//!    store is handed to the caller. The opener writes that point to the checkpoint before the
-//!    files a short file cut off are deleted (`ConsumeQueueStore::remove_stale_files`).
+//!    changing nothing; then `load` every derived store (consume queues: valid prefix of units
+//!    kept, the rest of the last file zeroed after an abnormal shutdown; a queue with a file
+//!    shorter than the file size ends before that file and is cut short) and cut the log's
+//!    torn tail (zeroed after a crash);
+//! 4. `recover` every derived store from its durable progress: the checkpoint's progress table
+//!    entry for it, else the checkpoint's dispatched offset (consume queues drop units that
+//!    point at or past the recovered end and cut each queue at the first unit written after
+//!    the checkpoint that does not index exactly its record, a torn or stale unit);
+//! 5. dispatch resumes for each store where its `recover` said (the critical stores share the
+//!    lowest of theirs), re-creating anything missing (dispatch is idempotent), before the
+//!    store is handed to the caller. The opener writes those points to the checkpoint before
+//!    calling `recovered` (which deletes the files a short file cut off).
 //!
 //! What may be cut: only a torn tail, above the durable offset. A record is whole when its
 //! length, magic, structure and body CRC hold (and its whole-record CRC, when it has the
@@ -28,11 +29,10 @@
 //! is not a tail either. Corruption is a typed error naming the file, the offset and the
 //! reason, raised before any file has been changed.
 
-use crate::checkpoint::{CheckpointData, RocketMqCheckpoint};
+use crate::checkpoint::{CheckpointData, RocketMqCheckpoint, StoreProgress};
 use crate::commit_log::CommitLog;
-use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::derived::DerivedStores;
 use crate::error::{Error, Result};
-use crate::message::RecordView;
 
 /// What recovery found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,27 +47,56 @@ pub struct RecoveryReport {
     pub records_scanned: u64,
     /// True if a torn tail was cut.
     pub torn_tail: bool,
-    /// Where dispatch resumes.
+    /// Where dispatch resumes for the critical derived stores.
     pub reput_from: u64,
 }
 
+/// What recovery found, and where dispatch resumes for each derived store (in registration
+/// order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The report.
+    pub report: RecoveryReport,
+    /// Per derived store: where its dispatch resumes.
+    pub starts: Vec<u64>,
+}
+
 /// What the checkpoint file told recovery.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checkpointed {
     /// mqlite's checkpoint, when a slot is valid.
     pub mqlite: Option<CheckpointData>,
+    /// The derived stores' progress table of that slot (empty in older checkpoints).
+    pub progress: Vec<StoreProgress>,
     /// RocketMQ's fields, when no mqlite slot is valid (a store RocketMQ wrote).
     pub rocketmq: Option<RocketMqCheckpoint>,
 }
 
-/// Recovers the commit log and consume queues (steps 3 and 4 above); loads the consume queues.
+impl Checkpointed {
+    /// The durable progress of the derived store `name`: its table entry, else the dispatched
+    /// offset (`None` without an mqlite checkpoint).
+    fn progress_of(&self, name: &str) -> Option<u64> {
+        let c = self.mqlite?;
+        Some(
+            self.progress
+                .iter()
+                .find(|p| p.name == name)
+                .map_or(c.logics_dispatched_offset, |p| p.offset),
+        )
+    }
+}
+
+/// Recovers the commit log and the derived stores (steps 3 and 4 above); loads the stores.
+///
+/// # Errors
+/// `Corrupted` for damage below the durable offset (nothing was changed then); I/O failures.
 pub fn recover(
     commit_log: &CommitLog,
-    cqs: &ConsumeQueueStore,
-    checkpointed: Checkpointed,
+    stores: &DerivedStores,
+    checkpointed: &Checkpointed,
     abnormal: bool,
     check_crc: bool,
-) -> Result<RecoveryReport> {
+) -> Result<Recovered> {
     let checkpoint = checkpointed.mqlite;
     let min = commit_log.min_offset();
     let durable = match (checkpoint, checkpointed.rocketmq) {
@@ -84,11 +113,17 @@ pub fn recover(
                 cause: None,
             });
         }
-        cqs.load_all(abnormal)?;
-        cqs.truncate_dirty(0)?;
-        return Ok(RecoveryReport {
-            abnormal,
-            ..Default::default()
+        stores.load(abnormal)?;
+        let starts = stores
+            .iter()
+            .map(|s| s.recover(commit_log, 0, 0))
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Recovered {
+            report: RecoveryReport {
+                abnormal,
+                ..Default::default()
+            },
+            starts,
         });
     };
     // Both kinds of recovery start at the checkpoint's durable, dispatched record boundary
@@ -133,47 +168,36 @@ pub fn recover(
         });
     }
     // Nothing was changed above this line.
-    cqs.load_all(abnormal)?;
+    stores.load(abnormal)?;
     commit_log.truncate_to(scan.end, abnormal || scan.torn)?;
-    cqs.truncate_dirty(scan.end)?;
+    // Units past a store's durable progress may be torn or stale copies: each store checks
+    // them against the log and may resume lower. A queue whose units reach past its resume
+    // point shows dispatch got further than the checkpoint says; re-dispatching from the
+    // checkpoint is still correct (idempotent).
+    let mut starts = Vec::with_capacity(stores.len());
+    let mut reput_from: Option<u64> = None;
+    for s in stores.iter() {
+        let durable = checkpointed.progress_of(s.name()).unwrap_or(min);
+        let start = s.recover(commit_log, scan.end, durable.clamp(min, scan.end))?;
+        if s.critical() {
+            reput_from = Some(reput_from.map_or(start, |r| r.min(start)));
+        }
+        starts.push(start);
+    }
     let reput_from = match checkpoint {
         Some(c) => c.logics_dispatched_offset.clamp(min, scan.end),
         None => min,
-    };
-    // Units past the durable dispatch point may be torn or stale copies: keep only those that
-    // point at exactly the record they claim to index.
-    let log_min = commit_log.min_offset();
-    let mut reput_from = reput_from;
-    for cq in cqs.all() {
-        cq.verify_tail(reput_from, |unit, k| {
-            if unit.offset < log_min {
-                return true; // the record expired: nothing to check it against
-            }
-            commit_log
-                .with_bytes(unit.offset, unit.size, |b| {
-                    RecordView::parse(b, false).is_ok_and(|v| {
-                        v.physical_offset() == unit.offset
-                            && v.queue_offset() == k
-                            && v.queue_id() == cq.queue_id()
-                            && v.topic() == cq.topic()
-                    })
-                })
-                .unwrap_or(false)
-        })?;
-        // A damaged unit cut this queue short below the checkpoint: the records its lost
-        // units indexed are dispatched again from the end of its last good unit.
-        if cq.was_cut_short() {
-            reput_from = reput_from.min(cq.max_physical_offset().max(log_min));
-        }
     }
-    // A queue whose units reach past the dispatched offset shows dispatch got further than the
-    // checkpoint says; re-dispatching from the checkpoint is still correct (idempotent).
-    Ok(RecoveryReport {
-        abnormal,
-        scanned_from: from,
-        end: scan.end,
-        records_scanned: scan.records,
-        torn_tail: scan.torn,
-        reput_from,
+    .min(reput_from.unwrap_or(u64::MAX));
+    Ok(Recovered {
+        report: RecoveryReport {
+            abnormal,
+            scanned_from: from,
+            end: scan.end,
+            records_scanned: scan.records,
+            torn_tail: scan.torn,
+            reput_from,
+        },
+        starts,
     })
 }

@@ -13,7 +13,7 @@ use crate::mapped_file::FileWriter;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH, HEAD_LEN};
 use crate::message::{sysflag, MessageRef};
-use crate::util::clock::now_ms;
+use crate::util::clock::Clock;
 use crate::util::hash::FastBuild;
 
 /// Where one appended record landed.
@@ -42,6 +42,8 @@ pub struct Appender {
     // The latest store timestamp written: store timestamps never decrease along the log, even
     // when a caller's clock reading (`append_one`'s `now`) was taken before the lock.
     last_store_ts: i64,
+    // Where store timestamps are read when the caller did not read the clock itself.
+    pub(crate) clock: Clock,
 }
 
 /// A record ready to be written: the message plus its precomputed size and body CRC (computed
@@ -210,7 +212,9 @@ impl Appender {
         };
         let physical_offset = w.file().from_offset() + w.pos();
         fence.announce(physical_offset + p.len as u64);
-        let store_timestamp = now.unwrap_or_else(now_ms).max(self.last_store_ts);
+        let store_timestamp = now
+            .unwrap_or_else(|| self.clock.now_ms())
+            .max(self.last_store_ts);
         let meta = RecordMeta {
             queue_id: m.queue_id,
             flag: m.flag,
@@ -285,8 +289,9 @@ impl Appender {
             0
         };
         let last_store_ts = self.last_store_ts;
+        let now = self.clock.now_ms();
         let w = self.ensure_room(files, fence, total)?;
-        let store_timestamp = now_ms().max(last_store_ts);
+        let store_timestamp = now.max(last_store_ts);
         let mut physical_offset = w.file().from_offset() + w.pos();
         fence.announce(physical_offset + total);
         out.reserve(batch.len());

@@ -129,6 +129,11 @@ impl CommitLog {
         }
     }
 
+    /// Reads store timestamps from `clock` from now on (the store's clock, set at open).
+    pub fn set_clock(&self, clock: crate::util::clock::Clock) {
+        self.lock_appender().clock = clock;
+    }
+
     /// Sends `Prepare` jobs to a background preparer: next files always, and warm-ahead
     /// requests unless `warm` is `Off` (pointless when whole files are populated at creation).
     pub fn set_preallocator(&self, tx: Preparer, warm: WarmAhead) {

@@ -1,5 +1,5 @@
-//! ConsumeQueueStore: every consume queue of the store, opened lazily, and the dispatcher that
-//! feeds them.
+//! ConsumeQueueStore: every consume queue of the store, opened lazily, and the derived store
+//! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle.
 //!
 //! On disk: `consumequeue/<topic>/<queueId>/`.
 //!
@@ -13,11 +13,16 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::unit::CqUnit;
 use super::ConsumeQueue;
+use crate::commit_log::CommitLog;
+use crate::dispatch::derived::{DerivedStore, Progress};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
-use crate::message::{sysflag, validate};
+use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
+
+/// The consume queues' name as a derived store (the checkpoint's progress table key).
+pub const NAME: &str = "consume_queue";
 
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
@@ -308,9 +313,91 @@ impl ConsumeQueueStore {
     }
 }
 
+impl DerivedStore for ConsumeQueueStore {
+    fn critical(&self) -> bool {
+        true
+    }
+
+    fn quick(&self) -> bool {
+        true
+    }
+
+    fn load(&self, abnormal: bool) -> Result<()> {
+        self.load_all(abnormal).map(drop)
+    }
+
+    /// Units pointing at or past `log_end` go; units past `resume_from` are kept only while
+    /// each points at exactly the record it claims to index; a queue that a damaged unit or a
+    /// short file cut short below that point is re-dispatched from the end of its last good
+    /// unit.
+    fn recover(&self, log: &CommitLog, log_end: u64, resume_from: u64) -> Result<u64> {
+        self.truncate_dirty(log_end)?;
+        let log_min = log.min_offset();
+        let mut resume = resume_from;
+        for cq in self.all() {
+            cq.verify_tail(resume_from, |unit, k| {
+                if unit.offset < log_min {
+                    return true; // the record expired: nothing to check it against
+                }
+                log.with_bytes(unit.offset, unit.size, |b| {
+                    RecordView::parse(b, false).is_ok_and(|v| {
+                        v.physical_offset() == unit.offset
+                            && v.queue_offset() == k
+                            && v.queue_id() == cq.queue_id()
+                            && v.topic() == cq.topic()
+                    })
+                })
+                .unwrap_or(false)
+            })?;
+            if cq.was_cut_short() {
+                resume = resume.min(cq.max_physical_offset().max(log_min));
+            }
+        }
+        Ok(resume)
+    }
+
+    fn recovered(&self) -> Result<()> {
+        self.remove_stale_files()
+    }
+
+    /// Queues start at the log's minimum, and the appender continues each queue's offsets.
+    fn ready(&self, log: &CommitLog) {
+        self.correct_min_offsets(log.min_offset());
+        let mut a = log.lock_appender();
+        for cq in self.all() {
+            a.set_queue_offset(cq.topic(), cq.queue_id(), cq.max_offset());
+        }
+    }
+
+    fn use_preparer(&self, preparer: Preparer) {
+        self.set_preparer(preparer);
+    }
+
+    /// Every unit dispatched is in a flushed file afterwards.
+    fn flush(&self, dispatched: Progress) -> Result<Progress> {
+        self.flush_all().map(|()| dispatched)
+    }
+
+    fn delete_expired(&self, log_min: u64) -> Result<usize> {
+        ConsumeQueueStore::delete_expired(self, log_min)
+    }
+
+    /// Each queue keeps its newest file mapped.
+    fn release_pages(&self) {
+        for cq in self.all() {
+            cq.files().release_pages(1);
+        }
+    }
+
+    fn close(&self) {
+        self.stop_preparer();
+        self.close_files();
+    }
+}
+
 impl Dispatcher for ConsumeQueueStore {
     fn name(&self) -> &'static str {
-        "consume_queue"
+        NAME
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {

@@ -1,6 +1,8 @@
-//! Dispatch: turning commit-log records into derived data (consume queues now; the index and
-//! the timer wheel implement the same trait when they land).
+//! Dispatch: turning commit-log records into derived data. `Dispatcher` is the per-record
+//! step; `derived::DerivedStore` adds the rest of a derived store's life (consume queues now;
+//! the index and the timer wheel implement the same traits when they land).
 
+pub mod derived;
 pub mod notifier;
 pub mod reput;
 

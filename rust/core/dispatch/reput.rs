@@ -1,4 +1,11 @@
-//! ReputService: tails the commit log from `reput_from` and feeds every dispatcher.
+//! ReputService: tails the commit log and feeds every derived store (dispatch/derived.rs).
+//!
+//! Lanes: the critical stores share the main cursor, the one consumers wait on; each
+//! non-critical store has a lane of its own, moved only by a thread of its own
+//! (`FollowerService`, registered when such stores exist) and by a last `follow` at close, so
+//! one that fails, lags or blocks never holds back the main cursor, the reput thread or a
+//! producer. A lane's failure is recorded on it and retried at the follower thread's next
+//! wake-up.
 //!
 //! Who runs it: whichever thread gets there first. A producer that just published records
 //! tries to dispatch them itself (one `try_lock`, so a consumer blocked in `poll` is woken
@@ -11,17 +18,28 @@
 //! and re-reads the confirm offset, so at least one of them sees the other's work.
 //!
 //! Invariant: `dispatched_offset()` is a record boundary `<= confirm offset`, and every record
-//! below it was handed to every dispatcher in commit-log order.
+//! below it was handed to every critical store in commit-log order; the same holds for each
+//! non-critical store's own lane offset. Records of files retention deleted before a lagging
+//! lane reached them are skipped by that lane.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use super::derived::{DerivedStore, DerivedStores, Progress};
 use super::notifier::Notifier;
-use super::{DispatchRequest, Dispatcher};
+use super::DispatchRequest;
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::message::codec::{self, Peek, RecordView};
+use crate::service::Service;
+
+/// The service thread's safety-net period. Producers (or the flush thread, in sync mode) wake
+/// it whenever they leave records to it, so this bounds how soon a failed dispatch is retried
+/// and how far non-critical stores lag when nothing else happens; every idle wake-up is CPU
+/// time taken from the store's users (and, on a small machine, a chance to move a consumer to
+/// another CPU).
+pub const REPUT_IDLE: Duration = Duration::from_millis(100);
 
 /// Where dispatch continues, and the commit-log file holding that offset (kept across records
 /// and runs: looking the file up each time would take the file list's lock).
@@ -31,45 +49,123 @@ struct Cursor {
     file: Option<Arc<crate::mapped_file::MappedFile>>,
 }
 
-/// The reput service.
+/// A cursor over the commit log and the stores it feeds.
 #[derive(Debug)]
-pub struct Reput {
-    commit_log: Arc<CommitLog>,
-    dispatchers: Vec<Arc<dyn Dispatcher>>,
-    from: Mutex<Cursor>,
+struct Lane {
+    stores: Vec<Arc<dyn DerivedStore>>,
+    cursor: Mutex<Cursor>,
     dispatched: AtomicU64,
-    only_flushed: bool,
-    notifier: Arc<Notifier>,
-    wake: (Mutex<bool>, Condvar),
-    stop: AtomicBool,
+    /// Store timestamp of the last record below `dispatched` (0: none yet).
+    store_ts: AtomicI64,
     last_error: Mutex<Option<String>>,
     /// `last_error` is set (checked without its lock on every dispatch).
     has_error: AtomicBool,
 }
 
-impl Reput {
-    /// A service starting at `from`; `only_flushed` limits dispatch to flushed bytes (sync mode).
-    pub fn new(
-        commit_log: Arc<CommitLog>,
-        dispatchers: Vec<Arc<dyn Dispatcher>>,
-        from: u64,
-        only_flushed: bool,
-        notifier: Arc<Notifier>,
-    ) -> Self {
-        Reput {
-            commit_log,
-            dispatchers,
-            from: Mutex::new(Cursor {
+impl Lane {
+    fn new(stores: Vec<Arc<dyn DerivedStore>>, from: u64) -> Self {
+        Lane {
+            stores,
+            cursor: Mutex::new(Cursor {
                 offset: from,
                 file: None,
             }),
             dispatched: AtomicU64::new(from),
+            store_ts: AtomicI64::new(0),
+            last_error: Mutex::new(None),
+            has_error: AtomicBool::new(false),
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            offset: self.dispatched.load(Ordering::Acquire),
+            store_timestamp: self.store_ts.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_error(&self, e: &Error) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        self.has_error.store(true, Ordering::Relaxed);
+    }
+
+    fn error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Publishes progress to `to` (whose last record was stored at `ts`) and forgets a past
+    /// error.
+    fn advance(&self, to: u64, ts: i64) {
+        self.store_ts.store(ts, Ordering::Relaxed);
+        self.dispatched.store(to, Ordering::Release);
+        if self.has_error.load(Ordering::Relaxed) {
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.has_error.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One derived store's dispatch state, as `Reput::progress` reports it.
+#[derive(Debug, Clone)]
+pub struct StoreState {
+    /// The store.
+    pub store: Arc<dyn DerivedStore>,
+    /// What was dispatched to it.
+    pub dispatched: Progress,
+    /// The failure its lane is retrying, if any.
+    pub error: Option<String>,
+}
+
+/// The reput service.
+#[derive(Debug)]
+pub struct Reput {
+    commit_log: Arc<CommitLog>,
+    /// The critical stores.
+    main: Lane,
+    /// Every critical store declares `quick`: producers may dispatch inline without waiting.
+    quick: bool,
+    /// One lane per non-critical store.
+    followers: Vec<Lane>,
+    only_flushed: bool,
+    notifier: Arc<Notifier>,
+    wake: (Mutex<bool>, Condvar),
+    stop: AtomicBool,
+}
+
+impl Reput {
+    /// A service feeding `stores`, each starting at its entry in `from` (the critical stores
+    /// share a cursor, at the lowest of theirs; a missing entry is the lowest given);
+    /// `only_flushed` limits dispatch to flushed bytes (sync mode).
+    pub fn new(
+        commit_log: Arc<CommitLog>,
+        stores: &DerivedStores,
+        from: &[u64],
+        only_flushed: bool,
+        notifier: Arc<Notifier>,
+    ) -> Self {
+        let lowest = from.iter().copied().min().unwrap_or(0);
+        let start = |i: usize| from.get(i).copied().unwrap_or(lowest);
+        let (mut critical, mut main_from, mut followers) = (Vec::new(), None, Vec::new());
+        for (i, s) in stores.iter().enumerate() {
+            if s.critical() {
+                critical.push(Arc::clone(s));
+                main_from = Some(main_from.map_or(start(i), |m: u64| m.min(start(i))));
+            } else {
+                followers.push(Lane::new(vec![Arc::clone(s)], start(i)));
+            }
+        }
+        Reput {
+            commit_log,
+            quick: critical.iter().all(|s| s.quick()),
+            main: Lane::new(critical, main_from.unwrap_or(lowest)),
+            followers,
             only_flushed,
             notifier,
             wake: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
-            last_error: Mutex::new(None),
-            has_error: AtomicBool::new(false),
         }
     }
 
@@ -84,33 +180,51 @@ impl Reput {
         }
     }
 
-    /// Every record below this offset was dispatched.
+    /// Every record below this offset was dispatched to every critical store.
     pub fn dispatched_offset(&self) -> u64 {
-        self.dispatched.load(Ordering::Acquire)
+        self.main.dispatched.load(Ordering::Acquire)
     }
 
-    /// Dispatch lag in bytes.
+    /// What was dispatched to the critical stores.
+    pub fn dispatched(&self) -> Progress {
+        self.main.progress()
+    }
+
+    /// Dispatch lag of the critical stores in bytes.
     pub fn behind(&self) -> u64 {
         self.confirm_offset()
             .saturating_sub(self.dispatched_offset())
     }
 
-    /// The last dispatch error, if the service is stuck retrying.
+    /// The last dispatch error of the critical stores, if the service is stuck retrying.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.main.error()
     }
 
-    /// Dispatches what is available unless another thread is doing it (see the module doc).
+    /// Every store's dispatch state: the critical ones in order, then the others.
+    pub fn progress(&self) -> Vec<StoreState> {
+        std::iter::once(&self.main)
+            .chain(&self.followers)
+            .flat_map(|lane| {
+                let (dispatched, error) = (lane.progress(), lane.error());
+                lane.stores.iter().map(move |s| StoreState {
+                    store: Arc::clone(s),
+                    dispatched,
+                    error: error.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Dispatches what is available to the critical stores unless another thread is doing it
+    /// (see the module doc).
     pub fn try_dispatch(&self) {
         fence(Ordering::SeqCst);
         loop {
             let Some(mut from) = self.try_cursor() else {
                 return;
             };
-            let result = self.run(&mut from);
+            let result = self.run(&self.main, &mut from);
             drop(from);
             if let Err(e) = result {
                 self.record_error(&e);
@@ -125,17 +239,17 @@ impl Reput {
 
     /// Inline dispatch by the producer of the records `[first, end)` it just published,
     /// described by `reqs` in commit-log order (one record, or one batch): when they are the
-    /// next to dispatch, the dispatchers get the requests without the records being decoded
-    /// again from the file, under one lock; otherwise (lock busy, a gap before them) this is
-    /// `try_dispatch`. A dispatcher error leaves the cursor at `first` for the reput thread to
-    /// retry (dispatchers are idempotent).
+    /// next to dispatch, the critical stores get the requests without the records being
+    /// decoded again from the file, under one lock; otherwise (lock busy, a gap before them)
+    /// this is `try_dispatch`. A store's error leaves the cursor at `first` for the reput
+    /// thread to retry (dispatch is idempotent). Non-critical stores are left to the thread.
     pub fn try_dispatch_known<'a>(&self, first: u64, end: u64, reqs: &[DispatchRequest<'a>]) {
         fence(Ordering::SeqCst);
         let Some(mut cursor) = self.try_cursor() else {
             return;
         };
         if cursor.offset == first && end <= self.confirm_offset() {
-            let dispatched = self.dispatchers.iter().try_for_each(|d| match reqs {
+            let dispatched = self.main.stores.iter().try_for_each(|d| match reqs {
                 [one] => d.dispatch(one),
                 _ => d.dispatch_batch(reqs),
             });
@@ -145,7 +259,7 @@ impl Reput {
                 return;
             }
             cursor.offset = end;
-            self.advanced(end);
+            self.advanced(end, last_ts(reqs));
         }
         drop(cursor);
         fence(Ordering::SeqCst);
@@ -155,11 +269,12 @@ impl Reput {
     }
 
     /// `try_dispatch_known` for a producer that must not wait (it holds Python's GIL): the
-    /// dispatchers get the records through `dispatch_quick` only (consumers are woken through
-    /// `wake_via`, see `Notifier::notify_via`), and whatever that refuses,
-    /// or any undispatched record before these, goes to the service thread (woken here)
-    /// instead of being dispatched on this thread. When another thread holds the cursor, that
-    /// thread picks the records up after releasing it, as in `try_dispatch`.
+    /// critical stores get the records through `dispatch_quick` only (consumers are woken
+    /// through `wake_via`, see `Notifier::notify_via`), and whatever that refuses, or any
+    /// undispatched record before these, goes to the service thread (woken here) instead of
+    /// being dispatched on this thread; so does everything when a critical store does not
+    /// declare `quick`. When another thread holds the cursor, that thread picks the records
+    /// up after releasing it, as in `try_dispatch`.
     pub fn try_dispatch_quick<'a>(
         &self,
         first: u64,
@@ -167,6 +282,10 @@ impl Reput {
         reqs: &[DispatchRequest<'a>],
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) {
+        if !self.quick {
+            self.kick_thread();
+            return;
+        }
         fence(Ordering::SeqCst);
         let Some(mut cursor) = self.try_cursor() else {
             return;
@@ -174,7 +293,7 @@ impl Reput {
         let mut done = false;
         if cursor.offset == first && end <= self.confirm_offset() {
             let mut all = true;
-            for d in &self.dispatchers {
+            for d in &self.main.stores {
                 match d.dispatch_quick(reqs) {
                     Ok(true) => {}
                     Ok(false) => {
@@ -190,7 +309,7 @@ impl Reput {
             }
             if all {
                 cursor.offset = end;
-                self.advanced_via(end, wake_via);
+                self.advanced_via(end, last_ts(reqs), wake_via);
                 done = true;
             }
         }
@@ -202,23 +321,36 @@ impl Reput {
     }
 
     fn record_error(&self, e: &Error) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-        self.has_error.store(true, Ordering::Relaxed);
+        self.main.set_error(e);
         self.kick_thread();
     }
 
-    fn clear_error(&self) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.has_error.store(false, Ordering::Relaxed);
-    }
-
-    /// Dispatches everything available, waiting for the lock (recovery, shutdown).
+    /// Dispatches everything available to the critical stores, waiting for the lock
+    /// (recovery, flush, shutdown, a put that must read its own write). Non-critical stores
+    /// are not touched: only `follow` moves them.
+    ///
+    /// # Errors
+    /// A critical store's failure.
     pub fn dispatch_all(&self) -> Result<()> {
-        let mut from = self.from.lock().unwrap_or_else(|p| p.into_inner());
-        self.run(&mut from)
+        let mut from = self.main.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        self.run(&self.main, &mut from)
     }
 
-    fn run(&self, cursor: &mut Cursor) -> Result<()> {
+    /// Moves every non-critical lane forward unless another thread is doing it; a failure
+    /// stays on its lane until the next attempt. Called by the follower thread, and once by
+    /// close after that thread stopped (a store that blocks there blocks close).
+    pub fn follow(&self) {
+        for lane in &self.followers {
+            let Some(mut from) = crate::util::sync::try_lock(&lane.cursor) else {
+                continue;
+            };
+            if let Err(e) = self.run(lane, &mut from) {
+                lane.set_error(&e);
+            }
+        }
+    }
+
+    fn run(&self, lane: &Lane, cursor: &mut Cursor) -> Result<()> {
         let target = self.confirm_offset();
         if cursor.offset >= target {
             return Ok(());
@@ -228,6 +360,7 @@ impl Reput {
             file: current,
         } = cursor;
         let start = *from;
+        let mut ts = lane.store_ts.load(Ordering::Relaxed);
         while *from < target {
             let pos = *from;
             let file = match current.take() {
@@ -258,37 +391,41 @@ impl Reput {
                     let v = RecordView::parse(buf, false)
                         .map_err(|e| Error::undecodable(file.path(), pos, e, ""))?;
                     let req = DispatchRequest::from_record(&v);
-                    for d in &self.dispatchers {
+                    for d in &lane.stores {
                         d.dispatch(&req)?;
                     }
+                    ts = req.store_timestamp;
                     *from = pos + u64::from(v.total_size());
                 }
             }
             *current = Some(file);
-            self.dispatched.store(*from, Ordering::Release);
+            lane.store_ts.store(ts, Ordering::Relaxed);
+            lane.dispatched.store(*from, Ordering::Release);
         }
         if *from != start {
-            self.advanced(*from);
+            if std::ptr::eq(lane, &self.main) {
+                self.advanced(*from, ts);
+            } else {
+                lane.advance(*from, ts);
+            }
         }
         Ok(())
     }
 
-    /// The dispatch cursor, unless another thread holds it.
+    /// The main cursor, unless another thread holds it.
     fn try_cursor(&self) -> Option<std::sync::MutexGuard<'_, Cursor>> {
-        crate::util::sync::try_lock(&self.from)
+        crate::util::sync::try_lock(&self.main.cursor)
     }
 
-    /// Dispatch progressed to `to`: publish it, forget a past error, wake waiting consumers.
-    fn advanced(&self, to: u64) {
-        self.advanced_via(to, |wake| wake());
+    /// The critical stores' dispatch progressed to `to`: publish it, forget a past error,
+    /// wake waiting consumers.
+    fn advanced(&self, to: u64, ts: i64) {
+        self.advanced_via(to, ts, |wake| wake());
     }
 
     /// `advanced`, waking consumers through `via` (see `Notifier::notify_via`).
-    fn advanced_via(&self, to: u64, via: impl FnOnce(&(dyn Fn() + Sync))) {
-        self.dispatched.store(to, Ordering::Release);
-        if self.has_error.load(Ordering::Relaxed) {
-            self.clear_error();
-        }
+    fn advanced_via(&self, to: u64, ts: i64, via: impl FnOnce(&(dyn Fn() + Sync))) {
+        self.main.advance(to, ts);
         self.notifier.notify_via(via);
     }
 
@@ -300,7 +437,7 @@ impl Reput {
     }
 
     /// Body of the service thread: dispatch on wake-up, and every `idle` as a safety net.
-    pub fn run_thread(self: &Arc<Self>, idle: Duration) {
+    pub fn run_thread(&self, idle: Duration) {
         while !self.stop.load(Ordering::Acquire) {
             {
                 let mut w = self.wake.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -319,9 +456,16 @@ impl Reput {
         }
     }
 
-    /// Lets go of the commit-log file the cursor holds (store close).
+    /// True when non-critical stores are registered (they need a `FollowerService`).
+    pub fn has_followers(&self) -> bool {
+        !self.followers.is_empty()
+    }
+
+    /// Lets go of the commit-log files the cursors hold (store close).
     pub fn release_file(&self) {
-        self.from.lock().unwrap_or_else(|p| p.into_inner()).file = None;
+        for lane in std::iter::once(&self.main).chain(&self.followers) {
+            lane.cursor.lock().unwrap_or_else(|p| p.into_inner()).file = None;
+        }
     }
 
     /// Asks the service thread to exit.
@@ -329,4 +473,72 @@ impl Reput {
         self.stop.store(true, Ordering::Release);
         self.kick_thread();
     }
+}
+
+/// The thread that moves the non-critical stores' lanes every `idle` (`REPUT_IDLE` as a
+/// service), apart from the reput thread so that a store that blocks stalls only itself.
+#[derive(Debug)]
+pub struct FollowerService {
+    reput: Arc<Reput>,
+    idle: Duration,
+    stopping: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl FollowerService {
+    /// The follower thread of `reput`'s non-critical stores.
+    pub fn new(reput: Arc<Reput>, idle: Duration) -> Self {
+        FollowerService {
+            reput,
+            idle,
+            stopping: Mutex::new(false),
+            wake: Condvar::new(),
+        }
+    }
+}
+
+impl Service for FollowerService {
+    fn name(&self) -> &'static str {
+        "derived"
+    }
+
+    fn run(&self) {
+        loop {
+            {
+                let s = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+                let (s, _) = self
+                    .wake
+                    .wait_timeout_while(s, self.idle, |stopping| !*stopping)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *s {
+                    return;
+                }
+            }
+            self.reput.follow();
+        }
+    }
+
+    fn stop(&self) {
+        *self.stopping.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
+    }
+}
+
+impl Service for Reput {
+    fn name(&self) -> &'static str {
+        "reput"
+    }
+
+    fn run(&self) {
+        self.run_thread(REPUT_IDLE);
+    }
+
+    fn stop(&self) {
+        Reput::stop(self);
+    }
+}
+
+/// Store timestamp of the last of `reqs` (0 for none).
+fn last_ts(reqs: &[DispatchRequest<'_>]) -> i64 {
+    reqs.last().map_or(0, |r| r.store_timestamp)
 }

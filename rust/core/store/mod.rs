@@ -1,8 +1,12 @@
 //! Store: the facade that opens, recovers, runs and closes a message store.
 //!
-//! Threads of a writable store: the reput (dispatch) thread, the flush thread and the commit-log
-//! preallocator. A read-only store starts none: it maps files read-only and follows the writer
-//! by re-reading the directories from its own calls (follow.rs).
+//! Threads of a writable store are services (service.rs), started in this order and stopped in
+//! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
+//! registered), flush, the preparer, retention (stores with a directory). A
+//! read-only store starts none: it maps files read-only and follows the writer by re-reading
+//! the directories from its own calls (follow.rs). Derived stores (consume queues) are
+//! registered in one list (`DerivedStores`) that recovery, flush, retention, page release and
+//! close iterate; the typed consume-queue handle is kept for reads and topic creation only.
 //!
 //! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
@@ -17,12 +21,12 @@ mod write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use crate::checkpoint::Checkpoint;
 use crate::commit_log::CommitLog;
 use crate::config::StoreConfig;
 use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::derived::DerivedStores;
 use crate::dispatch::notifier::Notifier;
 use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
@@ -30,6 +34,8 @@ use crate::flush::FlushService;
 use crate::lock::StoreLock;
 use crate::mapped_file::mmap::fork_generation;
 use crate::recovery::RecoveryReport;
+use crate::retention::Retention;
+use crate::service::Services;
 use crate::topic_config::TopicTable;
 
 pub use read::{GetResult, GetStatus, TagFilter, MAX_MESSAGES_PER_READ};
@@ -52,17 +58,24 @@ struct Inner {
     max_message_size: usize,
     root: Option<PathBuf>,
     commit_log: Arc<CommitLog>,
+    /// The consume queues, for reads and topic creation (their lifecycle runs through
+    /// `derived`).
     cqs: Arc<ConsumeQueueStore>,
+    /// Every derived store, in registration order.
+    derived: DerivedStores,
     topics: TopicTable,
     checkpoint: Option<Arc<Checkpoint>>,
     reput: Option<Arc<Reput>>,
     flush: Option<Arc<FlushService>>,
+    retention: Option<Arc<Retention>>,
+    /// The preparer's job queue (writable stores).
+    preparer: Option<crate::prepare::Preparer>,
     notifier: Arc<Notifier>,
     /// The wake-up word: the writer's (also held by `notifier`) or, on a read-only store, the
     /// one this follower sleeps on.
     wake: Option<Arc<crate::wakeup::WakeWord>>,
     lock: Mutex<Option<StoreLock>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    services: Services,
     closed: AtomicBool,
     fork_gen: u64,
     recovery: RecoveryReport,
@@ -82,13 +95,14 @@ struct Inner {
 const RELEASE_INTERVAL_MS: i64 = 1000;
 
 impl Store {
-    /// Drops this process's mappings of old commit-log and consume-queue files (all but the
-    /// two newest commit-log files and each queue's newest file). The data stays in the page
-    /// cache and on disk; the next read of it faults it back in. The flush thread does this
-    /// every flush interval and reads at most once a second, so the resident set stays flat
-    /// while a store many times the size of memory is written or consumed.
+    /// Drops this process's mappings of old commit-log and derived-store files (all but the
+    /// two newest commit-log files and, for consume queues, each queue's newest file). The
+    /// data stays in the page cache and on disk; the next read of it faults it back in. The
+    /// flush thread does this every flush interval and reads at most once a second, so the
+    /// resident set stays flat while a store many times the size of memory is written or
+    /// consumed.
     pub fn release_pages(&self) {
-        release_pages(&self.inner.commit_log, &self.inner.cqs);
+        release_pages(&self.inner.commit_log, &self.inner.derived);
     }
 
     /// `release_pages` if a second has passed since the last time.
@@ -129,6 +143,20 @@ impl Store {
         interrupted: &mut dyn FnMut() -> bool,
     ) -> Result<Store> {
         open::open(Some(root.as_ref()), config, interrupted)
+    }
+
+    /// `open`, registering `extra` derived stores after the consume queues: each is recovered,
+    /// dispatched to, flushed, expired and closed with the store (dispatch/derived.rs). A
+    /// non-critical one never holds back consumers.
+    ///
+    /// # Errors
+    /// As `open`, and any failure of a store's `load` or `recover`.
+    pub fn open_with_derived(
+        root: impl AsRef<Path>,
+        config: StoreConfig,
+        extra: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
+    ) -> Result<Store> {
+        open::open_with(Some(root.as_ref()), config, &mut || false, extra)
     }
 
     /// Opens a store that lives in anonymous memory only (nothing on disk).
@@ -193,7 +221,7 @@ impl Store {
     pub fn new_unique_id(&self) -> String {
         self.inner
             .uniq
-            .next_id(crate::util::clock::now_ms())
+            .next_id(self.inner.config.clock.now_ms())
             .as_str()
             .to_owned()
     }
@@ -208,6 +236,16 @@ impl Store {
             self.inner.commit_log.min_offset(),
             self.inner.commit_log.max_offset(),
         )
+    }
+
+    /// Each derived store's dispatch state (critical ones first): what it was given and the
+    /// failure it is retrying, if any. Empty for a read-only store (it dispatches nothing).
+    pub fn derived_progress(&self) -> Vec<crate::dispatch::reput::StoreState> {
+        self.inner
+            .reput
+            .as_ref()
+            .map(|r| r.progress())
+            .unwrap_or_default()
     }
 
     /// Offset below which every record is dispatched to its consume queue. A follower does not
@@ -230,31 +268,29 @@ impl Store {
         self.inner.commit_log.flushed_offset()
     }
 
-    /// Forces the commit log and consume queues to disk and updates the checkpoint, after the
-    /// files being created in the background are complete.
+    /// Forces the commit log and the derived stores to disk and updates the checkpoint, after
+    /// the files being created in the background are complete.
     pub fn flush(&self) -> Result<()> {
         self.check_usable()?;
         // Files being made in the background are finished first: after a flush, nothing is
         // being created in the store's directories (and the new files are covered).
-        self.inner
-            .cqs
-            .wait_for_prepared_files(std::time::Duration::from_secs(10));
-        if let Some(f) = &self.inner.flush {
-            f.flush_commit_log()?;
-            if let Some(r) = &self.inner.reput {
-                r.dispatch_all()?;
-            }
-            f.flush_logics_and_checkpoint()?;
+        if let Some(p) = &self.inner.preparer {
+            p.wait_for_files(std::time::Duration::from_secs(10));
         }
-        Ok(())
+        match &self.inner.flush {
+            Some(f) => f.flush_all(),
+            None => Ok(()),
+        }
     }
 
-    /// Deletes expired commit-log files now (the flush thread also does it every 10 s) and the
-    /// consume-queue files that only point into them. Returns how many commit-log files went.
+    /// Deletes expired commit-log files now (the retention service also does it every 10 s)
+    /// and the derived-store files that only point into them. Returns how many commit-log
+    /// files went. A file is expired once the store's clock (`StoreConfig::clock`) reads at
+    /// least its modification time plus `file_reserved_time`.
     pub fn delete_expired_files(&self) -> Result<usize> {
         self.check_usable()?;
-        match &self.inner.flush {
-            Some(f) => f.delete_expired(),
+        match &self.inner.retention {
+            Some(r) => r.delete_expired(),
             None => Ok(0),
         }
     }
@@ -278,29 +314,15 @@ impl Inner {
         // Threads blocked waiting for messages return (`closed` is set); a follower's sleepers
         // on the wake-up word are woken when it is released below.
         self.notifier.notify();
-        if let Some(r) = &self.reput {
-            r.stop();
-        }
-        if let Some(f) = &self.flush {
-            f.stop();
-        }
-        self.commit_log.stop_preallocator();
-        self.cqs.stop_preparer();
-        let threads: Vec<_> = self
-            .threads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-            .collect();
-        for t in threads {
-            let _ = t.join();
-        }
+        self.services.stop_all();
         let mut result = Ok(());
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
-            result = f
-                .flush_commit_log()
-                .and_then(|_| r.dispatch_all())
-                .and_then(|_| f.flush_logics_and_checkpoint());
+            result = f.flush_all();
+            if result.is_ok() && r.has_followers() {
+                // The non-critical stores get what their stopped thread had not given them.
+                r.follow();
+                result = f.flush_logics_and_checkpoint();
+            }
             let clean = result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
             if clean {
                 if let Some(root) = &self.root {
@@ -313,8 +335,9 @@ impl Inner {
         if let Some(r) = &self.reput {
             r.release_file();
         }
+        self.commit_log.stop_preallocator();
         self.commit_log.close_files();
-        self.cqs.close_files();
+        self.derived.close();
         if let Some(cp) = &self.checkpoint {
             cp.close();
         }
@@ -333,9 +356,7 @@ impl Drop for Store {
 }
 
 /// See `Store::release_pages`.
-pub(crate) fn release_pages(commit_log: &CommitLog, cqs: &ConsumeQueueStore) {
+pub(crate) fn release_pages(commit_log: &CommitLog, derived: &DerivedStores) {
     commit_log.files().release_pages(2);
-    for cq in cqs.all() {
-        cq.files().release_pages(1);
-    }
+    derived.release_pages();
 }

@@ -1,26 +1,27 @@
-//! Opening a store: directories, lock, recovery, threads.
+//! Opening a store: directories, lock, recovery, derived-store registration, services.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use super::{geometry, Inner, Store};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, StoreProgress};
 use crate::commit_log::{CommitLog, WarmAhead};
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
+use crate::dispatch::derived::{DerivedStore, DerivedStores};
 use crate::dispatch::notifier::Notifier;
-use crate::dispatch::reput::Reput;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::reput::{FollowerService, Reput, REPUT_IDLE};
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
 use crate::lock::{self, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
-use crate::prepare::{self, Prepare, Preparer};
+use crate::prepare::{Prepare, PreparerService};
 use crate::recovery::{self, RecoveryReport};
+use crate::retention::Retention;
+use crate::service::Service;
 use crate::topic_config::TopicTable;
 use crate::util::fs;
 use crate::wakeup::WakeWord;
@@ -28,10 +29,25 @@ use crate::wakeup::WakeWord;
 /// `interrupted`: asked while waiting for the writer lock (`StoreLock::acquire`).
 pub(super) fn open(
     root: Option<&Path>,
-    mut config: StoreConfig,
+    config: StoreConfig,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<Store> {
+    open_with(root, config, interrupted, Vec::new())
+}
+
+/// `open`, registering `extra` derived stores after the consume queues (tests register
+/// stores of their own through `Store::open_with_derived`).
+pub(super) fn open_with(
+    root: Option<&Path>,
+    mut config: StoreConfig,
+    interrupted: &mut dyn FnMut() -> bool,
+    extra: Vec<Arc<dyn DerivedStore>>,
+) -> Result<Store> {
     config.validate()?;
+    // Checked before anything is created: the checkpoint must be able to record every store.
+    DerivedStores::check_names(
+        std::iter::once(crate::consume_queue::store::NAME).chain(extra.iter().map(|s| s.name())),
+    )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
     let mut store_lock = None;
@@ -86,6 +102,7 @@ pub(super) fn open(
     let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable);
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
+    commit_log.set_clock(config.clock.clone());
     let cqs = Arc::new(ConsumeQueueStore::new(
         root.map(|r| r.join("consumequeue")),
         decided.geometry.consume_queue_file_size(),
@@ -93,6 +110,10 @@ pub(super) fn open(
         config.dir_mode,
         !writable,
     ));
+    // The registration list: every derived store, critical ones first.
+    let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
+    registered.extend(extra);
+    let derived = DerivedStores::new(registered);
     let topics_path = root.map(|r| r.join("config").join("topics.json"));
     // No table at all (lost, or not copied with the data): the queues on disk name the topics.
     let table_missing = topics_path
@@ -107,58 +128,104 @@ pub(super) fn open(
     let mut report = RecoveryReport::default();
     let mut reput = None;
     let mut flush = None;
+    let mut retention = None;
+    let mut services: Vec<Arc<dyn Service>> = Vec::new();
+    let mut preparer = None;
     if writable {
         let checkpointed = recovery::Checkpointed {
             mqlite: cp_data,
+            progress: checkpoint
+                .as_ref()
+                .map(|c| c.progress())
+                .unwrap_or_default(),
             rocketmq: checkpoint.as_ref().and_then(|c| c.rocketmq()),
         };
-        report = recovery::recover(
+        let recovered = recovery::recover(
             &commit_log,
-            &cqs,
-            checkpointed,
+            &derived,
+            &checkpointed,
             abnormal,
             config.check_crc_on_recover,
         )?;
+        report = recovered.report;
         if let Some(cp) = &checkpoint {
             let mut d = cp.get();
             d.confirm_phy_offset = report.end;
             d.logics_dispatched_offset = report.reput_from;
-            cp.reset(d)?;
+            let old = cp.progress();
+            let progress = derived
+                .iter()
+                .zip(&recovered.starts)
+                .map(|(s, &offset)| StoreProgress {
+                    name: s.name().to_owned(),
+                    offset,
+                    store_timestamp: old
+                        .iter()
+                        .find(|p| p.name == s.name())
+                        .map_or(0, |p| p.store_timestamp),
+                })
+                .collect();
+            cp.reset(d, progress)?;
         }
-        // Only now, with the re-dispatch point durable, may files recovery cut off go.
-        cqs.remove_stale_files()?;
+        // Only now, with the re-dispatch points durable, may files recovery cut off go.
+        derived.recovered()?;
         if table_missing {
             topics.adopt_discovered(&cqs.discover_topics()?, true)?;
         }
-        let dispatchers: Vec<Arc<dyn Dispatcher>> = vec![cqs.clone()];
         let r = Arc::new(Reput::new(
             Arc::clone(&commit_log),
-            dispatchers,
-            report.reput_from,
+            &derived,
+            &recovered.starts,
             config.flush_mode == FlushMode::Sync,
             Arc::clone(&notifier),
         ));
         // Consumers must see every recovered record as soon as open returns.
         r.dispatch_all()?;
-        cqs.correct_min_offsets(commit_log.min_offset());
-        {
-            let mut a = commit_log.lock_appender();
-            for cq in cqs.all() {
-                a.set_queue_offset(cq.topic(), cq.queue_id(), cq.max_offset());
-            }
-        }
-        let mut service = FlushService::new(
+        derived.ready(&commit_log);
+        let f = Arc::new(FlushService::new(
             Arc::clone(&commit_log),
-            Arc::clone(&cqs),
+            derived.clone(),
             Arc::clone(&r),
             checkpoint.clone(),
             config.flush_mode,
             config.flush_interval,
-        );
-        if root.is_some() {
-            service.retention = Some(config.file_reserved_time);
+        ));
+        // The preparer (prepare.rs) of the next commit-log and derived-store files.
+        let p = Arc::new(PreparerService::new(&commit_log));
+        let tx = p.preparer();
+        if commit_log.files().is_empty() && root.is_some() {
+            // A new store: have the first file ready before the first send needs it.
+            let _ = tx.send(Prepare::File(commit_log.max_offset()));
         }
-        flush = Some(Arc::new(service));
+        derived.use_preparer(&tx);
+        // Pages are readied ahead of the writer unless whole files are populated anyway; by
+        // zero fill (large folios) in async mode only (commit_log::WarmAhead).
+        let warm = match (config.warm_mapped_files, config.flush_mode) {
+            (true, _) => WarmAhead::Off,
+            (false, FlushMode::Async) => WarmAhead::ZeroFill,
+            (false, FlushMode::Sync) => WarmAhead::Fault,
+        };
+        commit_log.set_preallocator(tx.clone(), warm);
+        preparer = Some(tx);
+        // Services start in this order and stop in reverse (service.rs).
+        services.push(r.clone());
+        if r.has_followers() {
+            services.push(Arc::new(FollowerService::new(Arc::clone(&r), REPUT_IDLE)));
+        }
+        services.push(f.clone());
+        services.push(p);
+        if root.is_some() {
+            let keep = Arc::new(Retention::new(
+                Arc::clone(&commit_log),
+                derived.clone(),
+                Arc::clone(&r),
+                config.file_reserved_time,
+                config.clock.clone(),
+            ));
+            services.push(keep.clone());
+            retention = Some(keep);
+        }
+        flush = Some(f);
         reput = Some(r);
         if let Some(root) = root {
             geometry::record(root, &decided, config.file_mode)?;
@@ -186,14 +253,17 @@ pub(super) fn open(
         root: root.map(Path::to_path_buf),
         commit_log,
         cqs,
+        derived,
         topics,
         checkpoint,
         reput,
         flush,
+        retention,
+        preparer,
         notifier,
         wake,
         lock: Mutex::new(store_lock),
-        threads: Mutex::new(Vec::new()),
+        services: crate::service::Services::default(),
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
@@ -204,7 +274,7 @@ pub(super) fn open(
         last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
         follow_end: std::sync::atomic::AtomicU64::new(0),
     });
-    start_threads(&inner)?;
+    inner.services.start(services)?;
     Ok(Store { inner })
 }
 
@@ -214,61 +284,4 @@ fn seed() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     t ^ std::process::id().rotate_left(16)
-}
-
-/// The reput thread's safety-net period. Producers (or the flush thread, in sync mode) wake it
-/// whenever they leave records to it, so this only bounds how soon a failed dispatch is
-/// retried when nothing else happens; every idle wake-up is CPU time taken from the store's
-/// users (and, on a small machine, a chance to move a consumer to another CPU).
-const REPUT_IDLE: Duration = Duration::from_millis(100);
-
-fn start_threads(inner: &Arc<Inner>) -> Result<()> {
-    let mut threads = inner.threads.lock().unwrap_or_else(|p| p.into_inner());
-    let spawn_err = |e: std::io::Error| Error::io("spawn_thread", "mqlite", e);
-    if let Some(r) = &inner.reput {
-        let r = Arc::clone(r);
-        threads.push(
-            std::thread::Builder::new()
-                .name("mqlite-reput".into())
-                .spawn(move || r.run_thread(REPUT_IDLE))
-                .map_err(spawn_err)?,
-        );
-    }
-    if let Some(f) = &inner.flush {
-        let f = Arc::clone(f);
-        threads.push(
-            std::thread::Builder::new()
-                .name("mqlite-flush".into())
-                .spawn(move || f.run_thread())
-                .map_err(spawn_err)?,
-        );
-    }
-    if inner.reput.is_some() {
-        // The preparer (prepare.rs) of the next commit-log and consume-queue files; it exits
-        // when the store stops sending (close) or is dropped.
-        let (tx, rx) = mpsc::channel::<Prepare>();
-        let tx = Preparer::new(tx);
-        let files_pending = tx.counter();
-        if inner.commit_log.files().is_empty() && inner.root.is_some() {
-            // A new store: have the first file ready before the first send needs it.
-            let _ = tx.send(Prepare::File(inner.commit_log.max_offset()));
-        }
-        inner.cqs.set_preparer(tx.clone());
-        // Pages are readied ahead of the writer unless whole files are populated anyway; by
-        // zero fill (large folios) in async mode only (commit_log::WarmAhead).
-        let warm = match (inner.config.warm_mapped_files, inner.config.flush_mode) {
-            (true, _) => WarmAhead::Off,
-            (false, FlushMode::Async) => WarmAhead::ZeroFill,
-            (false, FlushMode::Sync) => WarmAhead::Fault,
-        };
-        inner.commit_log.set_preallocator(tx, warm);
-        let weak = Arc::downgrade(&inner.commit_log);
-        threads.push(
-            std::thread::Builder::new()
-                .name("mqlite-prealloc".into())
-                .spawn(move || prepare::run(&weak, &rx, &files_pending))
-                .map_err(spawn_err)?,
-        );
-    }
-    Ok(())
 }

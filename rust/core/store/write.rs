@@ -10,7 +10,6 @@ use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
 use crate::message::{properties, validate, MessageRef};
 use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
-use crate::util::clock::now_ms;
 use crate::util::{bytes, reuse};
 use std::cell::Cell;
 
@@ -117,7 +116,7 @@ impl Store {
         round_robin: Option<&RoundRobin>,
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
     ) -> Result<Option<PutResult>> {
-        self.try_put_nowait_at(msg, round_robin, now_ms(), wake_via)
+        self.try_put_nowait_at(msg, round_robin, self.inner.config.clock.now_ms(), wake_via)
     }
 
     /// `try_put_nowait` for a caller that has just read the clock (`now_ms`, milliseconds
