@@ -307,7 +307,6 @@ class Store:
             raise IllegalArgumentError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         return self._live().wait_for(queues, timeout)
 
-
     # -- consumers ------------------------------------------------------------------------------
 
     def pull_consumer(self, group: str, **options: Any) -> PullConsumer:

@@ -53,6 +53,11 @@ def send_until_error(limit, tag):
     return None
 
 send_until_error(8, b"w")
+# Each queue's first consume-queue file exists before the disk fills: it is created when the
+# queue's first unit is dispatched, and a file that cannot be created leaves an acknowledged
+# message unreadable until space returns (the preparer creates them in the background).
+for q in range(4):
+    assert store.wait_for({MessageQueue("full", q): 1}, 30), f"queue {q} not dispatched"
 
 if how == "tmpfs":
     filler = os.path.join(root, "filler")
