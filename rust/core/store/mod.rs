@@ -11,6 +11,7 @@
 //! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
 
+mod admin;
 mod follow;
 mod geometry;
 mod open;
