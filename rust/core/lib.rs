@@ -55,6 +55,9 @@ pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
-pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
+pub use store::{
+    GetResult, GetStatus, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store, TagFilter,
+    Wait,
+};
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

@@ -24,10 +24,7 @@ impl Store {
         self.check_writable()?;
         validate::check_topic(topic)?;
         if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
+            return Err(super::write::system_topic(topic));
         }
         check_queue_count(queues)?;
         if perm & !7 != 0 {
@@ -64,10 +61,7 @@ impl Store {
         self.check_writable()?;
         validate::check_topic(topic)?;
         if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
+            return Err(super::write::system_topic(topic));
         }
         check_queue_count(queues)?;
         let grow = |config: &mut TopicConfig| {
@@ -116,6 +110,39 @@ impl Store {
             self.inner.topics.reload()?;
         }
         Ok(self.inner.topics.get(topic))
+    }
+
+    /// Makes sure system topic `topic` has write queue `queue_id`, creating the topic or
+    /// growing it as needed: a put hook's rewrite goes there (store/hooks.rs), and no user call
+    /// can create one.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a queue beyond `MAX_QUEUES`; an I/O error writing the table.
+    pub(super) fn ensure_system_queue(&self, topic: &str, queue_id: u32) -> Result<()> {
+        if let Some((queues, true)) = self.inner.topics.write_info(topic) {
+            if queue_id < queues {
+                return Ok(());
+            }
+        }
+        let queues = queue_id.saturating_add(1);
+        check_queue_count(queues)?;
+        let grow = |config: &mut TopicConfig| {
+            config.read_queue_nums = config.read_queue_nums.max(queues);
+            config.write_queue_nums = config.write_queue_nums.max(queues);
+            config.perm |= PERM_READ | PERM_WRITE;
+            Ok(())
+        };
+        let config = match self.inner.topics.update(topic, grow)? {
+            Some(config) => config,
+            None => {
+                let config = TopicConfig::new(topic, queues, PERM_READ | PERM_WRITE, false);
+                self.inner.topics.put(config.clone())?;
+                config
+            }
+        };
+        self.inner
+            .cqs
+            .prepare_topic(topic, config.read_queue_nums.max(config.write_queue_nums))
     }
 
     /// Creates `topic` on its first send, with the store's default queue count, when the store
