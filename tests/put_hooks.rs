@@ -321,3 +321,54 @@ fn routing_by_hash_keeps_one_key_in_one_queue() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidQueue { .. }), "{err:?}");
 }
+
+#[test]
+fn a_refused_rewrite_gives_the_round_robin_turn_back() {
+    /// Refuses the body "bad".
+    #[derive(Debug)]
+    struct RefuseBad;
+    impl PutHook for RefuseBad {
+        fn name(&self) -> &'static str {
+            "refuse-bad"
+        }
+        fn rewrite(&self, msg: &MessageRef<'_>) -> Result<Option<Rewrite>> {
+            if msg.body == b"bad" {
+                return Err(Error::InvalidMessage {
+                    reason: "bad body".into(),
+                });
+            }
+            Ok(None)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), vec![Arc::new(RefuseBad)]);
+    store.create_topic("T", 2, 6, false, false).unwrap();
+    let rr = RoundRobin::new(0);
+    let put = |body: &[u8], wait: Wait| {
+        let req = PutRequest::new(Routing::RoundRobin(&rr)).wait(wait);
+        let m = MessageRef::new("T", 0, body);
+        // A declined NoWait put gives its turn back too; the waiting retry takes it.
+        store.put_message(&m, &req).map(|put| {
+            put.or_else(|| {
+                store
+                    .put_message(&m, &PutRequest::new(Routing::RoundRobin(&rr)))
+                    .unwrap()
+            })
+        })
+    };
+    let mut queues = Vec::new();
+    for wait in [Wait::Durable, Wait::Pipelined, Wait::NoWait] {
+        assert!(put(b"bad", wait).is_err());
+        queues.push(put(b"good", wait).unwrap().unwrap().queue_id);
+    }
+    let bad = [MessageRef::new("T", 0, b"bad")];
+    let req = PutRequest::new(Routing::RoundRobin(&rr));
+    assert!(store.put_messages(&bad, &req, &mut Vec::new()).is_err());
+    let good = [MessageRef::new("T", 0, b"good")];
+    queues.push(store.put_messages(&good, &req, &mut Vec::new()).unwrap().0);
+    assert_eq!(
+        queues,
+        [0, 1, 0, 1],
+        "each refused put left its turn to the next"
+    );
+}

@@ -234,12 +234,14 @@ impl Store {
         routed.queue_id = req
             .routing
             .pick(msg.topic, check_send_allowed(msg.topic, info)?)?;
-        let rewrite = self.run_hooks(&routed)?;
+        // A refused rewrite writes nothing: the turn taken goes back.
+        let give_back = |_: &Error| req.routing.give_back(routed.topic);
+        let rewrite = self.run_hooks(&routed).inspect_err(give_back)?;
         let (msg, tags) = match &rewrite {
             None => (routed, tags),
             Some(r) => {
                 let m = r.apply(&routed);
-                let tags = self.check_message(&m)?;
+                let tags = self.check_message(&m).inspect_err(give_back)?;
                 // The hook's topic must exist with the queue: creating or growing it waits.
                 match self.inner.topics.try_write_info(m.topic) {
                     Some(Some((queues, true))) if m.queue_id < queues => (m, tags),
@@ -295,13 +297,15 @@ impl Store {
         let tags = self.check_message(msg)?;
         let mut routed = *msg;
         routed.queue_id = routing.pick(msg.topic, self.writable_queues(msg.topic)?)?;
-        let rewrite = self.run_hooks(&routed)?;
+        // A refused rewrite writes nothing: the turn taken goes back.
+        let give_back = |_: &Error| routing.give_back(routed.topic);
+        let rewrite = self.run_hooks(&routed).inspect_err(give_back)?;
         let (msg, tags) = match &rewrite {
             None => (routed, tags),
             Some(r) => {
                 let m = r.apply(&routed);
-                let tags = self.check_message(&m)?;
-                self.hook_target(&m)?;
+                let tags = self.check_message(&m).inspect_err(give_back)?;
+                self.hook_target(&m).inspect_err(give_back)?;
                 (m, tags)
             }
         };
@@ -378,7 +382,9 @@ impl Store {
         let queue_id = req
             .routing
             .pick(first.topic, self.writable_queues(first.topic)?)?;
-        let rewrites = self.batch_rewrites(msgs, queue_id)?;
+        let rewrites = self
+            .batch_rewrites(msgs, queue_id)
+            .inspect_err(|_| req.routing.give_back(first.topic))?;
         let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
         match &rewrites {
             None => {
