@@ -44,12 +44,40 @@ pub fn of_stored(topic: &str, props: &[u8], store_timestamp: i64) -> i64 {
 /// when it has none): the write path, whose validation pass finds it.
 #[inline]
 pub fn of_record(topic: &str, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
-    if topic.len() == SCHEDULE_TOPIC.len() && topic == SCHEDULE_TOPIC {
-        if let Some(at) = delivery_time(props, store_timestamp) {
-            return at;
+    TopicRule::of_topic(topic).code(props, tags, store_timestamp)
+}
+
+/// Which rule gives the codes of one topic's records: found once for a batch, whose records
+/// share a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRule {
+    /// The TAGS hash.
+    Tags,
+    /// `SCHEDULE_TOPIC_XXXX`: the delivery time of a record with a DELAY level.
+    Schedule,
+}
+
+impl TopicRule {
+    /// The rule of `topic`'s records.
+    #[inline]
+    pub fn of_topic(topic: &str) -> Self {
+        if topic.len() == SCHEDULE_TOPIC.len() && topic == SCHEDULE_TOPIC {
+            TopicRule::Schedule
+        } else {
+            TopicRule::Tags
         }
     }
-    tags.map_or(0, of_tag)
+
+    /// The code of a record with encoded `props`, TAGS value `tags` and `store_timestamp`.
+    #[inline]
+    pub fn code(self, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
+        if self == TopicRule::Schedule {
+            if let Some(at) = delivery_time(props, store_timestamp) {
+                return at;
+            }
+        }
+        tags.map_or(0, of_tag)
+    }
 }
 
 /// The delivery time of a delayed record: its store time plus the delay of its DELAY level

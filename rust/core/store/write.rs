@@ -147,6 +147,7 @@ impl<'r> PutRequest<'r> {
 
 impl Routing<'_> {
     /// The queue of `topic` (with `queues` write queues) this routing picks, checked.
+    #[inline]
     fn pick(self, topic: &str, queues: u32) -> Result<u32> {
         let queue_id = match self {
             Routing::Queue(q) => q,
@@ -362,6 +363,7 @@ impl Store {
                 reason: "empty batch".into(),
             });
         };
+        let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
         let mut tag_values: Vec<Option<&str>> = reuse::take(&TAG_VALUES, msgs.len());
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
@@ -377,32 +379,31 @@ impl Store {
                 });
             }
             tag_values.push(self.check_message(m)?);
+            prepared.push(Prepared::new(*m)?);
         }
         // Messages first: a rejected batch must not auto-create its topic.
         let queue_id = req
             .routing
             .pick(first.topic, self.writable_queues(first.topic)?)?;
+        for p in &mut prepared {
+            p.msg.queue_id = queue_id;
+        }
         let rewrites = self
             .batch_rewrites(msgs, queue_id)
             .inspect_err(|_| req.routing.give_back(first.topic))?;
-        let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
-        match &rewrites {
-            None => {
-                for m in msgs {
-                    prepared.push(Prepared::new(MessageRef { queue_id, ..*m })?);
-                }
-            }
-            Some(rs) => {
-                for (m, r) in msgs.iter().zip(rs) {
-                    let m = MessageRef { queue_id, ..*m };
-                    prepared.push(Prepared::new(match r {
-                        Some(r) => r.apply(&m),
-                        None => m,
-                    })?);
-                }
+        if let Some(rs) = &rewrites {
+            prepared.clear();
+            for (m, r) in msgs.iter().zip(rs) {
+                let m = MessageRef { queue_id, ..*m };
+                prepared.push(Prepared::new(match r {
+                    Some(r) => r.apply(&m),
+                    None => m,
+                })?);
             }
         }
         let queue_id = prepared.first().map_or(queue_id, |p| p.msg.queue_id);
+        // One topic (the hooks keep a batch together): one tags-code rule.
+        let rule = tags::TopicRule::of_topic(prepared.first().map_or(first.topic, |p| p.msg.topic));
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         let appended = out.get(start..).unwrap_or(&[]);
@@ -413,15 +414,10 @@ impl Store {
                     let mut reqs: Vec<DispatchRequest<'_>> = reuse::take(&REQUESTS, msgs.len());
                     reqs.extend(prepared.iter().zip(appended).zip(&tag_values).map(
                         |((p, a), &tags)| {
-                            // A rewritten record's TAGS value is the rewrite's, not the
-                            // one validation found.
                             let code = match &rewrites {
-                                None => tags::of_record(
-                                    p.msg.topic,
-                                    p.msg.properties,
-                                    tags,
-                                    a.store_timestamp,
-                                ),
+                                None => rule.code(p.msg.properties, tags, a.store_timestamp),
+                                // A rewritten record's TAGS value is the rewrite's, not the
+                                // one validation found.
                                 Some(_) => tags::of_stored(
                                     p.msg.topic,
                                     p.msg.properties,
@@ -592,6 +588,7 @@ impl Store {
 
 /// The write queue count of a topic found with `(queues, writable)`, unless sends to it are
 /// refused (a system topic, or no write permission).
+#[inline]
 fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u32> {
     if is_system_topic(topic) {
         return Err(system_topic(topic));

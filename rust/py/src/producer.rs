@@ -222,10 +222,8 @@ impl PyProducer {
         } else {
             PyTuple::new(py, msgs.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
         };
+        // The core validates the batch (not empty, one topic, each message).
         let n = seq.len();
-        if n == 0 {
-            return Err(crate::errors::InvalidBatchError::new_err("empty batch"));
-        }
         let topic_str = match topic {
             Some(t) => Some(topic_str(t)?),
             None => None,
@@ -282,12 +280,6 @@ impl PyProducer {
                     o.topic
                 )));
             }
-        }
-        let topic0 = outs.first().map(|o| o.topic).unwrap_or("");
-        if outs.iter().any(|o| o.topic != topic0) {
-            return Err(crate::errors::InvalidBatchError::new_err(
-                "a batch must target one topic",
-            ));
         }
         let result = py.detach(|| -> mqlite::Result<(u32, PutStatus, Vec<Appended>)> {
             let mut refs: Vec<MessageRef<'_>> = Vec::with_capacity(outs.len());
