@@ -87,13 +87,3 @@ impl<'a> MessageRef<'a> {
         self
     }
 }
-
-/// Java `String.hashCode` of `s` (UTF-16 code units, wrapping), sign-extended to i64: the
-/// consume-queue tags code of a tag.
-pub fn java_string_hash(s: &str) -> i32 {
-    let mut h: i32 = 0;
-    for unit in s.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    h
-}

@@ -322,12 +322,12 @@ mod tests {
 
     #[test]
     fn java_hash_matches_known_values() {
-        assert_eq!(super::super::java_string_hash(""), 0);
-        assert_eq!(super::super::java_string_hash("TagA"), 2_598_919);
-        assert_eq!(super::super::java_string_hash("hello"), 99_162_322);
+        assert_eq!(super::super::tags::java_string_hash(""), 0);
+        assert_eq!(super::super::tags::java_string_hash("TagA"), 2_598_919);
+        assert_eq!(super::super::tags::java_string_hash("hello"), 99_162_322);
         // wraps like Java int arithmetic
         assert_eq!(
-            super::super::java_string_hash("polygenelubricants"),
+            super::super::tags::java_string_hash("polygenelubricants"),
             i32::MIN
         );
         assert_eq!(

@@ -27,7 +27,17 @@ pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// with the codes of stored records.
 #[inline]
 pub fn of_tag(tag: &str) -> i64 {
-    i64::from(super::java_string_hash(tag))
+    i64::from(java_string_hash(tag))
+}
+
+/// Java `String.hashCode` of `s` (UTF-16 code units, wrapping), sign-extended to i64: the
+/// consume-queue tags code of a tag.
+pub fn java_string_hash(s: &str) -> i32 {
+    let mut h: i32 = 0;
+    for unit in s.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    h
 }
 
 /// The code of a stored record of `topic` with encoded `props` and `store_timestamp`.

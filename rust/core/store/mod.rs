@@ -92,7 +92,8 @@ struct Inner {
     closed: AtomicBool,
     fork_gen: u64,
     recovery: RecoveryReport,
-    uniq: crate::message::msg_id::UniqueIdGenerator,
+    /// The store's one generator of client unique ids, shared with its producers.
+    uniq: Arc<crate::message::msg_id::UniqueIdGenerator>,
     /// When mapped pages of old files were last released (ms; see `release_pages`).
     last_release: std::sync::atomic::AtomicI64,
     /// Start of the commit-log file the latest read ended in (`u64::MAX`: none yet).
@@ -251,9 +252,10 @@ impl Store {
     }
 
     /// The store's generator of client unique ids (UNIQ_KEY): every producer of this store
-    /// takes its ids from it, so they are unique across producers.
-    pub fn unique_ids(&self) -> &crate::message::msg_id::UniqueIdGenerator {
-        &self.inner.uniq
+    /// takes its ids from it, so they are unique across producers. A producer keeps the handle
+    /// (its counter then sits in an allocation of its own, apart from the store's state).
+    pub fn unique_ids(&self) -> Arc<crate::message::msg_id::UniqueIdGenerator> {
+        Arc::clone(&self.inner.uniq)
     }
 
     /// Commit-log offsets: (oldest byte, one past the newest record).

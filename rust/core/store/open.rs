@@ -272,7 +272,7 @@ pub(super) fn open_with(
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
-        uniq: UniqueIdGenerator::new(seed()),
+        uniq: Arc::new(UniqueIdGenerator::new(seed())),
         last_release: std::sync::atomic::AtomicI64::new(0),
         last_read_file: std::sync::atomic::AtomicU64::new(u64::MAX),
         // The files were just loaded.

@@ -181,6 +181,7 @@ impl Store {
     ///
     /// # Errors
     /// As `put`.
+    #[inline]
     pub fn put_message(
         &self,
         msg: &MessageRef<'_>,
@@ -218,6 +219,10 @@ impl Store {
     /// as that needs no wait (the reput thread does the rest); in sync mode a group commit is
     /// requested, and `wait_durable(result.end())` both confirms and dispatches the record
     /// (consumers see a sync-mode record only once it is durable).
+    ///
+    /// Its own function, as `put_blocking` is: the quick path's code stays compact in the
+    /// instruction cache instead of interleaved with the waiting path's.
+    #[inline(never)]
     fn put_quick(&self, msg: &MessageRef<'_>, req: &PutRequest<'_>) -> Result<Option<PutResult>> {
         if msg.body.len() > QUICK_BODY_MAX {
             return Ok(None);
@@ -235,28 +240,30 @@ impl Store {
         routed.queue_id = req
             .routing
             .pick(msg.topic, check_send_allowed(msg.topic, info)?)?;
-        // A refused rewrite writes nothing: the turn taken goes back.
-        let give_back = |_: &Error| req.routing.give_back(routed.topic);
-        let rewrite = self.run_hooks(&routed).inspect_err(give_back)?;
+        let rewrite = match self.inner.hooks.is_empty() {
+            true => None,
+            false => match self.rewrite(&routed, req.routing, false)? {
+                Hooked::Unchanged => None,
+                Hooked::Rewritten(r) => Some(r),
+                Hooked::Declined => return Ok(None),
+            },
+        };
+        // By reference: the message is not copied again before `Prepared::new`.
+        let stored;
         let (msg, tags) = match &rewrite {
-            None => (routed, tags),
+            None => (&routed, tags),
             Some(r) => {
-                let m = r.apply(&routed);
-                let tags = self.check_message(&m).inspect_err(give_back)?;
-                // The hook's topic must exist with the queue: creating or growing it waits.
-                match self.inner.topics.try_write_info(m.topic) {
-                    Some(Some((queues, true))) if m.queue_id < queues => (m, tags),
-                    _ => {
-                        req.routing.give_back(routed.topic);
-                        return Ok(None);
-                    }
-                }
+                stored = r.apply(&routed);
+                (
+                    &stored,
+                    properties::get(stored.properties, properties::TAGS),
+                )
             }
         };
         let now_ms = req
             .now_ms
             .unwrap_or_else(|| self.inner.config.clock.now_ms());
-        let prepared = Prepared::new(msg)?;
+        let prepared = Prepared::new(*msg)?;
         let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
             // Not sent: the blocking retry takes this queue's turn again.
             req.routing.give_back(routed.topic);
@@ -270,7 +277,7 @@ impl Store {
                 if let Some(r) = &self.inner.reput {
                     let code =
                         tags::of_record(msg.topic, msg.properties, tags, appended.store_timestamp);
-                    let req_ = known_request(&msg, &appended, code);
+                    let req_ = known_request(msg, &appended, code);
                     match req.wake_via {
                         Some(w) => r.try_dispatch_quick(appended.physical_offset, end, &[req_], w),
                         None => {
@@ -287,6 +294,7 @@ impl Store {
         }))
     }
 
+    #[inline(never)]
     fn put_blocking(
         &self,
         msg: &MessageRef<'_>,
@@ -298,22 +306,29 @@ impl Store {
         let tags = self.check_message(msg)?;
         let mut routed = *msg;
         routed.queue_id = routing.pick(msg.topic, self.writable_queues(msg.topic)?)?;
-        // A refused rewrite writes nothing: the turn taken goes back.
-        let give_back = |_: &Error| routing.give_back(routed.topic);
-        let rewrite = self.run_hooks(&routed).inspect_err(give_back)?;
+        let rewrite = match self.inner.hooks.is_empty() {
+            true => None,
+            false => match self.rewrite(&routed, routing, true)? {
+                Hooked::Rewritten(r) => Some(r),
+                Hooked::Unchanged | Hooked::Declined => None,
+            },
+        };
+        // By reference: the message is not copied again before `Prepared::new`.
+        let stored;
         let (msg, tags) = match &rewrite {
-            None => (routed, tags),
+            None => (&routed, tags),
             Some(r) => {
-                let m = r.apply(&routed);
-                let tags = self.check_message(&m).inspect_err(give_back)?;
-                self.hook_target(&m).inspect_err(give_back)?;
-                (m, tags)
+                stored = r.apply(&routed);
+                (
+                    &stored,
+                    properties::get(stored.properties, properties::TAGS),
+                )
             }
         };
-        let prepared = Prepared::new(msg)?;
+        let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
         let code = tags::of_record(msg.topic, msg.properties, tags, appended.store_timestamp);
-        let req = known_request(&msg, &appended, code);
+        let req = known_request(msg, &appended, code);
         let end = appended.physical_offset + u64::from(appended.size);
         let status = self.after_append(
             end,
@@ -482,6 +497,42 @@ impl Store {
         hooks::run(&self.inner.hooks, msg)
     }
 
+    /// The hooks' verdict on one message routed to its queue (only called with hooks
+    /// registered, which keeps the put without hooks free of this code): the rewrite,
+    /// validated as a caller's message, and its destination checked. `create`: a system
+    /// destination is created or grown (a put that may wait); otherwise a destination that
+    /// does not take the queue yet declines the put. A refused or declined put gives its
+    /// round-robin turn back.
+    #[cold]
+    #[inline(never)]
+    fn rewrite(
+        &self,
+        routed: &MessageRef<'_>,
+        routing: Routing<'_>,
+        create: bool,
+    ) -> Result<Hooked> {
+        let verdict = (|| {
+            let Some(r) = hooks::run(&self.inner.hooks, routed)? else {
+                return Ok(Hooked::Unchanged);
+            };
+            let m = r.apply(routed);
+            self.check_message(&m)?;
+            if create {
+                self.hook_target(&m)?;
+            } else {
+                match self.inner.topics.try_write_info(m.topic) {
+                    Some(Some((queues, true))) if m.queue_id < queues => {}
+                    _ => return Ok(Hooked::Declined),
+                }
+            }
+            Ok(Hooked::Rewritten(r))
+        })();
+        if !matches!(verdict, Ok(Hooked::Unchanged | Hooked::Rewritten(_))) {
+            routing.give_back(routed.topic);
+        }
+        verdict
+    }
+
     /// Makes sure a hook's destination can take `msg`: a system topic is created or grown to
     /// hold its queue; any other topic is looked up (or auto-created) as for a caller's put.
     fn hook_target(&self, msg: &MessageRef<'_>) -> Result<()> {
@@ -609,6 +660,7 @@ pub(super) fn system_topic(topic: &str) -> Error {
     }
 }
 
+#[inline]
 fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
     if queue_id >= queues {
         return Err(Error::InvalidQueue {
@@ -618,6 +670,16 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// What the hooks made of one message (`Store::rewrite`).
+enum Hooked {
+    /// Stored as the caller gave it.
+    Unchanged,
+    /// Stored as this rewrite says.
+    Rewritten(Rewrite),
+    /// A put that must not wait declines: the rewrite's destination needs creating.
+    Declined,
 }
 
 thread_local! {

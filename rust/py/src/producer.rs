@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use mqlite::message::builder::{Compression, Outgoing};
 use mqlite::message::compression::Codec;
+use mqlite::message::msg_id::UniqueIdGenerator;
 use mqlite::{
     Appended, FlushMode, MessageRef, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store,
     Wait,
@@ -29,6 +30,8 @@ pub struct PyProducer {
     pub group: String,
     /// Round-robin turns, one per topic.
     pub next_queue: RoundRobin,
+    /// The store's unique-id generator (`Store::unique_ids`).
+    pub ids: Arc<UniqueIdGenerator>,
     /// Set by `_mark_closed` (the producer's or its store's close).
     pub closed: AtomicBool,
     /// Compression of single sends, when asked for (`compress_over`).
@@ -63,6 +66,7 @@ fn compression_from_args(
 
 /// `body` compressed by `c` with its SYSFLAG bits (`Compression::apply`), the GIL released
 /// while the codec runs.
+#[inline(never)]
 fn compress(py: Python<'_>, c: &Compression, body: &[u8]) -> PyResult<Option<(Vec<u8>, i32)>> {
     if !c.applies_to(body.len()) {
         return Ok(None);
@@ -89,6 +93,7 @@ impl PyProducer {
             store: Arc::clone(core),
             group: group.to_owned(),
             next_queue: RoundRobin::new(std::process::id() % 1024),
+            ids: core.unique_ids(),
             closed: AtomicBool::new(false),
             compress,
         })
@@ -230,7 +235,7 @@ impl PyProducer {
         };
         let now = mqlite::util::clock::now_ms();
         let mut uniq = String::with_capacity(n * 32);
-        self.store.unique_ids().next_batch_into(now, n, &mut uniq);
+        self.ids.next_batch_into(now, n, &mut uniq);
         let mut props: Vec<u8> = Vec::with_capacity(n * 44);
         let mut held: Vec<Item<'_>> = Vec::with_capacity(n);
         for (i, item) in seq.iter().enumerate() {
@@ -335,7 +340,7 @@ impl PyProducer {
         wait: bool,
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
-        let uniq = self.store.unique_ids().next_id(now);
+        let uniq = self.ids.next_id(now);
         // The encoded properties go to this thread's reused buffer: no allocation per send.
         let mut props = PROPS.take();
         props.clear();
@@ -399,7 +404,9 @@ enum Item<'py> {
     Message(Held<'py>),
 }
 
-/// A put that waits (`Wait::Durable` or `Wait::Pipelined`), which never declines.
+/// A put that waits (`Wait::Durable` or `Wait::Pipelined`), which never declines. Out of
+/// line: the quick path of `put_one` stays compact in the instruction cache.
+#[inline(never)]
 fn put_blocking(
     store: &Store,
     m: &MessageRef<'_>,
