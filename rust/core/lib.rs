@@ -4,12 +4,13 @@
 //! Layers (a lower layer never imports a higher one):
 //!
 //! ```text
-//! store (facade, services, lifecycle; registers the derived stores)
+//! store (facade, services, lifecycle; the write pipeline with its put hooks, topic admin;
+//!        registers the derived stores and the hooks)
 //!   -> recovery, checkpoint, store_meta, lock, flush, retention, topic_config
 //!   -> consume_queue               (implements dispatch::derived::DerivedStore)
 //!   -> dispatch (DerivedStore; reput: tails the commit log and feeds the derived stores)
 //!   -> commit_log (append + END_OF_FILE padding, batch, read, recovery scan)
-//!   -> message (record codec, properties, ids, validation)
+//!   -> message (record codec, builder, properties, tags code, ids, compression, validation)
 //!   -> mapped_file_queue -> mapped_file (mmap: the only unsafe code)
 //!   -> util (fs protocol, crc, clock), service (background-thread trait), config, error
 //! ```
@@ -55,6 +56,9 @@ pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
-pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
+pub use store::{
+    GetResult, GetStatus, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store, TagFilter,
+    Wait,
+};
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;
