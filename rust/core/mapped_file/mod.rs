@@ -20,6 +20,7 @@
 //! follower can tell the file it maps from another one created later under the same name
 //! (`is_file_at`).
 
+pub mod alloc;
 pub mod mmap;
 
 use std::fs::File;
@@ -83,7 +84,7 @@ impl MappedFile {
             ));
         }
         let file = fs::open_rw(path, mode)?;
-        fs::preallocate(&file, path, size)?;
+        alloc::preallocate(&file, path, size)?;
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
             reason: "too large".into(),
@@ -120,7 +121,7 @@ impl MappedFile {
                 });
             }
             // A roll interrupted by a crash leaves a short file: finish its preallocation.
-            fs::preallocate(&file, path, size)?;
+            alloc::preallocate(&file, path, size)?;
         }
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
