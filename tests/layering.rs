@@ -70,39 +70,55 @@ fn module_of(path: &Path) -> Option<String> {
     }
 }
 
-/// The top-level modules named by `crate::` paths in `source`, outside comments, with the
-/// line of each first use.
+/// The top-level modules named by `crate::` paths in `source`, outside comments, each with
+/// the line it is on. A group (`use crate::{a, b::c}`, on one line or several) names each of
+/// its top-level members.
 fn crate_paths(source: &str) -> Vec<(String, usize)> {
+    let code: String = source
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
     let mut out = Vec::new();
-    for (n, line) in source.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or("");
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            let before = rest[..at].chars().last();
-            rest = &rest[at + "crate::".len()..];
-            // `mqlite::crate::` cannot occur; skip identifiers ending in `crate` (`my_crate::`).
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                continue;
-            }
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                out.push((name, n + 1));
-            }
+    let mut from = 0;
+    while let Some(found) = code[from..].find("crate::") {
+        let at = from + found;
+        from = at + "crate::".len();
+        // Part of a longer identifier (`my_crate::`): not this crate.
+        if code[..at]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
         }
-        // `use crate::{a, b::c}` names several modules at once.
-        if let Some(group) = code.trim().strip_prefix("use crate::{") {
-            for part in group.split(',') {
-                let name: String = part
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    out.push((name, n + 1));
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level members of the group: the names at brace depth 0 that start an item.
+            let (mut depth, mut start) = (0usize, true);
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && (c.is_alphanumeric() || c == '_') => {
+                        out.push((ident(&group[i..]), line_of(from + 1 + i)));
+                        start = false;
+                    }
+                    _ => {}
                 }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                out.push((name, line_of(at)));
             }
         }
     }
@@ -193,14 +209,24 @@ fn an_upward_import_is_reported() {
     let files = vec![
         file("flush", "fn f() { crate::store::release_pages(); }\n"),
         file("store", "use crate::{flush::FlushService, error::Error};\n"),
+        file(
+            "flush",
+            "use crate::{\n    service::Service,\n    store::{Store, X},\n};\n",
+        ),
     ];
     let bad = upward_imports(&layers, &files);
-    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert_eq!(bad.len(), 4, "{bad:?}");
     assert!(bad[0].ends_with(":1: flush -> store"), "{bad:?}");
     assert!(
         bad[1].ends_with("store -> error, which is not in the diagram"),
         "{bad:?}"
     );
+    // A group over several lines: each top-level member, on its own line.
+    assert!(
+        bad[2].ends_with(":2: flush -> service, which is not in the diagram"),
+        "{bad:?}"
+    );
+    assert!(bad[3].ends_with(":3: flush -> store"), "{bad:?}");
     // Comments name modules freely.
     let commented = vec![file("flush", "// see crate::store::release_pages\n")];
     assert!(upward_imports(&layers, &commented).is_empty());

@@ -11,8 +11,8 @@
 //!   the flushed commit-log offset and each store's progress as its `flush` returned it from
 //!   what was dispatched to it *before* the flush (the critical stores' as the dispatched
 //!   offset), and the mappings of old files are released through the callback the store
-//!   registers (`on_release_pages`; no data changes). A non-critical store that fails to flush keeps its last recorded progress and
-//!   poisons nothing.
+//!   registers (`on_release_pages`; no data changes). A non-critical store that fails to
+//!   flush keeps its last recorded progress and poisons nothing.
 //!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
