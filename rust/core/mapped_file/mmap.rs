@@ -32,8 +32,9 @@
 //!    - A `&[u8]` that another process may change is outside what Rust's aliasing rules
 //!      describe; it stays harmless because this process never writes those bytes and reads
 //!      them only as plain bytes, whose values are checked as above, never assumed.
-//!    Publication across processes goes through 4-byte aligned atomic words, on which a thread
-//!    may also sleep (a shared futex) until another process changes the word and wakes it.
+//!    - Publication across processes goes through 4-byte aligned atomic words, on which a
+//!      thread may also sleep (a shared futex) until another process changes the word and
+//!      wakes it.
 //! 4. The warm-ahead's zero fill (mapped_file_queue/warm.rs) writes zeros with `pwrite` to the
 //!    file, not through the mapping, over bytes the mapping's writer has not reached: on the
 //!    commit log the fill fence (mapped_file_queue/fence.rs) keeps it off every byte the
