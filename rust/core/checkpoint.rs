@@ -268,7 +268,7 @@ impl Checkpoint {
             Some(_) => None,
         };
         if writable && n < FILE_LEN as usize {
-            fs::preallocate(&file, path, FILE_LEN)?;
+            crate::mapped_file::alloc::preallocate(&file, path, FILE_LEN)?;
         }
         let cp = Checkpoint {
             path: path.to_path_buf(),

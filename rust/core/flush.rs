@@ -10,9 +10,9 @@
 //! - Both modes: every derived store is flushed every interval, then the checkpoint records
 //!   the flushed commit-log offset and each store's progress as its `flush` returned it from
 //!   what was dispatched to it *before* the flush (the critical stores' as the dispatched
-//!   offset), and the mappings of old files are released (`store::release_pages`; no data
-//!   changes). A non-critical store that fails to flush keeps its last recorded progress and
-//!   poisons nothing.
+//!   offset), and the mappings of old files are released through the callback the store
+//!   registers (`on_release_pages`; no data changes). A non-critical store that fails to
+//!   flush keeps its last recorded progress and poisons nothing.
 //!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::{Checkpoint, CheckpointData, StoreProgress};
 use crate::commit_log::CommitLog;
 use crate::config::FlushMode;
-use crate::dispatch::derived::DerivedStores;
 use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
 use crate::service::Service;
@@ -38,10 +37,8 @@ struct State {
 }
 
 /// The flush service.
-#[derive(Debug)]
 pub struct FlushService {
     commit_log: Arc<CommitLog>,
-    stores: DerivedStores,
     reput: Arc<Reput>,
     checkpoint: Option<Arc<Checkpoint>>,
     mode: FlushMode,
@@ -52,13 +49,24 @@ pub struct FlushService {
     stop: AtomicBool,
     poisoned_flag: AtomicBool,
     last_physic_ts: Mutex<i64>,
+    // Drops old files' mappings after each periodic flush; registered by the store, which
+    // knows every mapped file queue (none by default).
+    release_pages: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for FlushService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlushService")
+            .field("mode", &self.mode)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FlushService {
     /// A service for the given parts.
     pub fn new(
         commit_log: Arc<CommitLog>,
-        stores: DerivedStores,
         reput: Arc<Reput>,
         checkpoint: Option<Arc<Checkpoint>>,
         mode: FlushMode,
@@ -67,7 +75,6 @@ impl FlushService {
         let flushed = commit_log.flushed_offset();
         FlushService {
             commit_log,
-            stores,
             reput,
             checkpoint,
             mode,
@@ -82,7 +89,15 @@ impl FlushService {
             stop: AtomicBool::new(false),
             poisoned_flag: AtomicBool::new(false),
             last_physic_ts: Mutex::new(0),
+            release_pages: Box::new(|| {}),
         }
+    }
+
+    /// Calls `release` after each periodic flush of the derived stores and checkpoint, to drop
+    /// the mappings of old files (the store's `release_pages`).
+    pub fn on_release_pages(mut self, release: impl Fn() + Send + Sync + 'static) -> Self {
+        self.release_pages = Box::new(release);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -254,7 +269,7 @@ impl FlushService {
             if last_logics.elapsed() >= self.interval {
                 last_logics = Instant::now();
                 let _ = self.flush_logics_and_checkpoint();
-                crate::store::release_pages(&self.commit_log, &self.stores);
+                (self.release_pages)();
             }
         }
     }

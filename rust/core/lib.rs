@@ -1,18 +1,28 @@
 //! mqlite: an embedded, durable message store with Apache RocketMQ's storage design and
 //! on-disk format.
 //!
-//! Layers (a lower layer never imports a higher one):
+//! Layers, top first: a module imports only modules on lines below its own (modules on one
+//! line are peers and import none of each other). tests/layering.rs reads this diagram and
+//! every `crate::` path of the crate, and fails on an import against it.
 //!
 //! ```text
-//! store (facade, services, lifecycle; the write pipeline with its put hooks, topic admin;
-//!        registers the derived stores and the hooks)
-//!   -> recovery, checkpoint, store_meta, lock, flush, retention, topic_config
-//!   -> consume_queue               (implements dispatch::derived::DerivedStore)
-//!   -> dispatch (DerivedStore; reput: tails the commit log and feeds the derived stores)
-//!   -> commit_log (append + END_OF_FILE padding, batch, read, recovery scan)
-//!   -> message (record codec, builder, properties, tags code, ids, compression, validation)
-//!   -> mapped_file_queue -> mapped_file (mmap: the only unsafe code)
-//!   -> util (fs protocol, crc, clock), service (background-thread trait), config, error
+//! store                         (facade, services, write pipeline and put hooks, topic admin)
+//! recovery, flush, retention    (startup scan; flush thread and checkpoint; expiry)
+//! store_meta                    (the meta file: format version and geometry)
+//! consume_queue                 (implements dispatch::derived::DerivedStore)
+//! dispatch                      (DerivedStore; reput: tails the commit log, feeds the stores)
+//! commit_log                    (append + END_OF_FILE padding, batch, read, recovery scan)
+//! config                        (StoreConfig and its limits)
+//! topic_config                  (topics.json)
+//! message                       (record codec, builder, properties, tags code, ids, validation)
+//! checkpoint, lock, wakeup      (small files shared with other processes)
+//! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)
+//! mapped_file                   (mmap and syscalls: the only unsafe code; fallocate)
+//! testing                       (fault injection, test builds only)
+//! prepare                       (preparer thread; knows its writers only as Preparable)
+//! service                       (background-thread trait)
+//! util                          (fs protocol, crc, clock, hashing, buffers)
+//! error
 //! ```
 //!
 //! ```

@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::fence::FillFence;
 use crate::error::{Error, Result};
 use crate::mapped_file::FileWriter;
+use crate::mapped_file_queue::fence::FillFence;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH, HEAD_LEN};
 use crate::message::{sysflag, MessageRef};

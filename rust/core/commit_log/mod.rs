@@ -18,53 +18,33 @@
 //! Writers: producers through `put`/`put_batch`, and `try_put`, which declines instead of
 //! waiting for the lock, a new file or a page fault. Readers: dispatch, consumers, lookups.
 //!
-//! Background preparer (prepare.rs, one thread fed by `Prepare` jobs): creates the next file
-//! once the current one is half full, and faults in the pages up to `WARM_AHEAD` past the write
-//! position every `WARM_STEP` bytes written, unless the latest append was a batch of large
-//! records (those go to the kernel with gathered `write()`s, for which faulted-in pages only
-//! cost). It works in `POPULATE_STEP`s, publishing each (`[warm_from, warmed)`), and skips
-//! ahead of the batch being written (`writing_to`) when the writer overtakes it. In async mode,
-//! while the writer goes fast (util/pace.rs), it writes zeros over each step before faulting it
-//! in (`WarmAhead::ZeroFill`), behind the fence of fence.rs, which keeps those writes off every
-//! byte the appender writes.
-//! Both are optimisations only: a failed or late job means the appender creates the file or
-//! takes the page faults itself. A batch is encoded straight into the mapping when the
-//! preparer reports its pages faulted in (`warmed`), and otherwise written with one `pwrite`
-//! from a buffer (the kernel fills the page cache without faults).
+//! Page cache: the log's warm-ahead (mapped_file_queue/warm.rs, `PageWarmer`) has the
+//! preparer (prepare.rs) create the next file and fault in the pages ahead of the appender;
+//! the log runs those jobs (`Preparable`) and reports each append to it, except that a batch
+//! of large records asks for no warm-ahead (those go to the kernel with gathered `write()`s,
+//! for which faulted-in pages only cost). The appender announces every write to the warmer's
+//! fill fence before making it. A batch is encoded straight into the mapping when the warmer
+//! reports its pages faulted in (`is_warm`), and otherwise written with one `pwrite` from a
+//! buffer (the kernel fills the page cache without faults).
 
 pub mod append;
-pub mod fence;
 pub mod recovery;
+#[cfg(test)]
+mod warm_tests;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
+use crate::mapped_file_queue::warm::PageWarmer;
+pub use crate::mapped_file_queue::warm::WarmAhead;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordView};
-use crate::prepare::{Prepare, Preparer};
-use crate::util::clock::now_ms;
-use crate::util::pace::Pace;
+#[cfg(test)]
+use crate::prepare::Prepare;
+use crate::prepare::{Preparable, Preparer};
 use append::{Appended, Appender, Prepared};
-use fence::FillFence;
-
-/// Warm-ahead is re-requested each time the write position has advanced this far.
-const WARM_STEP: u64 = 1 << 20;
-
-/// How the preparer readies the pages ahead of the appender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WarmAhead {
-    /// Not at all: whole files are populated when they are created.
-    Off,
-    /// Faulted in (`MADV_POPULATE_WRITE`), 4 KiB pages: sync mode, whose group commits write
-    /// whole folios back.
-    Fault,
-    /// Zeros written over them first, then faulted in: the kernel builds large folios, a
-    /// third cheaper to fill (async mode; fence.rs). Only while the writer goes fast
-    /// (util/pace.rs); page by page otherwise.
-    ZeroFill,
-}
 
 /// The commit log.
 #[derive(Debug)]
@@ -72,35 +52,8 @@ pub struct CommitLog {
     files: MappedFileQueue,
     appender: Mutex<Appender>,
     flushed: AtomicU64,
-    prealloc: Mutex<Option<Preparer>>,
-    // Start of the last file for which the next one was requested.
-    prealloc_asked: AtomicU64,
-    // Pages below this commit-log offset were asked to be faulted in (warm-ahead);
-    // `u64::MAX` while there is no warm-ahead (no preparer, or whole files populated).
-    warm_to: AtomicU64,
-    // Pages below this offset have been faulted in (a warm-ahead job finished, or whole
-    // files are populated at creation: `u64::MAX`), down to `warm_from`. Batches within
-    // `[warm_from, warmed)` are encoded straight into the mapping. Only the preparer thread
-    // moves them; it stores a new `warm_from` (after skipping pages the writer caught up with)
-    // before the `warmed` that covers pages past it, so a reader that loads `warmed` then
-    // `warm_from` never sees a range wider than the one faulted in.
-    warmed: AtomicU64,
-    warm_from: AtomicU64,
-    // The end of the write being made (or of the last one), announced before its bytes are
-    // written: the preparer keeps off the pages the writer is in (prepare.rs `warm_log`), and
-    // its zero fill off every byte the writer writes.
-    fence: FillFence,
-    // The warm-ahead may write zeros before faulting pages in (`WarmAhead::ZeroFill`), and
-    // does so now: the writer went fast over the latest `WARM_STEP` (`maybe_warm`).
-    fill_allowed: AtomicBool,
-    zero_fill: AtomicBool,
-    pace: Pace,
-    // Whether the latest append wants the pages ahead of it faulted in: not after a batch of
-    // large records, which goes to the kernel with gathered `write()`s whatever the state of
-    // the pages. Faulting pages in costs the kernel about three times what its own page-cache
-    // writes do, and the preparer faulting the pages the appender is writing at that moment
-    // contends with it for their locks: 4 KiB batches ran 40% faster without it.
-    warm_wanted: AtomicBool,
+    // Warm-ahead and the fill fence the appender announces its writes to.
+    warm: PageWarmer,
     last_store_ts: AtomicI64,
     // One past the last appended record, kept by the writer so readers need no file lookup;
     // `u64::MAX` until recovery sets it (read-only stores read the files instead).
@@ -114,16 +67,7 @@ impl CommitLog {
             files,
             appender: Mutex::new(Appender::default()),
             flushed: AtomicU64::new(0),
-            prealloc: Mutex::new(None),
-            prealloc_asked: AtomicU64::new(u64::MAX),
-            warm_to: AtomicU64::new(u64::MAX),
-            warmed: AtomicU64::new(0),
-            warm_from: AtomicU64::new(0),
-            fence: FillFence::default(),
-            fill_allowed: AtomicBool::new(false),
-            zero_fill: AtomicBool::new(false),
-            pace: Pace::default(),
-            warm_wanted: AtomicBool::new(true),
+            warm: PageWarmer::default(),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
         }
@@ -134,79 +78,47 @@ impl CommitLog {
         self.lock_appender().clock = clock;
     }
 
-    /// Sends `Prepare` jobs to a background preparer: next files always, and warm-ahead
-    /// requests unless `warm` is `Off` (pointless when whole files are populated at creation).
-    pub fn set_preallocator(&self, tx: Preparer, warm: WarmAhead) {
-        *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-        if warm == WarmAhead::Off {
-            self.warmed.store(u64::MAX, Ordering::Relaxed);
-        } else {
-            self.warm_to.store(0, Ordering::Relaxed);
-        }
-        self.fill_allowed
-            .store(warm == WarmAhead::ZeroFill, Ordering::Relaxed);
+    /// Sends `Prepare` jobs for this log to a background preparer: next files always, and
+    /// warm-ahead requests unless `warm` is `Off` (pointless when whole files are populated
+    /// at creation).
+    pub fn set_preallocator(self: &Arc<Self>, tx: Preparer, warm: WarmAhead) {
+        let me: Weak<dyn Preparable> = Arc::downgrade(self) as Weak<dyn Preparable>;
+        self.warm.set_preparer(tx, me, warm);
     }
 
     /// Preparer: readies the log's pages of `[at, end)` (one step, in one file or the prepared
     /// next one) for the appender and returns how far it got, or `None`, having written
-    /// nothing, when the appender has announced a write past `at` (in `ZeroFill` mode the
-    /// zeros are written only behind the fence).
-    pub(crate) fn fault_in(&self, at: u64, end: u64) -> Option<u64> {
-        if self.zero_fill.load(Ordering::Relaxed) {
-            let filled = self.fence.fill_if_ahead(
-                at,
-                || self.max.load(Ordering::SeqCst),
-                || self.files.zero_fill(at, end),
-            )?;
-            return Some(self.files.warm(at, filled));
-        }
-        if self.writing_to() > at {
-            return None;
-        }
-        Some(self.files.warm(at, end))
+    /// nothing, when the appender has announced a write past `at` (`PageWarmer::fault_in`).
+    #[cfg(test)]
+    pub(crate) fn fault_in_step(&self, at: u64, end: u64) -> Option<u64> {
+        self.warm.fault_in(&self.files, at, end, &self.max)
     }
 
     /// Pages below this offset are known to be faulted in (`u64::MAX`: whole files are).
     pub fn warmed(&self) -> u64 {
-        self.warmed.load(Ordering::Acquire)
-    }
-
-    /// The preparer faulted in the pages of `[from, to)`: with those it faulted in before,
-    /// when `from` is not past them, or alone. Called by the preparer thread only.
-    pub fn set_warmed(&self, from: u64, to: u64) {
-        if from > self.warmed.load(Ordering::Acquire) {
-            self.warm_from.store(from, Ordering::Release);
-        }
-        self.warmed.fetch_max(to, Ordering::Release);
+        self.warm.warmed()
     }
 
     /// How far the writer has written or is writing now: the end of the batch in progress or
     /// of the last record published, whichever is further.
     pub fn writing_to(&self) -> u64 {
-        let published = self.max.load(Ordering::Acquire);
-        let batch = self.fence.writing_to();
-        if published == u64::MAX {
-            batch
-        } else {
-            published.max(batch)
-        }
+        self.warm.writing_to(self.max.load(Ordering::Acquire))
     }
 
     /// Whether the pages of `[start, end)` are known to be faulted in.
     pub fn is_warm(&self, start: u64, end: u64) -> bool {
-        let to = self.warmed.load(Ordering::Acquire);
-        end <= to && start >= self.warm_from.load(Ordering::Acquire)
+        self.warm.is_warm(start, end)
     }
 
-    /// Whether the next file's first pages are worth faulting in ahead of the roll (see
-    /// `warm_wanted`).
+    /// Whether the latest append wants the pages ahead of it faulted in (not after a batch
+    /// of large records).
     pub fn warm_wanted(&self) -> bool {
-        self.warm_wanted.load(Ordering::Relaxed)
+        self.warm.wanted()
     }
 
     /// Disconnects the background allocator (its thread then exits).
     pub fn stop_preallocator(&self) {
-        *self.prealloc.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.warm.stop();
     }
 
     /// The underlying files.
@@ -266,7 +178,9 @@ impl CommitLog {
             return Ok(None);
         };
         match a.fits(p.len as u64) {
-            Some(end) if self.is_warm(end - p.len as u64, end) && self.fence.try_announce(end) => {}
+            Some(end)
+                if self.warm.is_warm(end - p.len as u64, end)
+                    && self.warm.fence().try_announce(end) => {}
             _ => return Ok(None),
         }
         self.put_locked(a, p, Some(now_ms)).map(Some)
@@ -278,15 +192,13 @@ impl CommitLog {
         p: &Prepared<'_>,
         now_ms: Option<i64>,
     ) -> Result<Appended> {
-        let r = a.append_one(&self.files, &self.fence, p, now_ms)?;
+        let r = a.append_one(&self.files, self.warm.fence(), p, now_ms)?;
         let end = r.physical_offset + u64::from(r.size);
         self.max.store(end, Ordering::Release);
-        self.maybe_preallocate(&a);
+        self.maybe_prepare_next(&a);
         // A single record is written through the mapping, so it always wants the pages warm.
-        if !self.warm_wanted.load(Ordering::Relaxed) {
-            self.warm_wanted.store(true, Ordering::Relaxed);
-        }
-        self.maybe_warm(end);
+        self.warm.set_wanted(true);
+        self.warm.after_write(end);
         drop(a);
         self.last_store_ts
             .store(r.store_timestamp, Ordering::Relaxed);
@@ -297,20 +209,18 @@ impl CommitLog {
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
         let mut a = self.lock_appender();
         // Called once the batch's place is known and announced, before any of it is written.
-        let warm = |start: u64, end: u64| self.is_warm(start, end);
-        let total = a.append_batch(&self.files, &self.fence, batch, warm, out)?;
+        let warm = |start: u64, end: u64| self.warm.is_warm(start, end);
+        let total = a.append_batch(&self.files, self.warm.fence(), batch, warm, out)?;
         let gathered = append::written_by_gathering(total, batch.len());
-        if self.warm_wanted.load(Ordering::Relaxed) == gathered {
-            self.warm_wanted.store(!gathered, Ordering::Relaxed);
-        }
+        self.warm.set_wanted(!gathered);
         if let Some(last) = out.last() {
             let end = last.physical_offset + u64::from(last.size);
             self.max.store(end, Ordering::Release);
             if !gathered {
-                self.maybe_warm(end);
+                self.warm.after_write(end);
             }
         }
-        self.maybe_preallocate(&a);
+        self.maybe_prepare_next(&a);
         drop(a);
         if let Some(last) = out.last() {
             self.last_store_ts
@@ -319,50 +229,10 @@ impl CommitLog {
         Ok(())
     }
 
-    fn maybe_preallocate(&self, a: &Appender) {
-        let Some(w) = a.writer.as_ref() else { return };
-        let f = w.file();
-        if w.pos() * 2 < f.size() || self.prealloc_asked.load(Ordering::Relaxed) == f.from_offset()
-        {
-            return;
-        }
-        self.prealloc_asked
-            .store(f.from_offset(), Ordering::Relaxed);
-        if let Some(tx) = self
-            .prealloc
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            // A closed allocator only means the next roll creates the file synchronously.
-            let _ = tx.send(Prepare::File(f.from_offset() + f.size()));
-        }
-    }
-
-    /// Keeps the pages ahead of `end` (the new write position) faulted in: every `WARM_STEP`
-    /// bytes, the preparer thread is asked to fault in up to `WARM_AHEAD` past `end`, so page
-    /// allocation and zeroing happen on that thread rather than inside the appender's writes.
-    /// Zero-filled first when allowed and the writer covered the step fast (util/pace.rs).
-    fn maybe_warm(&self, end: u64) {
-        let warmed = self.warm_to.load(Ordering::Relaxed);
-        if warmed == u64::MAX || end + crate::mapped_file_queue::WARM_AHEAD < warmed + WARM_STEP {
-            return;
-        }
-        if self.fill_allowed.load(Ordering::Relaxed) {
-            let fast = self.pace.mark(end, now_ms());
-            if self.zero_fill.load(Ordering::Relaxed) != fast {
-                self.zero_fill.store(fast, Ordering::Relaxed);
-            }
-        }
-        let to = end + crate::mapped_file_queue::WARM_AHEAD;
-        self.warm_to.store(to, Ordering::Relaxed);
-        if let Some(tx) = self
-            .prealloc
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = tx.send(Prepare::Warm(warmed.max(end), to));
+    #[inline]
+    fn maybe_prepare_next(&self, a: &Appender) {
+        if let Some(w) = a.writer.as_ref() {
+            self.warm.maybe_prepare_next(w.file(), w.pos());
         }
     }
 
@@ -431,6 +301,21 @@ impl CommitLog {
     }
 }
 
+impl Preparable for CommitLog {
+    /// Creates the file at `start`; its first pages count as warm when the appender starts
+    /// there (a new log's first file), and are faulted in unpublished otherwise
+    /// (`PageWarmer::prepare_file`).
+    fn prepare_next_file(&self, start: u64) {
+        let at_writer = self.max_offset() == start;
+        self.warm
+            .prepare_file(&self.files, start, at_writer, &self.max);
+    }
+
+    fn fault_in(&self, from: u64, to: u64) {
+        self.warm.warm(&self.files, from, to, &self.max);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -456,7 +341,11 @@ mod tests {
             mode: 0o644,
             populate: false,
         };
-        let cl = CommitLog::new(MappedFileQueue::new(backing, 64 << 20, true));
+        let cl = Arc::new(CommitLog::new(MappedFileQueue::new(
+            backing,
+            64 << 20,
+            true,
+        )));
         let (tx, rx) = mpsc::channel();
         cl.set_preallocator(crate::prepare::Preparer::new(tx), WarmAhead::Fault);
         let (small, large) = (vec![1u8; 128], vec![2u8; 4096]);

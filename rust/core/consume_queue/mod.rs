@@ -32,17 +32,20 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
+use crate::mapped_file_queue::pace::Pace;
+use crate::mapped_file_queue::warm::warm_chunk_ahead;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
-use crate::util::clock::now_ms;
 use crate::util::fs;
-use crate::util::pace::Pace;
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
 
-/// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer.
+/// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer
+/// (mapped_file_queue/warm.rs `warm_chunk_ahead`, on the dispatching thread: usually a
+/// producer's, which would otherwise take a page fault every 204 units, a few of them tens
+/// of microseconds long).
 const WARM_CHUNK: u64 = 64 << 10;
 
 /// Bytes of a file prepared ahead of its roll that are faulted in: the two chunks
-/// `warm_ahead` keeps ready when a writer enters a file.
+/// `warm_chunk_ahead` keeps ready when a writer enters a file.
 const PREPARED_WARM: u64 = 2 * WARM_CHUNK;
 
 /// One consume queue.
@@ -68,7 +71,7 @@ pub struct ConsumeQueue {
     // of that successor until the dispatcher takes the request (`NO_FILE`: nothing to ask).
     next_asked: AtomicU64,
     next_due: AtomicU64,
-    // How fast units arrive, marked at each `WARM_CHUNK` (`warm_ahead`).
+    // How fast units arrive, marked at each `WARM_CHUNK` (`warm_chunk_ahead`).
     pace: Pace,
 }
 
@@ -124,7 +127,7 @@ impl ConsumeQueue {
     }
 
     /// Creates, ahead of the roll to it, the unit file starting at byte `start`, with the
-    /// pages its first units go to faulted in: the two chunks `warm_ahead` keeps ready when a
+    /// pages its first units go to faulted in: the two chunks `warm_chunk_ahead` keeps ready when a
     /// writer enters a file. Not the whole file: a queue that is rarely written would hold a
     /// megabyte of dirty zero pages for nothing. Returns whether they were faulted in here.
     pub fn prepare_file(&self, start: u64) -> Result<bool> {
@@ -573,7 +576,7 @@ impl ConsumeQueue {
     ///
     /// A new file owes its creation fsync to this flush (the dispatcher rolled to it, or the
     /// preparer made it ahead), and its pages ahead of the writer were already faulted in
-    /// (`warm_ahead`, `prepare_file`). That whole-file fsync writes those zero pages back and
+    /// (`warm_chunk_ahead`, `prepare_file`). That whole-file fsync writes those zero pages back and
     /// write-protects them, so each one's first unit would take a fault on the dispatching
     /// thread, usually a producer's. They are faulted in again here, once the debt is paid.
     pub fn flush(&self) -> Result<()> {
@@ -683,6 +686,16 @@ fn valid_units_end(file: &MappedFile) -> u64 {
     lo * UNIT_SIZE
 }
 
+impl crate::prepare::Preparable for ConsumeQueue {
+    fn prepare_next_file(&self, start: u64) {
+        // A failure only means the roll creates the file and reports the error.
+        let _ = self.prepare_file(start);
+    }
+
+    /// Nothing: the dispatcher warms a queue's pages inline (`write_unit`).
+    fn fault_in(&self, _from: u64, _to: u64) {}
+}
+
 /// Appends `unit` at the writer's position (which has room for it), its size word last with
 /// release ordering, and keeps the pages ahead faulted in (`pace`: the queue's).
 #[inline]
@@ -696,31 +709,6 @@ fn write_unit(w: &mut FileWriter, unit: CqUnit, pace: &Pace) -> Result<()> {
     if !ok {
         return Err(Error::Closed);
     }
-    warm_ahead(w.file(), before, before + UNIT_SIZE, pace);
+    warm_chunk_ahead(w.file(), before, before + UNIT_SIZE, WARM_CHUNK, pace);
     Ok(())
-}
-
-/// When a unit write (file bytes `[before, after)`) enters a new `WARM_CHUNK`, faults in the
-/// next chunk in one call: otherwise the dispatching thread, usually a producer's, takes a
-/// page fault every 204 units, a few of them tens of microseconds long. When the queue filled
-/// its last chunk fast (util/pace.rs), the next is first written over with zeros
-/// (`MappedFile::zero_fill`: the kernel then builds it from one large folio, which makes
-/// filling it about a third cheaper); this thread is the queue's only writer and has written
-/// nothing past `after`, so the zeros land on zeros. Both are optimisations only: a failure
-/// leaves the pages to be faulted in on write.
-fn warm_ahead(file: &MappedFile, before: u64, after: u64, pace: &Pace) {
-    if before != 0 && before / WARM_CHUNK == after / WARM_CHUNK {
-        return;
-    }
-    let size = file.size();
-    let next = (after / WARM_CHUNK + 1) * WARM_CHUNK;
-    let from = if before == 0 { 0 } else { next };
-    if pace.mark(file.from_offset() + after, now_ms()) {
-        let _ = file.zero_fill(next.min(size), (next + WARM_CHUNK).min(size));
-    }
-    let _ = file.advise(
-        from.min(size),
-        (next + WARM_CHUNK).min(size),
-        Advice::PopulateWrite,
-    );
 }

@@ -225,7 +225,7 @@ impl ConsumeQueueStore {
         match self.preparer.try_lock() {
             Ok(tx) => {
                 if let Some(tx) = tx.as_ref() {
-                    let _ = tx.send(Prepare::QueueFile(Arc::downgrade(cq), start));
+                    let _ = tx.send(Prepare::file(cq, start));
                 }
             }
             Err(_) => cq.restore_next_file_due(start),
@@ -258,7 +258,7 @@ impl ConsumeQueueStore {
         for queue_id in 0..queues {
             let cq = self.get_or_create(topic, queue_id)?;
             if let (Some(tx), Some(start)) = (&tx, cq.first_file_start()) {
-                let _ = tx.send(Prepare::QueueFile(Arc::downgrade(&cq), start));
+                let _ = tx.send(Prepare::file(&cq, start));
             }
         }
         Ok(())

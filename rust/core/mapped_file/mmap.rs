@@ -1,18 +1,47 @@
 //! The mmap fence: the only `unsafe` code in the crate.
 //!
 //! `MmapRegion` owns one `mmap` of a file (or of anonymous memory) and exposes bounds-checked
-//! primitives only. Its safety contract, relied on by every `// SAFETY:` comment below:
+//! primitives only. Its safety contract, relied on by every `// SAFETY:` comment below, names
+//! every writer of mapped bytes and every reader:
 //!
 //! 1. The mapping's length is fixed when it is created and the file is never shrunk while mapped
 //!    (mqlite zeroes instead of truncating and deletes files by `unlink`, which keeps existing
 //!    mappings valid). A file shrunk by a foreign process is outside the contract (SIGBUS).
 //! 2. Within one process, a byte range is either being written by exactly one writer or being
 //!    read, never both: `MappedFile` hands out write access only past its published position and
-//!    read access only below it (see `mapped_file/mod.rs`).
+//!    read access only below it (see `mapped_file/mod.rs`). The writers of a file's bytes are
+//!    its `FileWriter` (through the mapping), recovery (which zeroes past the valid end while
+//!    no reader is open) and the warm-ahead's zero fill (item 4).
 //! 3. Other processes may write the mapped file concurrently (a read-only open following a
-//!    writer). Those bytes are only ever copied out and validated (CRC, magic, size) before use;
-//!    publication across processes goes through 4-byte aligned atomic words, on which a thread
-//!    may also sleep (a shared futex) until another process changes the word and wakes it.
+//!    writer). A follower's mapping reports every byte as published, so item 2 does not order
+//!    it against that writer. What holds instead:
+//!    - The writer changes a byte of a commit-log or consume-queue file only past its published
+//!      end (appends, and the zero fill of item 4) or, in recovery after its own crash, by
+//!      zeroing a tail past the valid end. Published bytes stay as they are while the file
+//!      exists.
+//!    - A follower treats every byte of another process's file as untrusted input that may
+//!      change while it reads it. Consume-queue units are copied out (`copy_out`), then
+//!      validated. Commit-log records are read in place (`slice`: the follower's scan, lookups
+//!      and record reads) and each is validated (size bounds, magic, CRC of the bytes as read)
+//!      before its contents are used. A change racing with a read is the writer reaching
+//!      bytes past its published end that the follower scanned ahead into, or zeroing a
+//!      crashed tail: the follower sees a torn or zero record and rejects it. The one window
+//!      left is a change between the check and the copy handed out (`extend_from_slice` of
+//!      the checked bytes), which only a writer recovering from its own crash can cause, on
+//!      records that were never durable.
+//!    - A `&[u8]` that another process may change is outside what Rust's aliasing rules
+//!      describe; it stays harmless because this process never writes those bytes and reads
+//!      them only as plain bytes, whose values are checked as above, never assumed.
+//!    - Publication across processes goes through 4-byte aligned atomic words, on which a
+//!      thread may also sleep (a shared futex) until another process changes the word and
+//!      wakes it.
+//! 4. The warm-ahead's zero fill (mapped_file_queue/warm.rs) writes zeros with `pwrite` to the
+//!    file, not through the mapping, over bytes the mapping's writer has not reached: on the
+//!    commit log the fill fence (mapped_file_queue/fence.rs) keeps it off every byte the
+//!    appender has announced or published, and on a consume queue the queue's only writer
+//!    makes it itself, past its position. The page cache is shared, so those zeros appear in
+//!    the mapping; they only ever land on zeros (the bytes are fallocated and unwritten), so
+//!    no reader, in this process or another, can tell them from the bytes before.
 #![allow(unsafe_code)]
 
 use std::fs::File;

@@ -12,14 +12,16 @@
 //! page cache). After an OS crash or power loss only bytes below the last successful flush are
 //! guaranteed; recovery (commit_log/recovery.rs) finds the valid end and zeroes the rest.
 //!
-//! Writers: the owner of the `FileWriter` (the commit-log appender or the dispatcher). Readers:
-//! any thread, through `slice` (published bytes) or `copy_out` (read-only opens of other
-//! processes' files).
+//! Writers: the owner of the `FileWriter` (the commit-log appender or the dispatcher), and
+//! `zero_fill`, which `pwrite`s zeros past the writer's position only (mmap.rs, contract item
+//! 4). Readers: any thread, through `slice` (published bytes) or `copy_out` (read-only opens of
+//! other processes' files); mmap.rs item 3 says what followers rely on.
 //!
 //! Identity: a file opened by `open_existing` remembers the device and inode it mapped, so a
 //! follower can tell the file it maps from another one created later under the same name
 //! (`is_file_at`).
 
+pub mod alloc;
 pub mod mmap;
 
 use std::fs::File;
@@ -83,7 +85,7 @@ impl MappedFile {
             ));
         }
         let file = fs::open_rw(path, mode)?;
-        fs::preallocate(&file, path, size)?;
+        alloc::preallocate(&file, path, size)?;
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
             reason: "too large".into(),
@@ -120,7 +122,7 @@ impl MappedFile {
                 });
             }
             // A roll interrupted by a crash leaves a short file: finish its preallocation.
-            fs::preallocate(&file, path, size)?;
+            alloc::preallocate(&file, path, size)?;
         }
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
@@ -231,7 +233,8 @@ impl MappedFile {
     /// builds the page cache there from large folios (up to the size of the write) rather
     /// than faulting in 4 KiB pages one at a time: filling it costs about a third less. The
     /// caller makes sure no one writes those bytes meanwhile (a zero write landing after a
-    /// record would erase it). Anonymous memory needs nothing.
+    /// record would erase it: mapped_file_queue/fence.rs for the commit log, the queue's own
+    /// writer for a consume queue). Anonymous memory needs nothing.
     pub fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
         static ZEROS: [u8; POPULATE_STEP as usize] = [0; POPULATE_STEP as usize];
         let Some(file) = &self.file else {

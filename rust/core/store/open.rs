@@ -186,20 +186,25 @@ pub(super) fn open_with(
         // Consumers must see every recovered record as soon as open returns.
         r.dispatch_all()?;
         derived.ready(&commit_log);
-        let f = Arc::new(FlushService::new(
-            Arc::clone(&commit_log),
-            derived.clone(),
-            Arc::clone(&r),
-            checkpoint.clone(),
-            config.flush_mode,
-            config.flush_interval,
-        ));
+        let f = Arc::new(
+            FlushService::new(
+                Arc::clone(&commit_log),
+                Arc::clone(&r),
+                checkpoint.clone(),
+                config.flush_mode,
+                config.flush_interval,
+            )
+            .on_release_pages({
+                let (log, derived) = (Arc::clone(&commit_log), derived.clone());
+                move || super::release_pages(&log, &derived)
+            }),
+        );
         // The preparer (prepare.rs) of the next commit-log and derived-store files.
-        let p = Arc::new(PreparerService::new(&commit_log));
+        let p = Arc::new(PreparerService::new());
         let tx = p.preparer();
         if commit_log.files().is_empty() && root.is_some() {
             // A new store: have the first file ready before the first send needs it.
-            let _ = tx.send(Prepare::File(commit_log.max_offset()));
+            let _ = tx.send(Prepare::file(&commit_log, commit_log.max_offset()));
         }
         derived.use_preparer(&tx);
         // Pages are readied ahead of the writer unless whole files are populated anyway; by

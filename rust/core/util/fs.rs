@@ -2,8 +2,8 @@
 //!
 //! - New files are created with `O_NOFOLLOW | O_CLOEXEC` and the configured mode, so a symlink
 //!   planted at a store file name is refused and descriptors do not leak into child processes.
-//! - Space is reserved with `posix_fallocate`, never by a sparse `set_len`: writing a sparse page of
-//!   a mapped file on a full disk kills the process with SIGBUS, fallocate fails with ENOSPC instead.
+//! - Space is reserved with `posix_fallocate`, never by a sparse `set_len` (mapped_file/alloc.rs,
+//!   next to the mapping it protects).
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
 //! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory.
 
@@ -86,49 +86,6 @@ pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
         .mode(mode)
         .create(path)
         .map_err(|e| Error::io("create_dir", path, e))
-}
-
-/// Reserves `len` bytes of real disk blocks for `file` (never sparse).
-pub fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
-    use std::os::unix::io::AsRawFd;
-    let len_off = libc::off_t::try_from(len)
-        .map_err(|_| Error::io("fallocate", path, std::io::Error::other("length too large")))?;
-    // posix_fallocate returns the error number instead of setting errno.
-    let rc = fallocate_raw(file.as_raw_fd(), len_off);
-    match rc {
-        0 => Ok(()),
-        libc::EOPNOTSUPP | libc::EINVAL => zero_fill(file, path, len),
-        e => Err(Error::io(
-            "fallocate",
-            path,
-            std::io::Error::from_raw_os_error(e),
-        )),
-    }
-}
-
-fn fallocate_raw(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
-    // posix_fallocate is a safe libc call in practice but declared unsafe by the libc crate; the
-    // crate keeps its unsafe code in the mmap fence, so call it through the fence's helper.
-    crate::mapped_file::mmap::posix_fallocate(fd, len)
-}
-
-/// Fallback for file systems without fallocate: write real zeros so no page is sparse.
-fn zero_fill(file: &File, path: &Path, len: u64) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let current = file
-        .metadata()
-        .map_err(|e| Error::io("stat", path, e))?
-        .len();
-    let zeros = vec![0u8; 1 << 20];
-    let mut pos = current;
-    while pos < len {
-        let n = usize::try_from((len - pos).min(zeros.len() as u64)).unwrap_or(zeros.len());
-        let chunk = zeros.get(..n).unwrap_or(&zeros);
-        file.write_all_at(chunk, pos)
-            .map_err(|e| Error::io("zero_fill", path, e))?;
-        pos += n as u64;
-    }
-    Ok(())
 }
 
 /// fsync of a directory, making entries created or renamed in it durable.

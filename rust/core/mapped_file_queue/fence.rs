@@ -3,7 +3,7 @@
 //! In async mode the preparer writes zeros (`pwrite`) over the log's pages ahead of the
 //! appender before it faults them in: the kernel then fills the page cache with large folios
 //! (64 KiB for a 64 KiB write) instead of faulting in one 4 KiB page at a time, which costs it
-//! about a third less (README, Rust engine). Only for a writer going fast (util/pace.rs); sync
+//! about a third less (README, Rust engine). Only for a writer going fast (pace.rs); sync
 //! mode keeps page-sized faults throughout: a group commit writes back whole folios, and a
 //! 64 KiB folio per small commit would multiply the bytes each fsync writes by up to sixteen.
 //!
@@ -151,92 +151,7 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use super::super::append::{Appended, Prepared};
-    use super::super::{CommitLog, WarmAhead};
     use super::*;
-    use crate::mapped_file_queue::{Backing, MappedFileQueue};
-    use crate::message::MessageRef;
-    use crate::prepare::Preparer;
-
-    #[test]
-    fn records_survive_a_preparer_zero_filling_at_the_writers_heels() {
-        let dir = tempfile::tempdir().unwrap();
-        let backing = Backing::Dir {
-            dir: dir.path().to_path_buf(),
-            mode: 0o644,
-            populate: false,
-        };
-        // Small files: the writer rolls a dozen times, writing END_OF_FILE markers.
-        let cl = CommitLog::new(MappedFileQueue::new(backing, 1 << 20, true));
-        cl.set_max_offset(0);
-        let (tx, _jobs) = mpsc::channel();
-        cl.set_preallocator(Preparer::new(tx), WarmAhead::ZeroFill);
-        // As after a fast step (this test's pace is not what it is about).
-        cl.zero_fill.store(true, Ordering::Relaxed);
-        let bodies: Vec<Vec<u8>> = (0..64u8)
-            .map(|i| vec![i; 50 + 37 * usize::from(i)])
-            .collect();
-        let stop = AtomicBool::new(false);
-        let mut fills = 0u64;
-        let mut written: Vec<(Appended, usize)> = Vec::new();
-        std::thread::scope(|s| {
-            // The preparer at its most aggressive: zero fills as long as the writer's next
-            // 256 KiB, right where its announced writes end, again and again (a writer that
-            // did not wait for them would be caught writing under one).
-            const FILL: u64 = 256 << 10;
-            let filler = s.spawn(|| {
-                let mut n = 0u64;
-                let mut tries = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let at = cl.writing_to();
-                    tries += 1;
-                    if tries.is_multiple_of(2) {
-                        // Now and then with a position gone stale: the fence must refuse.
-                        std::thread::yield_now();
-                    }
-                    if cl.fault_in(at, at + FILL).is_some_and(|got| got > at) {
-                        n += 1;
-                    }
-                }
-                n
-            });
-            let mut out = Vec::new();
-            for round in 0..3000usize {
-                let pick = |k: usize| (round * 7 + k) % bodies.len();
-                if round % 3 == 0 {
-                    let b = pick(0);
-                    let msg = MessageRef::new("Fence", 1, &bodies[b]);
-                    written.push((cl.put(&Prepared::new(msg).unwrap()).unwrap(), b));
-                } else {
-                    let picks: Vec<usize> = (0..1 + round % 20).map(pick).collect();
-                    let batch: Vec<Prepared<'_>> = picks
-                        .iter()
-                        .map(|&b| Prepared::new(MessageRef::new("Fence", 0, &bodies[b])))
-                        .collect::<crate::error::Result<_>>()
-                        .unwrap();
-                    out.clear();
-                    cl.put_batch(&batch, &mut out).unwrap();
-                    written.extend(out.iter().copied().zip(picks));
-                }
-            }
-            stop.store(true, Ordering::Relaxed);
-            fills = filler.join().unwrap();
-        });
-        assert!(
-            fills > 100,
-            "the filler ran beside the writer ({fills} fills)"
-        );
-        assert!(
-            written.last().unwrap().0.physical_offset > 10 << 20,
-            "it rolled"
-        );
-        for (a, b) in &written {
-            let body = cl
-                .read_record(a.physical_offset, |v| v.body().to_vec())
-                .unwrap_or_else(|e| panic!("record at {}: {e}", a.physical_offset));
-            assert_eq!(body, bodies[*b]);
-        }
-    }
 
     #[test]
     fn a_fill_behind_the_appender_or_the_published_end_is_skipped() {

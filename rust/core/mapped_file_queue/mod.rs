@@ -23,6 +23,10 @@
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
 //! file, which recovery then rebuilds from the commit log.
 
+pub mod fence;
+pub mod pace;
+pub mod warm;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -45,8 +49,7 @@ pub enum Backing {
     Memory,
 }
 
-/// How far ahead of the write position the commit log's pages are faulted in.
-pub const WARM_AHEAD: u64 = 4 << 20;
+pub use warm::WARM_AHEAD;
 
 /// The ordered files of one commit log, consume queue or timer log.
 #[derive(Debug)]
@@ -495,7 +498,7 @@ impl MappedFileQueue {
 
     /// Writes zeros over the bytes `[from, to)` (offsets) of existing files, as `warm` goes,
     /// so that the kernel fills the page cache there with large folios (MappedFile::zero_fill).
-    /// The caller makes sure no writer writes there meanwhile (commit_log/fence.rs). Returns
+    /// The caller makes sure no writer writes there meanwhile (fence.rs). Returns
     /// how far it got: it stops at a failed write or a file that does not exist yet.
     pub fn zero_fill(&self, from: u64, to: u64) -> u64 {
         self.each_file(from, to, MappedFile::zero_fill)

@@ -1,5 +1,5 @@
 //! A writer's pace, taken where it asks for the pages ahead of it to be readied: a fast
-//! writer gets them zero-filled first (large folios, commit_log/fence.rs), a slow one has them
+//! writer gets them zero-filled first (large folios, fence.rs), a slow one has them
 //! faulted in page by page. Every flush writes back whole folios, so a slow writer, whose
 //! flushes each find a few bytes new, would write a whole 64 KiB folio where a page would do.
 
