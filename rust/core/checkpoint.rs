@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::util::bytes::{be_i64, be_u32};
 use crate::util::{crc, fs};
 
 const SLOT_LEN: usize = 64;
@@ -113,15 +114,10 @@ fn decode_table(b: &[u8], crc: u32) -> Option<Vec<StoreProgress>> {
                 .position(|&c| c == 0)
                 .unwrap_or(PROGRESS_NAME_LEN);
             let name = std::str::from_utf8(name.get(..len)?).ok()?;
-            let i64_at = |i: usize| {
-                e.get(i..i + 8)
-                    .and_then(|s| s.try_into().ok())
-                    .map(i64::from_be_bytes)
-            };
             Some(StoreProgress {
                 name: name.to_owned(),
-                offset: u64::try_from(i64_at(PROGRESS_NAME_LEN)?).ok()?,
-                store_timestamp: i64_at(PROGRESS_NAME_LEN + 8)?,
+                offset: u64::try_from(be_i64(e, PROGRESS_NAME_LEN)?).ok()?,
+                store_timestamp: be_i64(e, PROGRESS_NAME_LEN + 8)?,
             })
         })
         .collect()
@@ -171,26 +167,18 @@ impl CheckpointData {
     /// Decodes one slot's head; `None` if its magic, version or CRC is wrong.
     pub fn decode(b: &[u8]) -> Option<Self> {
         let b: &[u8; SLOT_LEN] = b.get(..SLOT_LEN)?.try_into().ok()?;
-        let u32_at = |i: usize| {
-            b.get(i..i + 4)
-                .and_then(|s| s.try_into().ok())
-                .map(u32::from_be_bytes)
-        };
-        let i64_at = |i: usize| {
-            b.get(i..i + 8)
-                .and_then(|s| s.try_into().ok())
-                .map(i64::from_be_bytes)
-        };
-        if u32_at(48)? != MAGIC || u32_at(52)? != VERSION || u32_at(56)? != crc::crc32(b.get(..56)?)
+        if be_u32(b, 48)? != MAGIC
+            || be_u32(b, 52)? != VERSION
+            || be_u32(b, 56)? != crc::crc32(b.get(..56)?)
         {
             return None;
         }
         Some(CheckpointData {
-            physic_msg_timestamp: i64_at(0)?,
-            logics_msg_timestamp: i64_at(8)?,
-            index_msg_timestamp: i64_at(16)?,
-            confirm_phy_offset: u64::try_from(i64_at(32)?).ok()?,
-            logics_dispatched_offset: u64::try_from(i64_at(40)?).ok()?,
+            physic_msg_timestamp: be_i64(b, 0)?,
+            logics_msg_timestamp: be_i64(b, 8)?,
+            index_msg_timestamp: be_i64(b, 16)?,
+            confirm_phy_offset: u64::try_from(be_i64(b, 32)?).ok()?,
+            logics_dispatched_offset: u64::try_from(be_i64(b, 40)?).ok()?,
         })
     }
 }
@@ -213,16 +201,11 @@ impl RocketMqCheckpoint {
     /// Reads RocketMQ's layout from the start of the file; `None` unless the three timestamps
     /// are non-negative, the flush timestamp is set, and the confirm offset is non-negative.
     pub fn decode(b: &[u8]) -> Option<Self> {
-        let i64_at = |i: usize| {
-            b.get(i..i + 8)
-                .and_then(|s| s.try_into().ok())
-                .map(i64::from_be_bytes)
-        };
-        let (physic, logics, index) = (i64_at(0)?, i64_at(8)?, i64_at(16)?);
+        let (physic, logics, index) = (be_i64(b, 0)?, be_i64(b, 8)?, be_i64(b, 16)?);
         if physic <= 0 || logics < 0 || index < 0 {
             return None;
         }
-        let confirm = i64_at(32).unwrap_or(0);
+        let confirm = be_i64(b, 32).unwrap_or(0);
         if confirm < 0 {
             return None;
         }

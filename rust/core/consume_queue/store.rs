@@ -116,24 +116,12 @@ impl ConsumeQueueStore {
             return Ok(Vec::new());
         };
         let mut found = Vec::new();
-        let topics = match std::fs::read_dir(root) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-            Err(e) => return Err(Error::io("read_dir", root, e)),
-        };
-        for t in topics {
-            let t = t.map_err(|e| Error::io("read_dir", root, e))?;
-            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if validate::check_topic(&topic).is_err() || !t.path().is_dir() {
+        for (topic, tdir) in fs::dir_entries(root)? {
+            if validate::check_topic(&topic).is_err() || !tdir.is_dir() {
                 continue;
             }
-            let qdir = t.path();
-            let rd = std::fs::read_dir(&qdir).map_err(|e| Error::io("read_dir", &qdir, e))?;
-            for q in rd {
-                let q = q.map_err(|e| Error::io("read_dir", &qdir, e))?;
-                if let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+            for (q, _) in fs::dir_entries(&tdir)? {
+                if let Ok(qid) = q.parse::<u32>() {
                     found.push((topic.clone(), qid));
                 }
             }

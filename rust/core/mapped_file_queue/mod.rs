@@ -657,21 +657,8 @@ fn same_files(a: &[Arc<MappedFile>], b: &[Arc<MappedFile>]) -> bool {
 
 /// Start offsets of the files in `dir` (names of exactly 20 digits; others are ignored).
 fn list_offsets(dir: &Path) -> Result<Vec<u64>> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("read_dir", dir, e)),
-    };
-    let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| Error::io("read_dir", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(v) = name.parse::<u64>() {
-                out.push(v);
-            }
-        }
-    }
-    Ok(out)
+    Ok(fs::dir_entries(dir)?
+        .iter()
+        .filter_map(|(name, _)| fs::parse_offset_file_name(name))
+        .collect())
 }

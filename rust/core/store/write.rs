@@ -392,6 +392,20 @@ impl Store {
         check_send_allowed(topic, info)
     }
 
+    /// What creating or growing `topic` to `queues` queues requires: a writer, a valid name that
+    /// is not a system topic, a queue count within `[1, MAX_QUEUES]`.
+    fn check_topic_change(&self, topic: &str, queues: u32) -> Result<()> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(Error::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "reserved system topic",
+            });
+        }
+        check_queue_count(queues)
+    }
+
     /// Creates a topic. An existing one is left exactly as it is (`update_topic` grows it), or
     /// with `exist_ok = false` is an `InvalidArgument` error.
     pub fn create_topic(
@@ -402,15 +416,7 @@ impl Store {
         order: bool,
         exist_ok: bool,
     ) -> Result<()> {
-        self.check_writable()?;
-        validate::check_topic(topic)?;
-        if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
-        }
-        check_queue_count(queues)?;
+        self.check_topic_change(topic, queues)?;
         if perm & !7 != 0 {
             return Err(Error::InvalidArgument {
                 field: "perm",
@@ -442,15 +448,7 @@ impl Store {
     /// `[1, MAX_QUEUES]` or below the topic's read or write queue count: a topic never shrinks,
     /// since the messages of a removed queue would no longer be read.
     pub fn update_topic(&self, topic: &str, queues: u32) -> Result<TopicConfig> {
-        self.check_writable()?;
-        validate::check_topic(topic)?;
-        if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
-        }
-        check_queue_count(queues)?;
+        self.check_topic_change(topic, queues)?;
         let grow = |config: &mut TopicConfig| {
             let have = config.read_queue_nums.max(config.write_queue_nums);
             if queues < have {

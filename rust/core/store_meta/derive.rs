@@ -13,6 +13,7 @@ use std::path::Path;
 use crate::config::{check_commit_log_file_size, check_consume_queue_file_units};
 use crate::consume_queue::unit::UNIT_SIZE;
 use crate::error::{Error, Result};
+use crate::util::fs;
 
 /// How a derived size was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,14 +69,10 @@ pub fn derive(root: &Path) -> Result<Derived> {
 /// The size of the 20-digit-named regular files in `dir`, and how it was found; `None` when no
 /// file gives a size `valid` accepts.
 fn file_size(dir: &Path, valid: impl Fn(u64) -> bool) -> Result<Option<(u64, Evidence)>> {
-    let mut names = Vec::new();
-    for (name, path) in entries(dir)? {
-        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(start) = name.parse::<u64>() {
-                names.push((start, path));
-            }
-        }
-    }
+    let mut names: Vec<(u64, std::path::PathBuf)> = fs::dir_entries(dir)?
+        .into_iter()
+        .filter_map(|(name, path)| Some((fs::parse_offset_file_name(&name)?, path)))
+        .collect();
     names.sort_unstable();
     let mut lengths = Vec::with_capacity(2);
     for (_, path) in names.iter().take(2) {
@@ -101,28 +98,12 @@ fn file_size(dir: &Path, valid: impl Fn(u64) -> bool) -> Result<Option<(u64, Evi
 /// `dir` does not exist.
 fn sorted_dirs(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let mut out = Vec::new();
-    for (_, path) in entries(dir)? {
+    for (_, path) in fs::dir_entries(dir)? {
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir()) {
             out.push(path);
         }
     }
     out.sort_unstable();
-    Ok(out)
-}
-
-fn entries(dir: &Path) -> Result<Vec<(String, std::path::PathBuf)>> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("read_dir", dir, e)),
-    };
-    let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| Error::io("read_dir", dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            out.push((name.to_owned(), entry.path()));
-        }
-    }
     Ok(out)
 }
 

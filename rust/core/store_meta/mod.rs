@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 pub use derive::{derive, Derived};
 
 use crate::error::{Error, Result};
+use crate::util::bytes::{be_u32, be_u64};
 use crate::util::{crc, fs};
 
 /// The store format version this build writes and reads (FORMAT.md, "Format version").
@@ -103,26 +104,16 @@ impl StoreMeta {
     /// range-checked here (`read` does that, naming the field).
     pub fn decode(b: &[u8]) -> Option<Self> {
         let b: &[u8; SLOT_LEN] = b.get(..SLOT_LEN)?.try_into().ok()?;
-        let u32_at = |i: usize| {
-            b.get(i..i + 4)
-                .and_then(|s| s.try_into().ok())
-                .map(u32::from_be_bytes)
-        };
-        let u64_at = |i: usize| {
-            b.get(i..i + 8)
-                .and_then(|s| s.try_into().ok())
-                .map(u64::from_be_bytes)
-        };
-        if u32_at(0)? != MAGIC || u32_at(CRC_AT)? != crc::crc32(b.get(..CRC_AT)?) {
+        if be_u32(b, 0)? != MAGIC || be_u32(b, CRC_AT)? != crc::crc32(b.get(..CRC_AT)?) {
             return None;
         }
         let n = usize::from(*b.get(24)?);
         let created_by = b.get(CREATED_BY_AT..CREATED_BY_AT + n.min(CREATED_BY_MAX))?;
         Some(StoreMeta {
-            format_version: u32_at(4)?,
+            format_version: be_u32(b, 4)?,
             geometry: Geometry {
-                commit_log_file_size: u64_at(8)?,
-                consume_queue_file_units: u64_at(16)?,
+                commit_log_file_size: be_u64(b, 8)?,
+                consume_queue_file_units: be_u64(b, 16)?,
             },
             created_by: String::from_utf8_lossy(created_by).into_owned(),
         })

@@ -236,6 +236,33 @@ pub fn offset_file_name(offset: u64) -> String {
     format!("{offset:020}")
 }
 
+/// The start offset a segment file's name gives: exactly 20 decimal digits, else `None`.
+pub fn parse_offset_file_name(name: &str) -> Option<u64> {
+    if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+        name.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// The entries of `dir` with UTF-8 names, as (name, path), unsorted; none when `dir` does not
+/// exist.
+pub fn dir_entries(dir: &Path) -> Result<Vec<(String, std::path::PathBuf)>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read_dir", dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io("read_dir", dir, e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            out.push((name.to_owned(), entry.path()));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
