@@ -58,6 +58,7 @@ impl RoundRobin {
 
     /// The queue of `topic` to send to next, out of `queues` (at least 1 is assumed), and
     /// advances the topic's turn.
+    #[inline]
     pub fn next(&self, topic: &str, queues: u32) -> u32 {
         let turn = match self.slot(topic) {
             Some(slot) => slot.turn.fetch_add(1, Ordering::Relaxed),
@@ -93,6 +94,7 @@ impl RoundRobin {
 
     /// The slot of `topic`, claiming a free one on its first use; `None` when every slot on
     /// its probe belongs to another topic.
+    #[inline]
     fn slot(&self, topic: &str) -> Option<&Slot> {
         let last = self.slots.get(self.last.load(Ordering::Relaxed) % SLOTS)?;
         if last.topic.get().is_some_and(|t| **t == *topic) {

@@ -11,7 +11,7 @@ use mqlite::message::{compression, msg_id, properties, validate};
 use mqlite::Appended;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::args::{
@@ -159,10 +159,18 @@ fn held_from<'py>(
             push_property(&k, &v, props)?;
         }
     }
-    let flag = flag_obj
-        .extract::<Int>()
-        .map_err(|_| type_error(format!("flag must be an int, not {}", type_name(flag_obj))))?
-        .to(|v| invalid_message(format!("flag must be in the i32 range, got {v}")))?;
+    // An exact int in range (a bool is not one) takes the short way: this runs once per send.
+    let exact = flag_obj
+        .is_exact_instance_of::<PyInt>()
+        .then(|| flag_obj.extract::<i32>().ok())
+        .flatten();
+    let flag = match exact {
+        Some(f) => f,
+        None => flag_obj
+            .extract::<Int>()
+            .map_err(|_| type_error(format!("flag must be an int, not {}", type_name(flag_obj))))?
+            .to(|v| invalid_message(format!("flag must be in the i32 range, got {v}")))?,
+    };
     Ok(Held {
         topic,
         body,
