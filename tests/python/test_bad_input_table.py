@@ -178,6 +178,7 @@ ROWS: list[Row] = [
     ("flag beyond i32", send(Message(T, b"x", flag=2**40)), E.InvalidMessageError, ("flag",)),
     ("flag beyond i64", send(Message(T, b"x", flag=BIG)), E.InvalidMessageError, ("flag",)),
     ("flag str", send(Message(T, b"x", flag="1")), TypeError, ("flag",)),  # type: ignore[arg-type]
+    ("flag bool", send(Message(T, b"x", flag=True)), TypeError, ("flag",)),
     # batches
     ("batch empty", lambda e: e.producer.send_batch([], topic=T, queue_id=0), E.InvalidBatchError, ("batch", "empty")),
     ("batch mixing topics", lambda e: e.producer.send_batch([Message(T, b"a"), Message("other", b"b")]),
