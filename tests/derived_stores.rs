@@ -307,8 +307,7 @@ fn a_critical_store_without_the_quick_capability_is_never_asked_on_the_producer_
     for i in 0..20u64 {
         let body = common::body(i);
         let msg = MessageRef::new("Derived", 0, &body);
-        if store
-            .try_put_nowait(&msg, None, |wake| wake())
+        if common::put_nowait(&store, &msg, None, |wake| wake())
             .unwrap()
             .is_none()
         {

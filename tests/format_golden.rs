@@ -73,7 +73,7 @@ fn cq_unit_encode_matches_fixture() {
     let unit = CqUnit {
         offset: 4096,
         size: 112,
-        tags_code: properties::tags_hash("A"),
+        tags_code: mqlite::message::tags::of_tag("A"),
     };
     assert_eq!(unit.encode().as_slice(), expected.as_slice());
     let arr: [u8; 20] = expected.as_slice().try_into().unwrap();
@@ -119,8 +119,8 @@ fn record_fixture_decodes_to_expected_fields() {
     assert_eq!(v.topic(), TOPIC);
     assert_eq!(v.properties(), PROPS);
     assert_eq!(properties::get(v.properties(), properties::TAGS), Some("A"));
-    assert_eq!(properties::tags_hash("A"), 65);
-    assert_eq!(properties::tags_hash("TagA"), 2_598_919);
+    assert_eq!(mqlite::message::tags::of_tag("A"), 65);
+    assert_eq!(mqlite::message::tags::of_tag("TagA"), 2_598_919);
     assert_eq!(
         codec::check(&bytes, true, Some(4096)),
         RecordCheck::Record(112)
@@ -185,7 +185,7 @@ fn store_writes_the_golden_layout_to_disk() {
     msg.flag = 7;
     msg.born_timestamp = 1_700_000_000_000;
     msg.reconsume_times = 2;
-    assert_eq!(msg.tags_code, 65);
+    assert_eq!(mqlite::message::tags::of_stored(TOPIC, PROPS, 0), 65);
     let first = store.put(&msg).unwrap().appended;
     let second = store.put(&msg).unwrap().appended;
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Sync mode with pipelined puts: `put_pipelined` appends without waiting for the disk and
+//! Sync mode with pipelined puts: a `Wait::Pipelined` put appends without waiting for the disk and
 //! `wait_durable` confirms a whole run of them with one group commit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,9 +26,7 @@ fn pipelined_puts_become_durable_and_readable_after_one_wait() {
     let body = [7u8; 100];
     let mut last_end = 0;
     for _ in 0..200 {
-        let r = store
-            .put_pipelined(&MessageRef::new("T", 0, &body), None)
-            .unwrap();
+        let r = common::put_pipelined(&store, &MessageRef::new("T", 0, &body), None).unwrap();
         assert_eq!(r.status, PutStatus::PutOk);
         last_end = r.appended.physical_offset + u64::from(r.appended.size);
     }
@@ -63,9 +61,9 @@ fn threads_share_flushes_and_round_robin_spreads_queues() {
             std::thread::spawn(move || {
                 let mut end = 0;
                 for _ in 0..100 {
-                    let r = store
-                        .put_pipelined(&MessageRef::new("T", 0, b"x"), Some(&next))
-                        .unwrap();
+                    let r =
+                        common::put_pipelined(&store, &MessageRef::new("T", 0, b"x"), Some(&next))
+                            .unwrap();
                     end = end.max(r.appended.physical_offset + u64::from(r.appended.size));
                 }
                 assert!(store.wait_durable(end, Duration::from_secs(10)).unwrap());
@@ -86,9 +84,7 @@ fn threads_share_flushes_and_round_robin_spreads_queues() {
 #[test]
 fn wait_durable_in_async_mode_returns_at_once() {
     let store = Store::open_in_memory(common::small_config()).unwrap();
-    let r = store
-        .put_pipelined(&MessageRef::new("T", 0, b"x"), None)
-        .unwrap();
+    let r = common::put_pipelined(&store, &MessageRef::new("T", 0, b"x"), None).unwrap();
     let end = r.appended.physical_offset + u64::from(r.appended.size);
     assert!(store.wait_durable(end, Duration::ZERO).unwrap());
     assert_eq!(store.queue_offsets("T", 0).unwrap(), (0, 1));

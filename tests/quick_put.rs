@@ -1,4 +1,4 @@
-//! `Store::try_put_nowait`, the append a Python producer makes while keeping the GIL: what it
+//! `Wait::NoWait` puts (`Store::put_message`), the append a Python producer makes while keeping the GIL: what it
 //! writes must be exactly what `put` writes (same queue offsets, records that pass every
 //! check on read), it must decline, writing nothing, whenever it could wait (an unknown
 //! topic, a large body, a roll to the next file), in sync mode it must append without waiting
@@ -74,14 +74,16 @@ fn quick_puts_store_what_put_stores() {
     for i in 0..3000u64 {
         let b = body(i);
         let m = MessageRef::new("T", 0, &b).with_properties(&props);
-        let q = match quick.try_put_nowait(&m, Some(&rr_quick), |w| w()).unwrap() {
+        let q = match common::put_nowait(&quick, &m, Some(&rr_quick), |w| w()).unwrap() {
             Some(r) => {
                 quick_count += 1;
                 r
             }
-            None => quick.put_round_robin(&m, &rr_quick).unwrap(),
+            None => {
+                common::put_waiting(&quick, &m, Some(&rr_quick), mqlite::Wait::Durable).unwrap()
+            }
         };
-        let p = plain.put_round_robin(&m, &rr_plain).unwrap();
+        let p = common::put_waiting(&plain, &m, Some(&rr_plain), mqlite::Wait::Durable).unwrap();
         assert_eq!(
             (q.queue_id, q.appended.queue_offset, q.appended.size),
             (p.queue_id, p.appended.queue_offset, p.appended.size),
@@ -111,8 +113,7 @@ fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
 
     // No file yet: the first append creates it, so it is declined.
     let m = MessageRef::new("T", 0, b"x");
-    assert!(store
-        .try_put_nowait(&m, Some(&rr), |w| w())
+    assert!(common::put_nowait(&store, &m, Some(&rr), |w| w())
         .unwrap()
         .is_none());
     assert_eq!(
@@ -124,28 +125,30 @@ fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
 
     // An unknown topic is neither created nor written.
     let unknown = MessageRef::new("Unknown", 0, b"x");
-    assert!(store
-        .try_put_nowait(&unknown, None, |w| w())
+    assert!(common::put_nowait(&store, &unknown, None, |w| w())
         .unwrap()
         .is_none());
     assert!(store.topic("Unknown").unwrap().is_none());
 
     // A body over the limit is left to the blocking path.
     let big = vec![7u8; QUICK_BODY_MAX + 1];
-    assert!(store
-        .try_put_nowait(&MessageRef::new("T", 0, &big), None, |w| w())
-        .unwrap()
-        .is_none());
+    assert!(
+        common::put_nowait(&store, &MessageRef::new("T", 0, &big), None, |w| w())
+            .unwrap()
+            .is_none()
+    );
 
     // Invalid input is rejected as `put` rejects it.
     let bad = MessageRef::new("T", 9, b"x");
-    assert!(store.try_put_nowait(&bad, None, |w| w()).is_err());
+    assert!(common::put_nowait(&store, &bad, None, |w| w()).is_err());
     let bad_props = MessageRef::new("T", 0, b"x").with_properties(b"no separators");
-    assert!(store.try_put_nowait(&bad_props, None, |w| w()).is_err());
+    assert!(common::put_nowait(&store, &bad_props, None, |w| w()).is_err());
 
     assert_eq!(store.queue_offsets("T", 0).unwrap(), (0, 1));
     let end = store.commit_log_range().1;
-    assert!(store.try_put_nowait(&m, None, |w| w()).unwrap().is_some());
+    assert!(common::put_nowait(&store, &m, None, |w| w())
+        .unwrap()
+        .is_some());
     assert!(store.commit_log_range().1 > end);
 }
 
@@ -165,8 +168,7 @@ fn in_sync_mode_a_quick_put_is_pipelined_and_wait_durable_confirms_it() {
     let mut last = 0;
     for i in 0..200u32 {
         let b = body(u64::from(i));
-        let r = store
-            .try_put_nowait(&MessageRef::new("T", 0, &b), Some(&rr), |w| w())
+        let r = common::put_nowait(&store, &MessageRef::new("T", 0, &b), Some(&rr), |w| w())
             .unwrap()
             .expect("a pipelined append in a warmed file needs no wait");
         assert_eq!(r.queue_id, i % 2, "round robin over the write queues");
@@ -204,8 +206,7 @@ fn units_the_producer_cannot_write_reach_their_queue_through_the_reput_thread() 
     // is created by the reput thread, which also wakes a waiting reader.
     let waiter = wait_for_more_than(&store, "U", 0);
     std::thread::sleep(Duration::from_millis(50));
-    let r = store
-        .try_put_nowait(&MessageRef::new("U", 0, b"first"), None, |w| w())
+    let r = common::put_nowait(&store, &MessageRef::new("U", 0, b"first"), None, |w| w())
         .unwrap()
         .expect("the append itself needs no new file");
     assert_eq!(r.appended.queue_offset, 0);
@@ -228,7 +229,9 @@ fn a_waiting_consumer_is_woken_through_wake_via_and_only_then() {
     };
     // Nobody waits: no wake-up to make.
     let m = MessageRef::new("T", 0, b"1");
-    assert!(store.try_put_nowait(&m, None, counted).unwrap().is_some());
+    assert!(common::put_nowait(&store, &m, None, counted)
+        .unwrap()
+        .is_some());
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
     // The waiter wants a message 20 puts ahead: every put made while it waits wakes it
@@ -236,7 +239,9 @@ fn a_waiting_consumer_is_woken_through_wake_via_and_only_then() {
     let waiter = wait_for_more_than(&store, "T", 21);
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(10));
-        assert!(store.try_put_nowait(&m, None, counted).unwrap().is_some());
+        assert!(common::put_nowait(&store, &m, None, counted)
+            .unwrap()
+            .is_some());
     }
     assert!(waiter.join().unwrap());
     let woken = calls.load(Ordering::SeqCst);
@@ -260,15 +265,14 @@ fn a_quick_put_stamps_the_callers_clock_reading_and_store_time_never_goes_back()
     // A reading later than the log's latest stamp is the record's store timestamp as given.
     let later = first + 60_000;
     let m = MessageRef::new("T", 0, b"later");
-    let r = store.try_put_nowait_at(&m, None, later, |w| w()).unwrap();
+    let r = common::put_nowait_at(&store, &m, None, later, |w| w()).unwrap();
     assert!(r.is_some(), "the quick put was declined");
     settle(&store);
     assert_eq!(stamp(&store, 1), later);
     // An older reading (a caller that read the clock before another thread appended) does
     // not put the log's store time back.
     let m = MessageRef::new("T", 0, b"earlier");
-    assert!(store
-        .try_put_nowait_at(&m, None, first - 5, |w| w())
+    assert!(common::put_nowait_at(&store, &m, None, first - 5, |w| w())
         .unwrap()
         .is_some());
     // Nor does a blocking put or a batch, which read the clock themselves.

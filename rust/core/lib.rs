@@ -6,7 +6,7 @@
 //! every `crate::` path of the crate, and fails on an import against it.
 //!
 //! ```text
-//! store                         (facade, services, lifecycle; registers the derived stores)
+//! store                         (facade, services, write pipeline and put hooks, topic admin)
 //! recovery, flush, retention    (startup scan; flush thread and checkpoint; expiry)
 //! store_meta                    (the meta file: format version and geometry)
 //! consume_queue                 (implements dispatch::derived::DerivedStore)
@@ -14,7 +14,7 @@
 //! commit_log                    (append + END_OF_FILE padding, batch, read, recovery scan)
 //! config                        (StoreConfig and its limits)
 //! topic_config                  (topics.json)
-//! message                       (record codec, properties, ids, validation)
+//! message                       (record codec, builder, properties, tags code, ids, validation)
 //! checkpoint, lock, wakeup      (small files shared with other processes)
 //! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)
 //! mapped_file                   (mmap and syscalls: the only unsafe code; fallocate)
@@ -66,6 +66,9 @@ pub use commit_log::append::Appended;
 pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
-pub use store::{GetResult, GetStatus, PutResult, PutStatus, RoundRobin, Store, TagFilter};
+pub use store::{
+    GetResult, GetStatus, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store, TagFilter,
+    Wait,
+};
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

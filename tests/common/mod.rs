@@ -138,3 +138,71 @@ pub fn crash_child(test_name: &str, dir: &Path) -> String {
     assert!(!status.success(), "the child must die by the signal");
     info
 }
+
+/// A `Wait::NoWait` put of `m` to its own queue, or round robin with `rr`, waking consumers
+/// through `wake`.
+pub fn put_nowait(
+    store: &Store,
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&mqlite::RoundRobin>,
+    wake: impl Fn(&(dyn Fn() + Sync)),
+) -> mqlite::Result<Option<mqlite::PutResult>> {
+    put_nowait_request(store, m, rr, None, wake)
+}
+
+/// `put_nowait` with the caller's clock reading `now_ms`.
+pub fn put_nowait_at(
+    store: &Store,
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&mqlite::RoundRobin>,
+    now_ms: i64,
+    wake: impl Fn(&(dyn Fn() + Sync)),
+) -> mqlite::Result<Option<mqlite::PutResult>> {
+    put_nowait_request(store, m, rr, Some(now_ms), wake)
+}
+
+fn put_nowait_request(
+    store: &Store,
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&mqlite::RoundRobin>,
+    now_ms: Option<i64>,
+    wake: impl Fn(&(dyn Fn() + Sync)),
+) -> mqlite::Result<Option<mqlite::PutResult>> {
+    let mut req = mqlite::PutRequest::new(routing(m, rr))
+        .wait(mqlite::Wait::NoWait)
+        .wake_via(&wake);
+    req.now_ms = now_ms;
+    store.put_message(m, &req)
+}
+
+/// A put of `m` waiting as `wait`, to its own queue or round robin with `rr`.
+pub fn put_waiting(
+    store: &Store,
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&mqlite::RoundRobin>,
+    wait: mqlite::Wait,
+) -> mqlite::Result<mqlite::PutResult> {
+    let req = mqlite::PutRequest::new(routing(m, rr)).wait(wait);
+    store
+        .put_message(m, &req)
+        .map(|r| r.expect("only a NoWait put declines"))
+}
+
+fn routing<'r>(
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&'r mqlite::RoundRobin>,
+) -> mqlite::Routing<'r> {
+    rr.map_or(
+        mqlite::Routing::Queue(m.queue_id),
+        mqlite::Routing::RoundRobin,
+    )
+}
+
+/// A `Wait::Pipelined` put (see `put_waiting`).
+pub fn put_pipelined(
+    store: &Store,
+    m: &mqlite::MessageRef<'_>,
+    rr: Option<&mqlite::RoundRobin>,
+) -> mqlite::Result<mqlite::PutResult> {
+    put_waiting(store, m, rr, mqlite::Wait::Pipelined)
+}

@@ -7,7 +7,7 @@ pub mod notifier;
 pub mod reput;
 
 use crate::error::Result;
-use crate::message::properties;
+use crate::message::tags;
 use crate::message::RecordView;
 
 /// What a dispatcher learns about one record (decoded without its CRC or body).
@@ -21,7 +21,7 @@ pub struct DispatchRequest<'a> {
     pub commit_log_offset: u64,
     /// Record size.
     pub size: u32,
-    /// Tags code (Java hash of TAGS, 0 without a tag).
+    /// Tags code (`message::tags::of_record`).
     pub tags_code: i64,
     /// Store timestamp.
     pub store_timestamp: i64,
@@ -44,9 +44,7 @@ impl<'a> DispatchRequest<'a> {
             queue_id: v.queue_id(),
             commit_log_offset: v.physical_offset(),
             size: v.total_size(),
-            tags_code: properties::get(props, properties::TAGS)
-                .map(properties::tags_hash)
-                .unwrap_or(0),
+            tags_code: tags::of_stored(v.topic(), props, v.store_timestamp()),
             store_timestamp: v.store_timestamp(),
             queue_offset: v.queue_offset(),
             sysflag: v.sysflag(),

@@ -1,9 +1,11 @@
 //! Messages: what a producer hands the store, and the record layout they are stored in.
 
+pub mod builder;
 pub mod codec;
 pub mod compression;
 pub mod msg_id;
 pub mod properties;
+pub mod tags;
 pub mod validate;
 
 pub use codec::{RecordCheck, RecordView};
@@ -53,8 +55,6 @@ pub struct MessageRef<'a> {
     pub flag: i32,
     /// Encoded properties.
     pub properties: &'a [u8],
-    /// Java `String.hashCode` of the TAGS property (0 if none).
-    pub tags_code: i64,
     /// SYSFLAG bits chosen by the producer (transaction type, compression).
     pub sysflag: i32,
     /// Producer wall clock in ms.
@@ -74,7 +74,6 @@ impl<'a> MessageRef<'a> {
             body,
             flag: 0,
             properties: &[],
-            tags_code: 0,
             sysflag: 0,
             born_timestamp: crate::util::clock::now_ms(),
             reconsume_times: 0,
@@ -82,22 +81,9 @@ impl<'a> MessageRef<'a> {
         }
     }
 
-    /// Sets encoded properties and the tags hash they imply.
+    /// Sets encoded properties.
     pub fn with_properties(mut self, properties: &'a [u8]) -> Self {
         self.properties = properties;
-        self.tags_code = properties::get(properties, properties::TAGS)
-            .map(properties::tags_hash)
-            .unwrap_or(0);
         self
     }
-}
-
-/// Java `String.hashCode` of `s` (UTF-16 code units, wrapping), sign-extended to i64: the
-/// consume-queue tags code of a tag.
-pub fn java_string_hash(s: &str) -> i32 {
-    let mut h: i32 = 0;
-    for unit in s.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    h
 }

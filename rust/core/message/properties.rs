@@ -168,9 +168,141 @@ pub fn decode(props: &[u8]) -> Vec<(String, String)> {
     out
 }
 
-/// Consume-queue tags code of a TAGS value: Java `String.hashCode`, sign-extended.
-pub fn tags_hash(tag: &str) -> i64 {
-    i64::from(super::java_string_hash(tag))
+/// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
+/// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes,
+/// which also finds the TAGS value (the first one) for dispatch.
+pub fn check_encoded(props: &[u8]) -> crate::error::Result<Option<&str>> {
+    let bad = |reason: &str| {
+        Err(crate::error::Error::InvalidMessage {
+            reason: reason.to_owned(),
+        })
+    };
+    // The properties of most sends, a bare body's: the unique key alone. Accepted here with
+    // one word-at-a-time scan of its value; anything else (or anything this would reject)
+    // goes through the general parse below, which gives the same verdict for it.
+    if let Some(value) = props
+        .strip_prefix(UNIQ_KEY.as_bytes())
+        .and_then(|r| r.strip_prefix(&[NAME_VALUE_SEPARATOR]))
+        .and_then(|r| r.strip_suffix(&[PROPERTY_SEPARATOR]))
+    {
+        if !value.is_empty() && crate::util::bytes::all_ascii_from(value, 3) {
+            return Ok(None);
+        }
+    }
+    if !props.is_ascii() && std::str::from_utf8(props).is_err() {
+        return bad("properties are not UTF-8");
+    }
+    let mut tags: Option<&[u8]> = None;
+    let mut at = 0usize;
+    while at < props.len() {
+        let rest = props.get(at..).unwrap_or(&[]);
+        // name, then \x01 (the next byte below 3 must be exactly that)
+        let name_len = match crate::util::bytes::find_below(rest, 3) {
+            Some(i) if i > 0 && rest.get(i) == Some(&NAME_VALUE_SEPARATOR) => i,
+            _ => return bad("malformed property (empty name, or a NUL or \\x02 before \\x01)"),
+        };
+        let value_at = at + name_len + 1;
+        let rest = props.get(value_at..).unwrap_or(&[]);
+        let value_len =
+            match crate::util::bytes::find_below(rest, 3) {
+                Some(i) if i > 0 && rest.get(i) == Some(&PROPERTY_SEPARATOR) => i,
+                _ => return bad(
+                    "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
+                ),
+            };
+        if tags.is_none() && props.get(at..at + name_len) == Some(TAGS.as_bytes()) {
+            tags = props.get(value_at..value_at + value_len);
+        }
+        at = value_at + value_len + 1;
+    }
+    // The whole string is UTF-8 and the value lies between ASCII separators.
+    Ok(tags.and_then(|t| std::str::from_utf8(t).ok()))
+}
+
+#[cfg(test)]
+mod check_encoded_tests {
+    use super::check_encoded as check_encoded_properties;
+
+    #[test]
+    fn encoded_property_validation() {
+        assert_eq!(check_encoded_properties(b"").unwrap(), None);
+        assert_eq!(
+            check_encoded_properties(b"a\x01b\x02cc\x01dd\x02").unwrap(),
+            None
+        );
+        assert_eq!(
+            check_encoded_properties(b"a\x01b\x02TAGS\x01red\x02TAGS\x01blue\x02").unwrap(),
+            Some("red")
+        );
+        for bad in [
+            &b"a\x01b"[..],
+            b"\x01b\x02",
+            b"a\x01\x02",
+            b"a\x02",
+            b"a\x01b\x01c\x02",
+            b"a\x00\x01b\x02",
+            b"\x02",
+        ] {
+            assert!(check_encoded_properties(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The reference reading of FORMAT.md §2 for strings the store accepts: split on \x02
+    /// (the last piece empty), each piece one non-empty name, \x01, one non-empty value.
+    fn reference(props: &[u8]) -> Option<Option<Vec<u8>>> {
+        if props.is_empty() {
+            return Some(None);
+        }
+        let body = props.strip_suffix(b"\x02")?;
+        let mut tags = None;
+        for pair in body.split(|&b| b == 2) {
+            let k = pair.iter().position(|&b| b == 1)?;
+            let (name, value) = (&pair[..k], &pair[k + 1..]);
+            let bad = |s: &[u8]| s.is_empty() || s.iter().any(|&b| b < 3);
+            if bad(name) || bad(value) {
+                return None;
+            }
+            if tags.is_none() && name == b"TAGS" {
+                tags = Some(value.to_vec());
+            }
+        }
+        Some(tags)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn validation_agrees_with_the_reference(
+            picks in proptest::collection::vec(0usize..10, 0..48)
+        ) {
+            const ALPHABET: [&[u8]; 10] =
+                [b"a", b"b", b"\x00", b"\x01", b"\x02", b"TAGS", b"\x01", b"\x02", b"x\x01y\x02", b"\xc3\xa9"];
+            let props: Vec<u8> = picks.iter().flat_map(|&i| ALPHABET[i].iter().copied()).collect();
+            let got = check_encoded_properties(&props).ok().map(|t| t.map(|s| s.as_bytes().to_vec()));
+            proptest::prop_assert_eq!(got, reference(&props), "{:?}", props);
+        }
+
+        /// The unique-key-alone shortcut, fed values of every byte, of every length around
+        /// the word size, and with the key followed by more properties.
+        #[test]
+        fn unique_key_shortcut_agrees_with_the_reference(
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            tail in proptest::collection::vec(0usize..10, 0..4),
+        ) {
+            const ALPHABET: [&[u8]; 10] =
+                [b"a", b"\x00", b"\x01", b"\x02", b"TAGS", b"\x01", b"\x02", b"x\x01y\x02", b"\xc3\xa9", b"\x80"];
+            let mut props = b"UNIQ_KEY\x01".to_vec();
+            props.extend_from_slice(&value);
+            props.push(2);
+            props.extend(tail.iter().flat_map(|&i| ALPHABET[i].iter().copied()));
+            let got = check_encoded_properties(&props).ok().map(|t| t.map(|s| s.as_bytes().to_vec()));
+            // The reference has no UTF-8 rule: only compare what is UTF-8.
+            if std::str::from_utf8(&props).is_ok() {
+                proptest::prop_assert_eq!(got, reference(&props), "{:?}", props);
+            } else {
+                proptest::prop_assert!(got.is_none(), "{:?}", props);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -190,14 +322,17 @@ mod tests {
 
     #[test]
     fn java_hash_matches_known_values() {
-        assert_eq!(super::super::java_string_hash(""), 0);
-        assert_eq!(super::super::java_string_hash("TagA"), 2_598_919);
-        assert_eq!(super::super::java_string_hash("hello"), 99_162_322);
+        assert_eq!(super::super::tags::java_string_hash(""), 0);
+        assert_eq!(super::super::tags::java_string_hash("TagA"), 2_598_919);
+        assert_eq!(super::super::tags::java_string_hash("hello"), 99_162_322);
         // wraps like Java int arithmetic
         assert_eq!(
-            super::super::java_string_hash("polygenelubricants"),
+            super::super::tags::java_string_hash("polygenelubricants"),
             i32::MIN
         );
-        assert_eq!(tags_hash("polygenelubricants"), i64::from(i32::MIN));
+        assert_eq!(
+            super::super::tags::of_tag("polygenelubricants"),
+            i64::from(i32::MIN)
+        );
     }
 }

@@ -11,8 +11,10 @@
 //! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
 
+mod admin;
 mod follow;
 mod geometry;
+pub mod hooks;
 mod open;
 mod read;
 mod round_robin;
@@ -40,7 +42,16 @@ use crate::topic_config::TopicTable;
 
 pub use read::{GetResult, GetStatus, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
-pub use write::{PutResult, PutStatus, QUICK_BODY_MAX};
+pub use write::{PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX};
+
+/// What a store runs besides its built-in parts, registered when it opens.
+#[derive(Debug, Default)]
+pub struct Extensions {
+    /// Derived stores, after the consume queues (dispatch/derived.rs).
+    pub derived: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
+    /// Put hooks, in the order they run.
+    pub put_hooks: Vec<Arc<dyn hooks::PutHook>>,
+}
 
 /// An open message store. Cheap to share: every method takes `&self` and is thread-safe.
 #[derive(Debug)]
@@ -63,6 +74,8 @@ struct Inner {
     cqs: Arc<ConsumeQueueStore>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
+    /// The put hooks, in the order they run (empty unless registered at open).
+    hooks: Vec<Arc<dyn hooks::PutHook>>,
     topics: TopicTable,
     checkpoint: Option<Arc<Checkpoint>>,
     reput: Option<Arc<Reput>>,
@@ -79,7 +92,8 @@ struct Inner {
     closed: AtomicBool,
     fork_gen: u64,
     recovery: RecoveryReport,
-    uniq: crate::message::msg_id::UniqueIdGenerator,
+    /// The store's one generator of client unique ids, shared with its producers.
+    uniq: Arc<crate::message::msg_id::UniqueIdGenerator>,
     /// When mapped pages of old files were last released (ms; see `release_pages`).
     last_release: std::sync::atomic::AtomicI64,
     /// Start of the commit-log file the latest read ended in (`u64::MAX`: none yet).
@@ -156,7 +170,27 @@ impl Store {
         config: StoreConfig,
         extra: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
     ) -> Result<Store> {
-        open::open_with(Some(root.as_ref()), config, &mut || false, extra)
+        Store::open_extended(
+            root,
+            config,
+            Extensions {
+                derived: extra,
+                ..Extensions::default()
+            },
+        )
+    }
+
+    /// `open`, registering what `ext` holds: derived stores (as `open_with_derived`) and put
+    /// hooks, which run in the given order on every put (store/hooks.rs).
+    ///
+    /// # Errors
+    /// As `open_with_derived`.
+    pub fn open_extended(
+        root: impl AsRef<Path>,
+        config: StoreConfig,
+        ext: Extensions,
+    ) -> Result<Store> {
+        open::open_with(Some(root.as_ref()), config, &mut || false, ext)
     }
 
     /// Opens a store that lives in anonymous memory only (nothing on disk).
@@ -217,13 +251,11 @@ impl Store {
         self.inner.recovery
     }
 
-    /// Generates a client unique id (UNIQ_KEY) for a message.
-    pub fn new_unique_id(&self) -> String {
-        self.inner
-            .uniq
-            .next_id(self.inner.config.clock.now_ms())
-            .as_str()
-            .to_owned()
+    /// The store's generator of client unique ids (UNIQ_KEY): every producer of this store
+    /// takes its ids from it, so they are unique across producers. A producer keeps the handle
+    /// (its counter then sits in an allocation of its own, apart from the store's state).
+    pub fn unique_ids(&self) -> Arc<crate::message::msg_id::UniqueIdGenerator> {
+        Arc::clone(&self.inner.uniq)
     }
 
     /// Commit-log offsets: (oldest byte, one past the newest record).

@@ -32,7 +32,7 @@ pub(super) fn open(
     config: StoreConfig,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<Store> {
-    open_with(root, config, interrupted, Vec::new())
+    open_with(root, config, interrupted, super::Extensions::default())
 }
 
 /// `open`, registering `extra` derived stores after the consume queues (tests register
@@ -41,8 +41,12 @@ pub(super) fn open_with(
     root: Option<&Path>,
     mut config: StoreConfig,
     interrupted: &mut dyn FnMut() -> bool,
-    extra: Vec<Arc<dyn DerivedStore>>,
+    ext: super::Extensions,
 ) -> Result<Store> {
+    let super::Extensions {
+        derived: extra,
+        put_hooks,
+    } = ext;
     config.validate()?;
     // Checked before anything is created: the checkpoint must be able to record every store.
     DerivedStores::check_names(
@@ -259,6 +263,7 @@ pub(super) fn open_with(
         commit_log,
         cqs,
         derived,
+        hooks: put_hooks,
         topics,
         checkpoint,
         reput,
@@ -272,7 +277,7 @@ pub(super) fn open_with(
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
-        uniq: UniqueIdGenerator::new(seed()),
+        uniq: Arc::new(UniqueIdGenerator::new(seed())),
         last_release: std::sync::atomic::AtomicI64::new(0),
         last_read_file: std::sync::atomic::AtomicU64::new(u64::MAX),
         // The files were just loaded.

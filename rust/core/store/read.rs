@@ -69,7 +69,7 @@ impl TagFilter {
                 return TagFilter::default();
             }
             if !t.is_empty() {
-                f.codes.insert(properties::tags_hash(t));
+                f.codes.insert(crate::message::tags::of_tag(t));
                 f.tags.insert(t.to_owned());
             }
         }

@@ -1,6 +1,19 @@
-//! The write path: validation (bad input writes nothing), topic auto-creation, append,
-//! dispatch, and the durability wait of sync mode.
+//! The write path, one pipeline for every put: validation (bad input writes nothing), routing
+//! to a queue, the put hooks (hooks.rs), append, dispatch and the durability wait. Topics are
+//! created and changed in admin.rs.
+//!
+//! A put is one message or a batch with a [`PutRequest`]: where it goes ([`Routing`]) and what
+//! it waits for ([`Wait`]).
+//!
+//! Invariants
+//! - A message is validated whole before anything is created or written: a rejected message
+//!   neither auto-creates its topic nor advances its topic's round-robin turn.
+//! - A caller's message to a system topic is refused; only a hook's rewrite goes there.
+//! - A batch is appended to one queue, under one lock, all or nothing.
+//! - Once `Wait::Durable` returns, the record is in its consume queue (read-your-writes) and,
+//!   in sync mode, on disk.
 
+use super::hooks::{self, Rewrite};
 use super::round_robin::RoundRobin;
 use super::Store;
 use crate::commit_log::append::{Appended, Prepared};
@@ -8,13 +21,13 @@ use crate::config::FlushMode;
 use crate::dispatch::reput::Reput;
 use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
-use crate::message::{properties, validate, MessageRef};
-use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
-use crate::util::{bytes, reuse};
+use crate::message::{properties, tags, validate, MessageRef};
+use crate::topic_config::is_system_topic;
+use crate::util::reuse;
 use std::cell::Cell;
 
-/// The largest body `Store::try_put_nowait` appends (copy and checksum stay a few
-/// microseconds); larger ones take the blocking path.
+/// The largest body a `Wait::NoWait` put appends (copy and checksum stay a few microseconds);
+/// larger ones are declined for the blocking path.
 pub const QUICK_BODY_MAX: usize = 64 * 1024;
 
 /// Outcome of a put that wrote the message.
@@ -26,40 +39,159 @@ pub enum PutStatus {
     FlushDiskTimeout,
 }
 
-/// Result of `put`.
+/// Result of a put of one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutResult {
     /// Durability status.
     pub status: PutStatus,
     /// Where the record landed.
     pub appended: Appended,
-    /// The queue it went to (chosen by `put_round_robin`, or the message's own).
+    /// The queue it went to (a hook's rewrite may have moved it to another topic's queue).
     pub queue_id: u32,
 }
 
+/// Which queue of the message's topic a put goes to.
+#[derive(Debug, Clone, Copy)]
+pub enum Routing<'r> {
+    /// This queue (`InvalidQueue` when the topic has no such write queue).
+    Queue(u32),
+    /// The topic's next turn in this round robin, as a RocketMQ producer picks queues.
+    RoundRobin(&'r RoundRobin),
+    /// `hash % write queues`: every message of one sharding key goes to one queue, in order.
+    Hash(u32),
+}
+
+/// What a put waits for before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The record is dispatched and, in sync mode, durable (`PutStatus::FlushDiskTimeout`
+    /// when the disk did not confirm in time).
+    Durable,
+    /// Sync mode: the group commit is requested and not awaited; the caller confirms the
+    /// record with `Store::wait_durable(end)`, so one fsync covers every send issued
+    /// meanwhile. Async mode: as `Durable`.
+    Pipelined,
+    /// As `Pipelined`, for a caller that must not block at all (a Python producer holding
+    /// the GIL): when the topic exists, the body is at most `QUICK_BODY_MAX` bytes and the
+    /// append needs no new file, no page fault and no wait for a lock, the put appends;
+    /// otherwise it returns `Ok(None)` having written nothing, and the caller puts again
+    /// with another `Wait`. A batch put never declines: it acts as `Pipelined`.
+    NoWait,
+}
+
+/// Called by a `Wait::NoWait` put with the wake-up of consumers blocked on the new record,
+/// only when there is one: the binding runs it with the GIL released, so that the woken
+/// thread, which may run at once, finds the GIL free.
+pub type WakeVia<'r> = &'r dyn Fn(&(dyn Fn() + Sync));
+
+/// How to put: routing and wait, with the caller's clock reading.
+#[derive(Clone, Copy)]
+pub struct PutRequest<'r> {
+    /// Where the message goes (the message's own `queue_id` is ignored).
+    pub routing: Routing<'r>,
+    /// What the put waits for.
+    pub wait: Wait,
+    /// The caller's clock reading in ms (a producer that stamps the born timestamp has just
+    /// read it): a `NoWait` put's store timestamp, which spares a clock call. `None`: the
+    /// store's clock.
+    pub now_ms: Option<i64>,
+    /// See [`WakeVia`]; `None` wakes consumers on the putting thread.
+    pub wake_via: Option<WakeVia<'r>>,
+}
+
+impl std::fmt::Debug for PutRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PutRequest")
+            .field("routing", &self.routing)
+            .field("wait", &self.wait)
+            .field("now_ms", &self.now_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'r> PutRequest<'r> {
+    /// A durable put with `routing`.
+    pub fn new(routing: Routing<'r>) -> Self {
+        PutRequest {
+            routing,
+            wait: Wait::Durable,
+            now_ms: None,
+            wake_via: None,
+        }
+    }
+
+    /// This request with `wait`.
+    #[must_use]
+    pub fn wait(self, wait: Wait) -> Self {
+        PutRequest { wait, ..self }
+    }
+
+    /// This request with the caller's clock reading.
+    #[must_use]
+    pub fn now_ms(self, now_ms: i64) -> Self {
+        PutRequest {
+            now_ms: Some(now_ms),
+            ..self
+        }
+    }
+
+    /// This request waking consumers through `wake_via`.
+    #[must_use]
+    pub fn wake_via(self, wake_via: WakeVia<'r>) -> Self {
+        PutRequest {
+            wake_via: Some(wake_via),
+            ..self
+        }
+    }
+}
+
+impl Routing<'_> {
+    /// The queue of `topic` (with `queues` write queues) this routing picks, checked.
+    #[inline]
+    fn pick(self, topic: &str, queues: u32) -> Result<u32> {
+        let queue_id = match self {
+            Routing::Queue(q) => q,
+            Routing::RoundRobin(next) => next.next(topic, queues),
+            Routing::Hash(h) => h % queues.max(1),
+        };
+        check_queue_id(topic, queue_id, queues)?;
+        Ok(queue_id)
+    }
+
+    /// Hands back a turn taken for a put that wrote nothing.
+    fn give_back(self, topic: &str) {
+        if let Routing::RoundRobin(next) = self {
+            next.give_back(topic);
+        }
+    }
+}
+
 impl Store {
-    /// Appends one message.
+    /// Appends one message to its own queue (`msg.queue_id`) and waits as `Wait::Durable`.
     ///
     /// # Errors
     /// A typed error for every invalid input (nothing is written), `ReadOnly`, `Closed`,
     /// `Poisoned` after a failed flush, `StoreFull` when no file can be created.
     pub fn put(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
-        self.put_to(msg, None, true)
+        self.put_blocking(msg, Routing::Queue(msg.queue_id), true)
     }
 
-    /// Appends one message without waiting for the disk in sync mode: the caller pipelines
-    /// sends and later confirms them with `wait_durable(result.end())`, so one fsync covers
-    /// every send of every thread issued meanwhile. In async mode this is `put`. `queue_id`
-    /// `None` picks round robin with `next`, as `put_round_robin`.
+    /// Appends one message as `req` says. `Ok(None)` only for `Wait::NoWait`, when the put
+    /// would have had to wait (nothing was written, no turn taken).
     ///
     /// # Errors
     /// As `put`.
-    pub fn put_pipelined(
+    #[inline]
+    pub fn put_message(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&RoundRobin>,
-    ) -> Result<PutResult> {
-        self.put_to(msg, round_robin, false)
+        req: &PutRequest<'_>,
+    ) -> Result<Option<PutResult>> {
+        match req.wait {
+            Wait::NoWait => self.put_quick(msg, req),
+            Wait::Durable => self.put_blocking(msg, req.routing, true).map(Some),
+            Wait::Pipelined => self.put_blocking(msg, req.routing, false).map(Some),
+        }
     }
 
     /// Sync mode: waits until every byte below `end` is on disk (one group commit for every
@@ -83,72 +215,58 @@ impl Store {
         }
     }
 
-    /// Appends one message to the next queue of its topic in `next` (`msg.queue_id` is
-    /// ignored), which advances that topic's turn only: round robin over the write queues, as a
-    /// RocketMQ producer does, with a single topic lookup.
+    /// The `Wait::NoWait` put. In async mode (and in memory) the record is dispatched as far
+    /// as that needs no wait (the reput thread does the rest); in sync mode a group commit is
+    /// requested, and `wait_durable(result.end())` both confirms and dispatches the record
+    /// (consumers see a sync-mode record only once it is durable).
     ///
-    /// # Errors
-    /// As `put`.
-    pub fn put_round_robin(&self, msg: &MessageRef<'_>, next: &RoundRobin) -> Result<PutResult> {
-        self.put_to(msg, Some(next), true)
-    }
-
-    /// `put_pipelined` for a caller that must not wait, such as a Python producer keeping the
-    /// GIL for a short send: when the topic exists, the body is at most `QUICK_BODY_MAX` bytes
-    /// and the append needs no new file, no page fault and no wait for the append lock, it
-    /// appends and returns the result; otherwise it returns `Ok(None)` having written nothing
-    /// (the caller then uses the blocking form). Invalid input is rejected as by `put`,
-    /// writing nothing. `round_robin` picks the queue as `put_round_robin` does.
-    ///
-    /// - Async mode (and an in-memory store): the record is dispatched as far as that needs
-    ///   no wait (the reput thread does the rest), as by `put`. Consumers waiting for it are
-    ///   woken through `wake_via` (called only when there is one): the binding releases the
-    ///   GIL around it, so that the woken thread, which may run at once, finds the GIL free.
-    /// - Sync mode: a group commit is requested and nothing is awaited, as by `put_pipelined`;
-    ///   the caller confirms the record with `wait_durable(result.end())`, which also
-    ///   dispatches it (consumers see a sync-mode record only once it is durable).
-    ///
-    /// # Errors
-    /// As `put`.
-    pub fn try_put_nowait(
-        &self,
-        msg: &MessageRef<'_>,
-        round_robin: Option<&RoundRobin>,
-        wake_via: impl FnOnce(&(dyn Fn() + Sync)),
-    ) -> Result<Option<PutResult>> {
-        self.try_put_nowait_at(msg, round_robin, self.inner.config.clock.now_ms(), wake_via)
-    }
-
-    /// `try_put_nowait` for a caller that has just read the clock (`now_ms`, milliseconds
-    /// since the epoch; a producer stamps the born timestamp with it): the record's store
-    /// timestamp is taken from it rather than from another clock call, which costs about 20
-    /// ns on a virtual machine, 4% of a send from Python.
-    ///
-    /// # Errors
-    /// As `put`.
-    pub fn try_put_nowait_at(
-        &self,
-        msg: &MessageRef<'_>,
-        round_robin: Option<&RoundRobin>,
-        now_ms: i64,
-        wake_via: impl FnOnce(&(dyn Fn() + Sync)),
-    ) -> Result<Option<PutResult>> {
+    /// Its own function, as `put_blocking` is: the quick path's code stays compact in the
+    /// instruction cache instead of interleaved with the waiting path's.
+    #[inline(never)]
+    fn put_quick(&self, msg: &MessageRef<'_>, req: &PutRequest<'_>) -> Result<Option<PutResult>> {
         if msg.body.len() > QUICK_BODY_MAX {
             return Ok(None);
         }
         self.check_writable()?;
         let tags = self.check_message(msg)?;
-        // Unknown topic (creating it writes a file), or the table busy with a change.
-        let Some(Some(info)) = self.inner.topics.try_write_info(msg.topic) else {
-            return Ok(None);
+        let info = match self.inner.topics.try_write_info(msg.topic) {
+            Some(Some(info)) => info,
+            // Unknown: creating the topic writes a file, unless it can never be sent to.
+            Some(None) if is_system_topic(msg.topic) => return Err(system_topic(msg.topic)),
+            // Unknown, or the table busy with a change.
+            _ => return Ok(None),
         };
-        let msg = routed(msg, check_send_allowed(msg.topic, info)?, round_robin)?;
-        let prepared = Prepared::new(msg)?;
-        let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
-            if let Some(next) = round_robin {
-                // Not sent: the blocking retry takes this queue's turn again.
-                next.give_back(msg.topic);
+        let mut routed = *msg;
+        routed.queue_id = req
+            .routing
+            .pick(msg.topic, check_send_allowed(msg.topic, info)?)?;
+        let rewrite = match self.inner.hooks.is_empty() {
+            true => None,
+            false => match self.rewrite(&routed, req.routing, false)? {
+                Hooked::Unchanged => None,
+                Hooked::Rewritten(r) => Some(r),
+                Hooked::Declined => return Ok(None),
+            },
+        };
+        // By reference: the message is not copied again before `Prepared::new`.
+        let stored;
+        let (msg, tags) = match &rewrite {
+            None => (&routed, tags),
+            Some(r) => {
+                stored = r.apply(&routed);
+                (
+                    &stored,
+                    properties::get(stored.properties, properties::TAGS),
+                )
             }
+        };
+        let now_ms = req
+            .now_ms
+            .unwrap_or_else(|| self.inner.config.clock.now_ms());
+        let prepared = Prepared::new(*msg)?;
+        let Some(appended) = self.inner.commit_log.try_put(&prepared, now_ms)? else {
+            // Not sent: the blocking retry takes this queue's turn again.
+            req.routing.give_back(routed.topic);
             return Ok(None);
         };
         let end = appended.physical_offset + u64::from(appended.size);
@@ -157,12 +275,15 @@ impl Store {
             // Async mode, or an in-memory store (nothing to flush).
             _ => {
                 if let Some(r) = &self.inner.reput {
-                    let req = known_request(
-                        &msg,
-                        &appended,
-                        tags.map(properties::tags_hash).unwrap_or(0),
-                    );
-                    r.try_dispatch_quick(appended.physical_offset, end, &[req], wake_via);
+                    let code =
+                        tags::of_record(msg.topic, msg.properties, tags, appended.store_timestamp);
+                    let req_ = known_request(msg, &appended, code);
+                    match req.wake_via {
+                        Some(w) => r.try_dispatch_quick(appended.physical_offset, end, &[req_], w),
+                        None => {
+                            r.try_dispatch_quick(appended.physical_offset, end, &[req_], |w| w())
+                        }
+                    }
                 }
             }
         }
@@ -173,19 +294,41 @@ impl Store {
         }))
     }
 
-    fn put_to(
+    #[inline(never)]
+    fn put_blocking(
         &self,
         msg: &MessageRef<'_>,
-        round_robin: Option<&RoundRobin>,
+        routing: Routing<'_>,
         wait: bool,
     ) -> Result<PutResult> {
         self.check_writable()?;
         // Message first: a rejected message must not auto-create its topic.
         let tags = self.check_message(msg)?;
-        let msg = &routed(msg, self.writable_queues(msg.topic)?, round_robin)?;
+        let mut routed = *msg;
+        routed.queue_id = routing.pick(msg.topic, self.writable_queues(msg.topic)?)?;
+        let rewrite = match self.inner.hooks.is_empty() {
+            true => None,
+            false => match self.rewrite(&routed, routing, true)? {
+                Hooked::Rewritten(r) => Some(r),
+                Hooked::Unchanged | Hooked::Declined => None,
+            },
+        };
+        // By reference: the message is not copied again before `Prepared::new`.
+        let stored;
+        let (msg, tags) = match &rewrite {
+            None => (&routed, tags),
+            Some(r) => {
+                stored = r.apply(&routed);
+                (
+                    &stored,
+                    properties::get(stored.properties, properties::TAGS),
+                )
+            }
+        };
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
-        let req = known_request(msg, &appended, tags.map(properties::tags_hash).unwrap_or(0));
+        let code = tags::of_record(msg.topic, msg.properties, tags, appended.store_timestamp);
+        let req = known_request(msg, &appended, code);
         let end = appended.physical_offset + u64::from(appended.size);
         let status = self.after_append(
             end,
@@ -199,30 +342,34 @@ impl Store {
         })
     }
 
-    /// Appends a batch of messages for one topic and queue, with consecutive queue offsets, in
-    /// one file and under one lock. All or nothing: an invalid message rejects the batch.
-    pub fn put_batch(&self, msgs: &[MessageRef<'_>], out: &mut Vec<Appended>) -> Result<PutStatus> {
-        self.put_batch_to(msgs, None, out).map(|(_, status)| status)
-    }
-
-    /// `put_batch` to the next queue of the batch's topic in `next` (the messages' queue ids
-    /// are ignored), the topic's turn advancing once per batch; returns the queue chosen.
+    /// Appends a batch to the queue its messages name (they must all name the same one),
+    /// waiting as `Wait::Durable`. See `put_messages`.
     ///
     /// # Errors
-    /// As `put_batch`.
-    pub fn put_batch_round_robin(
-        &self,
-        msgs: &[MessageRef<'_>],
-        next: &RoundRobin,
-        out: &mut Vec<Appended>,
-    ) -> Result<(u32, PutStatus)> {
-        self.put_batch_to(msgs, Some(next), out)
+    /// As `put_messages`.
+    pub fn put_batch(&self, msgs: &[MessageRef<'_>], out: &mut Vec<Appended>) -> Result<PutStatus> {
+        let queue_id = msgs.first().map_or(0, |m| m.queue_id);
+        if msgs.iter().any(|m| m.queue_id != queue_id) {
+            return Err(Error::InvalidBatch {
+                reason: "a batch must target one topic and queue".into(),
+            });
+        }
+        self.put_messages(msgs, &PutRequest::new(Routing::Queue(queue_id)), out)
+            .map(|(_, status)| status)
     }
 
-    fn put_batch_to(
+    /// Appends a batch of messages for one topic to one queue (chosen by `req.routing` once
+    /// for the batch; the messages' own queue ids are ignored), with consecutive queue offsets,
+    /// in one file and under one lock; pushes each record's `Appended` to `out` and returns the
+    /// queue. All or nothing: an invalid message rejects the batch.
+    ///
+    /// # Errors
+    /// As `put`, and `InvalidBatch` for an empty batch, several topics, transaction messages,
+    /// or hooks that send its messages to different queues.
+    pub fn put_messages(
         &self,
         msgs: &[MessageRef<'_>],
-        round_robin: Option<&RoundRobin>,
+        req: &PutRequest<'_>,
         out: &mut Vec<Appended>,
     ) -> Result<(u32, PutStatus)> {
         self.check_writable()?;
@@ -232,11 +379,11 @@ impl Store {
             });
         };
         let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
-        let mut tags_codes: Vec<i64> = reuse::take(&TAGS_CODES, msgs.len());
+        let mut tag_values: Vec<Option<&str>> = reuse::take(&TAG_VALUES, msgs.len());
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
             let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
-            if !same_topic || (round_robin.is_none() && m.queue_id != first.queue_id) {
+            if !same_topic {
                 return Err(Error::InvalidBatch {
                     reason: "a batch must target one topic and queue".into(),
                 });
@@ -246,20 +393,32 @@ impl Store {
                     reason: "transaction messages cannot be batched".into(),
                 });
             }
-            let tags = self.check_message(m)?;
-            tags_codes.push(tags.map(properties::tags_hash).unwrap_or(0));
+            tag_values.push(self.check_message(m)?);
             prepared.push(Prepared::new(*m)?);
         }
         // Messages first: a rejected batch must not auto-create its topic.
-        let queues = self.writable_queues(first.topic)?;
-        let queue_id = match round_robin {
-            Some(next) => next.next(first.topic, queues),
-            None => first.queue_id,
-        };
-        check_queue_id(first.topic, queue_id, queues)?;
+        let queue_id = req
+            .routing
+            .pick(first.topic, self.writable_queues(first.topic)?)?;
         for p in &mut prepared {
             p.msg.queue_id = queue_id;
         }
+        let rewrites = self
+            .batch_rewrites(msgs, queue_id)
+            .inspect_err(|_| req.routing.give_back(first.topic))?;
+        if let Some(rs) = &rewrites {
+            prepared.clear();
+            for (m, r) in msgs.iter().zip(rs) {
+                let m = MessageRef { queue_id, ..*m };
+                prepared.push(Prepared::new(match r {
+                    Some(r) => r.apply(&m),
+                    None => m,
+                })?);
+            }
+        }
+        let queue_id = prepared.first().map_or(queue_id, |p| p.msg.queue_id);
+        // One topic (the hooks keep a batch together): one tags-code rule.
+        let rule = tags::TopicRule::of_topic(prepared.first().map_or(first.topic, |p| p.msg.topic));
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         let appended = out.get(start..).unwrap_or(&[]);
@@ -268,23 +427,120 @@ impl Store {
                 let end = last.physical_offset + u64::from(last.size);
                 let dispatch = |r: &Reput| {
                     let mut reqs: Vec<DispatchRequest<'_>> = reuse::take(&REQUESTS, msgs.len());
-                    reqs.extend(
-                        prepared
-                            .iter()
-                            .zip(appended)
-                            .zip(&tags_codes)
-                            .map(|((p, a), &tags_code)| known_request(&p.msg, a, tags_code)),
-                    );
+                    reqs.extend(prepared.iter().zip(appended).zip(&tag_values).map(
+                        |((p, a), &tags)| {
+                            let code = match &rewrites {
+                                None => rule.code(p.msg.properties, tags, a.store_timestamp),
+                                // A rewritten record's TAGS value is the rewrite's, not the
+                                // one validation found.
+                                Some(_) => tags::of_stored(
+                                    p.msg.topic,
+                                    p.msg.properties,
+                                    a.store_timestamp,
+                                ),
+                            };
+                            known_request(&p.msg, a, code)
+                        },
+                    ));
                     r.try_dispatch_known(first.physical_offset, end, &reqs);
                     reuse::keep(&REQUESTS, reqs);
                 };
-                self.after_append(end, dispatch, true)?
+                self.after_append(end, dispatch, req.wait == Wait::Durable)?
             }
             _ => PutStatus::PutOk,
         };
         reuse::keep(&PREPARED, prepared);
-        reuse::keep(&TAGS_CODES, tags_codes);
+        reuse::keep(&TAG_VALUES, tag_values);
         Ok((queue_id, status))
+    }
+
+    /// The hooks' rewrites of a batch routed to `queue_id`, one per message (`None` when no
+    /// hook is registered, the common case, which costs nothing more).
+    fn batch_rewrites(
+        &self,
+        msgs: &[MessageRef<'_>],
+        queue_id: u32,
+    ) -> Result<Option<Vec<Option<Rewrite>>>> {
+        if self.inner.hooks.is_empty() {
+            return Ok(None);
+        }
+        let mut rewrites = Vec::with_capacity(msgs.len());
+        let mut target: Option<(String, u32)> = None;
+        for m in msgs {
+            let m = MessageRef { queue_id, ..*m };
+            let r = self.run_hooks(&m)?;
+            let stored = r.as_ref().map_or(m, |r| r.apply(&m));
+            match &target {
+                Some((t, q)) if t != stored.topic || *q != stored.queue_id => {
+                    return Err(Error::InvalidBatch {
+                        reason: "put hooks sent the batch's messages to different queues".into(),
+                    });
+                }
+                Some(_) => {}
+                None => target = Some((stored.topic.to_owned(), stored.queue_id)),
+            }
+            if let Some(r) = &r {
+                self.check_message(&r.apply(&m))?;
+                self.hook_target(&r.apply(&m))?;
+            }
+            rewrites.push(r);
+        }
+        Ok(Some(rewrites))
+    }
+
+    /// The registered hooks' rewrite of `msg`; `None` at once when no hook is registered.
+    #[inline]
+    fn run_hooks(&self, msg: &MessageRef<'_>) -> Result<Option<Rewrite>> {
+        if self.inner.hooks.is_empty() {
+            return Ok(None);
+        }
+        hooks::run(&self.inner.hooks, msg)
+    }
+
+    /// The hooks' verdict on one message routed to its queue (only called with hooks
+    /// registered, which keeps the put without hooks free of this code): the rewrite,
+    /// validated as a caller's message, and its destination checked. `create`: a system
+    /// destination is created or grown (a put that may wait); otherwise a destination that
+    /// does not take the queue yet declines the put. A refused or declined put gives its
+    /// round-robin turn back.
+    #[cold]
+    #[inline(never)]
+    fn rewrite(
+        &self,
+        routed: &MessageRef<'_>,
+        routing: Routing<'_>,
+        create: bool,
+    ) -> Result<Hooked> {
+        let verdict = (|| {
+            let Some(r) = hooks::run(&self.inner.hooks, routed)? else {
+                return Ok(Hooked::Unchanged);
+            };
+            let m = r.apply(routed);
+            self.check_message(&m)?;
+            if create {
+                self.hook_target(&m)?;
+            } else {
+                match self.inner.topics.try_write_info(m.topic) {
+                    Some(Some((queues, true))) if m.queue_id < queues => {}
+                    _ => return Ok(Hooked::Declined),
+                }
+            }
+            Ok(Hooked::Rewritten(r))
+        })();
+        if !matches!(verdict, Ok(Hooked::Unchanged | Hooked::Rewritten(_))) {
+            routing.give_back(routed.topic);
+        }
+        verdict
+    }
+
+    /// Makes sure a hook's destination can take `msg`: a system topic is created or grown to
+    /// hold its queue; any other topic is looked up (or auto-created) as for a caller's put.
+    fn hook_target(&self, msg: &MessageRef<'_>) -> Result<()> {
+        validate::check_topic(msg.topic)?;
+        if is_system_topic(msg.topic) {
+            return self.ensure_system_queue(msg.topic, msg.queue_id);
+        }
+        check_queue_id(msg.topic, msg.queue_id, self.writable_queues(msg.topic)?)
     }
 
     /// Durability wait and dispatch after an append ending at `end`. In async mode the
@@ -344,7 +600,7 @@ impl Store {
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(super) fn check_writable(&self) -> Result<()> {
         self.check_usable()?;
         if self.inner.config.read_only {
             return Err(Error::ReadOnly);
@@ -362,7 +618,7 @@ impl Store {
             m.properties.len(),
             self.inner.max_message_size,
         )?;
-        check_encoded_properties(m.properties)
+        properties::check_encoded(m.properties)
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
@@ -372,154 +628,21 @@ impl Store {
             None => {
                 validate::check_topic(topic)?;
                 if is_system_topic(topic) {
-                    return Err(Error::InvalidTopic {
-                        topic: topic.to_owned(),
-                        reason: "reserved system topic",
-                    });
+                    return Err(system_topic(topic));
                 }
-                if !self.inner.config.auto_create_topics {
-                    return Err(Error::TopicNotFound {
-                        topic: topic.to_owned(),
-                    });
-                }
-                let q = self.inner.config.default_queues;
-                self.inner
-                    .topics
-                    .put(TopicConfig::new(topic, q, PERM_READ | PERM_WRITE, false))?;
-                (q, true)
+                (self.auto_create_topic(topic)?, true)
             }
         };
         check_send_allowed(topic, info)
     }
-
-    /// What creating or growing `topic` to `queues` queues requires: a writer, a valid name that
-    /// is not a system topic, a queue count within `[1, MAX_QUEUES]`.
-    fn check_topic_change(&self, topic: &str, queues: u32) -> Result<()> {
-        self.check_writable()?;
-        validate::check_topic(topic)?;
-        if is_system_topic(topic) {
-            return Err(Error::InvalidTopic {
-                topic: topic.to_owned(),
-                reason: "reserved system topic",
-            });
-        }
-        check_queue_count(queues)
-    }
-
-    /// Creates a topic. An existing one is left exactly as it is (`update_topic` grows it), or
-    /// with `exist_ok = false` is an `InvalidArgument` error.
-    pub fn create_topic(
-        &self,
-        topic: &str,
-        queues: u32,
-        perm: u32,
-        order: bool,
-        exist_ok: bool,
-    ) -> Result<()> {
-        self.check_topic_change(topic, queues)?;
-        if perm & !7 != 0 {
-            return Err(Error::InvalidArgument {
-                field: "perm",
-                reason: format!("{perm} is not a 3-bit permission"),
-            });
-        }
-        if self.inner.topics.get(topic).is_some() {
-            if exist_ok {
-                // Like `mkdir -p`: an existing topic is left exactly as it is.
-                return Ok(());
-            }
-            return Err(Error::InvalidArgument {
-                field: "topic",
-                reason: format!("{topic:?} exists already"),
-            });
-        }
-        self.inner
-            .topics
-            .put(TopicConfig::new(topic, queues, perm, order))?;
-        self.inner.cqs.prepare_topic(topic, queues)
-    }
-
-    /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
-    /// producers and consumers can use the new queues as soon as this returns. The same count
-    /// changes nothing.
-    ///
-    /// # Errors
-    /// `TopicNotFound`; `InvalidTopic` for a system topic; `InvalidArgument` for a count outside
-    /// `[1, MAX_QUEUES]` or below the topic's read or write queue count: a topic never shrinks,
-    /// since the messages of a removed queue would no longer be read.
-    pub fn update_topic(&self, topic: &str, queues: u32) -> Result<TopicConfig> {
-        self.check_topic_change(topic, queues)?;
-        let grow = |config: &mut TopicConfig| {
-            let have = config.read_queue_nums.max(config.write_queue_nums);
-            if queues < have {
-                return Err(Error::InvalidArgument {
-                    field: "queues",
-                    reason: format!(
-                        "topic {topic:?} has {have} queues and cannot shrink to {queues} \
-                         (the messages of a removed queue would no longer be read)"
-                    ),
-                });
-            }
-            config.read_queue_nums = queues;
-            config.write_queue_nums = queues;
-            Ok(())
-        };
-        let config =
-            self.inner
-                .topics
-                .update(topic, grow)?
-                .ok_or_else(|| Error::TopicNotFound {
-                    topic: topic.to_owned(),
-                })?;
-        self.inner.cqs.prepare_topic(topic, queues)?;
-        Ok(config)
-    }
-
-    /// Every topic's configuration.
-    pub fn topics(&self) -> Result<Vec<TopicConfig>> {
-        self.check_usable()?;
-        if self.inner.config.read_only {
-            self.inner.topics.reload()?;
-        }
-        Ok(self.inner.topics.all())
-    }
-
-    /// One topic's configuration; `InvalidTopic` for a name no topic can have.
-    pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
-        self.check_usable()?;
-        if let Some(config) = self.inner.topics.get(topic) {
-            return Ok(Some(config));
-        }
-        validate::check_topic(topic)?;
-        if self.inner.config.read_only {
-            self.inner.topics.reload()?;
-        }
-        Ok(self.inner.topics.get(topic))
-    }
-}
-
-/// `msg` with its queue: the next in `round_robin` over `queues`, or its own, checked.
-fn routed<'m>(
-    msg: &MessageRef<'m>,
-    queues: u32,
-    round_robin: Option<&RoundRobin>,
-) -> Result<MessageRef<'m>> {
-    let mut msg = *msg;
-    if let Some(next) = round_robin {
-        msg.queue_id = next.next(msg.topic, queues);
-    }
-    check_queue_id(msg.topic, msg.queue_id, queues)?;
-    Ok(msg)
 }
 
 /// The write queue count of a topic found with `(queues, writable)`, unless sends to it are
 /// refused (a system topic, or no write permission).
+#[inline]
 fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u32> {
     if is_system_topic(topic) {
-        return Err(Error::InvalidTopic {
-            topic: topic.to_owned(),
-            reason: "reserved system topic",
-        });
+        return Err(system_topic(topic));
     }
     if !writable {
         return Err(Error::TopicNotWritable {
@@ -529,17 +652,15 @@ fn check_send_allowed(topic: &str, (queues, writable): (u32, bool)) -> Result<u3
     Ok(queues)
 }
 
-/// A topic's queue count is 1 to `MAX_QUEUES`.
-fn check_queue_count(queues: u32) -> Result<()> {
-    if !(1..=MAX_QUEUES).contains(&queues) {
-        return Err(Error::InvalidArgument {
-            field: "queues",
-            reason: format!("{queues} is outside [1, {MAX_QUEUES}]"),
-        });
+/// The error of a caller's send to, or change of, a system topic: only put hooks write one.
+pub(super) fn system_topic(topic: &str) -> Error {
+    Error::InvalidTopic {
+        topic: topic.to_owned(),
+        reason: "reserved system topic",
     }
-    Ok(())
 }
 
+#[inline]
 fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
     if queue_id >= queues {
         return Err(Error::InvalidQueue {
@@ -551,16 +672,26 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
     Ok(())
 }
 
+/// What the hooks made of one message (`Store::rewrite`).
+enum Hooked {
+    /// Stored as the caller gave it.
+    Unchanged,
+    /// Stored as this rewrite says.
+    Rewritten(Rewrite),
+    /// A put that must not wait declines: the rewrite's destination needs creating.
+    Declined,
+}
+
 thread_local! {
     // The batch path's temporary vectors, kept per thread between calls (util/reuse.rs).
     static PREPARED: Cell<Vec<Prepared<'static>>> = const { Cell::new(Vec::new()) };
-    static TAGS_CODES: Cell<Vec<i64>> = const { Cell::new(Vec::new()) };
+    static TAG_VALUES: Cell<Vec<Option<&'static str>>> = const { Cell::new(Vec::new()) };
     static REQUESTS: Cell<Vec<DispatchRequest<'static>>> = const { Cell::new(Vec::new()) };
 }
 
 /// What dispatch would decode from the record of `msg` appended as `a`, known already: inline
 /// dispatch skips re-parsing it. `properties` lacks only the record-CRC property the appender
-/// added, which no dispatcher reads.
+/// added, which no dispatcher reads. `tags_code` is the record's (`message::tags`).
 fn known_request<'a>(msg: &MessageRef<'a>, a: &Appended, tags_code: i64) -> DispatchRequest<'a> {
     DispatchRequest {
         topic: msg.topic,
@@ -573,142 +704,5 @@ fn known_request<'a>(msg: &MessageRef<'a>, a: &Appended, tags_code: i64) -> Disp
         sysflag: msg.sysflag,
         properties: msg.properties,
         prepared_transaction_offset: msg.prepared_transaction_offset,
-    }
-}
-
-/// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
-/// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes,
-/// which also finds the TAGS value (the first one) for dispatch.
-pub fn check_encoded_properties(props: &[u8]) -> Result<Option<&str>> {
-    let bad = |reason: &str| {
-        Err(Error::InvalidMessage {
-            reason: reason.to_owned(),
-        })
-    };
-    // The properties of most sends, a bare body's: the unique key alone. Accepted here with
-    // one word-at-a-time scan of its value; anything else (or anything this would reject)
-    // goes through the general parse below, which gives the same verdict for it.
-    if let Some(value) = props
-        .strip_prefix(properties::UNIQ_KEY.as_bytes())
-        .and_then(|r| r.strip_prefix(&[properties::NAME_VALUE_SEPARATOR]))
-        .and_then(|r| r.strip_suffix(&[properties::PROPERTY_SEPARATOR]))
-    {
-        if !value.is_empty() && bytes::all_ascii_from(value, 3) {
-            return Ok(None);
-        }
-    }
-    if !props.is_ascii() && std::str::from_utf8(props).is_err() {
-        return bad("properties are not UTF-8");
-    }
-    let mut tags: Option<&[u8]> = None;
-    let mut at = 0usize;
-    while at < props.len() {
-        let rest = props.get(at..).unwrap_or(&[]);
-        // name, then \x01 (the next byte below 3 must be exactly that)
-        let name_len = match bytes::find_below(rest, 3) {
-            Some(i) if i > 0 && rest.get(i) == Some(&properties::NAME_VALUE_SEPARATOR) => i,
-            _ => return bad("malformed property (empty name, or a NUL or \\x02 before \\x01)"),
-        };
-        let value_at = at + name_len + 1;
-        let rest = props.get(value_at..).unwrap_or(&[]);
-        let value_len =
-            match bytes::find_below(rest, 3) {
-                Some(i) if i > 0 && rest.get(i) == Some(&properties::PROPERTY_SEPARATOR) => i,
-                _ => return bad(
-                    "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
-                ),
-            };
-        if tags.is_none() && props.get(at..at + name_len) == Some(properties::TAGS.as_bytes()) {
-            tags = props.get(value_at..value_at + value_len);
-        }
-        at = value_at + value_len + 1;
-    }
-    // The whole string is UTF-8 and the value lies between ASCII separators.
-    Ok(tags.and_then(|t| std::str::from_utf8(t).ok()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_encoded_properties;
-
-    #[test]
-    fn encoded_property_validation() {
-        assert_eq!(check_encoded_properties(b"").unwrap(), None);
-        assert_eq!(
-            check_encoded_properties(b"a\x01b\x02cc\x01dd\x02").unwrap(),
-            None
-        );
-        assert_eq!(
-            check_encoded_properties(b"a\x01b\x02TAGS\x01red\x02TAGS\x01blue\x02").unwrap(),
-            Some("red")
-        );
-        for bad in [
-            &b"a\x01b"[..],
-            b"\x01b\x02",
-            b"a\x01\x02",
-            b"a\x02",
-            b"a\x01b\x01c\x02",
-            b"a\x00\x01b\x02",
-            b"\x02",
-        ] {
-            assert!(check_encoded_properties(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    /// The reference reading of FORMAT.md §2 for strings the store accepts: split on \x02
-    /// (the last piece empty), each piece one non-empty name, \x01, one non-empty value.
-    fn reference(props: &[u8]) -> Option<Option<Vec<u8>>> {
-        if props.is_empty() {
-            return Some(None);
-        }
-        let body = props.strip_suffix(b"\x02")?;
-        let mut tags = None;
-        for pair in body.split(|&b| b == 2) {
-            let k = pair.iter().position(|&b| b == 1)?;
-            let (name, value) = (&pair[..k], &pair[k + 1..]);
-            let bad = |s: &[u8]| s.is_empty() || s.iter().any(|&b| b < 3);
-            if bad(name) || bad(value) {
-                return None;
-            }
-            if tags.is_none() && name == b"TAGS" {
-                tags = Some(value.to_vec());
-            }
-        }
-        Some(tags)
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn validation_agrees_with_the_reference(
-            picks in proptest::collection::vec(0usize..10, 0..48)
-        ) {
-            const ALPHABET: [&[u8]; 10] =
-                [b"a", b"b", b"\x00", b"\x01", b"\x02", b"TAGS", b"\x01", b"\x02", b"x\x01y\x02", b"\xc3\xa9"];
-            let props: Vec<u8> = picks.iter().flat_map(|&i| ALPHABET[i].iter().copied()).collect();
-            let got = check_encoded_properties(&props).ok().map(|t| t.map(|s| s.as_bytes().to_vec()));
-            proptest::prop_assert_eq!(got, reference(&props), "{:?}", props);
-        }
-
-        /// The unique-key-alone shortcut, fed values of every byte, of every length around
-        /// the word size, and with the key followed by more properties.
-        #[test]
-        fn unique_key_shortcut_agrees_with_the_reference(
-            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
-            tail in proptest::collection::vec(0usize..10, 0..4),
-        ) {
-            const ALPHABET: [&[u8]; 10] =
-                [b"a", b"\x00", b"\x01", b"\x02", b"TAGS", b"\x01", b"\x02", b"x\x01y\x02", b"\xc3\xa9", b"\x80"];
-            let mut props = b"UNIQ_KEY\x01".to_vec();
-            props.extend_from_slice(&value);
-            props.push(2);
-            props.extend(tail.iter().flat_map(|&i| ALPHABET[i].iter().copied()));
-            let got = check_encoded_properties(&props).ok().map(|t| t.map(|s| s.as_bytes().to_vec()));
-            // The reference has no UTF-8 rule: only compare what is UTF-8.
-            if std::str::from_utf8(&props).is_ok() {
-                proptest::prop_assert_eq!(got, reference(&props), "{:?}", props);
-            } else {
-                proptest::prop_assert!(got.is_none(), "{:?}", props);
-            }
-        }
     }
 }

@@ -1,9 +1,10 @@
-//! `mqlite._core`: the thin PyO3 binding of the mqlite core. It converts arguments, releases
+//! `mqlite._core`: the thin PyO3 binding of the mqlite core. It converts arguments (messages
+//! into the core's builder, `message::builder`), releases
 //! the GIL around every call that touches the store, calls the core's public API and maps its
 //! errors to the exception classes of `mqlite.errors`. The Python package owns ergonomics.
 //!
 //! One exception: a single-message send that does not wait for the disk (any send in async
-//! mode, a pipelined `send_async` in sync mode) first tries `Store::try_put_nowait` with the
+//! mode, a pipelined `send_async` in sync mode) first tries a `Wait::NoWait` put with the
 //! GIL held. That append never waits (no lock wait, no file creation, no disk wait, body at
 //! most 64 KiB), so it costs less than releasing and retaking the GIL; when it declines, the
 //! send releases the GIL and takes the blocking path.

@@ -5,9 +5,10 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use mqlite::message::builder::{Outgoing, PropertiesBuilder};
 use mqlite::message::codec::{RecordView, STORE_HOST};
 use mqlite::message::msg_id::UniqueId;
-use mqlite::message::{compression, msg_id, properties, validate};
+use mqlite::message::{compression, msg_id, properties};
 use mqlite::Appended;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -28,33 +29,24 @@ pub struct Held<'py> {
     pub body: Bound<'py, PyBytes>,
     pub flag: i32,
     pub props: (usize, usize),
-    pub tags_code: i64,
-}
-
-/// A message ready for the core, borrowing from a `Held`.
-pub struct Outgoing<'a> {
-    pub topic: &'a str,
-    pub body: &'a [u8],
-    pub flag: i32,
-    pub props: (usize, usize),
-    pub tags_code: i64,
 }
 
 impl<'py> Held<'py> {
-    /// Borrows the topic and body.
+    /// The core's outgoing message, borrowing the topic and body.
     pub fn outgoing(&self) -> PyResult<Outgoing<'_>> {
         Ok(Outgoing {
             topic: args::text::<TopicName>(&self.topic)?,
             body: self.body.as_bytes(),
             flag: self.flag,
             props: self.props,
-            tags_code: self.tags_code,
+            sysflag: 0,
         })
     }
 }
 
-/// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` and
-/// appends the encoded properties (with the given UNIQ_KEY) to `props`. A `mqlite.Message`
+/// Reads `msg.topic`, `msg.body`, `msg.tags`, `msg.keys`, `msg.properties`, `msg.flag` into
+/// the core's message builder, which appends the encoded properties (with the given UNIQ_KEY)
+/// to `props`. A `mqlite.Message`
 /// (exactly that class) is read field by field without attribute look-ups; anything else
 /// (a subclass, a duck-typed object) through its attributes. The fields are copied out of the
 /// message first: reading `keys` or `properties` may run Python code that reads or changes the
@@ -129,25 +121,23 @@ fn held_from<'py>(
             type_name(&e.into_inner())
         ))
     })?;
-    let start = props.len();
-    let mut tags_code = 0;
+    let mut builder = PropertiesBuilder::new(props);
     if !tags.is_none() {
         let t = tags
             .cast::<PyString>()
             .map_err(|_| type_error("tags must be a str or None"))?;
-        let t = args::text::<MessageTags>(t)?;
-        validate::check_tag(t).map_err(|e| invalid_message(e.to_string()))?;
-        properties::push(props, properties::TAGS, t);
-        tags_code = properties::tags_hash(t);
+        builder
+            .tags(args::text::<MessageTags>(t)?)
+            .map_err(|e| invalid_message(e.to_string()))?;
     }
-    push_keys(keys, props)?;
-    properties::push(props, properties::UNIQ_KEY, uniq);
+    push_keys(keys, &mut builder)?;
+    builder.unique_key(uniq);
     if let Ok(d) = user.cast::<PyDict>() {
         // The common case: a plain dict, often empty (iterating even an empty one costs a
         // method look-up and an iterator under the limited API).
         if !d.is_empty() {
             for (k, v) in d.iter() {
-                push_property(&k, &v, props)?;
+                push_property(&k, &v, &mut builder)?;
             }
         }
     } else if !user.is_none() {
@@ -156,7 +146,7 @@ fn held_from<'py>(
             .map_err(|_| type_error("properties must be a mapping"))?;
         for item in items.try_iter()? {
             let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-            push_property(&k, &v, props)?;
+            push_property(&k, &v, &mut builder)?;
         }
     }
     // An exact int in range (a bool is not one) takes the short way: this runs once per send.
@@ -175,12 +165,15 @@ fn held_from<'py>(
         topic,
         body,
         flag,
-        props: (start, props.len()),
-        tags_code,
+        props: builder.finish(),
     })
 }
 
-fn push_property(k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
+fn push_property(
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
+    builder: &mut PropertiesBuilder<'_>,
+) -> PyResult<()> {
     let k = k
         .cast::<PyString>()
         .map_err(|_| type_error("property names must be str"))?;
@@ -189,27 +182,22 @@ fn push_property(k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, props: &mut Vec<u8>
         .map_err(|_| type_error("property values must be str"))?;
     let k = args::text::<MessageProperty>(k)?;
     let v = args::text::<MessageProperty>(v)?;
-    validate::check_property(k, v, false).map_err(|e| invalid_message(e.to_string()))?;
-    properties::push(props, k, v);
-    Ok(())
+    builder
+        .property(k, v)
+        .map_err(|e| invalid_message(e.to_string()))
 }
 
-fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
+fn push_keys(keys: &Bound<'_, PyAny>, builder: &mut PropertiesBuilder<'_>) -> PyResult<()> {
     if keys.is_none() {
         return Ok(());
     }
-    let mut joined = String::new();
     let mut add = |k: &Bound<'_, PyAny>| -> PyResult<()> {
         let k = k
             .cast::<PyString>()
             .map_err(|_| type_error("keys must be a str or a sequence of str"))?;
-        let k = args::text::<MessageKey>(k)?;
-        validate::check_key(k).map_err(|e| invalid_message(e.to_string()))?;
-        if !joined.is_empty() {
-            joined.push(' ');
-        }
-        joined.push_str(k);
-        Ok(())
+        builder
+            .key(args::text::<MessageKey>(k)?)
+            .map_err(|e| invalid_message(e.to_string()))
     };
     if keys.is_instance_of::<PyString>() {
         add(keys)?;
@@ -230,9 +218,6 @@ fn push_keys(keys: &Bound<'_, PyAny>, props: &mut Vec<u8>) -> PyResult<()> {
         {
             add(&k?)?;
         }
-    }
-    if !joined.is_empty() {
-        properties::push(props, properties::KEYS, &joined);
     }
     Ok(())
 }

@@ -6,16 +6,20 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use mqlite::message::compression::{self, Codec};
+use mqlite::message::builder::{Compression, Outgoing};
+use mqlite::message::compression::Codec;
 use mqlite::message::msg_id::UniqueIdGenerator;
-use mqlite::{Appended, FlushMode, MessageRef, PutStatus, RoundRobin, Store};
+use mqlite::{
+    Appended, FlushMode, MessageRef, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store,
+    Wait,
+};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::args::{self, CompressionOption, GroupName, Int, Str};
 use crate::errors::PyMqError;
-use crate::message::{read_message, topic_str, Held, Outgoing, PySendBatchResult, PySendResult};
+use crate::message::{read_message, topic_str, Held, PySendBatchResult, PySendResult};
 
 /// Sends messages to a store. `mqlite.Producer` subclasses it, so `send` is this native
 /// method with no Python frame in between.
@@ -26,54 +30,48 @@ pub struct PyProducer {
     pub group: String,
     /// Round-robin turns, one per topic.
     pub next_queue: RoundRobin,
+    /// The store's unique-id generator (`Store::unique_ids`).
     pub ids: Arc<UniqueIdGenerator>,
     /// Set by `_mark_closed` (the producer's or its store's close).
     pub closed: AtomicBool,
     /// Compression of single sends, when asked for (`compress_over`).
-    pub compress: Option<Compress>,
+    pub compress: Option<Compression>,
 }
 
-/// A producer's body compression: bodies of `over` bytes or more are compressed with `codec`
-/// at `level`, and stored compressed when that made them shorter (FORMAT.md §1.6).
-#[derive(Debug, Clone, Copy)]
-pub struct Compress {
-    pub codec: Codec,
-    pub over: usize,
-    pub level: i32,
+/// The settings of `Producer(..., compress_over=, compression=, compression_level=)`.
+fn compression_from_args(
+    over: Option<Int>,
+    codec: &str,
+    level: Option<Int>,
+) -> PyResult<Option<Compression>> {
+    let codec = Codec::from_name(codec).ok_or_else(|| {
+        crate::errors::InvalidConfigError::new_err(format!(
+            "compression must be 'zlib', 'lz4' or 'zstd', not {codec:?}"
+        ))
+    })?;
+    let level = args::option(level, "compression_level", Compression::DEFAULT_LEVEL)?;
+    codec.check_level(level).map_err(PyMqError)?;
+    let Some(over) = over else {
+        return Ok(None);
+    };
+    let over = over.within(0, i64::MAX as usize, |v| {
+        crate::errors::InvalidConfigError::new_err(format!(
+            "compress_over must be >= 0 bytes, not {v}"
+        ))
+    })?;
+    Ok(Some(
+        Compression::new(codec, over, level).map_err(PyMqError)?,
+    ))
 }
 
-impl Compress {
-    /// The settings of `Producer(..., compress_over=, compression=, compression_level=)`.
-    fn from_args(over: Option<Int>, codec: &str, level: Option<Int>) -> PyResult<Option<Self>> {
-        let codec = Codec::from_name(codec).ok_or_else(|| {
-            crate::errors::InvalidConfigError::new_err(format!(
-                "compression must be 'zlib', 'lz4' or 'zstd', not {codec:?}"
-            ))
-        })?;
-        let level = args::option(level, "compression_level", compression::DEFAULT_LEVEL)?;
-        codec.check_level(level).map_err(PyMqError)?;
-        let Some(over) = over else {
-            return Ok(None);
-        };
-        let over = over.within(0, i64::MAX as usize, |v| {
-            crate::errors::InvalidConfigError::new_err(format!(
-                "compress_over must be >= 0 bytes, not {v}"
-            ))
-        })?;
-        Ok(Some(Compress { codec, over, level }))
+/// `body` compressed by `c` with its SYSFLAG bits (`Compression::apply`), the GIL released
+/// while the codec runs.
+#[inline(never)]
+fn compress(py: Python<'_>, c: &Compression, body: &[u8]) -> PyResult<Option<(Vec<u8>, i32)>> {
+    if !c.applies_to(body.len()) {
+        return Ok(None);
     }
-
-    /// `body` compressed with its SYSFLAG bits, or `None` when it is under the threshold or
-    /// did not shrink. The GIL is released while compressing.
-    fn apply(&self, py: Python<'_>, body: &[u8]) -> PyResult<Option<(Vec<u8>, i32)>> {
-        if body.len() < self.over {
-            return Ok(None);
-        }
-        let packed = py
-            .detach(|| self.codec.compress(body, self.level))
-            .map_err(PyMqError)?;
-        Ok((packed.len() < body.len()).then(|| (packed, self.codec.sysflag())))
-    }
+    py.detach(|| c.apply(body)).map_err(|e| PyMqError(e).into())
 }
 
 impl PyProducer {
@@ -81,7 +79,7 @@ impl PyProducer {
     pub fn create(
         store: &crate::store::PyStore,
         group: &str,
-        compress: Option<Compress>,
+        compress: Option<Compression>,
     ) -> PyResult<Self> {
         check_group(group)?;
         let core = store.core();
@@ -95,7 +93,7 @@ impl PyProducer {
             store: Arc::clone(core),
             group: group.to_owned(),
             next_queue: RoundRobin::new(std::process::id() % 1024),
-            ids: store.ids(),
+            ids: core.unique_ids(),
             closed: AtomicBool::new(false),
             compress,
         })
@@ -136,7 +134,7 @@ impl PyProducer {
         let store = store
             .cast::<crate::store::PyStore>()
             .map_err(|_| crate::errors::type_error("store must be an mqlite._core.Store"))?;
-        let compress = Compress::from_args(compress_over, &compression, compression_level)?;
+        let compress = compression_from_args(compress_over, &compression, compression_level)?;
         Self::create(store.get(), &group, compress)
     }
 
@@ -229,10 +227,8 @@ impl PyProducer {
         } else {
             PyTuple::new(py, msgs.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
         };
+        // The core validates the batch (not empty, one topic, each message).
         let n = seq.len();
-        if n == 0 {
-            return Err(crate::errors::InvalidBatchError::new_err("empty batch"));
-        }
         let topic_str = match topic {
             Some(t) => Some(topic_str(t)?),
             None => None,
@@ -277,7 +273,7 @@ impl PyProducer {
                     body: body.as_bytes(),
                     flag: 0,
                     props: *range,
-                    tags_code: 0,
+                    sysflag: 0,
                 },
                 Item::Message(m) => m.outgoing()?,
             });
@@ -290,24 +286,19 @@ impl PyProducer {
                 )));
             }
         }
-        let topic0 = outs.first().map(|o| o.topic).unwrap_or("");
-        if outs.iter().any(|o| o.topic != topic0) {
-            return Err(crate::errors::InvalidBatchError::new_err(
-                "a batch must target one topic",
-            ));
-        }
         let result = py.detach(|| -> mqlite::Result<(u32, PutStatus, Vec<Appended>)> {
-            let refs: Vec<MessageRef<'_>> = outs
-                .iter()
-                .map(|o| to_ref(o, queue_id.unwrap_or(0), &props, now))
-                .collect();
-            let mut appended = Vec::with_capacity(refs.len());
-            let (q, status) = match queue_id {
-                Some(q) => (q, self.store.put_batch(&refs, &mut appended)?),
-                None => self
-                    .store
-                    .put_batch_round_robin(&refs, &self.next_queue, &mut appended)?,
+            let mut refs: Vec<MessageRef<'_>> = Vec::with_capacity(outs.len());
+            for o in &outs {
+                refs.push(o.to_ref(&props, now)?);
+            }
+            let routing = match queue_id {
+                Some(q) => Routing::Queue(q),
+                None => Routing::RoundRobin(&self.next_queue),
             };
+            let mut appended = Vec::with_capacity(refs.len());
+            let (q, status) =
+                self.store
+                    .put_messages(&refs, &PutRequest::new(routing), &mut appended)?;
             Ok((q, status, appended))
         });
         let (q, status, appended) = result.map_err(PyMqError)?;
@@ -354,35 +345,39 @@ impl PyProducer {
         let mut props = PROPS.take();
         props.clear();
         let result = read_message(msg, &mut props, uniq.as_str()).and_then(|held| {
-            let out = held.outgoing()?;
+            let mut out = held.outgoing()?;
             let packed = match &self.compress {
-                Some(c) => c.apply(py, out.body)?,
+                Some(c) => compress(py, c, out.body)?,
                 None => None,
             };
-            let mut m = to_ref(&out, queue_id.unwrap_or(0), &props, now);
             if let Some((body, flags)) = &packed {
-                m.body = body;
-                m.sysflag = *flags;
+                out.body = body;
+                out.sysflag = *flags;
             }
-            let rr = queue_id.is_none().then_some(&self.next_queue);
+            let m = out.to_ref(&props, now).map_err(PyMqError)?;
+            let routing = match queue_id {
+                Some(q) => Routing::Queue(q),
+                None => Routing::RoundRobin(&self.next_queue),
+            };
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append (and, with several sending threads, hands the GIL around
             // once per message). Waking a consumer is done without it, so that the woken
             // thread (which the scheduler may run at once) does not block on the GIL. A send
             // that waits for the disk (sync mode) releases the GIL anyway: it appends there.
             let quick = !wait || self.store.config().flush_mode == FlushMode::Async;
+            let wake = |wake: &(dyn Fn() + Sync)| py.detach(wake);
             let put = quick
                 .then(|| {
-                    self.store
-                        .try_put_nowait_at(&m, rr, now, |wake| py.detach(wake))
+                    let req = PutRequest::new(routing)
+                        .wait(Wait::NoWait)
+                        .now_ms(now)
+                        .wake_via(&wake);
+                    self.store.put_message(&m, &req)
                 })
                 .and_then(Result::transpose)
                 .unwrap_or_else(|| {
-                    py.detach(|| match (wait, rr) {
-                        (true, None) => self.store.put(&m),
-                        (true, Some(next)) => self.store.put_round_robin(&m, next),
-                        (false, rr) => self.store.put_pipelined(&m, rr),
-                    })
+                    let wait = if wait { Wait::Durable } else { Wait::Pipelined };
+                    py.detach(|| put_blocking(&self.store, &m, routing, wait))
                 });
             Ok((held, put))
         });
@@ -409,19 +404,21 @@ enum Item<'py> {
     Message(Held<'py>),
 }
 
-fn to_ref<'a>(o: &Outgoing<'a>, queue_id: u32, props: &'a [u8], born: i64) -> MessageRef<'a> {
-    MessageRef {
-        topic: o.topic,
-        queue_id,
-        body: o.body,
-        flag: o.flag,
-        properties: props.get(o.props.0..o.props.1).unwrap_or(&[]),
-        tags_code: o.tags_code,
-        sysflag: 0,
-        born_timestamp: born,
-        reconsume_times: 0,
-        prepared_transaction_offset: 0,
-    }
+/// A put that waits (`Wait::Durable` or `Wait::Pipelined`), which never declines. Out of
+/// line: the quick path of `put_one` stays compact in the instruction cache.
+#[inline(never)]
+fn put_blocking(
+    store: &Store,
+    m: &MessageRef<'_>,
+    routing: Routing<'_>,
+    wait: Wait,
+) -> mqlite::Result<PutResult> {
+    store
+        .put_message(m, &PutRequest::new(routing).wait(wait))?
+        .ok_or_else(|| mqlite::Error::InvalidArgument {
+            field: "wait",
+            reason: "only a NoWait put declines".into(),
+        })
 }
 
 /// Rejects an empty or malformed group name (`InvalidGroupError`).

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqlite::message::msg_id::UniqueIdGenerator;
 use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -25,18 +24,12 @@ use crate::queue::PyMessageQueue;
 pub struct PyStore {
     store: Arc<Store>,
     path: String,
-    ids: Arc<UniqueIdGenerator>,
 }
 
 impl PyStore {
     /// The core store.
     pub fn core(&self) -> &Arc<Store> {
         &self.store
-    }
-
-    /// The store's unique-id generator (shared by its producers).
-    pub fn ids(&self) -> Arc<UniqueIdGenerator> {
-        Arc::clone(&self.ids)
     }
 
     /// The record at commit-log offset `offset` as a `MessageExt`.
@@ -239,11 +232,9 @@ impl PyStore {
             }
         });
         let store = opened.map_err(|e| signals.into_error(e))?;
-        let seed = std::process::id() ^ (std::ptr::addr_of!(path) as usize as u32);
         Ok(PyStore {
             store: Arc::new(store),
             path,
-            ids: Arc::new(UniqueIdGenerator::new(seed)),
         })
     }
 

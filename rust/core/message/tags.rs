@@ -1,0 +1,147 @@
+//! The consume-queue tags code of a record (FORMAT.md §3): the one rule that inline dispatch,
+//! dispatch from the log and recovery all apply, so a consume queue rebuilt from the log holds
+//! the codes the write path put there.
+//!
+//! - An ordinary record's code is the Java `String.hashCode` of its TAGS value (0 without one).
+//! - A record of `SCHEDULE_TOPIC_XXXX` with a DELAY level above 0 has its delivery time instead:
+//!   the store timestamp plus that level's delay (a level above the highest counts as the
+//!   highest), as RocketMQ's `computeDeliverTimestamp` gives it. The schedule service reads
+//!   the head of each level's queue and needs no record to know whether it is due.
+//!
+//! The code is a function of the stored record alone (topic, properties, store timestamp): a
+//! code the record could not reproduce would change when recovery rebuilds the queue.
+
+use super::properties;
+
+/// The delay of each level in milliseconds, level 1 first: RocketMQ's default
+/// `messageDelayLevel` ("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").
+pub const DELAY_LEVELS_MS: [i64; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+
+/// The topic delayed messages are stored in, one queue per level (queue id = level - 1).
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+
+/// The code of a tag: Java `String.hashCode` of `tag`, sign-extended. Tag filters compare it
+/// with the codes of stored records.
+#[inline]
+pub fn of_tag(tag: &str) -> i64 {
+    i64::from(java_string_hash(tag))
+}
+
+/// Java `String.hashCode` of `s` (UTF-16 code units, wrapping), sign-extended to i64: the
+/// consume-queue tags code of a tag.
+pub fn java_string_hash(s: &str) -> i32 {
+    let mut h: i32 = 0;
+    for unit in s.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    h
+}
+
+/// The code of a stored record of `topic` with encoded `props` and `store_timestamp`.
+pub fn of_stored(topic: &str, props: &[u8], store_timestamp: i64) -> i64 {
+    of_record(
+        topic,
+        props,
+        properties::get(props, properties::TAGS),
+        store_timestamp,
+    )
+}
+
+/// `of_stored` for a caller that has found the record's TAGS value already (`tags`, `None`
+/// when it has none): the write path, whose validation pass finds it.
+#[inline]
+pub fn of_record(topic: &str, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
+    TopicRule::of_topic(topic).code(props, tags, store_timestamp)
+}
+
+/// Which rule gives the codes of one topic's records: found once for a batch, whose records
+/// share a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRule {
+    /// The TAGS hash.
+    Tags,
+    /// `SCHEDULE_TOPIC_XXXX`: the delivery time of a record with a DELAY level.
+    Schedule,
+}
+
+impl TopicRule {
+    /// The rule of `topic`'s records.
+    #[inline]
+    pub fn of_topic(topic: &str) -> Self {
+        if topic.len() == SCHEDULE_TOPIC.len() && topic == SCHEDULE_TOPIC {
+            TopicRule::Schedule
+        } else {
+            TopicRule::Tags
+        }
+    }
+
+    /// The code of a record with encoded `props`, TAGS value `tags` and `store_timestamp`.
+    #[inline]
+    pub fn code(self, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
+        if self == TopicRule::Schedule {
+            if let Some(at) = delivery_time(props, store_timestamp) {
+                return at;
+            }
+        }
+        tags.map_or(0, of_tag)
+    }
+}
+
+/// The delivery time of a delayed record: its store time plus the delay of its DELAY level
+/// (clamped to the highest level); `None` without a level above 0.
+pub fn delivery_time(props: &[u8], store_timestamp: i64) -> Option<i64> {
+    let level: i64 = properties::get(props, properties::DELAY)?.parse().ok()?;
+    level_delay_ms(level).map(|d| store_timestamp.saturating_add(d))
+}
+
+/// The delay of `level` (1-based), clamped to the highest level; `None` for a level below 1.
+pub fn level_delay_ms(level: i64) -> Option<i64> {
+    let highest = DELAY_LEVELS_MS.len() as i64;
+    if level < 1 {
+        return None;
+    }
+    let index = usize::try_from(level.min(highest) - 1).ok()?;
+    DELAY_LEVELS_MS.get(index).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_records_hash_their_tag() {
+        let props = properties::encode([("TAGS", "A"), ("KEYS", "k")]);
+        assert_eq!(of_stored("T", &props, 5), 65);
+        assert_eq!(of_record("T", &props, Some("A"), 5), 65);
+        assert_eq!(of_stored("T", b"", 5), 0);
+        // A DELAY level means nothing outside the schedule topic.
+        let delayed = properties::encode([("TAGS", "A"), ("DELAY", "3")]);
+        assert_eq!(of_stored("T", &delayed, 5), 65);
+    }
+
+    #[test]
+    fn schedule_records_carry_their_delivery_time() {
+        let delayed = properties::encode([("TAGS", "A"), ("DELAY", "3")]);
+        assert_eq!(of_stored(SCHEDULE_TOPIC, &delayed, 1_000), 11_000);
+        let beyond = properties::encode([("DELAY", "99")]);
+        assert_eq!(
+            of_stored(SCHEDULE_TOPIC, &beyond, 0),
+            7_200_000,
+            "a level above the highest counts as the highest"
+        );
+        for no_level in [
+            &b""[..],
+            b"DELAY\x010\x02",
+            b"DELAY\x01x\x02",
+            b"TAGS\x01A\x02",
+        ] {
+            assert_eq!(
+                of_stored(SCHEDULE_TOPIC, no_level, 0),
+                properties::get(no_level, "TAGS").map_or(0, of_tag)
+            );
+        }
+    }
+}
