@@ -773,7 +773,7 @@ class RedisStreamPipePeer(RedisStreamPeer):
 
 
 class MqlitePeer(Peer):
-    """mqlite through its public Python API, the way the README tells users to send in bulk.
+    """mqlite through its public Python API, sending in bulk the way a user should: send_batch.
 
     Produce: one `Producer.send_batch(bodies, topic=...)` per harness chunk (1000 bodies). The
     producer picks the queue per batch (round robin over the topic's 4 queues); the queue and

@@ -1,31 +1,205 @@
-"""Type checks of ``mqlite.open`` options before they reach the Rust core.
+"""Every configuration option of mqlite, in one table, and the checks of ``mqlite.open``'s.
+
+``OPEN_OPTIONS`` lists each ``mqlite.open()`` option with its type, its default (the value the
+core applies when the option is left ``None``), what it means and what it costs on disk or in
+memory. ``store_options`` checks the options a caller gives against it, and
+``docs/configuration.md`` is generated from it (``python scripts/gen_config_docs.py``); a test
+fails when either drifts from ``Store.__init__``'s signature or from the core's defaults.
 
 Only what Rust's signature cannot express is checked here (a bool where an int is expected, a
-float, a negative number). Defaults, ranges and the store's file sizes are the core's: an option
-left ``None`` is passed on as ``None``."""
+float, a negative number). Ranges that depend on the store (its file sizes) are the core's: an
+option left ``None`` is passed on as ``None``.
+
+``PRODUCER_OPTIONS``, ``PULL_CONSUMER_OPTIONS`` and ``PUSH_CONSUMER_OPTIONS`` give the meaning of
+each option of ``Store.producer()``, ``Store.pull_consumer()`` and ``Store.push_consumer()``;
+their types and defaults are those of the signatures, which the generated page reads."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from mqlite.errors import InvalidConfigError
 
-__all__ = ["store_options"]
+__all__ = [
+    "OPEN_OPTIONS",
+    "PRODUCER_OPTIONS",
+    "PULL_CONSUMER_OPTIONS",
+    "PUSH_CONSUMER_OPTIONS",
+    "Option",
+    "store_options",
+]
 
-# name -> (minimum, maximum or None)
-_INTS: dict[str, tuple[int, int | None]] = {
-    "flush_interval_ms": (1, None),
-    "sync_flush_timeout_ms": (1, None),
-    "commit_log_file_size": (1, None),
-    "consume_queue_file_units": (1, None),
-    "max_message_size": (1, None),
-    "default_queues": (1, None),
-    "file_mode": (0, 0o777),
-    "dir_mode": (0, 0o777),
+Kind = Literal["bool", "int", "number", "positive", "flush"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``mqlite.open()`` option.
+
+    ``kind`` selects the check: ``"int"`` (an int in ``[minimum, maximum]``), ``"bool"``,
+    ``"number"`` (a finite int or float >= 0), ``"positive"`` (the same, > 0) or ``"flush"``
+    (``"async"`` or ``"sync"``). ``default`` is the value in force when the option is not given
+    (``None``: none, e.g. no waiting); ``unit`` says how the page shows it."""
+
+    name: str
+    kind: Kind
+    type: str
+    default: object
+    meaning: str
+    footprint: str = ""
+    unit: Literal["", "bytes", "ms", "s", "h", "mode"] = ""
+    minimum: int = 0
+    maximum: int | None = None
+    default_note: str = ""
+
+
+OPEN_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "read_only", "bool", "bool", False,
+        "Open as a follower beside the writer (another process's, or none): no lock, nothing "
+        "written, only fully written records are seen and the writer's tail is followed.",
+        "Maps the files it reads; the mappings of files the writer deleted are released at its "
+        "next call (checked at most every 200 ms).",
+    ),
+    Option(
+        "wait", "number", "float | None", None,
+        "Seconds to wait for another writer to release the store's lock. Not given: fail at "
+        "once with StoreLockedError. Ctrl-C interrupts the wait.",
+        unit="s", default_note="fail at once",
+    ),
+    Option(
+        "flush", "flush", '"async" | "sync"', "async",
+        '"async": a background thread msyncs every flush_interval_ms; a process crash loses '
+        'nothing, a power loss at most the last interval. "sync": group commit, a send returns '
+        "once the disk holds it.",
+        "Sync mode costs a disk flush per blocking send (shared by concurrent senders); use "
+        "send_async for throughput.",
+    ),
+    Option(
+        "flush_interval_ms", "int", "int", 500,
+        "Interval of the async flush, and of the consume-queue and checkpoint flushes in both "
+        "modes.",
+        "The most an OS crash or power loss loses in async mode.",
+        unit="ms", minimum=1,
+    ),
+    Option(
+        "sync_flush_timeout_ms", "int", "int", 5000,
+        "Sync mode: how long a send waits for the disk before it returns FLUSH_DISK_TIMEOUT "
+        "(the message is written, not yet known to be durable).",
+        unit="ms", minimum=1,
+    ),
+    Option(
+        "commit_log_file_size", "int", "int", 32 << 20,
+        "Size of each commit-log file: a multiple of 4096 in [64 KiB, 1 GiB]. Chosen when the "
+        "store is created and recorded in `<store>/meta`; a different value given later raises "
+        "InvalidConfigError.",
+        "Preallocated: one file, plus the next one once the current file is half full (a "
+        "prepared file unused at close() is deleted).",
+        unit="bytes", minimum=1,
+    ),
+    Option(
+        "consume_queue_file_units", "int", "int", 50_000,
+        "Units (20 bytes each) per consume-queue file, in [64, 10,000,000]. Chosen when the "
+        "store is created, as commit_log_file_size.",
+        "Each queue's current file (1,000,000 bytes by default) is preallocated, and its next "
+        "one once the current file is half full.",
+        minimum=1,
+    ),
+    Option(
+        "max_message_size", "int", "int", 4 << 20,
+        "Largest accepted body in bytes; a larger one raises MessageTooLargeError.",
+        unit="bytes", minimum=1,
+        default_note="or the largest body a smaller commit-log file holds",
+    ),
+    Option(
+        "auto_create_topics", "bool", "bool", True,
+        "Create an unknown topic, with default_queues queues, on its first send.",
+    ),
+    Option(
+        "default_queues", "int", "int", 4,
+        "Queues of an auto-created topic (at most 1,024 per topic).",
+        "One consume-queue file per queue (1,000,000 bytes by default).",
+        minimum=1,
+    ),
+    Option(
+        "file_mode", "int", "int", 0o600,
+        "Permission bits of the files the store creates (the process umask still applies).",
+        unit="mode", minimum=0, maximum=0o777,
+    ),
+    Option(
+        "dir_mode", "int", "int", 0o700,
+        "Permission bits of the directories the store creates (the process umask still "
+        "applies).",
+        unit="mode", minimum=0, maximum=0o777,
+    ),
+    Option(
+        "retention_hours", "positive", "float", 72,
+        "Commit-log files last modified longer ago than this are deleted (oldest first, by the "
+        "writer, checked every 10 s), and then the consume-queue files that point only into "
+        "them.",
+        "The store holds about the last retention_hours of writes, plus the file being written "
+        "and the next one.",
+        unit="h",
+    ),
+)
+
+_BY_NAME: dict[str, Option] = {option.name: option for option in OPEN_OPTIONS}
+
+PRODUCER_OPTIONS: dict[str, str] = {
+    "group": "Producer group name, as in RocketMQ (at most 120 characters; InvalidGroupError "
+    "otherwise).",
+    "compress_over": "Compress the body of every single send of this many bytes or more (None: "
+    "never). The compressed body is kept only when shorter; batches are never compressed.",
+    "compression": 'Codec for compress_over: "zlib" (RocketMQ\'s default), "lz4" or "zstd".',
+    "compression_level": "Codec level; None is 5, RocketMQ's default. LZ4 has no levels.",
 }
-_BOOLS = ("read_only", "auto_create_topics")
+
+PULL_CONSUMER_OPTIONS: dict[str, str] = {
+    "message_model": "CLUSTERING: the group's members share a topic's queues, each queue owned "
+    "by one member. BROADCASTING: every consumer reads every queue and keeps its own offsets.",
+    "auto_commit": "Commit the polled offsets every auto_commit_interval seconds (on the "
+    "consumer's offset-writer thread), on a revoke and on close.",
+    "auto_commit_interval": "Seconds between automatic commits.",
+    "consume_from": "Where a queue without a committed offset starts: the first or last offset, "
+    "or the first message stored at or after a time (a datetime, or CONSUME_FROM_TIMESTAMP with "
+    "consume_timestamp).",
+    "consume_timestamp": "The time for CONSUME_FROM_TIMESTAMP: a datetime or epoch milliseconds "
+    "(None: half an hour ago).",
+    "max_poll_messages": "Most messages one poll() returns when it is not told (at most 65,536).",
+    "client_id": "This member's id in the group; a BROADCASTING consumer resumes from the "
+    "offsets of the same client_id. None: a fresh id per consumer.",
+    "allocate_strategy": "How a CLUSTERING group divides a topic's queues among its members "
+    "(None: AllocateMessageQueueAveragely).",
+    "rebalance_interval": "Seconds between the member's checks of the group's membership "
+    "(also while poll() waits).",
+}
+
+PUSH_CONSUMER_OPTIONS: dict[str, str] = {
+    "orderly": "One thread per queue at a time, in queue order; a failed batch is re-delivered "
+    "to the same queue after suspend_time.",
+    "threads": "Listener threads.",
+    "batch_size": "Most messages per listener call.",
+    "message_model": PULL_CONSUMER_OPTIONS["message_model"],
+    "consume_from": PULL_CONSUMER_OPTIONS["consume_from"],
+    "consume_timestamp": PULL_CONSUMER_OPTIONS["consume_timestamp"],
+    "client_id": PULL_CONSUMER_OPTIONS["client_id"],
+    "allocate_strategy": PULL_CONSUMER_OPTIONS["allocate_strategy"],
+    "pull_batch_size": "Most messages fetched from the store per poll.",
+    "max_buffered_per_queue": "A queue with this many messages fetched and not yet "
+    "acknowledged is paused until its backlog drains.",
+    "suspend_time": "Orderly mode: seconds before a failed batch is re-delivered.",
+    "retry_delay": "Concurrent mode: seconds before a failed message is re-delivered; doubles "
+    "on each failure.",
+    "max_retry_delay": "Upper bound of retry_delay's doubling, in seconds.",
+    "commit_interval": "Seconds between offset commits (written on the consumer's offset-writer "
+    "thread); also committed when a queue moves to another member and on shutdown.",
+    "rebalance_interval": PULL_CONSUMER_OPTIONS["rebalance_interval"],
+    "revoke_timeout": "Seconds a queue moving to another member waits for its running listener "
+    "calls; messages still running then are re-delivered by the new owner.",
+}
 
 
 def _number(name: str, value: object, *, positive: bool) -> float:
@@ -41,32 +215,35 @@ def _number(name: str, value: object, *, positive: bool) -> float:
     return number
 
 
+def _check(option: Option, value: object) -> object:
+    name = option.name
+    if option.kind == "bool":
+        if not isinstance(value, bool):
+            raise InvalidConfigError(f"{name} must be a bool, not {type(value).__name__}", field=name)
+        return value
+    if option.kind == "int":
+        low, high = option.minimum, option.maximum
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}", field=name)
+        if value < low or (high is not None and value > high):
+            limit = f">= {low}" if high is None else f"in [{low}, {high:#o}]"
+            raise InvalidConfigError(f"{name} must be {limit}, got {value!r}", field=name)
+        return value
+    if option.kind == "flush":
+        if value not in ("async", "sync"):
+            raise InvalidConfigError(f"flush must be 'async' or 'sync', got {value!r}", field=name)
+        return value
+    return _number(name, value, positive=option.kind == "positive")
+
+
 def store_options(options: Mapping[str, object]) -> dict[str, Any]:
     """Check each option's type and sign; drop the ``None`` ones (the core's default applies)."""
     out: dict[str, Any] = {}
     for name, value in options.items():
         if value is None:
             continue
-        if name in _BOOLS:
-            if not isinstance(value, bool):
-                raise InvalidConfigError(f"{name} must be a bool, not {type(value).__name__}", field=name)
-            out[name] = value
-        elif name in _INTS:
-            low, high = _INTS[name]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidConfigError(f"{name} must be an int, not {type(value).__name__}", field=name)
-            if value < low or (high is not None and value > high):
-                limit = f">= {low}" if high is None else f"in [{low}, {high:#o}]"
-                raise InvalidConfigError(f"{name} must be {limit}, got {value!r}", field=name)
-            out[name] = value
-        elif name == "flush":
-            if value not in ("async", "sync"):
-                raise InvalidConfigError(f"flush must be 'async' or 'sync', got {value!r}", field=name)
-            out[name] = value
-        elif name == "wait":
-            out[name] = _number(name, value, positive=False)
-        elif name == "retention_hours":
-            out[name] = _number(name, value, positive=True)
-        else:
+        option = _BY_NAME.get(name)
+        if option is None:
             raise InvalidConfigError(f"unknown option {name!r}", field=name)
+        out[name] = _check(option, value)
     return out

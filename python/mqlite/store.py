@@ -44,7 +44,9 @@ def _queue(mq: object) -> MessageQueue:
 class Store:
     """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path.
 
-    Options left ``None`` take the core's defaults. The file sizes (``commit_log_file_size``,
+    Options left ``None`` take the core's defaults; ``mqlite.config.OPEN_OPTIONS`` lists every
+    option with its type, default, meaning and footprint (docs/configuration.md is generated from
+    it). The file sizes (``commit_log_file_size``,
     ``consume_queue_file_units``) are chosen when the store is created: it records them in
     ``<store>/meta`` and every later open, read-only included, uses them; a different value
     given raises InvalidConfigError (with ``field``, ``stored`` and ``given``). An unset

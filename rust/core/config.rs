@@ -60,8 +60,9 @@ pub struct StoreConfig {
     pub dir_mode: u32,
     /// Pre-fault the pages of new commit-log files (MAP_POPULATE) in the background. Off by
     /// default: the background warm-ahead faults in only the pages just in front of the
-    /// writer, and on the machines measured (README figures) populating whole files cost more
-    /// (writeback then write-protects pages the appender has yet to fill).
+    /// writer, and populating whole files costs more, because writeback write-protects the
+    /// populated pages the appender has yet to fill and each then faults again
+    /// (docs/engineering-notes.md#zero-fill).
     pub warm_mapped_files: bool,
     /// How long commit-log files are kept before expiry deletes them (from the head only).
     pub file_reserved_time: Duration,

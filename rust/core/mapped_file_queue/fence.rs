@@ -3,7 +3,8 @@
 //! In async mode the preparer writes zeros (`pwrite`) over the log's pages ahead of the
 //! appender before it faults them in: the kernel then fills the page cache with large folios
 //! (64 KiB for a 64 KiB write) instead of faulting in one 4 KiB page at a time, which costs it
-//! about a third less (README, Rust engine). Only for a writer going fast (pace.rs); sync
+//! less per byte: its per-folio work is done once per 16 pages (measurements:
+//! docs/engineering-notes.md#zero-fill). Only for a writer going fast (pace.rs); sync
 //! mode keeps page-sized faults throughout: a group commit writes back whole folios, and a
 //! 64 KiB folio per small commit would multiply the bytes each fsync writes by up to sixteen.
 //!
