@@ -264,9 +264,11 @@ fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
             }
             Event::Ack(t, q, qo, clo, seq) => match contents.queued.get(&(t.clone(), *q, *qo)) {
                 Some(&(c, s)) if c == *clo && s == *seq => {}
-                found => return Err(format!(
+                found => {
+                    return Err(format!(
                     "acknowledged {t}/{q}@{qo} (log {clo}, message {seq}) recovered as {found:?}"
-                )),
+                ))
+                }
             },
             Event::Topic(_) => {}
         }
