@@ -27,6 +27,9 @@ fi
 mq_step "cargo test --features fault-injection --test flush_failure (failed flush poisons the store)"
 cargo test --features fault-injection --test flush_failure
 
+mq_step "cargo test --features fault-injection --test kill_points (aborts at every kill point, then recovery)"
+cargo test --features fault-injection --test kill_points
+
 mq_step "cargo test --doc"
 cargo test --doc
 

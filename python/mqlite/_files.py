@@ -136,6 +136,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+#: The kill points of this module (crash tests): ``offsets.before_rename`` is reached when a
+#: JSON file's temp copy is written and synced, before the ``.bak`` copy and the rename.
+KILL_POINTS = ("offsets.before_rename",)
+
+#: Crash tests only: when set, called as ``kill_hook(point, path)`` at each kill point (``path``:
+#: the file being replaced); the crash loop's child sets it to abort the process there. ``None``
+#: (always, outside that test): nothing happens.
+kill_hook: Callable[[str, Path], None] | None = None
+
+
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True, rotate: bool = True) -> None:
     """Write ``data`` as JSON: temp file, fsync, keep ``<name>.bak``, rename, fsync the directory.
 
@@ -155,6 +165,8 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True, rotate: bo
                 os.fsync(fd)
         finally:
             os.close(fd)
+    if kill_hook is not None:
+        kill_hook("offsets.before_rename", path)
     with store_io("replace", path):
         if rotate and path.exists():
             shutil.copyfile(path, path.with_name(path.name + ".bak"))

@@ -25,6 +25,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_i64, be_u32};
+use crate::util::kill_point::kill_point;
 use crate::util::{crc, fs};
 
 const SLOT_LEN: usize = 64;
@@ -364,6 +365,9 @@ impl Checkpoint {
         let guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let file = guard.as_ref().ok_or(Error::Closed)?;
         for at in [SLOT_B_AT, 0] {
+            if at == 0 {
+                kill_point!("checkpoint.between_slots");
+            }
             file.write_all_at(&slot, at)
                 .map_err(|e| Error::io("write", &self.path, e))?;
             file.sync_data()

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::message::validate;
+use crate::util::kill_point::kill_point;
 use crate::util::{clock::now_ms, fs};
 
 mod decode;
@@ -307,7 +308,9 @@ impl TopicTable {
             field: "topics.json",
             reason: e.to_string(),
         })?;
-        fs::atomic_write(path, &json, self.mode, !file.main_unreadable)?;
+        let staged = fs::stage(path, &json, self.mode)?;
+        kill_point!("topics.before_rename");
+        staged.replace(!file.main_unreadable)?;
         file.main_unreadable = false;
         Ok(())
     }

@@ -11,7 +11,12 @@ Protocol on stdout (one line per ``os.write``, so each line is atomic on the pip
                                 one line per message, written only after ``send`` or
                                 ``send_batch`` returned: the parent's record of acknowledgements
 
-The child sends until it is SIGKILLed. Bodies encode ``(cycle, producer, seq)`` plus random
+- ``K <point> <n> <old> <new> <path>``  kill-point mode (``MQLITE_PY_KILL_AT=<point>:<n>``): the n-th
+                                hit of ``point`` was reached; the SHA-256 of the file being
+                                replaced (``-`` if absent) and of its new content; the child then
+                                aborts (``os.abort()``: no cleanup, like kill -9 for the files)
+
+The child sends until it is SIGKILLed (or aborts at its kill point). Bodies encode ``(cycle, producer, seq)`` plus random
 padding and an 8-byte BLAKE2b digest of everything before it, so the parent can tell a
 damaged body from a good one.
 """
@@ -24,8 +29,11 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import mqlite
+from mqlite import _files
 
 # Small files so that commit-log and consume-queue files roll every few hundred messages.
 CONFIG = {
@@ -61,6 +69,32 @@ def parse_body(body: bytes) -> tuple[int, int, int]:
     return int(head[0:8]), int(head[8:10]), int(head[10:20])
 
 
+def arm_kill_point(spec: str, emit: Callable[[str], None]) -> None:
+    """Abort the process at the n-th hit of a kill point of ``mqlite._files`` (``spec``:
+    ``<point>:<n>``), after reporting the replaced file's old and new content hashes."""
+    point, n = spec.rsplit(":", 1)
+    if point not in _files.KILL_POINTS or int(n) < 1:
+        raise SystemExit(f"bad MQLITE_PY_KILL_AT {spec!r}; points: {_files.KILL_POINTS}")
+    hits = 0
+    lock = threading.Lock()
+
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "-"
+
+    def hook(name: str, path: Path) -> None:
+        nonlocal hits
+        if name != point:
+            return
+        with lock:
+            hits += 1
+            if hits == int(n):
+                tmp = path.with_name(f".{path.name}.tmp")
+                emit(f"K {point} {n} {digest(path)} {digest(tmp)} {path}\n")
+                os.abort()
+
+    _files.kill_hook = hook
+
+
 def main() -> None:
     path, mode, cycle, seed, producers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     out_lock = threading.Lock()
@@ -70,6 +104,8 @@ def main() -> None:
         with out_lock:
             os.write(1, data)
 
+    if os.environ.get("MQLITE_PY_KILL_AT"):
+        arm_kill_point(os.environ["MQLITE_PY_KILL_AT"], emit)
     emit("O\n")
     t0 = time.perf_counter()
     store = mqlite.open(path, flush=mode, **CONFIG)

@@ -18,12 +18,21 @@ raises; the open reports an abnormal recovery. The original stays crashed for th
 kills land inside recovery and damage accumulates. A new store starts every ``EPOCH`` cycles to
 bound the verification cost.
 
+Kill-point mode (``test_kill_point_loop``): instead of a timed SIGKILL, the child aborts at the
+n-th hit of a named kill point of the Python layer (``mqlite._files.KILL_POINTS``: inside the
+consumer-offset file replace, temp written and before the rename), point and n drawn from a
+printed seed (``MQLITE_PY_KILL_SEED``; ``MQLITE_PY_KILL_REPLAY=<point>:<n>`` and
+``MQLITE_PY_KILL_MODE`` replay one cycle). The same oracle applies, plus: the replaced file holds
+its old or its new content, whole. The Rust core's kill points are exercised by
+tests/kill_points.rs.
+
 CI: 300 cycles. Soak (``MQLITE_SOAK=1`` or ``-m soak``): 1,000 cycles. The figures are printed
 and written as JSON to ``$MQLITE_RELIABILITY_DIR/crash_loop[_soak].json`` when that is set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -43,6 +52,7 @@ import pytest
 import mqlite
 from crash_child import CONFIG, GROUP, QUEUES, TOPICS, parse_body
 from mqlite import MessageQueue
+from mqlite._files import KILL_POINTS
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "crash_child.py"
@@ -71,10 +81,11 @@ class Ack:
 class ChildRun:
     """One child process and a thread collecting its complete stdout lines."""
 
-    def __init__(self, store: Path, mode: str, cycle: int, seed: int, producers: int) -> None:
+    def __init__(self, store: Path, mode: str, cycle: int, seed: int, producers: int,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-u", str(CHILD), str(store), mode, str(cycle), str(seed), str(producers)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**_child_env(), **(extra_env or {})},
         )
         self.lines: list[str] = []
         self.opening = threading.Event()
@@ -124,6 +135,19 @@ class ChildRun:
 
     def kill(self) -> int:
         self.proc.send_signal(signal.SIGKILL)
+        return self.reap()
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The child's return code once it ended by itself; None (and the child SIGKILLed) if it
+        was still running after ``timeout`` seconds."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        return self.reap()
+
+    def reap(self) -> int:
         rc = self.proc.wait(timeout=30)
         self._reader.join(timeout=30)
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -167,6 +191,7 @@ class Figures:
     torn_tails: int = 0
     consumer_offsets_checked: int = 0
     offsets_past_data: int = 0
+    torn_offset_files: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
     records_scanned: list[int] = field(default_factory=list)
@@ -372,6 +397,74 @@ def check(fig: Figures, cycles: int) -> None:
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     assert fig.kills_during_open > 0, "no kill landed inside open"
     assert fig.sync_cycles > 0 and fig.async_cycles > 0
+
+
+def kill_point_loop(tmp_path: Path, cycles: int, seed: int, replay: str | None = None) -> tuple[Figures, dict[str, int]]:
+    """Kill-point mode: each cycle arms one kill point of ``mqlite._files`` at a hit count drawn
+    from ``seed`` (points taken in turn, so each is armed at least once in ``len(KILL_POINTS)``
+    cycles; ``replay``: ``<point>:<n>`` for every cycle), lets the child abort there, and checks
+    the B.a oracle plus the file being replaced: it holds its old or its new content, whole.
+    Returns the figures and the aborts per point."""
+    rng = random.Random(seed)
+    fig = Figures(epochs=1)
+    aborts: dict[str, int] = {}
+    acked: dict[tuple[str, int, int], Ack] = {}
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    for cycle in range(cycles):
+        point = KILL_POINTS[cycle % len(KILL_POINTS)]
+        n = rng.randint(1, 8)
+        if replay:
+            point, _, hit = replay.rpartition(":")
+            n = int(hit)
+        mode = os.environ.get("MQLITE_PY_KILL_MODE", "sync") if replay else rng.choice(("sync", "async"))
+        fig.sync_cycles += mode == "sync"
+        fig.async_cycles += mode == "async"
+        where = (f"cycle {cycle}: {point}:{n} {mode} (seed {seed}; replay: "
+                 f"MQLITE_PY_KILL_REPLAY={point}:{n} MQLITE_PY_KILL_MODE={mode})")
+        print(where)
+        child = ChildRun(store, mode, cycle, rng.randrange(1 << 30), 1, {"MQLITE_PY_KILL_AT": f"{point}:{n}"})
+        rc = child.wait_exit(timeout=120)
+        if rc != -signal.SIGABRT:
+            fig.bad_exit_codes += 1
+            fig.problem(f"{where}: child rc {rc} (None: the point was not reached): {child.stderr()[-3000:]}")
+        if child.open_ms is not None:
+            fig.child_open_ms.append(child.open_ms)
+        for ack in child.acks():
+            fig.acked_messages_received += 1
+            acked[(ack.topic, ack.queue, ack.queue_offset)] = ack
+        for line in child.lines:
+            if line.startswith("K "):
+                _, _, _, old, new, path = line.split(maxsplit=5)
+                aborts[point] = aborts.get(point, 0) + 1
+                now = Path(path)
+                got = hashlib.sha256(now.read_bytes()).hexdigest() if now.exists() else "-"
+                if got not in (old, new):
+                    fig.problem(f"{where}: {path} is neither its old nor its new content")
+                    fig.torn_offset_files += 1
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(store, copy, symlinks=True)
+        verify(copy, acked, fig)
+        fig.cycles += 1
+    return fig, aborts
+
+
+@pytest.mark.timeout(600)
+def test_kill_point_loop(tmp_path: Path) -> None:
+    """The kill-point mode: every kill point of the Python layer is reached and recovered from."""
+    seed = int(os.environ.get("MQLITE_PY_KILL_SEED", "20250611"))
+    replay = os.environ.get("MQLITE_PY_KILL_REPLAY")
+    cycles = 1 if replay else int(os.environ.get("MQLITE_PY_KILL_CYCLES", "4")) * len(KILL_POINTS)
+    fig, aborts = kill_point_loop(tmp_path, cycles, seed, replay)
+    summary = report("kill_point_loop", fig)
+    summary_aborts = dict(sorted(aborts.items()))
+    print(f"aborts per kill point (seed {seed}): {summary_aborts}")
+    for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
+                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "torn_offset_files"):
+        assert summary[key] == 0, f"{key}={summary[key]} (seed {seed}): {fig.problems[:10]}"
+    assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
+    if not replay:
+        assert sorted(aborts) == sorted(KILL_POINTS), f"kill points reached {aborts} vs declared {KILL_POINTS}"
 
 
 @pytest.mark.timeout(600)

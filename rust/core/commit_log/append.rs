@@ -15,6 +15,7 @@ use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH, HEAD_LE
 use crate::message::{sysflag, MessageRef};
 use crate::util::clock::Clock;
 use crate::util::hash::FastBuild;
+use crate::util::kill_point::kill_point;
 
 /// Where one appended record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +180,7 @@ impl Appender {
             // Drop the full file's writer before rolling so a failed roll leaves no half state.
             self.writer = None;
             self.writer = Some(files.roll(next_start)?);
+            kill_point!("commit_log.rolled");
         }
         self.writer.as_mut().ok_or(Error::Closed)
     }
@@ -227,18 +229,14 @@ impl Appender {
             prepared_transaction_offset: m.prepared_transaction_offset,
         };
         let written = w.append_with(p.len, |buf| {
-            codec::encode_with_record_crc(
-                buf,
-                &meta,
-                p.crc,
-                m.body,
-                m.topic.as_bytes(),
-                m.properties,
-            )
+            codec::encode_unsealed(buf, &meta, p.crc, m.body, m.topic.as_bytes(), m.properties);
+            kill_point!("append.unsealed");
+            codec::seal_record_crc(buf);
         });
         if written.is_none() {
             return Err(Error::Closed);
         }
+        kill_point!("append.unpublished");
         w.publish();
         if let Some(s) = slot {
             *s += 1;
@@ -328,6 +326,7 @@ impl Appender {
                     topic.as_bytes(),
                     m.properties,
                 );
+                kill_point!("append.unsealed");
                 if let Some(prev) = unsealed.replace(record) {
                     codec::seal_record_crc(prev);
                 }
@@ -363,6 +362,7 @@ impl Appender {
             return Err(e);
         }
         let w = self.writer.as_mut().ok_or(Error::Closed)?;
+        kill_point!("append.unpublished");
         w.publish();
         if dispatched {
             if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {

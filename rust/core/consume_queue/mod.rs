@@ -36,6 +36,7 @@ use crate::mapped_file_queue::pace::Pace;
 use crate::mapped_file_queue::warm::warm_chunk_ahead;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
 use crate::util::fs;
+use crate::util::kill_point::kill_point;
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
 
 /// Unit-file pages are faulted in a chunk of this many bytes ahead of the writer
@@ -563,6 +564,7 @@ impl ConsumeQueue {
             }
             *guard = None;
             *guard = Some(self.files.roll(at - at % self.files.file_size())?);
+            kill_point!("consume_queue.rolled");
         }
         // `let else` rather than `ok_or(Error::Closed)`: this runs once per unit, and an
         // eagerly built error value still costs its drop.

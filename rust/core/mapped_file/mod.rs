@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::util::fs;
+use crate::util::kill_point::kill_point;
 use mmap::{Advice, MmapRegion};
 
 /// The most bytes one `MADV_POPULATE_WRITE` call of [`MappedFile::populate`] faults in. The
@@ -85,6 +86,7 @@ impl MappedFile {
             ));
         }
         let file = fs::open_rw(path, mode)?;
+        kill_point!("mapped_file.empty");
         alloc::preallocate(&file, path, size)?;
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",

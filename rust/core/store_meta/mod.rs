@@ -26,6 +26,7 @@ pub use derive::{derive, Derived};
 
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_u32, be_u64};
+use crate::util::kill_point::kill_point;
 use crate::util::{crc, fs};
 
 /// The store format version this build writes and reads (FORMAT.md, "Format version").
@@ -186,7 +187,9 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
 
 /// Writes `<root>/meta` atomically (temp file, fsync, rename, fsync of `root`).
 pub fn write(root: &Path, meta: &StoreMeta, mode: u32) -> Result<()> {
-    fs::atomic_write(&path(root), &meta.file_image(), mode, false)
+    let staged = fs::stage(&path(root), &meta.file_image(), mode)?;
+    kill_point!("store_meta.before_rename");
+    staged.replace(false)
 }
 
 #[cfg(test)]

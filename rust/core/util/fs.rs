@@ -5,7 +5,8 @@
 //! - Space is reserved with `posix_fallocate`, never by a sparse `set_len` (mapped_file/alloc.rs,
 //!   next to the mapping it protects).
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
-//! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory.
+//! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory
+//!   ([`stage`] then [`Staged::replace`]; a kill point can sit between the two).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -94,35 +95,55 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
     f.sync_all().map_err(|e| Error::io("fsync_dir", dir, e))
 }
 
-/// Atomically replaces `path` with `data`: temp file, fsync, rename, fsync of the directory.
-/// With `rotate`, the previous version is first kept as `<path>.bak` (RocketMQ's config
-/// rotation); callers pass false when the current file could not be read, so that a `.bak` it
-/// was loaded from is never overwritten with it.
-pub fn atomic_write(path: &Path, data: &[u8], mode: u32, rotate: bool) -> Result<()> {
+/// A temp file written and synced next to the file it will replace ([`stage`]); nothing is
+/// replaced until [`Staged::replace`].
+#[derive(Debug)]
+#[must_use = "a staged file replaces nothing until `replace` is called"]
+pub struct Staged {
+    path: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+}
+
+/// First half of an atomic replace of `path` with `data`: writes and fsyncs the temp file
+/// `.<name>.tmp` in the same directory. A crash after it leaves `path` untouched and a stray
+/// temp file, which the next write truncates.
+pub fn stage(path: &Path, data: &[u8], mode: u32) -> Result<Staged> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp"));
-    let bak = backup_path(path);
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| Error::io("open", &tmp, e))?;
-        f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
-        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(|e| Error::io("open", &tmp, e))?;
+    f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
+    f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+    Ok(Staged {
+        path: path.to_path_buf(),
+        tmp,
+    })
+}
+
+impl Staged {
+    /// Second half: renames the temp file over the target and fsyncs the directory. With
+    /// `rotate`, the previous version is first kept as `<path>.bak` (RocketMQ's config
+    /// rotation); callers pass false when the current file could not be read, so that a `.bak`
+    /// it was loaded from is never overwritten with it.
+    pub fn replace(self, rotate: bool) -> Result<()> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        if rotate && self.path.exists() {
+            let bak = backup_path(&self.path);
+            std::fs::copy(&self.path, &bak).map_err(|e| Error::io("backup", &bak, e))?;
+        }
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io("rename", &self.path, e))?;
+        fsync_dir(dir)
     }
-    if rotate && path.exists() {
-        std::fs::copy(path, &bak).map_err(|e| Error::io("backup", &bak, e))?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e))?;
-    fsync_dir(dir)
 }
 
 /// `<path>.bak`.

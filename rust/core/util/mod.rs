@@ -1,10 +1,11 @@
 //! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock,
-//! non-blocking lock attempts.
+//! non-blocking lock attempts, kill points for crash tests.
 
 pub mod bytes;
 pub mod clock;
 pub mod crc;
 pub mod fs;
 pub mod hash;
+pub mod kill_point;
 pub mod reuse;
 pub mod sync;

@@ -1,0 +1,520 @@
+//! Kill-point crash loop (needs `--features fault-injection`): each cycle re-executes this test
+//! binary as a child that runs a fixed workload on a new store with `MQLITE_KILL_AT=<point>:<n>`,
+//! so the child aborts (like `kill -9` for the files) exactly at the `n`-th hit of a named
+//! point inside an append, a roll, a segment creation, a checkpoint write or a meta / topic
+//! config replace. The parent then reopens the store and checks it:
+//!
+//! - the store opens, and recovery is idempotent (a second open finds the same queues);
+//! - every acknowledged message (its put returned, in sync or async mode) is present at its
+//!   acknowledged queue offset and commit-log offset, with its exact body;
+//! - every record in the commit log decodes (CRC checked) with a body the workload wrote, and
+//!   the consume queues hold exactly the log's records: same (topic, queue, queue offset) at the
+//!   same commit-log offset, each queue contiguous from 0;
+//! - every topic whose creation returned exists, `topics.json` decodes as JSON (old or new
+//!   content, never torn), and the checkpoint's durable offset lies within the log.
+//!
+//! Points and hit counts come from a seeded RNG (`MQLITE_KILL_SEED`, printed); each point gets
+//! `MQLITE_KILL_CYCLES` cycles (default 3) with `n` drawn below the hit count a calibration run
+//! of the same workload measured in the parent. The run fails unless the child aborted at every
+//! declared point at least once. `MQLITE_KILL_REPLAY=<point>:<n>` (optionally with
+//! `MQLITE_KILL_MODE=sync|async`) replays one cycle.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mqlite::util::kill_point::{self, POINTS};
+use mqlite::{Appended, FlushMode, MessageRef, Store, StoreConfig, TagFilter};
+
+/// Store directory of a child (its presence makes `kill_point_child` run the workload).
+const CHILD_DIR: &str = "MQLITE_KILL_CHILD_DIR";
+/// Flush mode of the cycle: `sync` or `async`.
+const MODE: &str = "MQLITE_KILL_MODE";
+const SEED: &str = "MQLITE_KILL_SEED";
+const CYCLES: &str = "MQLITE_KILL_CYCLES";
+const REPLAY: &str = "MQLITE_KILL_REPLAY";
+const DEFAULT_SEED: u64 = 20_250_611;
+
+const FILE_SIZE: u64 = 64 << 10;
+/// Puts of the workload (a fifth of them batches of 3).
+const STEPS: u64 = 160;
+const TOPICS: [&str; 3] = ["KillA", "KillB", "KillC"];
+
+fn config(mode: FlushMode) -> StoreConfig {
+    StoreConfig {
+        flush_mode: mode,
+        // No periodic flush during the short workload: checkpoints are the explicit flushes,
+        // so the hit counts of the calibration run hold in the children.
+        flush_interval: Duration::from_secs(60),
+        commit_log_file_size: Some(FILE_SIZE),
+        consume_queue_file_units: Some(64),
+        max_message_size: Some(16 << 10),
+        warm_mapped_files: false,
+        ..Default::default()
+    }
+}
+
+/// Body of message `seq`: its number, then a pattern; 100 to 1,499 bytes.
+fn body(seq: u64) -> Vec<u8> {
+    let len = 100 + (seq * 7919 % 1400) as usize;
+    let mut b = seq.to_be_bytes().to_vec();
+    b.extend((8..len).map(|k| (seq as usize * 131 + k * 17) as u8));
+    b
+}
+
+/// The message number of a body, if it is one `body` makes.
+fn seq_of(b: &[u8]) -> Option<u64> {
+    let seq = u64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+    (body(seq) == b).then_some(seq)
+}
+
+/// What the workload reports as it goes (the child prints it; the parent parses it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Event {
+    /// `create_topic` returned.
+    Topic(String),
+    /// A put returned: topic, queue, queue offset, commit-log offset, message number.
+    Ack(String, u32, u64, u64, u64),
+}
+
+impl Event {
+    fn line(&self) -> String {
+        match self {
+            Event::Topic(t) => format!("T {t}"),
+            Event::Ack(t, q, qo, clo, seq) => format!("A {t} {q} {qo} {clo} {seq}"),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Event> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["T", t] => Some(Event::Topic((*t).to_owned())),
+            ["A", t, q, qo, clo, seq] => Some(Event::Ack(
+                (*t).to_owned(),
+                q.parse().ok()?,
+                qo.parse().ok()?,
+                clo.parse().ok()?,
+                seq.parse().ok()?,
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The workload: two topics, puts and batches over three queues (one of them past a
+/// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a clean close
+/// and reopen halfway, a third topic, and a final close.
+fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
+    let mut store = Store::open(root, config(mode)).unwrap();
+    for t in &TOPICS[..2] {
+        store.create_topic(t, 2, 6, false, true).unwrap();
+        sink(Event::Topic((*t).to_owned()));
+    }
+    let mut seq = 0;
+    for step in 0..STEPS {
+        let (topic, queue) = match step % 4 {
+            0 | 1 => ("KillA", 0),
+            2 => ("KillA", 1),
+            _ if step > STEPS / 2 => ("KillC", 0),
+            _ => ("KillB", 0),
+        };
+        if step % 5 == 4 {
+            let bodies: Vec<Vec<u8>> = (seq..seq + 3).map(body).collect();
+            let msgs: Vec<MessageRef<'_>> = bodies
+                .iter()
+                .map(|b| MessageRef::new(topic, queue, b))
+                .collect();
+            let mut out: Vec<Appended> = Vec::new();
+            store.put_batch(&msgs, &mut out).unwrap();
+            for a in out {
+                sink(Event::Ack(
+                    topic.into(),
+                    queue,
+                    a.queue_offset,
+                    a.physical_offset,
+                    seq,
+                ));
+                seq += 1;
+            }
+        } else {
+            let b = body(seq);
+            let a = store
+                .put(&MessageRef::new(topic, queue, &b))
+                .unwrap()
+                .appended;
+            sink(Event::Ack(
+                topic.into(),
+                queue,
+                a.queue_offset,
+                a.physical_offset,
+                seq,
+            ));
+            seq += 1;
+        }
+        if step % 25 == 24 {
+            store.flush().unwrap();
+        }
+        if step == STEPS / 2 {
+            store.close().unwrap();
+            store = Store::open(root, config(mode)).unwrap();
+            store.create_topic(TOPICS[2], 1, 6, false, true).unwrap();
+            sink(Event::Topic(TOPICS[2].to_owned()));
+        }
+    }
+    store.close().unwrap();
+}
+
+fn mode_name(mode: FlushMode) -> &'static str {
+    match mode {
+        FlushMode::Sync => "sync",
+        _ => "async",
+    }
+}
+
+/// Child entry: runs the workload on `$MQLITE_KILL_CHILD_DIR` (in the parent, without it, does
+/// nothing), printing each event once it happened.
+#[test]
+fn kill_point_child() {
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
+    };
+    let mode = match std::env::var(MODE).as_deref() {
+        Ok("sync") => FlushMode::Sync,
+        _ => FlushMode::Async,
+    };
+    let mut out = std::io::stdout().lock();
+    workload(Path::new(&dir), mode, &mut |e| {
+        writeln!(out, "{}", e.line()).unwrap();
+        out.flush().unwrap();
+    });
+    writeln!(out, "DONE").unwrap();
+}
+
+/// How a child ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Aborted at the armed point.
+    Killed,
+    /// Finished the workload: the point was not hit `n` times in this run.
+    Finished,
+}
+
+/// One child run on `root`, armed at `point:n`; returns its outcome and the events it
+/// printed before it ended. Any other end (a panic, an error exit) fails with its stderr.
+fn run_child(root: &Path, point: &str, n: u64, mode: FlushMode) -> (Outcome, Vec<Event>) {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "kill_point_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, root)
+        .env(MODE, mode_name(mode))
+        .env(kill_point::ENV, format!("{point}:{n}"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // libtest prints "running 1 test" and "test kill_point_child ... " around the child's
+    // lines; only whole lines that parse are events (a line cut by the abort is not).
+    let events = stdout.lines().filter_map(Event::parse).collect();
+    let outcome = if out.status.signal() == Some(libc::SIGABRT) {
+        Outcome::Killed
+    } else if out.status.success() && stdout.lines().any(|l| l.ends_with("DONE")) {
+        Outcome::Finished
+    } else {
+        panic!(
+            "child armed at {point}:{n} ended with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    (outcome, events)
+}
+
+/// What a reopened store holds, for the idempotence check and the figures.
+#[derive(Debug, PartialEq, Eq)]
+struct Contents {
+    /// (topic, queue, queue offset) -> (commit-log offset, message number), from the queues.
+    queued: BTreeMap<(String, u32, u64), (u64, u64)>,
+    /// Records found walking the commit log.
+    records: usize,
+}
+
+/// Reopens the crashed store at `root` and checks it against the events the child printed.
+fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
+    let store = Store::open(root, config(FlushMode::Async)).map_err(|e| format!("open: {e}"))?;
+    let contents = read_contents(&store)?;
+    let topics: BTreeSet<String> = store
+        .topics()
+        .map_err(|e| format!("topics: {e}"))?
+        .into_iter()
+        .map(|t| t.topic_name)
+        .collect();
+    for e in events {
+        match e {
+            Event::Topic(t) if !topics.contains(t) => {
+                return Err(format!("topic {t} was created but is gone"))
+            }
+            Event::Ack(t, q, qo, clo, seq) => match contents.queued.get(&(t.clone(), *q, *qo)) {
+                Some(&(c, s)) if c == *clo && s == *seq => {}
+                found => {
+                    return Err(format!(
+                    "acknowledged {t}/{q}@{qo} (log {clo}, message {seq}) recovered as {found:?}"
+                ))
+                }
+            },
+            Event::Topic(_) => {}
+        }
+    }
+    if let Some(cp) = store.checkpoint() {
+        let (_, end) = store.commit_log_range();
+        if cp.confirm_phy_offset > end {
+            return Err(format!(
+                "checkpoint durable offset {} beyond the log end {end}",
+                cp.confirm_phy_offset
+            ));
+        }
+    }
+    store.close().map_err(|e| format!("close: {e}"))?;
+    for name in ["topics.json", "topics.json.bak"] {
+        let path = root.join("config").join(name);
+        if let Ok(bytes) = std::fs::read(&path) {
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .map_err(|e| format!("{name} is torn: {e}"))?;
+        }
+    }
+    let again = Store::open(root, config(FlushMode::Async)).map_err(|e| format!("reopen: {e}"))?;
+    let second = read_contents(&again)?;
+    again.close().map_err(|e| format!("close: {e}"))?;
+    if second != contents {
+        return Err("a second recovery changed the store".into());
+    }
+    Ok(contents)
+}
+
+/// Every queue of every topic read from 0, checked against a walk of the commit log.
+fn read_contents(store: &Store) -> Result<Contents, String> {
+    let mut queued = BTreeMap::new();
+    for t in store.topics().map_err(|e| format!("topics: {e}"))? {
+        for q in 0..t.write_queue_nums {
+            let (low, high) = store
+                .queue_offsets(&t.topic_name, q)
+                .map_err(|e| format!("offsets of {}/{q}: {e}", t.topic_name))?;
+            if low != 0 {
+                return Err(format!("{}/{q} starts at {low}", t.topic_name));
+            }
+            let got = store
+                .get_messages(&t.topic_name, q, 0, 1000, &TagFilter::all())
+                .map_err(|e| format!("read of {}/{q}: {e}", t.topic_name))?;
+            let mut expect = 0;
+            for v in got.iter() {
+                let seq = seq_of(v.body()).ok_or_else(|| {
+                    format!(
+                        "{}/{q}@{}: a body the workload never wrote",
+                        t.topic_name,
+                        v.queue_offset()
+                    )
+                })?;
+                if v.queue_offset() != expect {
+                    return Err(format!(
+                        "{}/{q}: offset {} where {expect} was due",
+                        t.topic_name,
+                        v.queue_offset()
+                    ));
+                }
+                queued.insert(
+                    (t.topic_name.clone(), q, expect),
+                    (v.physical_offset(), seq),
+                );
+                expect += 1;
+            }
+            if expect != high {
+                return Err(format!(
+                    "{}/{q}: read {expect} messages, max offset {high}",
+                    t.topic_name
+                ));
+            }
+        }
+    }
+    // The log's records, file by file: a record that does not decode ends a file (its
+    // END_OF_FILE blank) or the log.
+    let (mut at, end) = store.commit_log_range();
+    let mut logged = BTreeMap::new();
+    while at < end {
+        let rec = store.get_by_offset(at, |v| {
+            (
+                v.topic().to_owned(),
+                v.queue_id(),
+                v.queue_offset(),
+                v.bytes().len(),
+                seq_of(v.body()),
+            )
+        });
+        match rec {
+            Ok((topic, q, qo, len, seq)) => {
+                let seq = seq.ok_or_else(|| {
+                    format!("log record at {at}: a body the workload never wrote")
+                })?;
+                logged.insert((topic, q, qo), (at, seq));
+                at += len as u64;
+            }
+            Err(_) if at % FILE_SIZE != 0 => at = (at / FILE_SIZE + 1) * FILE_SIZE,
+            Err(e) => return Err(format!("log record at {at}: {e}")),
+        }
+    }
+    if logged != queued {
+        let only_log: Vec<_> = logged
+            .keys()
+            .filter(|k| !queued.contains_key(*k))
+            .take(5)
+            .collect();
+        let only_cq: Vec<_> = queued
+            .keys()
+            .filter(|k| !logged.contains_key(*k))
+            .take(5)
+            .collect();
+        return Err(format!(
+            "consume queues disagree with the log: only in the log {only_log:?}, only in the queues {only_cq:?}"
+        ));
+    }
+    Ok(Contents {
+        records: logged.len(),
+        queued,
+    })
+}
+
+/// xorshift64*, seeded.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+/// Runs one cycle; panics with the seed, the point and the replay command on a failure.
+fn cycle(point: &str, n: u64, mode: FlushMode, seed: u64) -> (Outcome, usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (outcome, events) = run_child(dir.path(), point, n, mode);
+    match check_store(dir.path(), &events) {
+        Ok(c) => (outcome, events.len(), c.records),
+        Err(problem) => panic!(
+            "after a kill at {point}:{n} ({} mode, seed {seed}, {outcome:?}): {problem}\n\
+             replay: MQLITE_KILL_REPLAY={point}:{n} MQLITE_KILL_MODE={} \
+             cargo test --features fault-injection --test kill_points",
+            mode_name(mode),
+            mode_name(mode)
+        ),
+    }
+}
+
+#[test]
+fn kill_points_crash_loop() {
+    assert!(
+        std::env::var_os(kill_point::ENV).is_none(),
+        "{} would abort this parent; use {REPLAY}=<point>:<n> to replay a cycle",
+        kill_point::ENV
+    );
+    let started = Instant::now();
+    if let Ok(replay) = std::env::var(REPLAY) {
+        let (point, n) = replay
+            .rsplit_once(':')
+            .expect("MQLITE_KILL_REPLAY=<point>:<n>");
+        let mode = match std::env::var(MODE).as_deref() {
+            Ok("async") => FlushMode::Async,
+            _ => FlushMode::Sync,
+        };
+        let r = cycle(point, n.parse().expect("a hit number"), mode, 0);
+        println!("replayed {replay} ({}): {r:?}", mode_name(mode));
+        return;
+    }
+    let seed = std::env::var(SEED)
+        .map(|s| s.parse().expect("MQLITE_KILL_SEED is a u64"))
+        .unwrap_or(DEFAULT_SEED);
+    let per_point: u64 = std::env::var(CYCLES)
+        .map(|s| s.parse().expect("MQLITE_KILL_CYCLES is a count"))
+        .unwrap_or(3);
+    println!("kill points: seed {seed} ({SEED} to change, {REPLAY}=<point>:<n> to replay one)");
+
+    // Calibration: the same workload in this process, unarmed, counts each point's hits.
+    let dir = tempfile::tempdir().unwrap();
+    workload(dir.path(), FlushMode::Sync, &mut |_| {});
+    let calibrated: BTreeMap<&str, u64> =
+        POINTS.iter().map(|p| (*p, kill_point::hits(p))).collect();
+    println!("hits per run of the workload: {calibrated:?}");
+    for (p, hits) in &calibrated {
+        assert!(*hits > 0, "the workload never reaches kill point {p}");
+    }
+
+    let mut rng = Rng(seed | 1);
+    let mut killed: BTreeMap<&str, u64> = BTreeMap::new();
+    let (mut cycles, mut acked, mut records, mut finished) = (0, 0, 0, 0);
+    for round in 0..=per_point {
+        for &point in POINTS {
+            // The extra round only retries points no child aborted at, at their first hit.
+            let n = if round < per_point {
+                1 + rng.below(calibrated[point])
+            } else if killed.contains_key(point) {
+                continue;
+            } else {
+                1
+            };
+            let mode = if rng.below(2) == 0 {
+                FlushMode::Sync
+            } else {
+                FlushMode::Async
+            };
+            println!(
+                "cycle {cycles}: {point}:{n} {} (seed {seed})",
+                mode_name(mode)
+            );
+            let (outcome, events, recs) = cycle(point, n, mode, seed);
+            cycles += 1;
+            acked += events;
+            records += recs;
+            match outcome {
+                Outcome::Killed => *killed.entry(point).or_default() += 1,
+                Outcome::Finished => finished += 1,
+            }
+        }
+    }
+    let summary = serde_json::json!({
+        "seed": seed,
+        "cycles": cycles,
+        "kill_points_declared": POINTS.len(),
+        "kill_points_covered": killed.len(),
+        "kills_per_point": killed,
+        "cycles_that_finished_before_the_hit": finished,
+        "events_checked": acked,
+        "records_checked": records,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    println!("kill_points: {summary:#}");
+    if let Some(out) = std::env::var_os("MQLITE_RELIABILITY_DIR") {
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(
+            Path::new(&out).join("kill_points.json"),
+            format!("{summary:#}"),
+        )
+        .unwrap();
+    }
+    let covered: Vec<&str> = killed.keys().copied().collect();
+    let mut declared: Vec<&str> = POINTS.to_vec();
+    declared.sort_unstable();
+    assert_eq!(
+        covered, declared,
+        "kill points a child aborted at vs declared (seed {seed})"
+    );
+}
