@@ -44,6 +44,8 @@ import mqlite
 from crash_child import CONFIG, GROUP, QUEUES, TOPICS, parse_body
 from mqlite import MessageQueue
 
+pytestmark = pytest.mark.reliability
+
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "crash_child.py"
 EPOCH = 12  # cycles per store

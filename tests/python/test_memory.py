@@ -61,6 +61,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.perf  # RSS of a 256 MiB run: depends on the machine and takes a while
 def test_rss_stays_flat_while_a_big_store_is_written_and_consumed(tmp_path: Path, run_py) -> None:
     total_mib = 256
     done = run_py(PRODUCE_AND_CONSUME, tmp_path / "store", total_mib, timeout=240)
