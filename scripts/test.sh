@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Run every test: Rust unit, integration and doc tests, the golden-fixture check, and pytest.
+# Run the tests of one tier (CONTRIBUTING.md, "Test tiers").
 #
-#   ./scripts/test.sh                 # everything
-#   ./scripts/test.sh -k producer     # extra arguments go to pytest
+#   ./scripts/test.sh                 # what CI runs: fast + reliability
+#   ./scripts/test.sh fast            # unit and integration tests (a few minutes)
+#   ./scripts/test.sh reliability     # crash loop, power loss, state machines, fault injection
+#   ./scripts/test.sh soak            # the reliability suites at soak size (long)
+#   ./scripts/test.sh perf            # timing, RSS, scheduler and benchmark-smoke checks
+#   ./scripts/test.sh all             # every tier
+#   ./scripts/test.sh fast -k producer   # arguments after the tier go to pytest
 #
 # Uses the active virtual environment, or creates/reuses .venv. Builds the extension with
 # `maturin develop` (profile: $MQLITE_PROFILE, default release) before running pytest.
@@ -10,40 +15,93 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
+tier=ci
+case "${1:-}" in
+    ci | fast | reliability | soak | perf | all) tier="$1"; shift ;;
+esac
+case "$tier" in
+    ci) tiers=(fast reliability) ;;
+    all) tiers=(fast reliability perf soak) ;;
+    *) tiers=("$tier") ;;
+esac
+
 started=$SECONDS
 mq_pip_ensure "pytest=pytest" "hypothesis=hypothesis" "pytest_timeout=pytest-timeout"
 mq_build
 
-# The binding crate (mqlite-py) has no Rust tests and links libpython, so it is excluded;
-# pytest covers it.
-if cargo nextest --version >/dev/null 2>&1; then
-    mq_step "cargo nextest run --workspace --exclude mqlite-py"
-    cargo nextest run --workspace --exclude mqlite-py --no-fail-fast
-else
-    mq_step "cargo test --workspace --exclude mqlite-py (cargo-nextest not installed)"
-    cargo test --workspace --exclude mqlite-py --no-fail-fast
-fi
+have_nextest=0
+cargo nextest --version >/dev/null 2>&1 && have_nextest=1
 
-mq_step "cargo test --features fault-injection --test flush_failure (failed flush poisons the store)"
-cargo test --features fault-injection --test flush_failure
+# Rust tests of a nextest profile (.config/nextest.toml). The binding crate (mqlite-py) has no
+# Rust tests and links libpython, so it is excluded; pytest covers it. Without nextest,
+# `cargo test` runs every Rust test for the fast tier and none for the others.
+rust_tests() {
+    local profile="$1"
+    if ((have_nextest)); then
+        mq_step "cargo nextest run --profile $profile --workspace --exclude mqlite-py"
+        cargo nextest run --profile "$profile" --workspace --exclude mqlite-py --no-fail-fast
+    elif [[ "$profile" == fast ]]; then
+        mq_step "cargo test --workspace --exclude mqlite-py (cargo-nextest not installed: every tier's Rust tests)"
+        cargo test --workspace --exclude mqlite-py --no-fail-fast
+    fi
+}
 
-mq_step "cargo test --features fault-injection --test kill_points (aborts at every kill point, then recovery)"
-cargo test --features fault-injection --test kill_points
+# The integration tests that need the fault-injection build: Cargo.toml's [[test]] entries
+# whose required-features name it.
+fault_injection_tests() {
+    awk '
+        /^\[\[test\]\]/ { name = ""; intest = 1; next }
+        /^\[/ { intest = 0 }
+        intest && /^name *=/ { gsub(/.*= *"|".*/, ""); name = $0 }
+        intest && /^required-features *=/ && /fault-injection/ && name != "" { print name }
+    ' Cargo.toml
+}
 
-mq_step "cargo test --doc"
-cargo test --doc
+# pytest over tests/python with a marker expression; exit code 5 (nothing collected) fails.
+py_tests() {
+    local expr="$1"
+    shift
+    mq_step "pytest tests/python -m \"$expr\""
+    local rc=0
+    "$MQ_PY" -m pytest tests/python -m "$expr" "$@" || rc=$?
+    if [[ $rc -eq 5 ]]; then
+        echo "error: pytest collected no tests (exit code 5); that counts as a failure" >&2
+        exit 1
+    elif [[ $rc -ne 0 ]]; then
+        exit "$rc"
+    fi
+}
 
-mq_step "golden fixtures match rust/FORMAT.md's generator"
-"$MQ_PY" tests/fixtures/make_golden.py --check
+for t in "${tiers[@]}"; do
+    mq_step "tier: $t"
+    case "$t" in
+        fast)
+            rust_tests fast
+            mq_step "cargo test --doc"
+            cargo test --doc
+            mq_step "golden fixtures match rust/FORMAT.md's generator"
+            "$MQ_PY" tests/fixtures/make_golden.py --check
+            py_tests "not reliability and not soak and not perf" "$@"
+            ;;
+        reliability)
+            rust_tests reliability
+            fi_tests=()
+            while read -r name; do fi_tests+=(--test "$name"); done < <(fault_injection_tests)
+            if ((${#fi_tests[@]})); then
+                mq_step "cargo test --features fault-injection ${fi_tests[*]}"
+                cargo test --features fault-injection "${fi_tests[@]}"
+            fi
+            py_tests "reliability and not soak and not perf" "$@"
+            ;;
+        soak)
+            export MQLITE_SOAK=1
+            rust_tests reliability
+            py_tests "soak or reliability" "$@"
+            ;;
+        perf)
+            py_tests "perf" "$@"
+            ;;
+    esac
+done
 
-mq_step "pytest tests/python"
-rc=0
-"$MQ_PY" -m pytest tests/python "$@" || rc=$?
-if [[ $rc -eq 5 ]]; then
-    echo "error: pytest collected no tests (exit code 5); that counts as a failure" >&2
-    exit 1
-elif [[ $rc -ne 0 ]]; then
-    exit "$rc"
-fi
-
-mq_step "all tests passed in $((SECONDS - started)) s"
+mq_step "tiers ${tiers[*]}: all tests passed in $((SECONDS - started)) s"

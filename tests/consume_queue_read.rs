@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{body, settle, small_config};
 use mqlite::message::codec::STORE_HOST;
 use mqlite::message::{msg_id, properties};
-use mqlite::{Error, GetStatus, MessageKey, MessageRef, Store, TagFilter};
+use mqlite::{Error, GetStatus, MessageKey, MessageRef, ReadLimit, Store, TagFilter};
 
 const TAGS: [&str; 3] = ["TagA", "TagB", "TagC"];
 
@@ -442,4 +442,70 @@ fn check_batched(store: &Store, model: &[(Vec<u8>, &'static str)]) {
         .collect();
     let got: Vec<u64> = r.iter().map(|v| v.queue_offset()).collect();
     assert_eq!(got, want);
+}
+
+/// A read bounded by bytes stops before the record that would pass the bound and says so; the
+/// next read starts at that record. A first record over the bound is returned alone when the
+/// limit allows it (`oversized_first`), and otherwise nothing is, without skipping it.
+#[test]
+fn reads_bounded_by_bytes_stop_before_the_record_that_would_pass_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    for i in 0..6u8 {
+        store.put(&MessageRef::new("Sized", 0, &[i; 1000])).unwrap();
+    }
+    settle(&store);
+    let all = TagFilter::all();
+    let whole = store.get_messages("Sized", 0, 0, 6, &all).unwrap();
+    assert_eq!(whole.records.len(), 6);
+    assert!(!whole.byte_limited);
+    let record = whole.records[0].1 as usize;
+
+    let limit = |bytes, oversized_first| ReadLimit {
+        messages: 6,
+        bytes,
+        oversized_first,
+    };
+    // Room for two and a half records: two come back, the third is next.
+    let r = store
+        .get_messages_within("Sized", 0, 0, limit(record * 5 / 2, false), &all)
+        .unwrap();
+    assert_eq!(r.records.len(), 2);
+    assert!(r.buffer.len() <= record * 5 / 2);
+    assert!(r.byte_limited);
+    assert_eq!(r.next_offset, 2);
+    let bodies: Vec<u8> = r.iter().map(|v| v.body()[0]).collect();
+    assert_eq!(bodies, [0, 1]);
+    // Exactly two records' worth is room for exactly two.
+    let r = store
+        .get_messages_within("Sized", 0, 2, limit(record * 2, false), &all)
+        .unwrap();
+    assert_eq!((r.records.len(), r.next_offset), (2, 4));
+    // A bound below one record: one record with oversized_first, none (not skipped) without.
+    let r = store
+        .get_messages_within("Sized", 0, 4, limit(10, true), &all)
+        .unwrap();
+    assert_eq!(
+        (r.records.len(), r.next_offset, r.byte_limited),
+        (1, 5, true)
+    );
+    let r = store
+        .get_messages_within("Sized", 0, 4, limit(10, false), &all)
+        .unwrap();
+    assert!(r.records.is_empty() && r.byte_limited);
+    assert_eq!((r.status, r.next_offset), (GetStatus::OffsetFoundNull, 4));
+    // The count bound still applies under a large byte bound.
+    let r = store
+        .get_messages_within(
+            "Sized",
+            0,
+            0,
+            ReadLimit {
+                messages: 3,
+                ..limit(1 << 30, false)
+            },
+            &all,
+        )
+        .unwrap();
+    assert_eq!((r.records.len(), r.byte_limited), (3, false));
 }

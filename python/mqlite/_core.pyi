@@ -283,6 +283,10 @@ class Store:
         lock: Any,
         on_error: Callable[[QueueCursor], object] | None = None,
         on_skip: Callable[[QueueCursor, int, int], object] | None = None,
+        *,
+        max_bytes: int | None = None,
+        oversized_first: bool = True,
+        on_full: Callable[[QueueCursor], object] | None = None,
     ) -> list[MessageExt]: ...
     def delete_expired_files(self) -> int: ...
     def wait_durable(self, end: int) -> bool: ...

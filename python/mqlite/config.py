@@ -169,6 +169,9 @@ PULL_CONSUMER_OPTIONS: dict[str, str] = {
     "consume_timestamp": "The time for CONSUME_FROM_TIMESTAMP: a datetime or epoch milliseconds "
     "(None: half an hour ago).",
     "max_poll_messages": "Most messages one poll() returns when it is not told (at most 65,536).",
+    "max_poll_bytes": "Most bytes (whole stored records) one poll() returns, like Kafka's "
+    "fetch.max.bytes; a single larger message is returned alone. 16 MiB: four messages of the "
+    "largest default size, far above 32 messages of a few KiB.",
     "client_id": "This member's id in the group; a BROADCASTING consumer resumes from the "
     "offsets of the same client_id. None: a fresh id per consumer.",
     "allocate_strategy": "How a CLUSTERING group divides a topic's queues among its members "
@@ -190,6 +193,11 @@ PUSH_CONSUMER_OPTIONS: dict[str, str] = {
     "pull_batch_size": "Most messages fetched from the store per poll.",
     "max_buffered_per_queue": "A queue with this many messages fetched and not yet "
     "acknowledged is paused until its backlog drains.",
+    "max_buffered_bytes": "Most bytes (whole stored records) of the messages the consumer "
+    "holds, over all its queues: fetched and not yet acknowledged (RocketMQ's "
+    "pullThresholdSizeForQueue, for the whole consumer). Polls stop at the room left and wait "
+    "for acknowledgements; a single larger message is still delivered, alone. "
+    "buffered_bytes and peak_buffered_bytes report it.",
     "suspend_time": "Orderly mode: seconds before a failed batch is re-delivered.",
     "retry_delay": "Concurrent mode: seconds before a failed message is re-delivered; doubles "
     "on each failure.",

@@ -86,6 +86,17 @@ class Membership:
         offsets come from reads of its queues, and a revoke writes what is pending first."""
         self.consumer._submit(offsets)
 
+    def poll_within(
+        self, timeout: float, max_messages: int, max_bytes: int, oversized_first: bool
+    ) -> tuple[list[MessageExt], bool]:
+        """``poll`` bounded by ``max_bytes`` (whole stored records). With ``oversized_first`` a
+        first message larger than that is returned alone; without it no message over the bound
+        is. Returns the messages and whether a message was left because it did not fit (the
+        poll then returns at once)."""
+        full: list[_core.QueueCursor] = []
+        msgs = self.consumer._poll(timeout, max_messages, max_bytes, oversized_first, full.append)
+        return msgs, bool(full)
+
 
 def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any) -> Membership:
     """A PullConsumer whose queue assignments ``owner`` follows (options as ``PullConsumer``)."""
@@ -95,6 +106,11 @@ def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any
 
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
+# Default byte bound of one poll (whole stored records): four messages of the largest default
+# size (4 MiB), and far above 32 messages of the usual few KiB, so it binds only for big
+# messages. An embedded consumer shares its process with the application: Kafka's 50 MiB
+# (fetch.max.bytes) and RocketMQ's 100 MiB per queue are a broker client's budgets.
+DEFAULT_MAX_POLL_BYTES = 16 << 20
 
 
 def _cursor(mq: MessageQueue, position: int, sub: _Subscription | None) -> _core.QueueCursor:
@@ -183,6 +199,7 @@ class PullConsumer:
         consume_from: ConsumeFromWhere | datetime | int = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         consume_timestamp: datetime | int | None = None,
         max_poll_messages: int = 32,
+        max_poll_bytes: int = DEFAULT_MAX_POLL_BYTES,
         client_id: str | None = None,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 0.5,
@@ -197,6 +214,7 @@ class PullConsumer:
         check_positive("max_poll_messages", max_poll_messages, integer=True)
         if max_poll_messages > _MAX_POLL:
             raise InvalidConfigError(f"max_poll_messages must be <= {_MAX_POLL}")
+        check_positive("max_poll_bytes", max_poll_bytes, integer=True)
         if not isinstance(consume_from, (ConsumeFromWhere, datetime)) and (
             isinstance(consume_from, bool) or not isinstance(consume_from, int)
         ):
@@ -227,6 +245,7 @@ class PullConsumer:
         self._consume_from = consume_from
         self._consume_timestamp = consume_timestamp
         self._max_poll = max_poll_messages
+        self._max_poll_bytes = max_poll_bytes
         self._client_id = check_client_id(client_id) if client_id is not None else new_client_id()
         self._strategy = strategy
         self._rebalance_interval = float(rebalance_interval)
@@ -507,7 +526,9 @@ class PullConsumer:
         return active[start:] + active[:start] if start else active
 
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
-        """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin).
+        """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin),
+        taking at most ``max_poll_bytes`` bytes (whole stored records) together; a single
+        message larger than that is returned alone.
 
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
@@ -532,6 +553,19 @@ class PullConsumer:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
         ):
             raise IllegalArgumentError(f"timeout must be a number >= 0 or None, got {timeout!r}")
+        return self._poll(timeout, n, self._max_poll_bytes, True, None)
+
+    def _poll(
+        self,
+        timeout: float | None,
+        n: int,
+        max_bytes: int,
+        oversized_first: bool,
+        on_full: Callable[[_core.QueueCursor], object] | None,
+    ) -> list[MessageExt]:
+        """``poll`` with checked arguments and its byte bound (see ``Membership.poll_within``);
+        ``on_full`` is told of a cursor whose next message did not fit, and the poll then
+        returns what it has at once."""
         # An int beyond the float range waits as long as float("inf") does: without limit.
         deadline = (
             None if timeout is None or timeout > sys.float_info.max else time.monotonic() + timeout
@@ -573,10 +607,15 @@ class PullConsumer:
             # moved (seek, rebalance) meanwhile, all in one call: one GIL hand-off when a
             # message arrives.
             msgs = core.poll_cursors(
-                order, n, left, self._lock, self._queue_error_changed, self._expired_skipped
+                order, n, left, self._lock, self._queue_error_changed, self._expired_skipped,
+                max_bytes=max_bytes, oversized_first=oversized_first, on_full=on_full,
             )
             if msgs:
                 self._rr += 1
+                return msgs
+            if not oversized_first:
+                # One read (or wait) only: the caller (the push consumer) holds messages and
+                # decides whether to wait for room or poll again.
                 return msgs
             if deadline is not None and time.monotonic() >= deadline:
                 return []

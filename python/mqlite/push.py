@@ -21,6 +21,13 @@ No error ends a consuming thread while the consumer runs (only ``shutdown`` and 
 closing do): the listener's are failures of its batch, and any other is logged on
 ``mqlite.consumer`` and the thread goes on.
 
+Memory: the messages a consumer holds (polled and not yet acknowledged: queued, running,
+waiting for redelivery) take at most ``max_buffered_bytes`` bytes together (whole stored
+records; RocketMQ's ``pullThresholdSizeForQueue``, for the whole consumer): a poll asks for no
+more than the room left, and with none left the poller waits until a listener acknowledges
+something. A single message larger than the bound is still delivered, alone.
+``max_buffered_per_queue`` bounds each queue's count as well.
+
 Offsets are committed every ``commit_interval`` seconds (written on the consumer's offset
 writer thread, so delivery never waits for the file's fsyncs), and at once when a queue moves to
 another member (after its running batches finish) and on ``shutdown``.
@@ -51,7 +58,7 @@ from mqlite.errors import (
     StoreClosedError,
 )
 from mqlite.message import MessageExt, MessageQueue
-from mqlite.pull import check_positive, drive
+from mqlite.pull import DEFAULT_MAX_POLL_BYTES, check_positive, drive
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
 from mqlite.topic import check_topic
@@ -75,7 +82,7 @@ class _ProcessQueue:
 
     __slots__ = (
         "mq", "cursor", "unacked", "acked", "position", "running", "backlog", "queued",
-        "suspended_until", "dropped", "paused", "attempts", "direct",
+        "suspended_until", "dropped", "paused", "attempts", "direct", "held_bytes",
     )
 
     def __init__(self, mq: MessageQueue, cursor: _core.QueueCursor) -> None:
@@ -96,6 +103,9 @@ class _ProcessQueue:
         # First offset of the batch the poller is running straight after its poll (``_claim``),
         # which is in neither ``unacked`` nor ``position`` until it settles.
         self.direct: int | None = None
+        # Bytes of this queue's messages the consumer holds (queued, running, awaiting
+        # redelivery), not counting a direct batch while it runs; released when revoked.
+        self.held_bytes = 0
 
     def ack(self, msgs: Sequence[MessageExt]) -> None:
         for m in msgs:
@@ -138,6 +148,7 @@ class PushConsumer:
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         pull_batch_size: int = 32,
         max_buffered_per_queue: int = 1000,
+        max_buffered_bytes: int = DEFAULT_MAX_POLL_BYTES,
         suspend_time: float = 1.0,
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
@@ -149,7 +160,8 @@ class PushConsumer:
             raise InvalidConfigError(f"orderly must be a bool, got {orderly!r}")
         for name, value in (("threads", threads), ("batch_size", batch_size),
                             ("pull_batch_size", pull_batch_size),
-                            ("max_buffered_per_queue", max_buffered_per_queue)):
+                            ("max_buffered_per_queue", max_buffered_per_queue),
+                            ("max_buffered_bytes", max_buffered_bytes)):
             check_positive(name, value, integer=True)
         for name, fvalue in (("suspend_time", suspend_time), ("retry_delay", retry_delay),
                              ("max_retry_delay", max_retry_delay), ("commit_interval", commit_interval),
@@ -169,6 +181,7 @@ class PushConsumer:
         self._batch = batch_size
         self._pull_batch = pull_batch_size
         self._max_buffered = max_buffered_per_queue
+        self._max_bytes = max_buffered_bytes
         self._suspend_time = float(suspend_time)
         self._retry_delay = float(retry_delay)
         self._max_retry_delay = float(max_retry_delay)
@@ -178,6 +191,13 @@ class PushConsumer:
         self._subs: dict[str, str | MessageSelector] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        # Bytes of the messages held (see the module doc): raised only by the poller, after a
+        # poll; lowered (lock held) when messages are acknowledged, dropped or revoked, which
+        # wakes a poller waiting on ``_room`` for space.
+        self._held_bytes = 0
+        self._peak_held_bytes = 0
+        self._room = threading.Condition(self._lock)
+        self._room_waiters = 0
         self._token = _core.PollToken(_STALL)  # see rust/py/src/token.rs
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._idle_waiters = 0  # threads in _wait_idle: the only waiters on _cond
@@ -221,6 +241,18 @@ class PushConsumer:
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer currently owns."""
         return self._consumer.assignment()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes (whole stored records) of the messages this consumer holds now: polled and not
+        yet acknowledged. At most ``max_buffered_bytes``, or one message when that one alone
+        is larger."""
+        return self._held_bytes
+
+    @property
+    def peak_buffered_bytes(self) -> int:
+        """The most ``buffered_bytes`` has been since the consumer was created."""
+        return self._peak_held_bytes
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consume ``topic`` filtered by a tag expression or selector (before or after start)."""
@@ -344,6 +376,8 @@ class PushConsumer:
             offsets = {pq.mq: pq.commit_offset() for pq in pqs if pq.commit_offset() != pq.cursor.committed}
             for pq in pqs:
                 del self._pqs[pq.mq]
+                self._release_held(pq.held_bytes)
+                pq.held_bytes = 0
         return offsets
 
     def _wait_idle(self, pqs: list[_ProcessQueue]) -> bool:
@@ -514,7 +548,52 @@ class PushConsumer:
                     wait = max(0.0, min(wait, self._timers[0][0] - now))
         if now >= self._next_commit:
             self._commit()
-        return self._consumer.poll(wait, self._pull_batch)
+        held = self._held_bytes  # read unlocked: only this thread raises it
+        room = self._max_bytes - held
+        if room <= 0:
+            self._wait_for_room(held, wait)
+            return []
+        msgs, full = self._member.poll_within(wait, self._pull_batch, room, held == 0)
+        if msgs:
+            size = sum(m.store_size for m in msgs)
+            with self._lock:
+                self._held_bytes += size
+                if self._held_bytes > self._peak_held_bytes:
+                    self._peak_held_bytes = self._held_bytes
+        elif full:
+            self._wait_for_room(held, wait)
+        return msgs
+
+    def _wait_for_room(self, held: int, timeout: float) -> None:
+        """Waits until the held bytes drop below ``held`` (a listener acknowledged something, or
+        a queue was revoked), at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._room:
+            while self._held_bytes >= held and self._state == "running":
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._room_waiters += 1
+                try:
+                    self._room.wait(left)
+                finally:
+                    self._room_waiters -= 1
+
+    def _release_held(self, size: int) -> None:
+        """``size`` bytes of held messages are let go (lock held): wakes a poller waiting for room."""
+        if size:
+            self._held_bytes -= size
+            if self._room_waiters:
+                self._room.notify()
+
+    def _release(self, pq: _ProcessQueue, msgs: Sequence[MessageExt]) -> None:
+        """``msgs`` of ``pq``, held until now, are acknowledged (lock held). A revoked queue's
+        bytes were released when it was revoked."""
+        if pq.dropped:
+            return
+        size = sum(m.store_size for m in msgs)
+        pq.held_bytes -= size
+        self._release_held(size)
 
     def _spread(self, msgs: list[MessageExt]) -> None:
         """Turns a poll into ready work: batches (concurrent) or queue backlogs (orderly)."""
@@ -530,8 +609,11 @@ class PushConsumer:
                 pq = self._pqs.get(mq)
                 run = msgs[start:end]
                 start = end
+                size = sum(m.store_size for m in run)
                 if pq is None:
+                    self._release_held(size)  # revoked since the poll: not delivered here
                     continue
+                pq.held_bytes += size
                 pq.position = pq.cursor.position
                 for m in run:
                     heapq.heappush(pq.unacked, m.queue_offset)
@@ -600,7 +682,13 @@ class PushConsumer:
             end = msgs[-1].queue_offset + 1
             if end > pq.position:
                 pq.position = end
-            if not ok:
+            # The direct batch's bytes were counted by the poll only; from here the queue holds
+            # them (a failed batch, kept for redelivery) or they are let go.
+            size = sum(m.store_size for m in msgs)
+            if ok or pq.dropped:
+                self._release_held(size)
+            else:
+                pq.held_bytes += size
                 for m in msgs:
                     heapq.heappush(pq.unacked, m.queue_offset)
                 self._retry_later(pq, msgs)
@@ -693,6 +781,7 @@ class PushConsumer:
         try:
             if ok:
                 pq.ack(msgs)
+                self._release(pq, msgs)
             else:
                 self._retry_later(pq, msgs)
             resume = self._batch_done(pq)
@@ -708,6 +797,7 @@ class PushConsumer:
                     for _ in batch:
                         pq.backlog.popleft()
                     pq.ack(batch)
+                    self._release(pq, batch)
                 else:
                     pq.suspended_until = time.monotonic() + self._suspend_time
                     heapq.heappush(self._timers, (pq.suspended_until, next(self._seq), pq, None))

@@ -67,8 +67,8 @@ pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{
-    GetResult, GetStatus, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store, TagFilter,
-    Wait,
+    GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin, Routing, Store,
+    TagFilter, Wait,
 };
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

@@ -77,11 +77,18 @@ def spawn_py() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         proc.communicate(timeout=30)
 
 
+# Markers of tiers that run only on demand, with the variable that turns each on.
+_ON_DEMAND = {"soak": "MQLITE_SOAK", "perf": "MQLITE_PERF"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soak tests run only with ``MQLITE_SOAK=1`` or when selected with ``-m soak``."""
-    if os.environ.get("MQLITE_SOAK") == "1" or "soak" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="soak test: set MQLITE_SOAK=1 or use -m soak")
-    for item in items:
-        if "soak" in item.keywords:
-            item.add_marker(skip)
+    """Soak and perf tests run only with ``MQLITE_SOAK=1`` / ``MQLITE_PERF=1`` or when their
+    marker is named in ``-m`` (``-m "not soak"`` names it too, and deselects them anyway)."""
+    selected = config.getoption("-m") or ""
+    for marker, variable in _ON_DEMAND.items():
+        if os.environ.get(variable) == "1" or marker in selected:
+            continue
+        skip = pytest.mark.skip(reason=f"{marker} test: set {variable}=1 or use -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -16,6 +16,9 @@ import pytest
 
 import mqlite
 
+# Runs the benchmark report and checks its timing: the perf tier.
+pytestmark = pytest.mark.perf
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "benches" / "python" / "report.py"
 

@@ -54,6 +54,8 @@ from crash_child import CONFIG, GROUP, QUEUES, TOPICS, parse_body
 from mqlite import MessageQueue
 from mqlite._files import KILL_POINTS
 
+pytestmark = pytest.mark.reliability
+
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "crash_child.py"
 EPOCH = 12  # cycles per store

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import mqlite
 from mqlite import AllocateMessageQueueAveragely, ConsumeFromWhere, Message, MessageQueue, PullConsumer
+
+pytestmark = pytest.mark.reliability
 
 QUEUES = 4
 TOPIC = "t"

@@ -13,6 +13,9 @@ import os
 
 import pytest
 
+# A scheduler property of this machine, not a correctness one: the perf tier.
+pytestmark = pytest.mark.perf
+
 CHILD = r"""
 import json, os, sys, threading, time
 import mqlite

@@ -725,7 +725,7 @@ def test_an_unexpected_error_in_the_poll_path_does_not_kill_the_worker(
     c = store.push_consumer("g", consume_from=FIRST, threads=1)
     c.subscribe("t")
     c.register_message_listener(lambda msgs: got.set() or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
-    real_poll = c._consumer.poll
+    real_poll = c._consumer._poll  # what the push consumer's polls go through
     failed: list[int] = []
 
     def poll_failing_once(*args: object, **kwargs: object) -> list[MessageExt]:
@@ -734,7 +734,7 @@ def test_an_unexpected_error_in_the_poll_path_does_not_kill_the_worker(
             raise RuntimeError("injected poll failure")
         return real_poll(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(c._consumer, "poll", poll_failing_once)
+    monkeypatch.setattr(c._consumer, "_poll", poll_failing_once)
     with caplog.at_level(logging.ERROR, logger="mqlite.consumer"):
         with c:
             assert got.wait(10)

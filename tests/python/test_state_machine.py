@@ -29,6 +29,8 @@ import mqlite
 from mqlite import Message, MessageQueue
 from mqlite import errors as E
 
+pytestmark = pytest.mark.reliability
+
 TOPICS = ("sa", "sb")
 QUEUES = 2
 CONFIG = {

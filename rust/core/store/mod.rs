@@ -40,7 +40,7 @@ use crate::retention::Retention;
 use crate::service::Services;
 use crate::topic_config::TopicTable;
 
-pub use read::{GetResult, GetStatus, TagFilter, MAX_MESSAGES_PER_READ};
+pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
 pub use write::{PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX};
 

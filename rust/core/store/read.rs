@@ -111,6 +111,35 @@ pub struct GetResult {
     pub buffer: Vec<u8>,
     /// `(start, len)` of each record in `buffer`.
     pub records: Vec<(u32, u32)>,
+    /// The read stopped before a matching record because it would have taken `buffer` past
+    /// the read's byte bound (`ReadLimit::bytes`); `next_offset` is that record's.
+    pub byte_limited: bool,
+}
+
+/// The most one read returns: at most `messages` records, and at most `bytes` bytes of records,
+/// except that with `oversized_first` a first matching record larger than `bytes` is returned
+/// alone (so a reader whose bound is below one message still moves on, as Kafka's
+/// `fetch.max.bytes` does). Without it a read whose first record is over the bound returns
+/// nothing, with `byte_limited` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimit {
+    /// Most records, in `[1, MAX_MESSAGES_PER_READ]`.
+    pub messages: usize,
+    /// Most bytes of records (whole stored records, as in `GetResult::buffer`).
+    pub bytes: usize,
+    /// Return a first record over `bytes` rather than nothing.
+    pub oversized_first: bool,
+}
+
+impl ReadLimit {
+    /// `messages` records, however many bytes they take.
+    pub fn messages(messages: usize) -> Self {
+        ReadLimit {
+            messages,
+            bytes: usize::MAX,
+            oversized_first: true,
+        }
+    }
 }
 
 impl GetResult {
@@ -122,6 +151,7 @@ impl GetResult {
             max_offset: max,
             buffer: Vec::new(),
             records: Vec::new(),
+            byte_limited: false,
         }
     }
 
@@ -191,6 +221,19 @@ impl Store {
         max: usize,
         filter: &TagFilter,
     ) -> Result<GetResult> {
+        self.get_messages_within(topic, queue_id, offset, ReadLimit::messages(max), filter)
+    }
+
+    /// `get_messages` bounded by bytes as well as by count (`ReadLimit`).
+    pub fn get_messages_within(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        limit: ReadLimit,
+        filter: &TagFilter,
+    ) -> Result<GetResult> {
+        let max = limit.messages;
         self.check_usable()?;
         self.catch_up();
         if !self.inner.topics.readable(topic) {
@@ -212,12 +255,12 @@ impl Store {
             };
             return Ok(GetResult::empty(status, 0, 0, 0));
         };
-        match self.read_queue(&cq, offset, max, filter) {
+        match self.read_queue(&cq, offset, limit, filter) {
             // A follower may be looking at a file the writer replaced: damage is reported only
             // if it is still there once the files read were checked against the directories.
             Err(Error::Corrupted { .. }) if self.inner.config.read_only => {
                 self.recheck(Some(&cq));
-                self.read_queue(&cq, offset, max, filter)
+                self.read_queue(&cq, offset, limit, filter)
             }
             r => r,
         }
@@ -228,9 +271,10 @@ impl Store {
         &self,
         cq: &ConsumeQueue,
         offset: u64,
-        max: usize,
+        limit: ReadLimit,
         filter: &TagFilter,
     ) -> Result<GetResult> {
+        let max = limit.messages;
         let topic = cq.topic();
         let queue_id = cq.queue_id();
         let (min, maxo) = (cq.min_offset(), cq.max_offset());
@@ -280,7 +324,8 @@ impl Store {
                 .take(max)
                 .map(|(_, u)| (u.size as usize).min(cap))
                 .sum::<usize>()
-                .min(16 << 20),
+                .min(16 << 20)
+                .min(limit.bytes),
         );
         let mut next = offset;
         let mut refreshed = false;
@@ -292,6 +337,15 @@ impl Store {
             if u.is_placeholder() || !filter.code_matches(u.tags_code) {
                 next = k + 1;
                 continue;
+            }
+            // The byte bound, checked on the unit's size (the record's): a record that would
+            // pass it stays for the next read, unless it is an allowed oversized first one.
+            let first = out.records.is_empty();
+            if out.buffer.len().saturating_add(u.size as usize) > limit.bytes
+                && !(first && limit.oversized_first)
+            {
+                out.byte_limited = true;
+                break;
             }
             let mut got =
                 self.copy_record(u.offset, u.size, (topic, queue_id, k), filter, &mut out);

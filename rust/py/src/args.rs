@@ -168,6 +168,11 @@ pub fn max_messages(n: &Int) -> PyResult<usize> {
     count(n, "max_messages", 1, mqlite::store::MAX_MESSAGES_PER_READ)
 }
 
+/// A byte bound of a read: at least 1, else `IllegalArgumentError`.
+pub fn max_bytes(n: &Int) -> PyResult<usize> {
+    count(n, "max_bytes", 1, isize::MAX as usize)
+}
+
 /// A count in `[low, high]`, else `IllegalArgumentError`.
 pub fn count<T>(n: &Int, field: &str, low: T, high: T) -> PyResult<T>
 where

@@ -21,11 +21,17 @@
 //! Expired messages: a cursor below its queue's minimum (retention deleted the files under a
 //! slow consumer) moves up to the minimum, and `on_skip(cursor, from, to)` is called once for
 //! that jump, so the consumer can say which offsets it never delivered.
+//!
+//! Byte bound: a poll returns at most `max_bytes` bytes of records over all its cursors (whole
+//! stored records), and at most `max_messages` records. With `oversized_first` a first record
+//! larger than the bound is returned alone; without it (a consumer that already holds messages)
+//! nothing over the bound is returned, and `on_full(cursor)` names the cursor whose next record
+//! did not fit, so the caller waits for room instead of polling again at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqlite::{Error, GetResult, GetStatus, Store, TagFilter};
+use mqlite::{Error, GetResult, GetStatus, ReadLimit, Store, TagFilter};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -195,37 +201,48 @@ fn store_wide(e: &Error) -> bool {
     matches!(e, Error::Closed | Error::UsedAfterFork)
 }
 
-/// Reads the cursors in order until `max` messages are collected; if none had anything, waits
-/// up to `timeout` for data in the queues that read without error, and reads once more. One
-/// result per cursor read, in order, and whether the poll is over: something was read, or
-/// data arrived (or the store closed) while waiting, or the timeout is zero, or no queue read
-/// without error. Fails only for an error of the store as a whole.
+/// Reads the cursors in order until `limit` (over all of them) is reached; if none had anything,
+/// waits up to `timeout` for data in the queues that read without error, and reads once more.
+/// One result per cursor read, in order, and whether the poll is over: something was read, or
+/// a record did not fit the byte bound, or data arrived (or the store closed) while waiting, or
+/// the timeout is zero, or no queue read without error. Fails only for an error of the store as
+/// a whole.
 fn read_or_wait(
     store: &Store,
     snaps: &[Snapshot],
-    max: usize,
+    limit: ReadLimit,
     timeout: Duration,
 ) -> mqlite::Result<(Vec<Read>, bool)> {
-    let read_all = || -> mqlite::Result<(Vec<Read>, usize)> {
+    let read_all = || -> mqlite::Result<(Vec<Read>, usize, bool)> {
         let mut out = Vec::with_capacity(snaps.len());
-        let mut got = 0;
+        let (mut got, mut bytes) = (0, 0);
         for s in snaps {
-            if got >= max {
+            if got >= limit.messages || bytes >= limit.bytes {
                 break;
             }
-            match store.get_messages(&s.topic, s.queue_id, s.position, max - got, &s.filter) {
+            let left = ReadLimit {
+                messages: limit.messages - got,
+                bytes: limit.bytes - bytes,
+                oversized_first: limit.oversized_first && got == 0,
+            };
+            match store.get_messages_within(&s.topic, s.queue_id, s.position, left, &s.filter) {
                 Ok(r) => {
                     got += r.records.len();
+                    bytes += r.buffer.len();
+                    let full = r.byte_limited;
                     out.push(Ok(r));
+                    if full {
+                        return Ok((out, got, true));
+                    }
                 }
                 Err(e) if store_wide(&e) => return Err(e),
                 Err(e) => out.push(Err(e)),
             }
         }
-        Ok((out, got))
+        Ok((out, got, false))
     };
-    let (out, got) = read_all()?;
-    if got > 0 || timeout.is_zero() {
+    let (out, got, full) = read_all()?;
+    if got > 0 || full || timeout.is_zero() {
         return Ok((out, true));
     }
     // Not the failed queues: their data is there, unread, and would end the wait at once.
@@ -253,16 +270,19 @@ fn skips(r: &GetResult) -> bool {
 
 /// The consumer's callbacks of a poll (called with its lock held): `on_error(cursor)` when a
 /// cursor's error changed, `on_skip(cursor, from, to)` when a cursor moved past expired
-/// messages.
+/// messages, `on_full(cursor)` when the cursor's next record did not fit the byte bound.
 #[derive(Debug, Clone, Copy)]
 pub struct Hooks<'a, 'py> {
     pub on_error: Option<&'a Bound<'py, PyAny>>,
     pub on_skip: Option<&'a Bound<'py, PyAny>>,
+    pub on_full: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// `Store.poll_cursors`: see the module doc. `lock` is the consumer's lock (an RLock), taken
 /// around the check-and-advance step; `on_error`, if given, is called (lock held) with each
 /// cursor whose `error` changed: a read of it failed, failed differently, or read again.
+/// `bound` is the byte bound and `oversized_first` (see the module doc); None: no byte bound.
+#[allow(clippy::too_many_arguments)]
 pub fn poll_cursors(
     py: Python<'_>,
     store: &Store,
@@ -270,9 +290,17 @@ pub fn poll_cursors(
     max_messages: Int,
     timeout: Option<Float>,
     lock: &Bound<'_, PyAny>,
+    bound: (Option<Int>, bool),
     hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
-    let max = args::max_messages(&max_messages)?;
+    let limit = ReadLimit {
+        messages: args::max_messages(&max_messages)?,
+        bytes: match &bound.0 {
+            Some(b) => args::max_bytes(b)?,
+            None => usize::MAX,
+        },
+        oversized_first: bound.1,
+    };
     let timeout = timeout.map(args::timeout).transpose()?;
     let mut cs = Vec::with_capacity(cursors.len());
     let mut snaps = Vec::with_capacity(cursors.len());
@@ -295,7 +323,7 @@ pub fn poll_cursors(
     let results = loop {
         let slice = crate::interrupt::slice(deadline);
         let (results, done) = py
-            .detach(|| read_or_wait(store, &snaps, max, slice))
+            .detach(|| read_or_wait(store, &snaps, limit, slice))
             .map_err(PyMqError)?;
         if done || crate::interrupt::passed(deadline) {
             break results;
@@ -335,6 +363,8 @@ fn advance(
     let mut moves: Vec<(&Bound<'_, PyQueueCursor>, u64, u64)> = Vec::with_capacity(cs.len());
     // The moves past expired messages (OFFSET_TOO_SMALL), reported once applied.
     let mut expired = Vec::new();
+    // The cursor whose next record did not fit the byte bound (the last one read).
+    let mut full = None;
     for ((c, snap), r) in cs.iter().zip(snaps).zip(results) {
         let (sql, queue, r) = {
             let mut cur = c.borrow_mut();
@@ -356,6 +386,9 @@ fn advance(
             };
             if cur.error.take().is_some() {
                 changed.push(c);
+            }
+            if r.byte_limited {
+                full = Some(c);
             }
             if r.records.is_empty() {
                 if skips(&r) {
@@ -416,6 +449,9 @@ fn advance(
         for c in changed {
             f.call1((c,))?;
         }
+    }
+    if let (Some(f), Some(c)) = (hooks.on_full, full) {
+        f.call1((c,))?;
     }
     match first_error {
         Some(e) if all_failed => Err(e),

@@ -575,13 +575,40 @@ impl PyMessageExt {
     }
 }
 
-/// Wraps records of a read into `MessageExt` objects sharing one buffer.
+/// A read's records share one buffer up to this size; a bigger read gives each record a
+/// buffer of its own, so a message a consumer still holds keeps only its own bytes alive
+/// (consumers bound the bytes they hold by the sizes of the messages they hold).
+const SHARED_BUFFER_MAX: usize = 1 << 20;
+
+/// Wraps records of a read into `MessageExt` objects: sharing one buffer, or each with its own
+/// when the read is over `SHARED_BUFFER_MAX`.
 pub fn messages_from(
     py: Python<'_>,
     buffer: Vec<u8>,
     records: &[(u32, u32)],
     mq: Option<Py<PyMessageQueue>>,
 ) -> PyResult<Vec<Py<PyAny>>> {
+    if buffer.len() > SHARED_BUFFER_MAX && records.len() > 1 {
+        return records
+            .iter()
+            .map(|&(start, len)| {
+                let bytes = buffer
+                    .get(start as usize..start as usize + len as usize)
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default();
+                let batch = Arc::new(ReadBatch {
+                    bytes,
+                    mq: mq.as_ref().map(|q| q.clone_ref(py)),
+                });
+                PyMessageExt {
+                    batch,
+                    start: 0,
+                    len,
+                }
+                .into_py_any(py)
+            })
+            .collect();
+    }
     let batch = Arc::new(ReadBatch { bytes: buffer, mq });
     records
         .iter()

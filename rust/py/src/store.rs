@@ -417,7 +417,10 @@ impl PyStore {
     /// them; a cursor whose read fails keeps its position and carries the error, and
     /// `on_error(cursor)` is called when that changes; `on_skip(cursor, from, to)` when a cursor
     /// moves past expired messages; see `cursor.rs`. Returns the messages.
-    #[pyo3(signature = (cursors, max_messages, timeout, lock, on_error = None, on_skip = None))]
+    #[pyo3(signature = (
+        cursors, max_messages, timeout, lock, on_error = None, on_skip = None, *,
+        max_bytes = None, oversized_first = true, on_full = None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn poll_cursors(
         &self,
@@ -428,6 +431,9 @@ impl PyStore {
         lock: &Bound<'_, PyAny>,
         on_error: Option<&Bound<'_, PyAny>>,
         on_skip: Option<&Bound<'_, PyAny>>,
+        max_bytes: Option<Int>,
+        oversized_first: bool,
+        on_full: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyList>> {
         crate::cursor::poll_cursors(
             py,
@@ -436,7 +442,12 @@ impl PyStore {
             max_messages,
             timeout,
             lock,
-            crate::cursor::Hooks { on_error, on_skip },
+            (max_bytes, oversized_first),
+            crate::cursor::Hooks {
+                on_error,
+                on_skip,
+                on_full,
+            },
         )
     }
 
