@@ -366,8 +366,7 @@ impl Checkpoint {
         for at in [SLOT_B_AT, 0] {
             file.write_all_at(&slot, at)
                 .map_err(|e| Error::io("write", &self.path, e))?;
-            file.sync_data()
-                .map_err(|e| Error::io("fdatasync", &self.path, e))?;
+            fs::sync_data(file, &self.path)?;
         }
         Ok(())
     }

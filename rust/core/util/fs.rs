@@ -6,6 +6,10 @@
 //!   next to the mapping it protects).
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
 //! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory.
+//! - Every call that changes what survives a power cut (create, mkdir, fsync, fdatasync, msync,
+//!   rename, unlink, directory fsync) is made here, through `durable!`: in test builds with the
+//!   `fault-injection` feature the power-cut simulator (testing/power_cut.rs) records it;
+//!   otherwise the macro is the bare call.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -14,17 +18,32 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// Runs the I/O call `$op` (a closure), which `power_cut::Event::$kind($args)` describes to the
+/// power-cut recorder in `fault-injection` builds. Without the feature: just the call.
+macro_rules! durable {
+    ($kind:ident ( $($arg:expr),* ), $op:expr) => {{
+        #[cfg(feature = "fault-injection")]
+        let out = crate::testing::power_cut::around(
+            crate::testing::power_cut::Event::$kind($($arg),*),
+            $op,
+        );
+        #[cfg(not(feature = "fault-injection"))]
+        let out = ($op)();
+        out
+    }};
+}
+
 /// Opens (creating if needed) a file for read/write without following symlinks.
 pub fn open_rw(path: &Path, mode: u32) -> Result<File> {
-    OpenOptions::new()
+    durable!(Create(path), || OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| Error::io("open", path, e))
+        .open(path))
+    .map_err(|e| Error::io("open", path, e))
 }
 
 /// True when every byte of the file at `path` is zero (a file preallocated and never
@@ -81,17 +100,46 @@ pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
         }
         return Ok(());
     }
-    std::fs::DirBuilder::new()
+    durable!(CreateDir(path), || std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
-        .create(path)
-        .map_err(|e| Error::io("create_dir", path, e))
+        .create(path))
+    .map_err(|e| Error::io("create_dir", path, e))
 }
 
 /// fsync of a directory, making entries created or renamed in it durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("open_dir", dir, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync_dir", dir, e))
+    durable!(SyncDir(dir), || f.sync_all()).map_err(|e| Error::io("fsync_dir", dir, e))
+}
+
+/// fsync of a file: its bytes, size and allocation are durable when this returns.
+pub fn sync_file(file: &File, path: &Path) -> Result<()> {
+    durable!(Sync(path, None), || file.sync_all()).map_err(|e| Error::io("fsync", path, e))
+}
+
+/// fdatasync of a file: its bytes (and the size needed to read them) are durable.
+pub fn sync_data(file: &File, path: &Path) -> Result<()> {
+    durable!(Sync(path, None), || file.sync_data()).map_err(|e| Error::io("fdatasync", path, e))
+}
+
+/// Makes the file's bytes `[from, to)` durable with `msync`, the call `msync` makes (the
+/// mapping is mapped_file's); the error is reported as an `msync` failure of `path`.
+pub fn sync_range(
+    path: &Path,
+    from: u64,
+    to: u64,
+    msync: impl FnOnce() -> std::io::Result<()>,
+) -> Result<()> {
+    #[cfg(feature = "fault-injection")]
+    crate::testing::flush_fault().map_err(|e| Error::io("msync", path, e))?;
+    durable!(Sync(path, Some((from, to))), msync).map_err(|e| Error::io("msync", path, e))
+}
+
+/// Unlinks `path` (durable once its directory is fsynced). A missing file is an `Io` error
+/// with `NotFound`.
+pub fn remove_file(path: &Path) -> Result<()> {
+    durable!(Remove(path), || std::fs::remove_file(path)).map_err(|e| Error::io("unlink", path, e))
 }
 
 /// Atomically replaces `path` with `data`: temp file, fsync, rename, fsync of the directory.
@@ -107,21 +155,23 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32, rotate: bool) -> Result
     let tmp = dir.join(format!(".{name}.tmp"));
     let bak = backup_path(path);
     {
-        let mut f = OpenOptions::new()
+        let mut f = durable!(Create(&tmp), || OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(mode)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| Error::io("open", &tmp, e))?;
+            .open(&tmp))
+        .map_err(|e| Error::io("open", &tmp, e))?;
         f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
-        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        sync_file(&f, &tmp)?;
     }
     if rotate && path.exists() {
-        std::fs::copy(path, &bak).map_err(|e| Error::io("backup", &bak, e))?;
+        durable!(Create(&bak), || std::fs::copy(path, &bak))
+            .map_err(|e| Error::io("backup", &bak, e))?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e))?;
+    durable!(Rename(&tmp, path), || std::fs::rename(&tmp, path))
+        .map_err(|e| Error::io("rename", path, e))?;
     fsync_dir(dir)
 }
 
