@@ -82,7 +82,9 @@ pub fn symlink_refused(op: &'static str, path: &Path) -> Error {
     Error::io(op, path, std::io::Error::from_raw_os_error(libc::ELOOP))
 }
 
-/// Creates `path` and its parents with `mode`; refuses a symlink at `path`.
+/// Creates `path` and its parents with `mode`, durably: each directory it creates has its
+/// entry fsynced into its parent before this returns (a file made durable inside a directory
+/// whose own entry is not is lost with it). Refuses a symlink at `path`.
 pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_symlink() {
@@ -100,11 +102,20 @@ pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
         }
         return Ok(());
     }
+    // Deepest first: an entry becomes durable only once everything below it is.
+    let created: Vec<&Path> = path.ancestors().take_while(|a| !entry_exists(a)).collect();
     durable!(CreateDir(path), || std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(path))
-    .map_err(|e| Error::io("create_dir", path, e))
+    .map_err(|e| Error::io("create_dir", path, e))?;
+    for dir in created {
+        match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => fsync_dir(parent)?,
+            _ => fsync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
 }
 
 /// fsync of a directory, making entries created or renamed in it durable.
