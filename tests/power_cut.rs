@@ -163,6 +163,16 @@ struct Tally {
     acked_checked: u64,
 }
 
+/// A scratch directory, in memory when /dev/shm exists: the simulator decides what survives,
+/// so the disk's own fsyncs only cost time.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("mqlite-power-cut")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
+}
+
 fn seeds() -> Vec<u64> {
     match std::env::var(SEED_VAR) {
         Ok(s) => vec![s.trim().parse().expect("MQLITE_POWER_CUT_SEED is a u64")],
@@ -190,7 +200,7 @@ fn run_mode(mode: FlushMode) {
 }
 
 fn run_workload(seed: u64, mode: FlushMode, tally: &mut Tally) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let root = dir.path().join("store");
     std::fs::create_dir(&root).unwrap();
     let mut p = plan(seed);
@@ -273,7 +283,7 @@ fn check_snapshot(snap: &Snapshot, p: &Plan, seed: u64, mode: FlushMode, tally: 
             .wrapping_add(idx * 131 + k)
             .wrapping_add(mode as u64);
         let damage = image_seed % DAMAGE_EVERY == 0;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = scratch();
         let stats = snap.build(dir.path(), image_seed).unwrap();
         tally.images += 1;
         tally.unsynced_pages += stats.unsynced_pages as u64;
@@ -507,7 +517,7 @@ fn check_damaged_image(
 /// durable before a message acknowledged into them is, or a power cut loses the queue.
 #[test]
 fn a_new_topics_acknowledged_messages_survive_a_power_cut() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let root = dir.path().join("store");
     std::fs::create_dir(&root).unwrap();
     let rec = Recording::start(&root, 1, 0).unwrap();
@@ -521,7 +531,7 @@ fn a_new_topics_acknowledged_messages_survive_a_power_cut() {
     let snap = rec.take().pop().unwrap();
     assert!(snap.problems.is_empty(), "{:?}", snap.problems);
     for image_seed in 0..16 {
-        let image = tempfile::tempdir().unwrap();
+        let image = scratch();
         snap.build(image.path(), image_seed).unwrap();
         let opened = Store::open(image.path(), config(FlushMode::Sync)).unwrap();
         let got = read_all(&opened, "PcNew", 0).unwrap();

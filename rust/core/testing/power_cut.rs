@@ -7,10 +7,11 @@
 //!   and directory creations, as they return);
 //! - the *durable namespace*: the entries of each directory as of its last successful fsync
 //!   (an entry created, renamed or unlinked later is not durable yet);
-//! - per file object, its *durable content*: the bytes and size it had when a whole-file
-//!   fsync/fdatasync started, with later msync'd ranges laid over them. A sync's bytes are read
-//!   before the call and count only once it returns successfully: bytes written while it runs
-//!   may or may not have reached the disk, so they are not counted.
+//! - per file object, its *durable content*: what each successful sync wrote back, laid over
+//!   what earlier ones did. fsync/fdatasync write the whole file and its size; msync writes
+//!   the whole pages overlapping its range (Linux writes back pages, not bytes). The bytes are
+//!   read before and after the call, and only those equal in both count: a byte that changed
+//!   while the call ran may or may not have reached the disk, so it keeps its old value.
 //!
 //! A [`Snapshot`] (taken before the k-th recorded call, chosen by a seeded RNG, or when a test
 //! asks) holds that state plus the live bytes of every file. [`Snapshot::build`] turns it into a
@@ -186,17 +187,10 @@ impl Recorder {
         let Event::Sync(path, range) = *event else {
             return Before::None;
         };
-        let Ok(f) = std::fs::File::open(path) else {
-            return Before::None;
-        };
-        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let (at, to) = range.unwrap_or((0, size));
-        let to = to.min(size);
-        let mut bytes = vec![0u8; usize::try_from(to.saturating_sub(at)).unwrap_or(0)];
-        if f.read_exact_at(&mut bytes, at).is_err() {
-            return Before::None;
+        match read_synced(path, range) {
+            Some((at, bytes, size)) => Before::Bytes { at, bytes, size },
+            None => Before::None,
         }
-        Before::Bytes { at, bytes, size }
     }
 
     fn after(&mut self, event: &Event<'_>, before: Before) {
@@ -226,6 +220,11 @@ impl Recorder {
                 let Before::Bytes { at, bytes, size } = before else {
                     return;
                 };
+                // What the call wrote is what the pages held while it ran: a byte that changed
+                // meanwhile (a writer past the synced range) may or may not be on disk, so
+                // only bytes equal before and after count, the others keep their old value.
+                let after = read_synced(path, range).filter(|(a, _, s)| *a == at && *s == size);
+                let Some((_, now, _)) = after else { return };
                 let Some(rel) = self.rel(path) else { return };
                 let Some(Node::File(id)) = self.live.get(&rel).copied() else {
                     return;
@@ -234,13 +233,13 @@ impl Recorder {
                     return;
                 };
                 let durable = Arc::make_mut(&mut obj.durable);
-                if range.is_none() {
-                    *durable = bytes;
-                } else {
-                    durable.resize(usize::try_from(size).unwrap_or(0), 0);
-                    let start = usize::try_from(at).unwrap_or(usize::MAX);
-                    if let Some(dst) = durable.get_mut(start..start.saturating_add(bytes.len())) {
-                        dst.copy_from_slice(&bytes);
+                durable.resize(usize::try_from(size).unwrap_or(0), 0);
+                let start = usize::try_from(at).unwrap_or(usize::MAX);
+                if let Some(dst) = durable.get_mut(start..) {
+                    for ((d, b), n) in dst.iter_mut().zip(&bytes).zip(&now) {
+                        if b == n {
+                            *d = *b;
+                        }
                     }
                 }
             }
@@ -316,6 +315,22 @@ impl Recorder {
             problems,
         }
     }
+}
+
+/// The bytes a sync of `path` writes back, read now: the whole file (`range` `None`) or the
+/// whole pages overlapping `range` (msync writes pages), as (start, bytes, file size).
+fn read_synced(path: &Path, range: Option<(u64, u64)>) -> Option<(u64, Vec<u8>, u64)> {
+    let f = std::fs::File::open(path).ok()?;
+    let size = f.metadata().ok()?.len();
+    let page = PAGE as u64;
+    let (at, to) = match range {
+        None => (0, size),
+        Some((s, e)) => (s - s % page, e.div_ceil(page) * page),
+    };
+    let to = to.min(size);
+    let mut bytes = vec![0u8; usize::try_from(to.saturating_sub(at)).ok()?];
+    f.read_exact_at(&mut bytes, at).ok()?;
+    Some((at, bytes, size))
 }
 
 /// Every entry under `dir`, relative to `root`, with whether it is a directory.
