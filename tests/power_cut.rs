@@ -16,7 +16,8 @@
 //!   is flipped: the open or the read of that record must fail with `Corrupted`, never skip it.
 //!
 //! Replay: a failure prints the workload seed, the cut and the image seed, and keeps the image
-//! under `target/tmp/`. `MQLITE_POWER_CUT_SEED=<seed>` runs that one workload (both modes).
+//! under `target/tmp/`. `MQLITE_POWER_CUT_SEED=<seed>` runs that one workload (both modes);
+//! `MQLITE_SOAK=1` runs ten times as many workloads.
 //! Thread timing decides some cut points, so a replay reruns the workload rather than the
 //! exact cut; the kept image reproduces the failing open exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -173,11 +174,15 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// The workload seeds: the one `MQLITE_POWER_CUT_SEED` names, else `WORKLOADS` fixed seeds
+/// (ten times as many with `MQLITE_SOAK=1`).
 fn seeds() -> Vec<u64> {
-    match std::env::var(SEED_VAR) {
-        Ok(s) => vec![s.trim().parse().expect("MQLITE_POWER_CUT_SEED is a u64")],
-        Err(_) => (1..=WORKLOADS).map(|k| 0x9C0_0000 + k).collect(),
+    if let Ok(s) = std::env::var(SEED_VAR) {
+        return vec![s.trim().parse().expect("MQLITE_POWER_CUT_SEED is a u64")];
     }
+    let soak = std::env::var("MQLITE_SOAK").is_ok_and(|v| v == "1");
+    let n = if soak { WORKLOADS * 10 } else { WORKLOADS };
+    (1..=n).map(|k| 0x9C0_0000 + k).collect()
 }
 
 #[test]
@@ -539,4 +544,53 @@ fn a_new_topics_acknowledged_messages_survive_a_power_cut() {
         opened.close().unwrap();
     }
     store.close().unwrap();
+}
+
+/// The recorder's model: an atomic replace (temp, fsync, rename, directory fsync) reverts to
+/// the old file in every image cut before its directory fsync completed, unless the image
+/// keeps the unsynced namespace changes; once it completed, every image has the new file. A
+/// file created and written but never synced has none of its bytes in a durable-namespace
+/// image.
+#[test]
+fn the_recorder_keeps_only_what_a_sync_made_durable() {
+    let dir = scratch();
+    let root = dir.path();
+    let path = root.join("f.json");
+    std::fs::write(&path, b"old").unwrap();
+    // A cut before every recorded call.
+    let rec = Recording::start(root, 3, 1_000_000).unwrap();
+    mqlite::util::fs::atomic_write(&path, b"new", 0o600, false).unwrap();
+    rec.capture("after the replace");
+    let snaps = rec.take();
+    let labels: Vec<&str> = snaps.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(snaps.len(), 5, "{labels:?}");
+    assert!(labels[3].contains("fsync dir"), "{labels:?}");
+    for (i, snap) in snaps.iter().enumerate() {
+        for image_seed in 0..16 {
+            let image = scratch();
+            let stats = snap.build(image.path(), image_seed).unwrap();
+            let got = std::fs::read(image.path().join("f.json")).unwrap();
+            let want: &[u8] = match (i, stats.live_namespace) {
+                (4, _) => b"new",
+                (3, true) => b"new", // the rename reached the journal
+                _ => b"old",
+            };
+            assert_eq!(got, want, "{}, image seed {image_seed}", snap.label);
+        }
+    }
+    drop(rec);
+
+    let rec = Recording::start(root, 3, 0).unwrap();
+    let file = mqlite::util::fs::open_rw(&root.join("unsynced"), 0o600).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[7u8; 5000], 0).unwrap();
+    rec.capture("written, never synced");
+    let snap = rec.take().pop().unwrap();
+    for image_seed in 0..16 {
+        let image = scratch();
+        let stats = snap.build(image.path(), image_seed).unwrap();
+        let got = std::fs::read(image.path().join("unsynced"));
+        if !stats.live_namespace {
+            assert!(got.is_err(), "image seed {image_seed}: {stats:?}");
+        }
+    }
 }
