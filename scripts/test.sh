@@ -27,6 +27,9 @@ fi
 mq_step "cargo test --features fault-injection --test flush_failure (failed flush poisons the store)"
 cargo test --features fault-injection --test flush_failure
 
+mq_step "cargo test --features fault-injection --test power_cut (power-cut images lose no acknowledged message)"
+cargo test --features fault-injection --test power_cut
+
 mq_step "cargo test --doc"
 cargo test --doc
 

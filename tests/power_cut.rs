@@ -34,7 +34,7 @@ use mqlite::{Error, FlushMode, MessageRef, PutStatus, RecordView, Store, StoreCo
 /// Replays one workload seed.
 const SEED_VAR: &str = "MQLITE_POWER_CUT_SEED";
 /// Workloads per mode in a normal run.
-const WORKLOADS: u64 = 6;
+const WORKLOADS: u64 = 12;
 /// Steps per workload.
 const STEPS: usize = 160;
 /// Chance (per million) of a cut before each recorded I/O call.
