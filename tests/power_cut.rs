@@ -91,7 +91,7 @@ struct Plan {
 
 fn body(id: u64) -> Vec<u8> {
     let len = 8 + (id * 131 % 1400) as usize;
-    let mut b = id.to_le_bytes().to_vec();
+    let mut b = id.to_be_bytes().to_vec();
     b.extend((8..len).map(|k| (id as usize * 7 + k * 13) as u8));
     b
 }
@@ -101,7 +101,10 @@ fn plan(seed: u64) -> Plan {
     let mut p = Plan::default();
     let mut queues = [0u32; 2];
     let mut next_id = 0u64;
-    p.steps.push(Step::Create { topic: 0, queues: 2 });
+    p.steps.push(Step::Create {
+        topic: 0,
+        queues: 2,
+    });
     queues[0] = 2;
     while p.steps.len() < STEPS {
         let step = p.steps.len();
@@ -110,7 +113,10 @@ fn plan(seed: u64) -> Plan {
         let s = match roll {
             0..=2 if queues[1] == 0 => {
                 queues[1] = 1;
-                Step::Create { topic: 1, queues: 1 }
+                Step::Create {
+                    topic: 1,
+                    queues: 1,
+                }
             }
             3..=4 => {
                 let t = live[rng.range(0, live.len() as u64 - 1) as usize];
@@ -132,7 +138,11 @@ fn plan(seed: u64) -> Plan {
                 let n = rng.range(2, 6);
                 let ids = (0..n)
                     .map(|_| {
-                        p.msgs.push(Msg { topic: t, queue, step });
+                        p.msgs.push(Msg {
+                            topic: t,
+                            queue,
+                            step,
+                        });
                         next_id += 1;
                         next_id - 1
                     })
@@ -142,7 +152,11 @@ fn plan(seed: u64) -> Plan {
             _ => {
                 let t = live[rng.range(0, live.len() as u64 - 1) as usize];
                 let queue = rng.range(0, u64::from(queues[t]) - 1) as u32;
-                p.msgs.push(Msg { topic: t, queue, step });
+                p.msgs.push(Msg {
+                    topic: t,
+                    queue,
+                    step,
+                });
                 next_id += 1;
                 Step::Put { id: next_id - 1 }
             }
@@ -287,7 +301,7 @@ fn check_snapshot(snap: &Snapshot, p: &Plan, seed: u64, mode: FlushMode, tally: 
             .wrapping_mul(1_000_003)
             .wrapping_add(idx * 131 + k)
             .wrapping_add(mode as u64);
-        let damage = image_seed % DAMAGE_EVERY == 0;
+        let damage = image_seed.is_multiple_of(DAMAGE_EVERY);
         let dir = scratch();
         let stats = snap.build(dir.path(), image_seed).unwrap();
         tally.images += 1;
@@ -337,9 +351,7 @@ fn must_keep(p: &Plan, snap: &Snapshot, mode: FlushMode, id: usize) -> bool {
         FlushMode::Async => {
             let durable_until = (0..snap.done as usize)
                 .rev()
-                .find(|&s| {
-                    s >= p.steps.len() || matches!(p.steps[s], Step::Flush | Step::Reopen)
-                })
+                .find(|&s| s >= p.steps.len() || matches!(p.steps[s], Step::Flush | Step::Reopen))
                 .unwrap_or(0);
             m.step < durable_until
         }
@@ -460,7 +472,7 @@ fn read_all(store: &Store, topic: &str, queue: u32) -> Result<Vec<(u64, usize)>,
             let b = v.body();
             let id = b
                 .get(..8)
-                .map(|h| u64::from_le_bytes(h.try_into().unwrap()))
+                .map(|h| u64::from_be_bytes(h.try_into().unwrap()))
                 .ok_or_else(|| format!("{topic}/{queue}: a body the workload never wrote"))?;
             if v.topic() != topic || v.queue_id() != queue || b != body(id).as_slice() {
                 return Err(format!(
@@ -482,11 +494,11 @@ fn check_damaged_image(
     p: &Plan,
     mode: FlushMode,
 ) -> Result<bool, String> {
-    let watermark = match mqlite::checkpoint::Checkpoint::open(&root.join("checkpoint"), false, 0o600)
-    {
-        Ok((_, Some(d))) => d.confirm_phy_offset,
-        _ => return Ok(false),
-    };
+    let watermark =
+        match mqlite::checkpoint::Checkpoint::open(&root.join("checkpoint"), false, 0o600) {
+            Ok((_, Some(d))) => d.confirm_phy_offset,
+            _ => return Ok(false),
+        };
     let file_size = config(mode).commit_log_file_size.unwrap();
     let victim = (0..p.msgs.len()).rev().find(|&id| {
         must_keep(p, snap, mode, id)
@@ -506,7 +518,13 @@ fn check_damaged_image(
         Err(e) => return Err(format!("open after a flip below the watermark: {e}")),
         Ok(s) => s,
     };
-    let read = store.get_messages(TOPICS[m.topic], m.queue, a.queue_offset, 1, &TagFilter::all());
+    let read = store.get_messages(
+        TOPICS[m.topic],
+        m.queue,
+        a.queue_offset,
+        1,
+        &TagFilter::all(),
+    );
     let _ = store.close();
     match read {
         Err(e) if corrupted(&e) => Ok(true),

@@ -69,7 +69,11 @@ pub fn around<T, E>(event: Event<'_>, op: impl FnOnce() -> Result<T, E>) -> Resu
     let mut rec = lock(&shared.rec);
     rec.events += 1;
     if rec.cut_here() {
-        let label = format!("before call {} ({})", rec.events, describe(&event, &rec.root));
+        let label = format!(
+            "before call {} ({})",
+            rec.events,
+            describe(&event, &rec.root)
+        );
         let snap = rec.capture(&shared, label);
         rec.snapshots.push(snap);
     }
@@ -155,7 +159,11 @@ struct Recorder {
 enum Before {
     None,
     /// A sync's bytes (whole file: from 0) and the file's size, read before the call.
-    Bytes { at: u64, bytes: Vec<u8>, size: u64 },
+    Bytes {
+        at: u64,
+        bytes: Vec<u8>,
+        size: u64,
+    },
 }
 
 impl Recorder {
@@ -200,7 +208,9 @@ impl Recorder {
                     return;
                 };
                 let known = match self.live.get(&rel) {
-                    Some(Node::File(id)) => self.objects.get(*id).is_some_and(|o| o.ino == meta.ino()),
+                    Some(Node::File(id)) => {
+                        self.objects.get(*id).is_some_and(|o| o.ino == meta.ino())
+                    }
                     _ => false,
                 };
                 if !known {
@@ -280,11 +290,16 @@ impl Recorder {
                 Ok(b) => {
                     let ino = std::fs::metadata(&path).map(|m| m.ino()).unwrap_or(0);
                     if self.objects.get(id).is_none_or(|o| o.ino != ino) {
-                        problems.push(format!("{} was replaced without a recorded call", rel.display()));
+                        problems.push(format!(
+                            "{} was replaced without a recorded call",
+                            rel.display()
+                        ));
                     }
                     live_bytes.insert(id, b);
                 }
-                Err(e) => problems.push(format!("{} is recorded but unreadable: {e}", rel.display())),
+                Err(e) => {
+                    problems.push(format!("{} is recorded but unreadable: {e}", rel.display()))
+                }
             }
         }
         let mut actual = Vec::new();
@@ -296,7 +311,10 @@ impl Recorder {
                 None => false,
             };
             if !recorded {
-                problems.push(format!("{} was created without a recorded call", rel.display()));
+                problems.push(format!(
+                    "{} was created without a recorded call",
+                    rel.display()
+                ));
             }
         }
         let objects = self
@@ -335,7 +353,9 @@ fn read_synced(path: &Path, range: Option<(u64, u64)>) -> Option<(u64, Vec<u8>, 
 
 /// Every entry under `dir`, relative to `root`, with whether it is a directory.
 fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, bool)>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let path = e.path();
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
@@ -452,6 +472,9 @@ impl Drop for Recording {
     }
 }
 
+/// One file object's bytes in a snapshot: durable, and live when it is still linked.
+type ObjectBytes = (Arc<Vec<u8>>, Option<Vec<u8>>);
+
 /// The state a power cut could start from: durable and live namespaces and bytes.
 pub struct Snapshot {
     /// Where the cut fell.
@@ -464,8 +487,7 @@ pub struct Snapshot {
     pub started: u64,
     durable: BTreeMap<PathBuf, Node>,
     live: BTreeMap<PathBuf, Node>,
-    /// Per object: durable bytes, and live bytes when it is still linked.
-    objects: Vec<(Arc<Vec<u8>>, Option<Vec<u8>>)>,
+    objects: Vec<ObjectBytes>,
     /// Files found on disk that the recorder did not see created (an I/O call that bypassed
     /// `util/fs.rs`), or recorded files that vanished.
     pub problems: Vec<String>,
@@ -512,7 +534,11 @@ impl Snapshot {
             1 => 1000,
             _ => next() % 1001,
         };
-        let names = if live_namespace { &self.live } else { &self.durable };
+        let names = if live_namespace {
+            &self.live
+        } else {
+            &self.durable
+        };
         let mut stats = ImageStats {
             live_namespace,
             ..ImageStats::default()

@@ -144,6 +144,9 @@ pub fn sync_range(
 ) -> Result<()> {
     #[cfg(feature = "fault-injection")]
     crate::testing::flush_fault().map_err(|e| Error::io("msync", path, e))?;
+    // The range is for the power-cut recorder only.
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = (from, to);
     durable!(Sync(path, Some((from, to))), msync).map_err(|e| Error::io("msync", path, e))
 }
 
