@@ -12,8 +12,9 @@
 //!   put before a `flush()` or a clean close that returned;
 //! - topics created or updated before the cut exist with at least the acknowledged queues;
 //! - the store accepts and returns a new message;
-//! - in some images a byte of an acknowledged record below the checkpoint's durable watermark
-//!   is flipped: the open or the read of that record must fail with `Corrupted`, never skip it.
+//! - in some images a body byte of an acknowledged record below the checkpoint's durable
+//!   watermark is flipped (with `MQLITE_SOAK=1`, the record's middle byte, header fields
+//!   included): the open or the read of that record must fail with `Corrupted`, never skip it.
 //!
 //! Replay: a failure prints the workload seed, the cut and the image seed, and keeps the image
 //! under `target/tmp/`. `MQLITE_POWER_CUT_SEED=<seed>` runs that one workload (both modes);
@@ -188,14 +189,18 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// `MQLITE_SOAK=1`: the long run.
+fn soak() -> bool {
+    std::env::var("MQLITE_SOAK").is_ok_and(|v| v == "1")
+}
+
 /// The workload seeds: the one `MQLITE_POWER_CUT_SEED` names, else `WORKLOADS` fixed seeds
 /// (ten times as many with `MQLITE_SOAK=1`).
 fn seeds() -> Vec<u64> {
     if let Ok(s) = std::env::var(SEED_VAR) {
         return vec![s.trim().parse().expect("MQLITE_POWER_CUT_SEED is a u64")];
     }
-    let soak = std::env::var("MQLITE_SOAK").is_ok_and(|v| v == "1");
-    let n = if soak { WORKLOADS * 10 } else { WORKLOADS };
+    let n = if soak() { WORKLOADS * 10 } else { WORKLOADS };
     (1..=n).map(|k| 0x9C0_0000 + k).collect()
 }
 
@@ -323,10 +328,13 @@ fn check_snapshot(snap: &Snapshot, p: &Plan, seed: u64, mode: FlushMode, tally: 
                 let _ = std::fs::remove_dir_all(&keep);
                 std::fs::create_dir_all(&keep).unwrap();
                 snap.build(&keep, image_seed).unwrap();
+                if damage {
+                    flip_below_watermark(&keep, snap, p, mode);
+                }
                 panic!(
                     "power cut image failed: {why}\n  mode {mode:?}, workload seed {seed}, cut \
                      {:?} (steps done {}, started {}), image seed {image_seed}{}, {stats:?}\n  \
-                     image kept (as built, before the open) at {}\n  replay the workload: \
+                     image kept (as built, flipped byte included, before the open) at {}\n  replay the workload: \
                      {SEED_VAR}={seed} cargo test --features fault-injection --test power_cut",
                     snap.label,
                     snap.done,
@@ -485,32 +493,55 @@ fn read_all(store: &Store, topic: &str, queue: u32) -> Result<Vec<(u64, usize)>,
     }
 }
 
-/// Flips a byte inside an acknowledged record that lies wholly below the image's durable
-/// watermark and checks the damage is reported: open or the record's read fails with
-/// `Corrupted`. Returns whether a byte was flipped (an image may have no such record).
+/// A byte flipped below the durable watermark: the message and the commit-log offset.
+#[derive(Debug, Clone, Copy)]
+struct Flip {
+    id: usize,
+    at: u64,
+    watermark: u64,
+}
+
+/// Flips a byte inside the last acknowledged record that lies wholly below the image's durable
+/// watermark (`None` when the image has no checkpoint or no such record).
+fn flip_below_watermark(root: &Path, snap: &Snapshot, p: &Plan, mode: FlushMode) -> Option<Flip> {
+    let watermark =
+        match mqlite::checkpoint::Checkpoint::open(&root.join("checkpoint"), false, 0o600) {
+            Ok((_, Some(d))) => d.confirm_phy_offset,
+            _ => return None,
+        };
+    let file_size = config(mode).commit_log_file_size.unwrap();
+    let id = (0..p.msgs.len()).rev().find(|&id| {
+        must_keep(p, snap, mode, id)
+            && p.acked[id].is_some_and(|a| a.physical_offset + u64::from(a.size) <= watermark)
+    })?;
+    let a = p.acked[id].unwrap();
+    // A body byte (the body starts at byte 88 of a record: rust/FORMAT.md §1), which only the
+    // CRC can catch; the soak flips the record's middle byte, wherever it falls.
+    let at = if soak() {
+        a.physical_offset + u64::from(a.size) / 2
+    } else {
+        a.physical_offset + 88 + body(id as u64).len() as u64 / 2
+    };
+    let path = common::commit_log_file(root, at - at % file_size);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(at % file_size) as usize] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    Some(Flip { id, at, watermark })
+}
+
+/// Flips a byte below the durable watermark (`flip_below_watermark`) and checks the damage is
+/// reported: the open or the read of that record fails with `Corrupted`. Returns whether a
+/// byte was flipped.
 fn check_damaged_image(
     root: &Path,
     snap: &Snapshot,
     p: &Plan,
     mode: FlushMode,
 ) -> Result<bool, String> {
-    let watermark =
-        match mqlite::checkpoint::Checkpoint::open(&root.join("checkpoint"), false, 0o600) {
-            Ok((_, Some(d))) => d.confirm_phy_offset,
-            _ => return Ok(false),
-        };
-    let file_size = config(mode).commit_log_file_size.unwrap();
-    let victim = (0..p.msgs.len()).rev().find(|&id| {
-        must_keep(p, snap, mode, id)
-            && p.acked[id].is_some_and(|a| a.physical_offset + u64::from(a.size) <= watermark)
-    });
-    let Some(id) = victim else { return Ok(false) };
+    let Some(Flip { id, at, watermark }) = flip_below_watermark(root, snap, p, mode) else {
+        return Ok(false);
+    };
     let a = p.acked[id].unwrap();
-    let at = a.physical_offset + u64::from(a.size) / 2;
-    let path = common::commit_log_file(root, at - at % file_size);
-    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    bytes[(at % file_size) as usize] ^= 0x40;
-    std::fs::write(&path, bytes).unwrap();
     let m = p.msgs[id];
     let corrupted = |e: &Error| matches!(e, Error::Corrupted { .. });
     let store = match Store::open(root, config(mode)) {
