@@ -370,8 +370,7 @@ impl Checkpoint {
             }
             file.write_all_at(&slot, at)
                 .map_err(|e| Error::io("write", &self.path, e))?;
-            file.sync_data()
-                .map_err(|e| Error::io("fdatasync", &self.path, e))?;
+            fs::sync_data(file, &self.path)?;
         }
         Ok(())
     }

@@ -18,10 +18,10 @@
 //! checkpoint, lock, wakeup      (small files shared with other processes)
 //! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)
 //! mapped_file                   (mmap and syscalls: the only unsafe code; fallocate)
-//! testing                       (fault injection, test builds only)
 //! prepare                       (preparer thread; knows its writers only as Preparable)
 //! service                       (background-thread trait)
-//! util                          (fs protocol, crc, clock, hashing, buffers)
+//! util                          (fs protocol and every durability call, crc, clock, hashing)
+//! testing                       (fault injection, power-cut recorder; test builds only)
 //! error
 //! ```
 //!

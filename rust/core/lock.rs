@@ -131,16 +131,16 @@ pub fn create_abort(root: &Path, mode: u32) -> Result<()> {
     let mut f = fs::open_rw(&path, mode)?;
     f.set_len(0).map_err(|e| Error::io("truncate", &path, e))?;
     write!(f, "{}", std::process::id()).map_err(|e| Error::io("write", &path, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync", &path, e))?;
+    fs::sync_file(&f, &path)?;
     fs::fsync_dir(root)
 }
 
 /// Removes the abort marker durably (clean close).
 pub fn remove_abort(root: &Path) -> Result<()> {
     let path = root.join("abort");
-    match std::fs::remove_file(&path) {
+    match fs::remove_file(&path) {
         Ok(()) => fs::fsync_dir(root),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("unlink", &path, e)),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }

@@ -2,6 +2,8 @@
 //! the next commit-log / consume-queue flushes fail the way a dying disk does (EIO), to prove
 //! that a failed flush poisons the store and nothing is acknowledged after it.
 
+pub mod power_cut;
+
 use std::sync::atomic::{AtomicI64, Ordering};
 
 static FLUSHES_LEFT: AtomicI64 = AtomicI64::new(-1);

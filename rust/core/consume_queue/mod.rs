@@ -269,11 +269,14 @@ impl ConsumeQueue {
             self.cut_at(end)?;
             return self.verify_tail(from_phy, indexes).map(|_| true);
         }
+        // Back to the last unit below `from_phy`. An empty or unreadable unit does not stop
+        // the walk: above the checkpoint a page of units can be lost while a later page (or
+        // file) reached the disk, and the hole must be found, not taken for the durable part.
         let mut k = max;
         while k > min {
             match self.unit(k - 1) {
-                Some(u) if u.is_placeholder() || u.offset >= from_phy => k -= 1,
-                _ => break,
+                Some(u) if !u.is_placeholder() && u.offset < from_phy => break,
+                _ => k -= 1,
             }
         }
         while k < max {
@@ -281,6 +284,9 @@ impl ConsumeQueue {
                 Some(u) if u.is_placeholder() || indexes(&u, k) => k += 1,
                 _ => {
                     self.cut_at(k)?;
+                    // Dispatch resumes from the cut's last record, not from the checkpoint:
+                    // the units from the hole on are re-created from the commit log.
+                    self.damaged.store(true, Ordering::Release);
                     return Ok(true);
                 }
             }

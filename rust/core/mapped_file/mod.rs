@@ -315,8 +315,6 @@ impl MappedFile {
                 usize::try_from(from).unwrap_or(0),
                 usize::try_from(target).unwrap_or(0),
             );
-            #[cfg(feature = "fault-injection")]
-            crate::testing::flush_fault().map_err(|e| Error::io("msync", &self.path, e))?;
             // Drop the page-table entries of the whole pages about to be written back (one
             // batched TLB flush; the bytes stay in the page cache and are faulted back on the
             // next read). Writeback then has no writable entry to revoke page by page, which
@@ -327,9 +325,7 @@ impl MappedFile {
             if whole_to > whole_from {
                 let _ = self.region.advise(whole_from, whole_to, Advice::DontNeed);
             }
-            self.region
-                .flush(s, e)
-                .map_err(|e| Error::io("msync", &self.path, e))?;
+            fs::sync_range(&self.path, from, target, || self.region.flush(s, e))?;
         }
         self.flushed.fetch_max(target, Ordering::AcqRel);
         Ok(target)
@@ -353,7 +349,7 @@ impl MappedFile {
     /// fsync of the file itself (size and allocation metadata), used after creating it.
     pub fn sync_metadata(&self) -> Result<()> {
         match &self.file {
-            Some(f) => f.sync_all().map_err(|e| Error::io("fsync", &self.path, e)),
+            Some(f) => fs::sync_file(f, &self.path),
             None => Ok(()),
         }
     }

@@ -117,7 +117,7 @@ impl MappedFileQueue {
             let is_last = i + 1 == n;
             if len.len() != self.file_size {
                 if is_last && self.writable && len.len() == 0 {
-                    std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
+                    fs::remove_file(&path)?;
                     continue;
                 }
                 if !(is_last && (len.len() < self.file_size)) {
@@ -216,7 +216,7 @@ impl MappedFileQueue {
             });
         }
         for path in &paths {
-            std::fs::remove_file(path).map_err(|e| Error::io("unlink", path, e))?;
+            fs::remove_file(path)?;
         }
         if !paths.is_empty() {
             fs::fsync_dir(dir)?;
@@ -240,7 +240,7 @@ impl MappedFileQueue {
             if fs::is_symlink(&path) || !unused(&path)? {
                 break;
             }
-            std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
+            fs::remove_file(&path)?;
             removed += 1;
         }
         if removed > 0 {
@@ -262,7 +262,7 @@ impl MappedFileQueue {
             .iter()
             .any(|g| g.from_offset() == f.from_offset());
         if !listed {
-            let _ = std::fs::remove_file(f.path());
+            let _ = fs::remove_file(f.path());
         }
     }
 
@@ -574,7 +574,7 @@ impl MappedFileQueue {
         };
         for f in removed {
             if let Backing::Dir { .. } = self.backing {
-                std::fs::remove_file(f.path()).map_err(|e| Error::io("unlink", f.path(), e))?;
+                fs::remove_file(f.path())?;
             }
         }
         if let Backing::Dir { dir, .. } = &self.backing {
@@ -600,7 +600,7 @@ impl MappedFileQueue {
         };
         for f in &victims {
             if let Backing::Dir { .. } = self.backing {
-                std::fs::remove_file(f.path()).map_err(|e| Error::io("unlink", f.path(), e))?;
+                fs::remove_file(f.path())?;
             }
         }
         Ok(victims.len())

@@ -7,6 +7,10 @@
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
 //! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory
 //!   ([`stage`] then [`Staged::replace`]; a kill point can sit between the two).
+//! - Every call that changes what survives a power cut (create, mkdir, fsync, fdatasync, msync,
+//!   rename, unlink, directory fsync) is made here, through `durable!`: in test builds with the
+//!   `fault-injection` feature the power-cut simulator (testing/power_cut.rs) records it;
+//!   otherwise the macro is the bare call.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -15,17 +19,32 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// Runs the I/O call `$op` (a closure), which `power_cut::Event::$kind($args)` describes to the
+/// power-cut recorder in `fault-injection` builds. Without the feature: just the call.
+macro_rules! durable {
+    ($kind:ident ( $($arg:expr),* ), $op:expr) => {{
+        #[cfg(feature = "fault-injection")]
+        let out = crate::testing::power_cut::around(
+            crate::testing::power_cut::Event::$kind($($arg),*),
+            $op,
+        );
+        #[cfg(not(feature = "fault-injection"))]
+        let out = ($op)();
+        out
+    }};
+}
+
 /// Opens (creating if needed) a file for read/write without following symlinks.
 pub fn open_rw(path: &Path, mode: u32) -> Result<File> {
-    OpenOptions::new()
+    durable!(Create(path), || OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| Error::io("open", path, e))
+        .open(path))
+    .map_err(|e| Error::io("open", path, e))
 }
 
 /// True when every byte of the file at `path` is zero (a file preallocated and never
@@ -64,7 +83,9 @@ pub fn symlink_refused(op: &'static str, path: &Path) -> Error {
     Error::io(op, path, std::io::Error::from_raw_os_error(libc::ELOOP))
 }
 
-/// Creates `path` and its parents with `mode`; refuses a symlink at `path`.
+/// Creates `path` and its parents with `mode`, durably: each directory it creates has its
+/// entry fsynced into its parent before this returns (a file made durable inside a directory
+/// whose own entry is not is lost with it). Refuses a symlink at `path`.
 pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_symlink() {
@@ -82,17 +103,58 @@ pub fn create_dir_all(path: &Path, mode: u32) -> Result<()> {
         }
         return Ok(());
     }
-    std::fs::DirBuilder::new()
+    // Deepest first: an entry becomes durable only once everything below it is.
+    let created: Vec<&Path> = path.ancestors().take_while(|a| !entry_exists(a)).collect();
+    durable!(CreateDir(path), || std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
-        .create(path)
-        .map_err(|e| Error::io("create_dir", path, e))
+        .create(path))
+    .map_err(|e| Error::io("create_dir", path, e))?;
+    for dir in created {
+        match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => fsync_dir(parent)?,
+            _ => fsync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
 }
 
 /// fsync of a directory, making entries created or renamed in it durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("open_dir", dir, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync_dir", dir, e))
+    durable!(SyncDir(dir), || f.sync_all()).map_err(|e| Error::io("fsync_dir", dir, e))
+}
+
+/// fsync of a file: its bytes, size and allocation are durable when this returns.
+pub fn sync_file(file: &File, path: &Path) -> Result<()> {
+    durable!(Sync(path, None), || file.sync_all()).map_err(|e| Error::io("fsync", path, e))
+}
+
+/// fdatasync of a file: its bytes (and the size needed to read them) are durable.
+pub fn sync_data(file: &File, path: &Path) -> Result<()> {
+    durable!(Sync(path, None), || file.sync_data()).map_err(|e| Error::io("fdatasync", path, e))
+}
+
+/// Makes the file's bytes `[from, to)` durable with `msync`, the call `msync` makes (the
+/// mapping is mapped_file's); the error is reported as an `msync` failure of `path`.
+pub fn sync_range(
+    path: &Path,
+    from: u64,
+    to: u64,
+    msync: impl FnOnce() -> std::io::Result<()>,
+) -> Result<()> {
+    #[cfg(feature = "fault-injection")]
+    crate::testing::flush_fault().map_err(|e| Error::io("msync", path, e))?;
+    // The range is for the power-cut recorder only.
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = (from, to);
+    durable!(Sync(path, Some((from, to))), msync).map_err(|e| Error::io("msync", path, e))
+}
+
+/// Unlinks `path` (durable once its directory is fsynced). A missing file is an `Io` error
+/// with `NotFound`.
+pub fn remove_file(path: &Path) -> Result<()> {
+    durable!(Remove(path), || std::fs::remove_file(path)).map_err(|e| Error::io("unlink", path, e))
 }
 
 /// A temp file written and synced next to the file it will replace ([`stage`]); nothing is
@@ -114,16 +176,16 @@ pub fn stage(path: &Path, data: &[u8], mode: u32) -> Result<Staged> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = OpenOptions::new()
+    let mut f = durable!(Create(&tmp), || OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(|e| Error::io("open", &tmp, e))?;
+        .open(&tmp))
+    .map_err(|e| Error::io("open", &tmp, e))?;
     f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+    sync_file(&f, &tmp)?;
     Ok(Staged {
         path: path.to_path_buf(),
         tmp,
@@ -139,9 +201,13 @@ impl Staged {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         if rotate && self.path.exists() {
             let bak = backup_path(&self.path);
-            std::fs::copy(&self.path, &bak).map_err(|e| Error::io("backup", &bak, e))?;
+            durable!(Create(&bak), || std::fs::copy(&self.path, &bak))
+                .map_err(|e| Error::io("backup", &bak, e))?;
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io("rename", &self.path, e))?;
+        durable!(Rename(&self.tmp, &self.path), || std::fs::rename(
+            &self.tmp, &self.path
+        ))
+        .map_err(|e| Error::io("rename", &self.path, e))?;
         fsync_dir(dir)
     }
 }
