@@ -23,6 +23,9 @@ use super::{hex, inputs_of, mutate, Rng, TARGETS};
 
 /// Mutants kept to mutate further.
 const POOL: usize = 256;
+/// Mutants are cut to this length (libFuzzer's `-max_len` of the smoke run), so that splices
+/// do not grow inputs without bound.
+const MAX_LEN: usize = 65_536;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -31,7 +34,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// One mutant: a stack of 1 to 4 replay mutations of a pool input, sometimes spliced first.
+/// One mutant: a stack of 1 to 4 replay mutations of a pool input, sometimes spliced first,
+/// at most `MAX_LEN` bytes.
 fn next_input(pool: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
     let mut d = pool[rng.below(pool.len())].clone();
     if rng.below(8) == 0 {
@@ -44,6 +48,7 @@ fn next_input(pool: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
     for _ in 0..1 + rng.below(4) {
         d = mutate(&d, rng);
     }
+    d.truncate(MAX_LEN);
     d
 }
 

@@ -191,8 +191,13 @@ def inputs_of(target: str) -> list[tuple[Path, bytes]]:
     return out
 
 
+# Mutants are cut to this length (libFuzzer's -max_len of the smoke run), so that stacked
+# insertions do not grow inputs without bound.
+MAX_LEN = 65536
+
+
 def mutate(data: bytes, rng: random.Random, words: list[bytes]) -> bytes:
-    """One to four byte-level or dictionary mutations of ``data``."""
+    """One to four byte-level or dictionary mutations of ``data``, at most MAX_LEN bytes."""
     d = bytearray(data)
     for _ in range(rng.randint(1, 4)):
         op = rng.randrange(7)
@@ -210,7 +215,7 @@ def mutate(data: bytes, rng: random.Random, words: list[bytes]) -> bytes:
         else:
             at = rng.randrange(len(d) + 1)
             d[at:at] = rng.choice(words)
-    return bytes(d)
+    return bytes(d[:MAX_LEN])
 
 
 def run_check(target: str, data: bytes) -> str | None:
