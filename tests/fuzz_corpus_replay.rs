@@ -19,7 +19,8 @@
 //! - `checkpoint_decode`: `CheckpointData::decode` never panics, accepts only slots with the
 //!   right magic, version and CRC, and decoded values round-trip through `encode`;
 //!   `Checkpoint::open` (read-only) on the bytes as a file picks slot A, else slot B, a slot
-//!   counting only when its progress table (FORMAT.md §5) verifies too.
+//!   counting only when it and its progress table (FORMAT.md §5) lie wholly inside the file
+//!   and verify.
 //! - `topics_json`: `TopicTable::load` of the bytes as `topics.json` never panics; it fails
 //!   only with `ConfigFile` naming that file (never with an empty table in its place), a loaded
 //!   table agrees with a generic JSON parse, and loading the bytes as the `.bak` behind a damaged
@@ -368,17 +369,15 @@ const CP_FILE: usize = 4096;
 
 /// Decodes `data` as a slot and as a whole checkpoint file.
 pub fn check_checkpoint(data: &[u8]) {
-    // The file: slot A, else slot B (the file is read into a zero-filled 4 KiB buffer; slot
-    // A's table must end before slot B).
+    // The file: slot A, else slot B, each only from the bytes the file holds (a slot or table
+    // cut short by the end of the file is not whole; slot A's table must end before slot B).
+    // RocketMQ's fields are read from a zero-filled 4 KiB buffer.
     let mut padded = data.get(..CP_FILE).unwrap_or(data).to_vec();
     padded.resize(CP_FILE, 0);
     let whole = |slot: &[u8]| checkpoint_slot(slot).filter(|_| progress_table_ok(slot));
     let a = whole(&data[..data.len().min(CP_SLOT_B)]);
-    let expect = if data.len() >= CP_SLOT {
-        a.or_else(|| whole(&padded[CP_SLOT_B..]))
-    } else {
-        None
-    };
+    let b = || whole(data.get(CP_SLOT_B..data.len().min(CP_FILE))?);
+    let expect = a.or_else(b);
     let dir = fresh_dir("cp");
     let path = dir.join("checkpoint");
     std::fs::write(&path, data).unwrap();
