@@ -35,12 +35,15 @@ libfuzzer)
     for target in $(cargo +nightly fuzz list); do
         mq_step "cargo fuzz run $target (${PER_TARGET} s)"
         mkdir -p "$WORK/corpus/$target"
+        seeds=("fuzz/corpus/$target")
+        [[ -d "fuzz/regressions/$target" ]] && seeds+=("fuzz/regressions/$target")
         # Limits: inputs of at most 64 KiB (the largest seed is 4 KiB), none slower than 10 s, no
         # allocation over 64 MiB (a corrupted length must not allocate gigabytes).
-        if ! cargo +nightly fuzz run "$target" "$WORK/corpus/$target" "fuzz/corpus/$target" -- \
+        if ! cargo +nightly fuzz run "$target" "$WORK/corpus/$target" "${seeds[@]}" -- \
             -max_total_time="$PER_TARGET" -max_len=65536 -timeout=10 -rss_limit_mb=1024 \
             -malloc_limit_mb=64 -print_final_stats=1 >"$WORK/$target.log" 2>&1; then
-            tail -n 60 "$WORK/$target.log"
+            grep -m1 -A4 "panicked at" "$WORK/$target.log" || true
+            tail -n 40 "$WORK/$target.log"
             echo "error: fuzz target $target failed; the input is under fuzz/artifacts/$target/" >&2
             exit 1
         fi
