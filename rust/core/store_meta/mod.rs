@@ -136,8 +136,10 @@ pub fn path(root: &Path) -> PathBuf {
 }
 
 /// Reads `<root>/meta`: `None` when there is no such file (a new store, or one written before
-/// the file existed). A file with no valid slot, a newer format version or a size out of range
-/// is `ConfigFile`, naming the file and the field.
+/// the file existed). A file with no valid slot, a newer format version, a size out of range, or
+/// a slot that verifies but holds what no writer puts there (a created-by string longer than
+/// 63 bytes or not UTF-8, reserved bytes that are not zero) is `ConfigFile`, naming the file
+/// and the field.
 pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
     let path = path(root);
     let bytes = match std::fs::symlink_metadata(&path) {
@@ -157,16 +159,18 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
         field: field.to_owned(),
         reason,
     };
-    let meta = StoreMeta::decode(&bytes)
-        .or_else(|| bytes.get(SLOT_B_AT..).and_then(StoreMeta::decode))
-        .ok_or_else(|| {
-            bad(
-                "",
-                "no copy with a valid magic and checksum (delete the file and open the store as \
+    let pick = |at: usize| {
+        let slot = bytes.get(at..at + SLOT_LEN)?;
+        StoreMeta::decode(slot).map(|m| (slot, m))
+    };
+    let (slot, meta) = pick(0).or_else(|| pick(SLOT_B_AT)).ok_or_else(|| {
+        bad(
+            "",
+            "no copy with a valid magic and checksum (delete the file and open the store as \
                  a writer to record the geometry its files show)"
-                    .into(),
-            )
-        })?;
+                .into(),
+        )
+    })?;
     if meta.format_version == 0 || meta.format_version > FORMAT_VERSION {
         return Err(bad(
             "format_version",
@@ -175,6 +179,29 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
                  written by {}",
                 meta.format_version, meta.created_by
             ),
+        ));
+    }
+    // A slot that verifies holds exactly what a writer of this format puts there; anything
+    // else was written by something other than mqlite, and is not read in some lenient way.
+    let n = usize::from(slot.get(24).copied().unwrap_or(0));
+    let created_by = slot
+        .get(CREATED_BY_AT..CREATED_BY_AT + n)
+        .filter(|_| n <= CREATED_BY_MAX);
+    if created_by.is_none_or(|c| std::str::from_utf8(c).is_err()) {
+        return Err(bad(
+            "created_by",
+            format!(
+                "the created-by string ({n} bytes) is not UTF-8 of at most {CREATED_BY_MAX} bytes"
+            ),
+        ));
+    }
+    if slot
+        .get(CREATED_BY_AT + n..CRC_AT)
+        .is_some_and(|r| r.iter().any(|&b| b != 0))
+    {
+        return Err(bad(
+            "reserved",
+            "the reserved bytes after the created-by string are not zero".into(),
         ));
     }
     let g = meta.geometry;
@@ -240,6 +267,41 @@ mod tests {
             read(dir.path()),
             Err(Error::ConfigFile { field, .. }) if field == "commit_log_file_size"
         ));
+    }
+
+    /// Writes `slot` (CRC recomputed) as both copies of `dir`'s meta file.
+    fn write_slot(dir: &Path, mut slot: [u8; SLOT_LEN]) {
+        let c = crc::crc32(&slot[..CRC_AT]);
+        slot[CRC_AT..].copy_from_slice(&c.to_be_bytes());
+        let mut image = vec![0u8; FILE_LEN];
+        image[..SLOT_LEN].copy_from_slice(&slot);
+        image[SLOT_B_AT..SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
+        std::fs::write(path(dir), image).unwrap();
+    }
+
+    #[test]
+    fn a_slot_mqlite_did_not_write_is_an_error_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = meta().created_by.len();
+        let mut reserved = meta().encode();
+        reserved[CREATED_BY_AT + n + 10] = 0x26;
+        let mut long = meta().encode();
+        long[24] = 200;
+        let mut not_utf8 = meta().encode();
+        not_utf8[CREATED_BY_AT] = 0xFF;
+        for (slot, field) in [
+            (reserved, "reserved"),
+            (long, "created_by"),
+            (not_utf8, "created_by"),
+        ] {
+            write_slot(dir.path(), slot);
+            match read(dir.path()) {
+                Err(Error::ConfigFile { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: read gave {other:?}"),
+            }
+        }
+        write_slot(dir.path(), meta().encode());
+        assert_eq!(read(dir.path()).unwrap(), Some(meta()));
     }
 
     #[test]
