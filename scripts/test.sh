@@ -92,6 +92,11 @@ for t in "${tiers[@]}"; do
                 cargo test --features fault-injection "${fi_tests[@]}"
             fi
             py_tests "reliability and not soak and not perf" "$@"
+            # Every fuzz target for MQLITE_FUZZ_SECONDS (30 s) each. The stable driver unless
+            # MQLITE_FUZZ_ENGINE says otherwise: libFuzzer's sanitizer build of the fuzz crate
+            # costs more than the runs themselves (scripts/fuzz-smoke.sh runs it by hand).
+            mq_step "fuzz smoke (scripts/fuzz-smoke.sh)"
+            MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" ./scripts/fuzz-smoke.sh "${MQLITE_FUZZ_SECONDS:-30}"
             ;;
         soak)
             export MQLITE_SOAK=1
