@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -100,26 +99,18 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None,
         arg: Any,
     ) -> int:
+        """The queue ``selector`` picks (called by the native ``send``; sharding keys are
+        hashed by the store itself)."""
         if sum(x is not None for x in (queue_id, sharding_key, selector)) > 1:
             raise IllegalArgumentError("give at most one of queue_id, sharding_key and selector")
         topic = getattr(msg, "topic", None)
         if not isinstance(topic, str):
             raise IllegalArgumentError("queue selection needs a Message with a topic")
+        if selector is None:
+            raise IllegalArgumentError("queue selection needs a selector")
         count = self._ctx.writable_queue_count(topic)
         if count <= 0:
             raise IllegalArgumentError(f"topic {topic!r} has no write queues")
-        if sharding_key is not None:
-            if isinstance(sharding_key, str):
-                key = sharding_key.encode()
-            elif isinstance(sharding_key, (bytes, bytearray, memoryview)):
-                key = bytes(sharding_key)
-            else:
-                raise IllegalArgumentError(
-                    f"sharding_key must be str or bytes, not {type(sharding_key).__name__}"
-                )
-            return zlib.crc32(key) % count
-        if selector is None:
-            raise IllegalArgumentError("queue selection needs a sharding_key or a selector")
         mqs = [MessageQueue(topic, i) for i in range(count)]
         chosen = selector(mqs, msg, arg)
         if not isinstance(chosen, MessageQueue) or chosen not in mqs:
@@ -136,9 +127,9 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None,
         arg: Any,
     ) -> SendResult:
-        if sharding_key is not None or selector is not None:
-            queue_id = self._select(msg, queue_id, sharding_key, selector, arg)
-        return self._send_pipelined(msg, queue_id)
+        if selector is not None:
+            return self._send_pipelined(msg, self._select(msg, queue_id, sharding_key, selector, arg))
+        return self._send_pipelined(msg, queue_id, sharding_key=sharding_key)
 
     def send_pipelined(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Deprecated: use ``send`` (returns once the message is stored, and in a

@@ -179,34 +179,36 @@ impl PyProducer {
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        let queue_id = if sharding_key.is_some() || selector.is_some() {
-            // Rare path: the Python subclass implements key hashing and custom selectors.
+        if selector.is_some() {
+            // Rare path: a custom selector is Python code, called by the Python subclass.
             let q = slf.call_method1(
                 intern!(py, "_select"),
                 (msg, queue_id.as_ref(), sharding_key, selector, arg),
             )?;
-            Some(q.extract::<Int>()?)
-        } else {
-            queue_id
-        };
-        this.put_one(py, msg, args::opt_queue_id(queue_id.as_ref())?, true)
+            let q = args::opt_queue_id(Some(&q.extract::<Int>()?))?;
+            return this.put_one(py, msg, this.routing(q, None)?, true);
+        }
+        let routing = this.routing(args::opt_queue_id(queue_id.as_ref())?, sharding_key)?;
+        this.put_one(py, msg, routing, true)
     }
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
     /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
     /// returns, and the store's completion thread confirms it
     /// (`_core.Store.wait_durable(result._end())`) before a future reports it. The queue is
-    /// `queue_id` or round robin.
-    #[pyo3(signature = (msg, queue_id = None))]
+    /// `queue_id`, the one `sharding_key` hashes to, or round robin.
+    #[pyo3(signature = (msg, queue_id = None, *, sharding_key = None))]
     fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
         queue_id: Option<Int>,
+        sharding_key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PySendResult> {
         let this = slf.get();
         if this.closed.load(Ordering::Relaxed) {
             return Err(dead(slf));
         }
-        this.put_one(slf.py(), msg, args::opt_queue_id(queue_id.as_ref())?, false)
+        let routing = this.routing(args::opt_queue_id(queue_id.as_ref())?, sharding_key)?;
+        this.put_one(slf.py(), msg, routing, false)
     }
 
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
@@ -330,13 +332,69 @@ thread_local! {
 /// Largest property buffer kept for reuse.
 const PROPS_KEEP: usize = 4096;
 
+/// A `sharding_key` argument: a `str` (its UTF-8 bytes) or bytes-like (`bytes`, `bytearray`,
+/// `memoryview`), which the core hashes to a queue (`Routing::sharding_key`).
+enum ShardingKey<'py> {
+    Text(Bound<'py, pyo3::types::PyString>),
+    Bytes(Bound<'py, pyo3::types::PyBytes>),
+}
+
+impl<'py> ShardingKey<'py> {
+    /// `IllegalArgumentError` for any other type.
+    fn of(key: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = key.cast::<pyo3::types::PyString>() {
+            return Ok(ShardingKey::Text(s.clone()));
+        }
+        if let Ok(b) = key.cast::<pyo3::types::PyBytes>() {
+            return Ok(ShardingKey::Bytes(b.clone()));
+        }
+        let py = key.py();
+        if key.is_instance_of::<pyo3::types::PyByteArray>()
+            || key.is_instance_of::<pyo3::types::PyMemoryView>()
+        {
+            let b = py.get_type::<pyo3::types::PyBytes>().call1((key,))?;
+            return Ok(ShardingKey::Bytes(b.cast_into()?));
+        }
+        Err(crate::errors::IllegalArgumentError::new_err(format!(
+            "sharding_key must be str or bytes, not {}",
+            key.get_type().name()?
+        )))
+    }
+
+    /// The bytes hashed (a `str` that is not valid UTF-8, a lone surrogate, is an error).
+    fn bytes(&self) -> PyResult<&[u8]> {
+        match self {
+            ShardingKey::Text(s) => Ok(s.to_str()?.as_bytes()),
+            ShardingKey::Bytes(b) => Ok(b.as_bytes()),
+        }
+    }
+}
+
 impl PyProducer {
+    /// Where a send goes: `queue_id`, the queue the sharding key `key` hashes to (in the
+    /// core, under the same topic lookup as the append), or the topic's next round-robin
+    /// turn. `IllegalArgumentError` when both are given, or for a key of another type.
+    fn routing(
+        &self,
+        queue_id: Option<u32>,
+        key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Routing<'_>> {
+        match (queue_id, key) {
+            (Some(_), Some(_)) => Err(crate::errors::IllegalArgumentError::new_err(
+                "give at most one of queue_id, sharding_key and selector",
+            )),
+            (Some(q), None) => Ok(Routing::Queue(q)),
+            (None, Some(k)) => Ok(Routing::sharding_key(ShardingKey::of(k)?.bytes()?)),
+            (None, None) => Ok(Routing::RoundRobin(&self.next_queue)),
+        }
+    }
+
     /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
     fn put_one(
         &self,
         py: Python<'_>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<u32>,
+        routing: Routing<'_>,
         wait: bool,
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
@@ -355,10 +413,6 @@ impl PyProducer {
                 out.sysflag = *flags;
             }
             let m = out.to_ref(&props, now).map_err(PyMqError)?;
-            let routing = match queue_id {
-                Some(q) => Routing::Queue(q),
-                None => Routing::RoundRobin(&self.next_queue),
-            };
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append (and, with several sending threads, hands the GIL around
             // once per message). Waking a consumer is done without it, so that the woken
