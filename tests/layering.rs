@@ -335,3 +335,33 @@ fn a_direct_consume_queue_use_is_reported() {
     );
     assert!(bad[1].contains("recovery.rs"), "{bad:?}");
 }
+
+/// What the binding (rust/py) must not use to read a stored record: the codec's layout and
+/// the helpers behind the view API. It reads records through `RecordView` (message/view.rs).
+const RECORD_INTERNALS: &[&str] = &[
+    "codec::",
+    "properties::get",
+    "properties::decode",
+    "decoded_body",
+    "msg_id::offset_msg_id",
+    "STORE_HOST",
+];
+
+#[test]
+fn the_binding_reads_records_only_through_the_view_api() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust/py/src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(!files.is_empty(), "rust/py/src was found");
+    let mut bad = Vec::new();
+    for path in files {
+        let source = std::fs::read_to_string(&path).expect("read source");
+        for (i, line) in source.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for name in RECORD_INTERNALS.iter().filter(|n| code.contains(*n)) {
+                bad.push(format!("{}:{}: {name}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "use RecordView's methods:\n{}", bad.join("\n"));
+}
