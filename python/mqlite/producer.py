@@ -13,7 +13,7 @@ from mqlite import _core
 from mqlite._args import deprecated
 from mqlite._completion import SendCallback, SendFuture, Tally
 from mqlite._context import HasClientContext, context_of
-from mqlite.errors import IllegalArgumentError, InvalidConfigError, MQError, StoreClosedError
+from mqlite.errors import IllegalArgumentError, InvalidConfigError
 from mqlite.group import check_group
 from mqlite.message import Message, MessageQueue, SendBatchResult, SendResult
 
@@ -85,12 +85,6 @@ class Producer(_core.Producer):
         self._ctx.add_producer(self)
         self._tally = Tally()
 
-    def _dead(self) -> MQError:
-        """Why a send is refused (called by the native producer once it is closed)."""
-        if not self._ctx.ok:
-            return self._ctx.dead()
-        return StoreClosedError(f"producer {self.group!r} is closed")
-
     def _select(
         self,
         msg: Message,
@@ -159,8 +153,7 @@ class Producer(_core.Producer):
         completion thread; ``flush()`` waits for every pending send. The future is already
         running, so ``cancel()`` returns False.
         """
-        if self.closed:
-            raise self._dead()
+        self._check_open()
         completer = self._ctx.completer()
         fut = SendFuture(completer.cond)
         try:
@@ -185,8 +178,7 @@ class Producer(_core.Producer):
     ) -> None:
         """Append without waiting for the disk or reporting the result (a failure is only
         logged), as RocketMQ's one-way send."""
-        if self.closed:
-            raise self._dead()
+        self._check_open()
         try:
             self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - one-way: logged, never raised
@@ -216,8 +208,6 @@ class Producer(_core.Producer):
 
         Items are ``Message`` objects of one topic, or bodies (``bytes``) sent to ``topic``.
         """
-        if self.closed:
-            raise self._dead()
         items = msgs if isinstance(msgs, (list, tuple)) else list(msgs)
         return super().send_batch(items, topic, queue_id)
 
