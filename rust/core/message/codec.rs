@@ -5,6 +5,7 @@
 //! the sysflag's IPv6 bits say 20. Decoding is total: any inconsistency is an error value.
 
 pub use crate::error::DecodeError;
+use crate::util::bytes::{be_u16, be_u32, be_u64};
 use crate::util::crc;
 
 /// v1 record magic.
@@ -392,25 +393,6 @@ pub struct RecordView<'a> {
     topic_len: usize,
     props_at: usize,
     props_len: usize,
-}
-
-#[inline]
-fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_be_bytes)
-}
-#[inline]
-fn be_u64(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(u64::from_be_bytes)
-}
-#[inline]
-fn be_u16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2)
-        .and_then(|s| s.try_into().ok())
-        .map(u16::from_be_bytes)
 }
 
 /// What a parse verifies beyond the record's structure.

@@ -517,9 +517,7 @@ impl Store {
 }
 
 fn store_timestamp(b: &[u8]) -> Option<i64> {
-    b.get(STORE_TIMESTAMP_POS..STORE_TIMESTAMP_POS + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(i64::from_be_bytes)
+    crate::util::bytes::be_i64(b, STORE_TIMESTAMP_POS)
 }
 
 /// `Corrupted` naming the index file and byte position of entry `k` of `(topic, queue_id)`.
