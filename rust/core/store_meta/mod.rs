@@ -26,6 +26,7 @@ pub use derive::{derive, Derived};
 
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_u32, be_u64};
+use crate::util::two_copies::{self, FILE_LEN};
 use crate::util::{crc, fs};
 
 /// The store format version this build writes and reads (FORMAT.md, "Format version").
@@ -36,8 +37,6 @@ pub const MAGIC: u32 = 0x4D51_4C4D;
 pub const FILE_NAME: &str = "meta";
 
 const SLOT_LEN: usize = 128;
-const SLOT_B_AT: usize = 2048;
-const FILE_LEN: usize = 4096;
 const CREATED_BY_AT: usize = 25;
 /// Longest created-by string a slot holds.
 const CREATED_BY_MAX: usize = 63;
@@ -121,11 +120,7 @@ impl StoreMeta {
 
     /// The whole file: the slot at 0 and again at 2048, zeros elsewhere.
     fn file_image(&self) -> Vec<u8> {
-        let slot = self.encode();
-        let mut image = vec![0u8; FILE_LEN];
-        image[..SLOT_LEN].copy_from_slice(&slot);
-        image[SLOT_B_AT..SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
-        image
+        two_copies::image(&self.encode())
     }
 }
 
@@ -156,16 +151,14 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
         field: field.to_owned(),
         reason,
     };
-    let meta = StoreMeta::decode(&bytes)
-        .or_else(|| bytes.get(SLOT_B_AT..).and_then(StoreMeta::decode))
-        .ok_or_else(|| {
-            bad(
-                "",
-                "no copy with a valid magic and checksum (delete the file and open the store as \
+    let meta = two_copies::read(&bytes, StoreMeta::decode).ok_or_else(|| {
+        bad(
+            "",
+            "no copy with a valid magic and checksum (delete the file and open the store as \
                  a writer to record the geometry its files show)"
-                    .into(),
-            )
-        })?;
+                .into(),
+        )
+    })?;
     if meta.format_version == 0 || meta.format_version > FORMAT_VERSION {
         return Err(bad(
             "format_version",
@@ -212,7 +205,7 @@ mod tests {
         b[10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(meta()));
-        b[SLOT_B_AT + 10] ^= 1;
+        b[two_copies::SLOT_B_AT + 10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert!(matches!(
             read(dir.path()),

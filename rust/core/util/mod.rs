@@ -1,5 +1,5 @@
-//! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock,
-//! non-blocking lock attempts.
+//! Small helpers shared by every layer: the file-system durability protocol, the two-copy
+//! layout of metadata files, CRC, the clock, non-blocking lock attempts.
 
 pub mod bytes;
 pub mod clock;
@@ -8,3 +8,4 @@ pub mod fs;
 pub mod hash;
 pub mod reuse;
 pub mod sync;
+pub mod two_copies;
