@@ -363,5 +363,9 @@ fn the_binding_reads_records_only_through_the_view_api() {
             }
         }
     }
-    assert!(bad.is_empty(), "use RecordView's methods:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "use RecordView's methods:\n{}",
+        bad.join("\n")
+    );
 }

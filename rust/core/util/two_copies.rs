@@ -34,7 +34,7 @@ mod tests {
 
     #[test]
     fn a_reader_takes_a_then_b() {
-        let decode = |b: &[u8]| (b.first() == Some(&7)).then(|| b.len());
+        let decode = |b: &[u8]| (b.first() == Some(&7)).then_some(b.len());
         let mut file = image(&[7, 1, 2]);
         assert_eq!(file.len(), FILE_LEN);
         assert_eq!(read(&file, decode), Some(SLOT_B_AT));
