@@ -269,9 +269,13 @@ impl PyProducer {
                 (msg, queue_id.as_ref(), sharding_key, selector, arg),
             )?;
             let q = args::opt_queue_id(Some(&q.extract::<Int>()?))?;
-            return this.put_one(py, msg, this.routing(q, None)?, true);
+            return this.put_one(py, msg, this.routing(q), true);
         }
-        let routing = this.routing(args::opt_queue_id(queue_id.as_ref())?, sharding_key)?;
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
+        let routing = match sharding_key {
+            None => this.routing(queue_id),
+            Some(key) => this.key_routing(queue_id, key)?,
+        };
         this.put_one(py, msg, routing, true)
     }
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
@@ -290,7 +294,11 @@ impl PyProducer {
         if this.is_marked_closed() {
             return Err(dead(slf));
         }
-        let routing = this.routing(args::opt_queue_id(queue_id.as_ref())?, sharding_key)?;
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
+        let routing = match sharding_key {
+            None => this.routing(queue_id),
+            Some(key) => this.key_routing(queue_id, key)?,
+        };
         this.put_one(slf.py(), msg, routing, false)
     }
 
@@ -457,22 +465,27 @@ impl<'py> ShardingKey<'py> {
 }
 
 impl PyProducer {
-    /// Where a send goes: `queue_id`, the queue the sharding key `key` hashes to (in the
-    /// core, under the same topic lookup as the append), or the topic's next round-robin
-    /// turn. `IllegalArgumentError` when both are given, or for a key of another type.
-    fn routing(
-        &self,
-        queue_id: Option<u32>,
-        key: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Routing<'_>> {
-        match (queue_id, key) {
-            (Some(_), Some(_)) => Err(crate::errors::IllegalArgumentError::new_err(
-                "give at most one of queue_id, sharding_key and selector",
-            )),
-            (Some(q), None) => Ok(Routing::Queue(q)),
-            (None, Some(k)) => Ok(Routing::sharding_key(ShardingKey::of(k)?.bytes()?)),
-            (None, None) => Ok(Routing::RoundRobin(&self.next_queue)),
+    /// Where a send goes without a sharding key: `queue_id`, or the topic's next round-robin
+    /// turn.
+    #[inline]
+    fn routing(&self, queue_id: Option<u32>) -> Routing<'_> {
+        match queue_id {
+            Some(q) => Routing::Queue(q),
+            None => Routing::RoundRobin(&self.next_queue),
         }
+    }
+
+    /// Where a send with sharding key `key` goes: the queue the key hashes to, computed by the
+    /// core under the same topic lookup as the append. `IllegalArgumentError` with a
+    /// `queue_id` too, or for a key of another type. Out of line: the plain send stays compact.
+    #[inline(never)]
+    fn key_routing(&self, queue_id: Option<u32>, key: &Bound<'_, PyAny>) -> PyResult<Routing<'_>> {
+        if queue_id.is_some() {
+            return Err(crate::errors::IllegalArgumentError::new_err(
+                "give at most one of queue_id, sharding_key and selector",
+            ));
+        }
+        Ok(Routing::sharding_key(ShardingKey::of(key)?.bytes()?))
     }
 
     /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
