@@ -77,6 +77,13 @@ def test_sharding_keys_are_hashed_by_the_native_producer(
     p.send_oneway(Message("t", b"x"), sharding_key="user:42")
     assert p.flush(5) == 0
     assert mem_store.offsets(MessageQueue("t", 2)) == (0, 1)
+    # Any bytes-like key hashes as its bytes; other types are refused, as before.
+    for key in (b"order-1", bytearray(b"order-1"), memoryview(b"order-1")):
+        assert p.send(Message("t", b"x"), sharding_key=key).message_queue.queue_id == 3
+    with pytest.raises(mqlite.IllegalArgumentError, match="sharding_key must be str or bytes, not int"):
+        p.send(Message("t", b"x"), sharding_key=5)  # type: ignore[arg-type]
+    with pytest.raises(UnicodeEncodeError):
+        p.send(Message("t", b"x"), sharding_key="\ud800")
     with pytest.raises(AssertionError, match="hashed in Python"):
         p.send(Message("t", b"x"), selector=lambda mqs, m, a: mqs[0])
 

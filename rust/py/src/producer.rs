@@ -15,7 +15,7 @@ use mqlite::{
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple};
 
 use crate::args::{self, CompressionOption, GroupName, Int, Str};
 use crate::errors::PyMqError;
@@ -154,6 +154,7 @@ impl PyProducer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Closed {
+    /// Sends are accepted.
     Open = 0,
     /// `Producer.close()`.
     Producer = 1,
@@ -426,44 +427,6 @@ thread_local! {
 /// Largest property buffer kept for reuse.
 const PROPS_KEEP: usize = 4096;
 
-/// A `sharding_key` argument: a `str` (its UTF-8 bytes) or bytes-like (`bytes`, `bytearray`,
-/// `memoryview`), which the core hashes to a queue (`Routing::sharding_key`).
-enum ShardingKey<'py> {
-    Text(Bound<'py, pyo3::types::PyString>),
-    Bytes(Bound<'py, pyo3::types::PyBytes>),
-}
-
-impl<'py> ShardingKey<'py> {
-    /// `IllegalArgumentError` for any other type.
-    fn of(key: &Bound<'py, PyAny>) -> PyResult<Self> {
-        if let Ok(s) = key.cast::<pyo3::types::PyString>() {
-            return Ok(ShardingKey::Text(s.clone()));
-        }
-        if let Ok(b) = key.cast::<pyo3::types::PyBytes>() {
-            return Ok(ShardingKey::Bytes(b.clone()));
-        }
-        let py = key.py();
-        if key.is_instance_of::<pyo3::types::PyByteArray>()
-            || key.is_instance_of::<pyo3::types::PyMemoryView>()
-        {
-            let b = py.get_type::<pyo3::types::PyBytes>().call1((key,))?;
-            return Ok(ShardingKey::Bytes(b.cast_into()?));
-        }
-        Err(crate::errors::IllegalArgumentError::new_err(format!(
-            "sharding_key must be str or bytes, not {}",
-            key.get_type().name()?
-        )))
-    }
-
-    /// The bytes hashed (a `str` that is not valid UTF-8, a lone surrogate, is an error).
-    fn bytes(&self) -> PyResult<&[u8]> {
-        match self {
-            ShardingKey::Text(s) => Ok(s.to_str()?.as_bytes()),
-            ShardingKey::Bytes(b) => Ok(b.as_bytes()),
-        }
-    }
-}
-
 impl PyProducer {
     /// Where a send goes without a sharding key: `queue_id`, or the topic's next round-robin
     /// turn.
@@ -476,8 +439,10 @@ impl PyProducer {
     }
 
     /// Where a send with sharding key `key` goes: the queue the key hashes to, computed by the
-    /// core under the same topic lookup as the append. `IllegalArgumentError` with a
-    /// `queue_id` too, or for a key of another type. Out of line: the plain send stays compact.
+    /// core under the same topic lookup as the append. The key is a `str` (its UTF-8 bytes;
+    /// a lone surrogate is an error) or bytes-like (`bytes`, `bytearray`, `memoryview`).
+    /// `IllegalArgumentError` with a `queue_id` too, or for a key of another type. Out of
+    /// line: the plain send stays compact.
     #[inline(never)]
     fn key_routing(&self, queue_id: Option<u32>, key: &Bound<'_, PyAny>) -> PyResult<Routing<'_>> {
         if queue_id.is_some() {
@@ -485,7 +450,20 @@ impl PyProducer {
                 "give at most one of queue_id, sharding_key and selector",
             ));
         }
-        Ok(Routing::sharding_key(ShardingKey::of(key)?.bytes()?))
+        if let Ok(s) = key.cast::<PyString>() {
+            return Ok(Routing::sharding_key(s.to_str()?.as_bytes()));
+        }
+        if let Ok(b) = key.cast::<PyBytes>() {
+            return Ok(Routing::sharding_key(b.as_bytes()));
+        }
+        if key.is_instance_of::<PyByteArray>() || key.is_instance_of::<PyMemoryView>() {
+            let b = key.py().get_type::<PyBytes>().call1((key,))?;
+            return Ok(Routing::sharding_key(b.cast::<PyBytes>()?.as_bytes()));
+        }
+        Err(crate::errors::IllegalArgumentError::new_err(format!(
+            "sharding_key must be str or bytes, not {}",
+            key.get_type().name()?
+        )))
     }
 
     /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
