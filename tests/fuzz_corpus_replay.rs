@@ -272,8 +272,16 @@ fn record_invariants(data: &[u8], v: &RecordView<'_>, crc_checked: bool) {
         assert!(within(bytes, field), "a field lies outside the record");
     }
     // The cheap body locator (sysflag and BODYLEN only) agrees with the full parse.
-    let range = RecordView::body_range(bytes).expect("body range of a parsed record");
-    assert_eq!(&bytes[range], v.body());
+    let stored = RecordView::stored_body(bytes).expect("stored body of a parsed record");
+    assert_eq!(stored.bytes(), v.body());
+    assert!(
+        within(bytes, stored.bytes()),
+        "the stored body lies outside the record"
+    );
+    assert_eq!(
+        stored.is_compressed(),
+        v.sysflag() & sysflag::COMPRESSED != 0
+    );
     // The field lengths add up to TOTALSIZE: no accessor fell back to an empty slice.
     let body_len_at = 68 + bh + sh;
     assert_eq!(be_u32(bytes, body_len_at), Some(v.body().len() as u32));

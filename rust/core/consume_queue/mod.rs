@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::dispatch::queue_index::{LogicalQueue, QueueEntry};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
@@ -371,6 +372,18 @@ impl ConsumeQueue {
 
     /// Reads up to `max` units starting at `offset` into `out` (stops at the end of data).
     pub fn units(&self, offset: u64, max: usize, out: &mut Vec<(u64, CqUnit)>) {
+        self.units_as(offset, max, out, |u| u);
+    }
+
+    /// `units`, each unit stored in `out` as `to(unit)`.
+    #[inline]
+    fn units_as<T>(
+        &self,
+        offset: u64,
+        max: usize,
+        out: &mut Vec<(u64, T)>,
+        to: impl Fn(CqUnit) -> T,
+    ) {
         let mut k = offset;
         while out.len() < max {
             let byte = k * UNIT_SIZE;
@@ -381,7 +394,7 @@ impl ConsumeQueue {
             let mut any = false;
             while out.len() < max && pos + UNIT_SIZE <= file.size() {
                 match read_unit(&file, pos) {
-                    Some(u) => out.push((k, u)),
+                    Some(u) => out.push((k, to(u))),
                     None => return,
                 }
                 any = true;
@@ -692,6 +705,61 @@ fn valid_units_end(file: &MappedFile) -> u64 {
         }
     }
     lo * UNIT_SIZE
+}
+
+/// A unit as the index's readers see it: a placeholder is a slot with no record.
+#[inline]
+fn entry_of(u: CqUnit) -> QueueEntry {
+    if u.is_placeholder() {
+        return QueueEntry::EMPTY_SLOT;
+    }
+    QueueEntry {
+        offset: u.offset,
+        size: u.size,
+        tags_code: u.tags_code,
+    }
+}
+
+impl LogicalQueue for ConsumeQueue {
+    fn min_offset(&self) -> u64 {
+        ConsumeQueue::min_offset(self)
+    }
+
+    fn max_offset(&self) -> u64 {
+        ConsumeQueue::max_offset(self)
+    }
+
+    fn entry(&self, k: u64) -> Option<QueueEntry> {
+        self.unit(k).map(entry_of)
+    }
+
+    fn entries(&self, from: u64, max: usize, out: &mut Vec<(u64, QueueEntry)>) {
+        self.units_as(from, max, out, entry_of);
+    }
+
+    /// The unit file holding `from` is advised away when `to` is in a later one.
+    fn release_behind(&self, from: u64, to: u64) {
+        let units_per_file = self.files.file_size() / UNIT_SIZE;
+        if units_per_file > 0 && from / units_per_file != to / units_per_file {
+            if let Some(f) = self.files.find(from * UNIT_SIZE) {
+                let _ = f.advise(0, f.size(), Advice::DontNeed);
+            }
+        }
+    }
+
+    fn locate(&self, k: u64) -> (PathBuf, u64) {
+        let byte = k.saturating_mul(UNIT_SIZE);
+        match self.files.find(byte) {
+            Some(f) => (f.path().to_path_buf(), byte - f.from_offset()),
+            None => (PathBuf::new(), byte),
+        }
+    }
+
+    fn follow(&self, verify: bool, log_min: u64) {
+        // A failed refresh leaves the file list as it was, for the next call to retry.
+        let _ = self.refresh(verify);
+        self.correct_min_offset(log_min);
+    }
 }
 
 impl crate::prepare::Preparable for ConsumeQueue {

@@ -1,5 +1,6 @@
 //! ConsumeQueueStore: every consume queue of the store, opened lazily, and the derived store
-//! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle.
+//! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle; readers find
+//! queues through it as the store's `QueueIndex`.
 //!
 //! On disk: `consumequeue/<topic>/<queueId>/`.
 //!
@@ -15,14 +16,12 @@ use super::unit::CqUnit;
 use super::ConsumeQueue;
 use crate::commit_log::CommitLog;
 use crate::dispatch::derived::{DerivedStore, Progress};
+use crate::dispatch::queue_index::{LogicalQueue, QueueIndex};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
 use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
-
-/// The consume queues' name as a derived store (the checkpoint's progress table key).
-pub const NAME: &str = "consume_queue";
 
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
@@ -45,6 +44,9 @@ pub struct ConsumeQueueStore {
 }
 
 impl ConsumeQueueStore {
+    /// The consume queues' name as a derived store (the checkpoint's progress table key).
+    pub const NAME: &'static str = "consume_queue";
+
     /// Queues under `root` (`None`: in memory).
     pub fn new(
         root: Option<PathBuf>,
@@ -237,7 +239,7 @@ impl ConsumeQueueStore {
     /// for its first file, so that the first sends to each queue do not create it (an
     /// fallocate and two fsyncs, a millisecond or more) on the dispatching thread. Without a
     /// preparer (in-memory or read-only stores, or a closing one) only the queues are made.
-    pub fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
+    fn make_topic_queues(&self, topic: &str, queues: u32) -> Result<()> {
         let tx = self
             .preparer
             .lock()
@@ -370,6 +372,12 @@ impl DerivedStore for ConsumeQueueStore {
         ConsumeQueueStore::delete_expired(self, log_min)
     }
 
+    /// The topic's queues exist (directories included) when this returns, and their first
+    /// files are being made ahead (`make_topic_queues`).
+    fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
+        self.make_topic_queues(topic, queues)
+    }
+
     /// Each queue keeps its newest file mapped.
     fn release_pages(&self) {
         for cq in self.all() {
@@ -383,9 +391,26 @@ impl DerivedStore for ConsumeQueueStore {
     }
 }
 
+impl QueueIndex for ConsumeQueueStore {
+    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<dyn LogicalQueue>> {
+        self.get(topic, queue_id)
+            .map(|cq| cq as Arc<dyn LogicalQueue>)
+    }
+
+    fn discover_topics(&self) -> Result<Vec<(String, u32)>> {
+        ConsumeQueueStore::discover_topics(self)
+    }
+
+    fn follow_all(&self, log_min: u64) {
+        for cq in self.all() {
+            LogicalQueue::follow(cq.as_ref(), true, log_min);
+        }
+    }
+}
+
 impl Dispatcher for ConsumeQueueStore {
     fn name(&self) -> &'static str {
-        NAME
+        Self::NAME
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {

@@ -27,6 +27,7 @@ pub use derive::{derive, Derived};
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_u32, be_u64};
 use crate::util::kill_point::kill_point;
+use crate::util::two_copies::{self, FILE_LEN};
 use crate::util::{crc, fs};
 
 /// The store format version this build writes and reads (FORMAT.md, "Format version").
@@ -37,8 +38,6 @@ pub const MAGIC: u32 = 0x4D51_4C4D;
 pub const FILE_NAME: &str = "meta";
 
 const SLOT_LEN: usize = 128;
-const SLOT_B_AT: usize = 2048;
-const FILE_LEN: usize = 4096;
 const CREATED_BY_AT: usize = 25;
 /// Longest created-by string a slot holds.
 const CREATED_BY_MAX: usize = 63;
@@ -122,11 +121,7 @@ impl StoreMeta {
 
     /// The whole file: the slot at 0 and again at 2048, zeros elsewhere.
     fn file_image(&self) -> Vec<u8> {
-        let slot = self.encode();
-        let mut image = vec![0u8; FILE_LEN];
-        image[..SLOT_LEN].copy_from_slice(&slot);
-        image[SLOT_B_AT..SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
-        image
+        two_copies::image(&self.encode())
     }
 }
 
@@ -159,11 +154,7 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
         field: field.to_owned(),
         reason,
     };
-    let pick = |at: usize| {
-        let slot = bytes.get(at..at + SLOT_LEN)?;
-        StoreMeta::decode(slot).map(|m| (slot, m))
-    };
-    let (slot, meta) = pick(0).or_else(|| pick(SLOT_B_AT)).ok_or_else(|| {
+    let (at, meta) = two_copies::read_at(&bytes, StoreMeta::decode).ok_or_else(|| {
         bad(
             "",
             "no copy with a valid magic and checksum (delete the file and open the store as \
@@ -183,6 +174,7 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
     }
     // A slot that verifies holds exactly what a writer of this format puts there; anything
     // else was written by something other than mqlite, and is not read in some lenient way.
+    let slot = bytes.get(at..).unwrap_or(&[]);
     let n = usize::from(slot.get(24).copied().unwrap_or(0));
     let created_by = slot
         .get(CREATED_BY_AT..CREATED_BY_AT + n)
@@ -242,7 +234,7 @@ mod tests {
         b[10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(meta()));
-        b[SLOT_B_AT + 10] ^= 1;
+        b[two_copies::SLOT_B_AT + 10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert!(matches!(
             read(dir.path()),

@@ -1,5 +1,6 @@
-//! Small helpers shared by every layer: the file-system durability protocol, CRC, the clock,
-//! non-blocking lock attempts, kill points for crash tests.
+//! Small helpers shared by every layer: the file-system durability protocol, the two-copy
+//! layout of metadata files, CRC, the clock, non-blocking lock attempts, kill points for crash
+//! tests.
 
 pub mod bytes;
 pub mod clock;
@@ -9,3 +10,4 @@ pub mod hash;
 pub mod kill_point;
 pub mod reuse;
 pub mod sync;
+pub mod two_copies;
