@@ -267,7 +267,7 @@ mod tests {
         slot[CRC_AT..].copy_from_slice(&c.to_be_bytes());
         let mut image = vec![0u8; FILE_LEN];
         image[..SLOT_LEN].copy_from_slice(&slot);
-        image[SLOT_B_AT..SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
+        image[two_copies::SLOT_B_AT..two_copies::SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
         std::fs::write(path(dir), image).unwrap();
     }
 
