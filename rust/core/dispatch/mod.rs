@@ -3,6 +3,7 @@
 //! the index and the timer wheel implement the same traits when they land).
 
 pub mod derived;
+mod handoff;
 pub mod notifier;
 pub mod reput;
 

@@ -294,7 +294,7 @@ mod loom_model {
 
     #[test]
     fn loom_fills_never_touch_a_byte_the_appender_writes() {
-        loom::model(|| {
+        crate::util::loom_sync::model(|| {
             let log = Arc::new(Log::new());
             let appender = {
                 let log = Arc::clone(&log);

@@ -45,3 +45,15 @@ pub fn sleep(d: std::time::Duration) {
         loom::thread::yield_now();
     }
 }
+
+/// Runs a loom model: every interleaving with at most `LOOM_MAX_PREEMPTIONS` preemptions (3
+/// unless set), the bound that keeps the crate's models within a CI minute. Loom's own
+/// `LOOM_*` variables apply.
+#[cfg(all(loom, test))]
+pub fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
