@@ -189,7 +189,7 @@ mod loom_model {
 
     #[test]
     fn loom_every_record_is_dispatched_once_and_none_is_left_behind() {
-        crate::util::loom_sync::model(|| {
+        crate::util::loom_sync::model(Some(4), || {
             let log = Arc::new(Log::default());
             let cursor = Arc::new(Mutex::new(0u64));
             // A producer holding the GIL (quick) and one that is not.
@@ -210,7 +210,11 @@ mod loom_model {
             if log.kicked.load(Ordering::SeqCst) {
                 try_run(&cursor, &*log);
             }
-            let times: Vec<u8> = log.times.iter().map(|t| t.load(Ordering::Relaxed)).collect();
+            let times: Vec<u8> = log
+                .times
+                .iter()
+                .map(|t| t.load(Ordering::Relaxed))
+                .collect();
             assert_eq!(times, [1; RECORDS], "dispatches per record");
             assert_eq!(log.dispatched.load(Ordering::Acquire), RECORDS as u64);
         });

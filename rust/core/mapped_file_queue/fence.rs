@@ -159,9 +159,9 @@ impl FillFence {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::mpsc;
-    use super::*;
 
     #[test]
     fn a_fill_behind_the_appender_or_the_published_end_is_skipped() {
@@ -294,7 +294,7 @@ mod loom_model {
 
     #[test]
     fn loom_fills_never_touch_a_byte_the_appender_writes() {
-        crate::util::loom_sync::model(|| {
+        crate::util::loom_sync::model(None, || {
             let log = Arc::new(Log::new());
             let appender = {
                 let log = Arc::clone(&log);

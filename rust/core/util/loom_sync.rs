@@ -46,14 +46,15 @@ pub fn sleep(d: std::time::Duration) {
     }
 }
 
-/// Runs a loom model: every interleaving with at most `LOOM_MAX_PREEMPTIONS` preemptions (3
-/// unless set), the bound that keeps the crate's models within a CI minute. Loom's own
-/// `LOOM_*` variables apply.
+/// Runs a loom model: every interleaving with at most `preemptions` preemptions (`None`: all
+/// interleavings), unless `LOOM_MAX_PREEMPTIONS` sets the bound. Models with three threads
+/// take a bound (4 keeps each within seconds; their state space is otherwise too large for
+/// CI); two-thread models are checked exhaustively. Loom's other `LOOM_*` variables apply.
 #[cfg(all(loom, test))]
-pub fn model(f: impl Fn() + Sync + Send + 'static) {
+pub fn model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        b.preemption_bound = preemptions;
     }
     b.check(f);
 }

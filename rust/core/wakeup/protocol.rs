@@ -130,7 +130,8 @@ mod loom_model {
     /// `followers` threads wait, with no deadline, for the data a writer then publishes as
     /// `Notifier::notify_via` does: store, SeqCst fence, `publish`, `wake`.
     fn no_wake_up_is_lost(followers: usize) {
-        crate::util::loom_sync::model(move || {
+        let bound = (followers > 1).then_some(4);
+        crate::util::loom_sync::model(bound, move || {
             let word = Arc::new(Futex::default());
             let data = Arc::new(AtomicU64::new(0));
             let hs: Vec<_> = (0..followers)
