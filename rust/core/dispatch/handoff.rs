@@ -115,7 +115,8 @@ pub(crate) fn try_with<C>(
 }
 
 /// Loom model of the hand-off (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
-#[cfg(all(test, loom))]
+#[cfg(test)]
+#[cfg(loom)]
 mod loom_model {
     use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
     use loom::sync::Arc;

@@ -150,7 +150,8 @@ impl Notifier {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
+#[cfg(not(loom))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
@@ -199,7 +200,8 @@ mod tests {
 }
 
 /// Loom model of the notifier (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
-#[cfg(all(test, loom))]
+#[cfg(test)]
+#[cfg(loom)]
 mod loom_model {
     use loom::sync::atomic::AtomicU64;
     use loom::sync::Arc;

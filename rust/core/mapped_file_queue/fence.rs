@@ -155,7 +155,8 @@ impl FillFence {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
+#[cfg(not(loom))]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
@@ -229,7 +230,8 @@ mod tests {
 }
 
 /// Loom model of the fence (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
-#[cfg(all(test, loom))]
+#[cfg(test)]
+#[cfg(loom)]
 mod loom_model {
     use loom::cell::UnsafeCell;
     use loom::sync::atomic::AtomicU8;

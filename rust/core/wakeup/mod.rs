@@ -170,7 +170,8 @@ fn map(file: &File, path: &Path) -> Result<MmapRegion> {
     MmapRegion::map_file(file, len, true, false).map_err(|e| Error::io("mmap", path, e))
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
+#[cfg(not(loom))]
 mod tests {
     use super::protocol::SLEEPER;
     use super::*;

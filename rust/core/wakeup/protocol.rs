@@ -84,7 +84,8 @@ pub(crate) fn look(word: &impl Word, nap: Duration, ready: &mut impl FnMut() -> 
 }
 
 /// Loom model of the protocol (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
-#[cfg(all(test, loom))]
+#[cfg(test)]
+#[cfg(loom)]
 mod loom_model {
     use loom::sync::atomic::{AtomicU32, AtomicU64};
     use loom::sync::{Arc, Condvar, Mutex};
