@@ -4,6 +4,7 @@
 //! `queue_index::QueueIndex` is how readers find a queue's records.
 
 pub mod derived;
+mod handoff;
 pub mod notifier;
 pub mod queue_index;
 pub mod reput;
