@@ -251,10 +251,14 @@ impl ConsumeQueue {
     /// last durable checkpoint, so possibly torn or stale) with `indexes(unit, k)`, which says
     /// whether the unit really points at the record whose queue offset is `k`. The queue is cut
     /// at the first unit that does not; dispatch then re-creates the rest.
+    ///
+    /// # Errors
+    /// `indexes`'s: it fails, before anything is cut, when the bytes a unit points at are
+    /// damaged log data rather than a sign of a stale unit.
     pub fn verify_tail(
         &self,
         from_phy: u64,
-        indexes: impl Fn(&CqUnit, u64) -> bool,
+        indexes: impl Fn(&CqUnit, u64) -> Result<bool>,
     ) -> Result<bool> {
         let (min, max) = (self.min_offset(), self.max_offset());
         // A garbage unit can sit right after the real tail whatever it points at: drop tail
@@ -262,7 +266,7 @@ impl ConsumeQueue {
         let mut end = max;
         while end > min {
             match self.unit(end - 1) {
-                Some(u) if u.is_placeholder() || indexes(&u, end - 1) => break,
+                Some(u) if u.is_placeholder() || indexes(&u, end - 1)? => break,
                 _ => end -= 1,
             }
         }
@@ -282,7 +286,7 @@ impl ConsumeQueue {
         }
         while k < max {
             match self.unit(k) {
-                Some(u) if u.is_placeholder() || indexes(&u, k) => k += 1,
+                Some(u) if u.is_placeholder() || indexes(&u, k)? => k += 1,
                 _ => {
                     self.cut_at(k)?;
                     // Dispatch resumes from the cut's last record, not from the checkpoint:

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::unit::CqUnit;
 use super::ConsumeQueue;
+use crate::commit_log::recovery::DurableCheck;
 use crate::commit_log::CommitLog;
 use crate::dispatch::derived::{DerivedStore, Progress};
 use crate::dispatch::queue_index::{LogicalQueue, QueueIndex};
@@ -324,20 +325,30 @@ impl DerivedStore for ConsumeQueueStore {
         self.truncate_dirty(log_end)?;
         let log_min = log.min_offset();
         let mut resume = resume_from;
+        let durable = DurableCheck::new(log);
         for cq in self.all() {
             cq.verify_tail(resume_from, |unit, k| {
                 if unit.offset < log_min {
-                    return true; // the record expired: nothing to check it against
+                    return Ok(true); // the record expired: nothing to check it against
                 }
-                log.with_bytes(unit.offset, unit.size, |b| {
-                    RecordView::parse(b, false).is_ok_and(|v| {
-                        v.physical_offset() == unit.offset
-                            && v.queue_offset() == k
-                            && v.queue_id() == cq.queue_id()
-                            && v.topic() == cq.topic()
+                let matches = log
+                    .with_bytes(unit.offset, unit.size, |b| {
+                        RecordView::parse(b, false).is_ok_and(|v| {
+                            v.physical_offset() == unit.offset
+                                && v.queue_offset() == k
+                                && v.queue_id() == cq.queue_id()
+                                && v.topic() == cq.topic()
+                        })
                     })
-                })
-                .unwrap_or(false)
+                    .unwrap_or(false);
+                // Every unit left points below `log_end`, where the log is either verified
+                // by the recovery scan or durable but unread: a mismatch is a stale unit only
+                // if the records up to where it points are whole; if not, it is the log that
+                // is damaged, and that is reported, not cut away with the unit.
+                if !matches {
+                    durable.through(unit.offset)?;
+                }
+                Ok(matches)
             })?;
             if cq.was_cut_short() {
                 resume = resume.min(cq.max_physical_offset().max(log_min));

@@ -73,7 +73,7 @@ pub trait DerivedStore: Dispatcher {
     /// log) against `log`, and returns where dispatch must resume for it (`<= resume_from`).
     ///
     /// # Errors
-    /// I/O failures.
+    /// I/O failures; `Corrupted` for damaged log records the check relies on.
     fn recover(&self, log: &CommitLog, log_end: u64, resume_from: u64) -> Result<u64>;
 
     /// Recovery is durable (the checkpoint holds the resume point): files `recover` set aside
