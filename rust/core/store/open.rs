@@ -107,13 +107,16 @@ pub(super) fn open_with(
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     commit_log.set_clock(config.clock.clone());
-    let cqs = Arc::new(ConsumeQueueStore::new(
-        root.map(|r| r.join("consumequeue")),
-        decided.geometry.consume_queue_file_size(),
-        config.file_mode,
-        config.dir_mode,
-        !writable,
-    ));
+    let cqs = Arc::new(
+        ConsumeQueueStore::new(
+            root.map(|r| r.join("consumequeue")),
+            decided.geometry.consume_queue_file_size(),
+            config.file_mode,
+            config.dir_mode,
+            !writable,
+        )
+        .with_clock(config.clock.clone()),
+    );
     // The registration list: every derived store, critical ones first.
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
     registered.extend(extra);
