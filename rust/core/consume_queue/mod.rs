@@ -11,6 +11,15 @@
 //!   whole unit. A zero size marks the end of data.
 //! - `min_offset() <= max_offset()`; `max_offset()` is the next offset to be written.
 //!
+//! Disk (FORMAT.md §4): a unit file has its full length from its creation on (RocketMQ requires
+//! it), as a hole with its first `INITIAL_RESERVE` bytes fallocated; the writer reserves more
+//! before writing past the reserved end (`write_unit`: `FileWriter::make_room`), never writes
+//! into a hole, and after an open reserves again ahead of itself before its first unit (what an
+//! earlier run reserved is not recorded). A full disk is a `StoreFull` error of the unit's
+//! write: nothing is written, and dispatch retries it. Only a writer that fills half its file
+//! within `FAST_HALF_FILE_MS` has its next file prepared ahead; a new queue has no file before
+//! its first unit.
+//!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
 //! what is missing (duplicates are ignored by the `max_physical_offset` rule). A file shorter
@@ -19,6 +28,9 @@
 //! made durable (its fsync and its directory's) by the queue's next flush, not by the thread
 //! that rolls to it: the flush comes before any checkpoint that covers the file's units, so
 //! an OS crash can only lose a file whose units recovery re-dispatches anyway.
+//!
+//! A crash between a new file's sparse extension and its reservation leaves a full-length file of
+//! zeros: an unused file (deleted at open when it is not the first), or an empty first file.
 //!
 //! Writers: only the dispatcher. Readers: any thread, any process.
 

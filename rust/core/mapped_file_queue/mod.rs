@@ -14,7 +14,8 @@
 //!   each mapping's device and inode with the directory's (`refresh`).
 //!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
-//! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
+//! kill): deleted if empty, re-preallocated if short (extended sparsely for a queue whose files
+//! grow their reservation, `with_reserve`); a gap between files is reported as
 //! corruption. An owner whose files are derived data (consume queues) finds short files first
 //! (`first_short_file`) and rebuilds them instead (`load_below`, `remove_files_from`).
 //! A new file's size, allocation and directory entry are made durable by fsyncs right after
