@@ -131,3 +131,48 @@ fn zero_fill(file: &File, path: &Path, len: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_reservation_at_least_doubles_in_whole_pages_up_to_the_size() {
+        let size = 1_000_000;
+        assert_eq!(next_reserve(4116, 4096, 4096, size), 12288);
+        assert_eq!(next_reserve(12308, 12288, 4096, size), 24576);
+        assert_eq!(
+            next_reserve(20, 0, 4096, size),
+            8192,
+            "reopened: the unit plus a page"
+        );
+        assert_eq!(next_reserve(999_990, 600_000, 4096, size), size);
+    }
+
+    /// The fallback for file systems without fallocate writes zeros over zero pages only: a
+    /// page holding data keeps it.
+    #[test]
+    fn the_zero_fill_fallback_keeps_data_and_fills_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(64 << 10).unwrap();
+        file.write_all_at(b"data", 8192).unwrap();
+        zero_fill(&file, &path, 128 << 10).unwrap();
+        let meta = file.metadata().unwrap();
+        assert_eq!(meta.len(), 128 << 10);
+        assert!(meta.blocks() * 512 >= 128 << 10, "no hole left");
+        let mut got = [0u8; 4];
+        file.read_exact_at(&mut got, 8192).unwrap();
+        assert_eq!(&got, b"data");
+    }
+}

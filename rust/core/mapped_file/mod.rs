@@ -643,7 +643,7 @@ mod tests {
     use std::io::IoSlice;
     use std::sync::Arc;
 
-    use super::MappedFile;
+    use super::{MappedFile, Reserve};
 
     /// Gathered writes land back to back at the write position, after what was appended
     /// before, on a file (through `write`) and in anonymous memory (through the mapping);
@@ -668,5 +668,51 @@ mod tests {
             let mut too_much = [IoSlice::new(&[0u8; 1 << 16])];
             assert!(w.append_vectored(&mut too_much).is_err(), "past the end");
         }
+    }
+
+    /// A `Reserve::Grow` file: full length, one page of blocks; the writer cannot write past
+    /// the reserved end until it makes room; reopened, nothing counts as reserved, and
+    /// recovery zeroes stale bytes past the reservation (reserving them first).
+    #[test]
+    fn a_growing_file_is_written_only_below_its_reservation() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (size, page) = (256u64 << 10, 4096u64);
+        let grow = Reserve::Grow { initial: page };
+        let f = Arc::new(MappedFile::create_reserved(&path, 0, size, 0o600, false, grow).unwrap());
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), size, "full length");
+        assert!(meta.blocks() * 512 <= 2 * page, "one page of blocks");
+        assert_eq!(f.reserved(), page);
+        let mut w = f.writer().unwrap();
+        assert!(w.append_with(page as usize, |b| b.fill(1)).is_some());
+        assert!(
+            w.append_with(1, |b| b.fill(1)).is_none(),
+            "past the reserved end"
+        );
+        w.make_room(1).unwrap();
+        assert!(f.reserved() >= 2 * page);
+        assert!(w.append_with(1, |b| b.fill(1)).is_some());
+        w.publish();
+        // Stale bytes past the end of valid data, far past what the next run will reserve.
+        use std::os::unix::fs::FileExt;
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[7u8; 8], size - 8)
+            .unwrap();
+        drop(w);
+        drop(f);
+
+        let f = Arc::new(MappedFile::open_reserved(&path, 0, size, true, grow).unwrap());
+        assert_eq!(f.reserved(), 0, "nothing counts as reserved after an open");
+        let mut w = f.writer().unwrap();
+        w.truncate_to(page, size).unwrap();
+        let mut tail = [1u8; 8];
+        assert!(f.copy_out(size - 8, &mut tail));
+        assert_eq!(tail, [0u8; 8], "stale bytes zeroed");
+        assert_eq!(f.reserved(), size, "reserved before zeroing");
     }
 }
