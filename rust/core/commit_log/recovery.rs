@@ -233,7 +233,7 @@ impl CommitLog {
             if let Some(mut w) = last.writer() {
                 let local = end.saturating_sub(last.from_offset()).min(last.size());
                 let zero_until = if zero_tail { last.size() } else { local };
-                w.truncate_to(local, zero_until);
+                w.truncate_to(local, zero_until)?;
                 a.writer = Some(w);
             }
         }

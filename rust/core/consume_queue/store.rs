@@ -22,6 +22,7 @@ use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
 use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
+use crate::util::clock::Clock;
 use crate::util::fs;
 
 /// A topic's queues by queue id.
@@ -42,6 +43,8 @@ pub struct ConsumeQueueStore {
     last: std::sync::Mutex<Option<(String, ById)>>,
     // Where queues' next files are asked for (prepare.rs); `None` without a preparer.
     preparer: Mutex<Option<Preparer>>,
+    // The store's clock, given to each queue (its pace: `ConsumeQueue::with_clock`).
+    clock: Clock,
 }
 
 impl ConsumeQueueStore {
@@ -65,7 +68,14 @@ impl ConsumeQueueStore {
             queues: RwLock::new(QueueMap::default()),
             last: std::sync::Mutex::new(None),
             preparer: Mutex::new(None),
+            clock: Clock::system(),
         }
+    }
+
+    /// Queues that read the time from `clock` (the store's) rather than the system clock.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, QueueMap> {
@@ -143,14 +153,17 @@ impl ConsumeQueueStore {
         if let Some(Some(cq)) = v.get(i) {
             return Ok(Arc::clone(cq));
         }
-        let cq = Arc::new(ConsumeQueue::new(
-            topic,
-            queue_id,
-            dir,
-            self.file_size,
-            self.file_mode,
-            self.read_only,
-        ));
+        let cq = Arc::new(
+            ConsumeQueue::new(
+                topic,
+                queue_id,
+                dir,
+                self.file_size,
+                self.file_mode,
+                self.read_only,
+            )
+            .with_clock(self.clock.clone()),
+        );
         if let Some(slot) = v.get_mut(i) {
             *slot = Some(Arc::clone(&cq));
         }
@@ -236,21 +249,13 @@ impl ConsumeQueueStore {
         }
     }
 
-    /// A new topic's queues: each is created (directory included) and the preparer is asked
-    /// for its first file, so that the first sends to each queue do not create it (an
-    /// fallocate and two fsyncs, a millisecond or more) on the dispatching thread. Without a
-    /// preparer (in-memory or read-only stores, or a closing one) only the queues are made.
+    /// A new topic's queues: each is created (its directory included), without a file. A
+    /// queue's first file is made by its first unit (disk follows the data: a queue never
+    /// written costs no file); that costs the dispatching thread an open, a sparse extension
+    /// and a one-page fallocate (the fsyncs are left to the next flush).
     fn make_topic_queues(&self, topic: &str, queues: u32) -> Result<()> {
-        let tx = self
-            .preparer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         for queue_id in 0..queues {
-            let cq = self.get_or_create(topic, queue_id)?;
-            if let (Some(tx), Some(start)) = (&tx, cq.first_file_start()) {
-                let _ = tx.send(Prepare::file(&cq, start));
-            }
+            self.get_or_create(topic, queue_id)?;
         }
         Ok(())
     }

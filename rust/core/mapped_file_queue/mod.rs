@@ -14,7 +14,8 @@
 //!   each mapping's device and inode with the directory's (`refresh`).
 //!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
-//! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
+//! kill): deleted if empty, re-preallocated if short (extended sparsely for a queue whose files
+//! grow their reservation, `with_reserve`); a gap between files is reported as
 //! corruption. An owner whose files are derived data (consume queues) finds short files first
 //! (`first_short_file`) and rebuilds them instead (`load_below`, `remove_files_from`).
 //! A new file's size, allocation and directory entry are made durable by fsyncs right after
@@ -32,7 +33,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::mapped_file::{FileWriter, MappedFile};
+use crate::mapped_file::{FileWriter, MappedFile, Reserve};
 use crate::util::fs;
 
 /// Where a queue's files live.
@@ -62,6 +63,8 @@ pub struct MappedFileQueue {
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
     defer_create_sync: bool,
+    // How new and loaded files reserve their disk blocks (mapped_file/alloc.rs).
+    reserve: Reserve,
     // Held by `refresh` (followers) for its whole run.
     refreshing: Mutex<()>,
 }
@@ -76,6 +79,7 @@ impl MappedFileQueue {
             files: RwLock::new(Vec::new()),
             ready: Mutex::new(None),
             defer_create_sync: false,
+            reserve: Reserve::Whole,
             refreshing: Mutex::new(()),
         }
     }
@@ -84,6 +88,13 @@ impl MappedFileQueue {
     /// fsync on the thread that rolls to a new file (see the module doc).
     pub fn with_deferred_create_sync(mut self) -> Self {
         self.defer_create_sync = true;
+        self
+    }
+
+    /// This queue's files reserve their disk blocks as `reserve` says (mapped_file/alloc.rs);
+    /// `Reserve::Whole` by default.
+    pub fn with_reserve(mut self, reserve: Reserve) -> Self {
+        self.reserve = reserve;
         self
     }
 
@@ -154,11 +165,12 @@ impl MappedFileQueue {
                     });
                 }
             }
-            loaded.push(Arc::new(MappedFile::open_existing(
+            loaded.push(Arc::new(MappedFile::open_reserved(
                 &path,
                 start,
                 self.file_size,
                 self.writable,
+                self.reserve,
             )?));
         }
         *self.write_files() = loaded;
@@ -416,7 +428,14 @@ impl MappedFileQueue {
                 populate,
             } => {
                 let path = dir.join(fs::offset_file_name(start));
-                let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
+                let f = MappedFile::create_reserved(
+                    &path,
+                    start,
+                    self.file_size,
+                    *mode,
+                    *populate,
+                    self.reserve,
+                )?;
                 // The file's size and allocation must be durable before any checkpoint or
                 // record points into it.
                 if self.defer_create_sync {
@@ -455,9 +474,10 @@ impl MappedFileQueue {
         }
         let f = Arc::new(self.make_file(start)?);
         *self.lock_ready() = Some(Arc::clone(&f));
-        // The first pages are written right after the roll: fault them in here, off the
-        // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        Ok(fault_in > 0 && f.populate(0, fault_in).is_ok())
+        // The first pages are written right after the roll: reserve them (a file that grows
+        // its reservation) and fault them in here, off the appender's path. Optional (old
+        // kernels lack MADV_POPULATE_WRITE; a full disk leaves the writer to reserve).
+        Ok(fault_in > 0 && f.reserve_to(fault_in).is_ok() && f.populate(0, fault_in).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping and descriptor goes as soon as

@@ -110,13 +110,16 @@ pub(super) fn open_with(
     commit_log.set_clock(config.clock.clone());
     // The registration list: every derived store, critical ones first. The consume queues
     // come first and are also the queue index reads go through.
-    let queues = Arc::new(ConsumeQueueStore::new(
-        root.map(|r| r.join("consumequeue")),
-        decided.geometry.consume_queue_file_size(),
-        config.file_mode,
-        config.dir_mode,
-        !writable,
-    ));
+    let queues = Arc::new(
+        ConsumeQueueStore::new(
+            root.map(|r| r.join("consumequeue")),
+            decided.geometry.consume_queue_file_size(),
+            config.file_mode,
+            config.dir_mode,
+            !writable,
+        )
+        .with_clock(config.clock.clone()),
+    );
     let index: Arc<dyn QueueIndex> = queues.clone();
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![queues];
     registered.extend(extra);
