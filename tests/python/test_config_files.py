@@ -27,13 +27,15 @@ def bak(path: Path) -> Path:
 
 
 def eight_queue_store(root: Path) -> None:
-    """Topic ``t`` with 8 queues and 10 messages in each, then topic ``u``: topics.json holds
-    both, its .bak only ``t``."""
+    """Topic ``t`` with 8 queues and 10 messages in each, then, in a second session, topic
+    ``u``: topics.json holds both, its .bak only ``t`` (each clean close writes topics.json
+    whole, keeping the previous one as the .bak)."""
     with mqlite.open(root) as s:
         s.create_topic("t", 8)
         p = s.producer()
         for i in range(80):
             p.send(Message("t", b"m%d" % i), queue_id=i % 8)
+    with mqlite.open(root) as s:
         s.create_topic("u", 1)
 
 
