@@ -123,8 +123,16 @@ class Store:
         Sends stop being accepted first (a later send raises StoreClosedError); then the async
         sends accepted before complete (in a ``flush="sync"`` store, once the disk holds them)
         and their callbacks run; then the store closes. A steady stream of sends from other
-        threads therefore cannot hold close() up."""
-        self._client_context.close()
+        threads therefore cannot hold close() up.
+
+        A writer then folds the consumer groups' offset files into
+        ``config/consumerOffset.json`` (see ``mqlite.offsets``), so that a store closed cleanly
+        has every committed offset in the file RocketMQ reads."""
+        ctx = self._client_context
+        compact = ctx.ok and ctx.pid == os.getpid() and ctx.durable and not self._read_only
+        ctx.close()
+        if compact:
+            group_offsets(ctx.client_root()).compact()
 
     @property
     def closed(self) -> bool:

@@ -169,7 +169,8 @@ def offsets_json(root: Path) -> Path:
 
 
 def committed_store(root: Path) -> None:
-    """Topic ``t`` (1 queue, 5 messages) and group ``g`` committed at 3."""
+    """Topic ``t`` (1 queue, 5 messages) and group ``g`` committed at 2 in one session and at 3
+    in the next: each clean close writes consumerOffset.json, so its .bak holds 2."""
     with mqlite.open(root) as s:
         s.create_topic("t", 1)
         p = s.producer()
@@ -178,7 +179,9 @@ def committed_store(root: Path) -> None:
         with s.pull_consumer("g", auto_commit=False, consume_from=FIRST) as c:
             c.subscribe("t")
             c.commit({MessageQueue("t", 0): 2})
-            c.commit({MessageQueue("t", 0): 3})  # now the .bak holds 2
+    with mqlite.open(root) as s, s.pull_consumer("g", auto_commit=False) as c:
+        c.subscribe("t")
+        c.commit({MessageQueue("t", 0): 3})
 
 
 def entry_text(value: str) -> str:
