@@ -317,3 +317,30 @@ fn meta_slot_encode_matches_fixture() {
     assert_eq!(meta.encode().as_slice(), expected.as_slice());
     assert_eq!(StoreMeta::decode(&expected), Some(meta));
 }
+
+#[test]
+fn topic_journal_writes_and_reads_the_fixture() {
+    use mqlite::topic_config::{TopicConfig, TopicTable};
+    let expected = fixture("topics_journal.hex");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("topics.json");
+    let table = TopicTable::load(Some(json.clone()), 0o600, true).unwrap();
+    table
+        .put(TopicConfig::new("TopicTest", 4, 6, false))
+        .unwrap();
+    assert!(table.remove("TopicTest").unwrap());
+    let written = std::fs::read(dir.path().join("topics.journal")).unwrap();
+    assert_eq!(written, expected);
+    drop(table);
+    // Read back: the fixture's first record alone creates the topic, both leave none.
+    let put_only = &expected[..expected.len() - (8 + r#"{"remove":"TopicTest"}"#.len())];
+    std::fs::write(dir.path().join("topics.journal"), put_only).unwrap();
+    let reader = TopicTable::load(Some(json.clone()), 0o600, false).unwrap();
+    assert_eq!(
+        reader.get("TopicTest"),
+        Some(TopicConfig::new("TopicTest", 4, 6, false))
+    );
+    std::fs::write(dir.path().join("topics.journal"), &expected).unwrap();
+    let reader = TopicTable::load(Some(json), 0o600, false).unwrap();
+    assert!(reader.all().is_empty());
+}

@@ -37,6 +37,7 @@ __all__ = [
     "atomic_write_json",
     "config_error",
     "flocked",
+    "fsync_dir",
     "load_json_object",
     "open_lock",
     "read_with_backup",
@@ -128,7 +129,8 @@ def flocked(path: Path, exclusive: bool) -> Iterator[None]:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync of a directory: the entries created, renamed or removed in it are durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -172,7 +174,7 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True, rotate: bo
             shutil.copyfile(path, path.with_name(path.name + ".bak"))
         os.replace(tmp, path)
         if durable:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
 
 def loads_lenient(text: str) -> Any:

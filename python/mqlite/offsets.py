@@ -7,19 +7,31 @@ Clustering groups share ``<store>/config/consumerOffset.json``::
 
 Keys are ``topic@group``, values map queue id to the **next** offset to consume. mqlite writes
 strict JSON (queue ids quoted); RocketMQ's fastjson writes them unquoted, and the reader accepts
-both. Several processes may commit: each read-modify-write holds an exclusive ``flock`` on
-``config/.consumerOffset.lock`` and writes a temp file, fsyncs it, keeps the old file as ``.bak``,
-renames and fsyncs the directory.
+both.
 
-Every entry is checked when the file is read (queue ids decimal ints in ``[0, 2**31)``, offsets
-ints in ``[0, 2**63)``). A file that does not decode is replaced by its ``.bak`` (the previous
-version: at worst some messages are delivered again) and the next write leaves that ``.bak``
-alone; with no usable ``.bak``, every read and write raises ConfigFileError naming the file, the
-group, the topic and the queue, and nothing is written over the file. It is never taken as "no
-commits", which would make a CONSUME_FROM_LAST_OFFSET group skip its backlog.
+A commit costs in proportion to its group, not to the whole table: a group's commits go to its
+own file, ``config/consumerOffset.d/<group>.json`` (the same shape, only that group's keys), and
+the table is ``consumerOffset.json`` with each group file's queues laid over it. ``compact``
+folds the group files into ``consumerOffset.json`` (written whole) and then removes them; the
+writer's ``Store.close`` does it, so a store closed cleanly has every offset in
+``consumerOffset.json``, the file RocketMQ reads. A reset (``replace``) also compacts, so that no
+group file can lay older queues over it. Several processes may commit: every read-modify-write
+holds an exclusive ``flock`` on ``config/.consumerOffset.lock`` (readers a shared one), and each
+file is written as a temp file, fsynced, the old one kept as ``.bak``, renamed and the directory
+fsynced. A crash during a compaction leaves group files whose queues ``consumerOffset.json``
+already holds: laying them over it changes nothing.
+
+Every entry is checked when a file is read (queue ids decimal ints in ``[0, 2**31)``, offsets
+ints in ``[0, 2**63)``, in a group file only keys of that group). A file that does not decode is
+replaced by its ``.bak`` (the previous version: at worst some messages are delivered again) and
+the next write leaves that ``.bak`` alone; with no usable ``.bak``, every read and write raises
+ConfigFileError naming the file, the group, the topic and the queue, and nothing is written
+over the file. It is never taken as "no commits", which would make a CONSUME_FROM_LAST_OFFSET
+group skip its backlog.
 
 A broadcasting consumer keeps its own offsets, in the same shape, in
-``<store>/config/broadcast/<group>/<client_id>.json``.
+``<store>/config/broadcast/<group>/<client_id>.json`` (one file, written whole: it holds only
+that consumer's queues).
 
 Automatic commits are written by an ``OffsetWriter`` on a thread of their own, so that a poll
 or a push delivery never waits for those fsyncs (1 to 20 ms); RocketMQ's clients likewise
@@ -38,7 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mqlite._files import atomic_write_json, config_error, flocked, load_json_object, read_with_backup
+from mqlite._files import (
+    atomic_write_json,
+    config_error,
+    flocked,
+    fsync_dir,
+    load_json_object,
+    read_with_backup,
+    store_io,
+)
 from mqlite.group import check_group
 from mqlite.message import MessageQueue
 
@@ -118,56 +138,152 @@ def _decode(path: Path, raw: bytes) -> tuple[dict[str, Any], dict[str, dict[int,
     return data, table
 
 
-class OffsetFile:
-    """One offsets file, its ``.bak``, and the sidecar lock that serialises writers."""
+_GROUP_FILE = re.compile(r"([%|A-Za-z0-9_-]{1,120})\.json(?:\.bak)?")
 
-    def __init__(self, path: Path, lock: Path, *, durable: bool = True) -> None:
+
+def _write(path: Path, loaded: Any, table: Mapping[str, Mapping[int, int]], *, durable: bool) -> None:
+    """Writes ``table`` to ``path`` in the offsets shape, its ``dataVersion`` one above the one
+    ``loaded`` (``read_with_backup``'s result for ``path``) holds; other top-level fields kept."""
+    data: dict[str, Any] = {} if loaded is None else dict(loaded.value[0])
+    version = data.get("dataVersion")
+    counter = version.get("counter", 0) if isinstance(version, dict) else 0
+    data["dataVersion"] = {
+        "counter": (counter if type(counter) is int and counter >= 0 else 0) + 1,
+        "stateVersion": 0,
+        "timestamp": int(time.time() * 1000),
+    }
+    data["offsetTable"] = {
+        k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())
+    }
+    atomic_write_json(path, data, durable=durable,
+                      rotate=loaded is None or not loaded.main_unreadable)
+
+
+class OffsetFile:
+    """One offsets file, its ``.bak``, the sidecar lock that serialises writers and, for the
+    clustering table, the directory of per-group files laid over it (``groups``)."""
+
+    def __init__(self, path: Path, lock: Path, *, durable: bool = True, groups: Path | None = None) -> None:
         self.path = path
         self.lock = lock
         self.durable = durable
+        self.groups = groups
 
-    def load(self) -> dict[str, dict[int, int]]:
-        """The whole table: ``{"topic@group": {queue_id: next_offset}}``.
+    def _group_file(self, key: str) -> Path | None:
+        """The per-group file of ``topic@group`` (None without per-group files)."""
+        if self.groups is None:
+            return None
+        return self.groups / f"{check_group(key.rpartition('@')[2])}.json"
 
-        Raises ConfigFileError when the file (or, if it is missing, its ``.bak``) does not
-        decode and its ``.bak`` does not stand in for it."""
-        if not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists():
+    def _group_names(self) -> list[str]:
+        """The groups that have a per-group file (or only its ``.bak``), sorted."""
+        if self.groups is None:
+            return []
+        with store_io("list", self.groups):
+            try:
+                names = os.listdir(self.groups)
+            except FileNotFoundError:
+                return []
+        return sorted({m.group(1) for n in names if (m := _GROUP_FILE.fullmatch(n))})
+
+    def _read_group(self, group: str) -> Any:
+        """``read_with_backup`` of one group's file, every key checked to be of that group."""
+        assert self.groups is not None
+        path = self.groups / f"{group}.json"
+
+        def decode(p: Path, raw: bytes) -> tuple[dict[str, Any], dict[str, dict[int, int]]]:
+            data, table = _decode(p, raw)
+            for key in table:
+                if key.rpartition("@")[2] != group:
+                    raise config_error(p, f"offsetTable.{key}", f"key {_shown(key)} is not of group {group!r}")
+            return data, table
+
+        return read_with_backup(path, decode)
+
+    def _load_locked(self, group: str | None = None) -> tuple[Any, dict[str, dict[int, int]]]:
+        """The main file as read and the table with the group files laid over it (only
+        ``group``'s when given: the other groups' entries are then as the main file has them);
+        lock held."""
+        loaded = read_with_backup(self.path, _decode)
+        table = {} if loaded is None else {k: dict(v) for k, v in loaded.value[1].items()}
+        groups = self._group_names() if group is None else [group] if self.groups is not None else []
+        for group in groups:
+            part = self._read_group(group)
+            if part is not None:
+                for key, queues in part.value[1].items():
+                    table.setdefault(key, {}).update(queues)
+        return loaded, table
+
+    def load(self, group: str | None = None) -> dict[str, dict[int, int]]:
+        """The whole table: ``{"topic@group": {queue_id: next_offset}}``; with ``group``, its
+        entries are exact and it reads only that group's file (the others' may lag).
+
+        Raises ConfigFileError when a file (or, if it is missing, its ``.bak``) does not decode
+        and its ``.bak`` does not stand in for it."""
+        if (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
+                and not self._group_names()):
             return {}
         with flocked(self.lock, exclusive=False):
-            loaded = read_with_backup(self.path, _decode)
-        return {} if loaded is None else loaded.value[1]
+            return self._load_locked(None if group is None else check_group(group))[1]
 
     def get(self, key: str) -> dict[int, int]:
         """One ``topic@group`` entry (empty when nothing was committed)."""
-        return self.load().get(key, {})
+        return self.load(key.rpartition("@")[2]).get(key, {})
 
     def update(self, key: str, offsets: Mapping[int, int], *, replace: bool = False) -> None:
-        """Merge (or with ``replace``, set) one entry's queue offsets, atomically. Raises
-        ConfigFileError, writing nothing, when the current table cannot be read."""
+        """Merge (or with ``replace``, set) one entry's queue offsets, atomically. A merge
+        writes only the group's own file; ``replace`` compacts. Raises ConfigFileError, writing
+        nothing, when a file it must read cannot be read."""
+        new = {int(q): int(o) for q, o in offsets.items()}
+        group_file = self._group_file(key)
         with flocked(self.lock, exclusive=True):
-            loaded = read_with_backup(self.path, _decode)
-            data, table = ({}, {}) if loaded is None else loaded.value
+            if group_file is None or replace:
+                self._compact_locked(key, new, replace=replace)
+                return
+            loaded = self._read_group(key.rpartition("@")[2])
+            table = {} if loaded is None else loaded.value[1]
+            table.setdefault(key, {}).update(new)
+            _write(group_file, loaded, table, durable=self.durable)
+
+    def compact(self) -> None:
+        """Folds the per-group files into the main file and removes them (nothing to do
+        without any)."""
+        if not self._group_names():
+            return
+        with flocked(self.lock, exclusive=True):
+            self._compact_locked(None, {}, replace=False)
+
+    def _compact_locked(self, key: str | None, offsets: dict[int, int], *, replace: bool) -> None:
+        """Writes the whole table, with ``offsets`` merged into (or replacing) ``key``, to the
+        main file, then removes the group files: only once the main file holds their queues."""
+        loaded, table = self._load_locked()
+        if key is not None:
             entry = {} if replace else table.get(key, {})
-            entry.update({int(q): int(o) for q, o in offsets.items()})
+            entry.update(offsets)
             table[key] = entry
-            version = data.get("dataVersion")
-            counter = version.get("counter", 0) if isinstance(version, dict) else 0
-            data["dataVersion"] = {
-                "counter": (counter if type(counter) is int and counter >= 0 else 0) + 1,
-                "stateVersion": 0,
-                "timestamp": int(time.time() * 1000),
-            }
-            data["offsetTable"] = {
-                k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())
-            }
-            atomic_write_json(self.path, data, durable=self.durable,
-                              rotate=loaded is None or not loaded.main_unreadable)
+        _write(self.path, loaded, table, durable=self.durable)
+        groups = self._group_names()
+        if not groups:
+            return
+        assert self.groups is not None
+        for group in groups:
+            for name in (f"{group}.json", f"{group}.json.bak"):
+                with store_io("unlink", self.groups / name):
+                    try:
+                        os.unlink(self.groups / name)
+                    except FileNotFoundError:
+                        pass
+        if self.durable:
+            with store_io("fsync", self.groups):
+                fsync_dir(self.groups)
 
 
 def group_offsets(root: Path, *, durable: bool = True) -> OffsetFile:
-    """The shared clustering offsets file of the store at ``root``."""
+    """The shared clustering offsets of the store at ``root``: ``consumerOffset.json`` and the
+    per-group files laid over it."""
     config = root / "config"
-    return OffsetFile(config / "consumerOffset.json", config / ".consumerOffset.lock", durable=durable)
+    return OffsetFile(config / "consumerOffset.json", config / ".consumerOffset.lock", durable=durable,
+                      groups=config / "consumerOffset.d")
 
 
 def broadcast_offsets(root: Path, group: str, client_id: str, *, durable: bool = True) -> OffsetFile:

@@ -440,7 +440,7 @@ class PullConsumer:
     def _add(self, mqs: list[MessageQueue], *, commit_initial: bool) -> None:
         if not mqs:
             return
-        table = self._offsets.load()
+        table = self._offsets.load(self._group)
         fresh: dict[MessageQueue, int] = {}
         added: dict[MessageQueue, _core.QueueCursor] = {}
         # Every position is computed before any queue is added: all or nothing.

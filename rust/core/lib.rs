@@ -13,7 +13,7 @@
 //! dispatch                      (DerivedStore, QueueIndex; reput: feeds the derived stores)
 //! commit_log                    (append + END_OF_FILE padding, batch, read, recovery scan)
 //! config                        (StoreConfig and its limits)
-//! topic_config                  (topics.json)
+//! topic_config                  (topics.json, topics.journal)
 //! message                       (record codec, builder, properties, tags code, ids, validation)
 //! checkpoint, lock, wakeup      (small files shared with other processes)
 //! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)

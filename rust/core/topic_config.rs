@@ -1,17 +1,34 @@
-//! Topic configuration: `config/topics.json` in RocketMQ's shape (FORMAT.md §7).
+//! Topic configuration: `config/topics.json` in RocketMQ's shape (FORMAT.md §7) and the
+//! journal of the changes made since it was last written whole (`config/topics.journal`,
+//! FORMAT.md §7.1, journal.rs).
 //!
-//! Invariants: the file is replaced atomically (temp, fsync, rename, fsync dir) with a `.bak`
-//! of the previous version; the reader falls back to the `.bak` when the file is missing, empty
-//! or does not decode (`decode`: every known field type- and range-checked). A file that does
+//! Invariants: the table is `topics.json` (or its `.bak`) with the journal's records replayed in
+//! order. A change is durable when the call making it returns: the writer appends one record
+//! (one `fdatasync`) instead of rewriting the whole file, so creating N topics costs O(N) bytes,
+//! not O(N^2). The writer compacts (writes `topics.json` holding the whole table, then starts
+//! an empty journal) at open when the journal holds records, at close, and when the journal
+//! outgrows `topics.json` (at least `COMPACT_MIN` bytes), so each change is written whole a
+//! bounded number of times and a store closed cleanly has its whole table in `topics.json`,
+//! the file RocketMQ reads. A read-only table reads both files and checks that `topics.json`
+//! was not replaced meanwhile, so it never replays an old journal over a newer table.
+//!
+//! `topics.json` is replaced atomically (temp, fsync, rename, fsync dir) with a `.bak` of the
+//! previous version; the reader falls back to the `.bak` when the file is missing, empty or
+//! does not decode (`decode`: every known field type- and range-checked). A file that does
 //! not decode and has no usable `.bak` is an error (`Error::ConfigFile`), never an empty table,
 //! and the table is never rewritten over it: a writable store does not open. After a load from
 //! the `.bak`, the next write leaves that `.bak` in place rather than rotating the unreadable
 //! file into it. Every topic in the table has a valid name (`validate::check_topic`): a file
-//! naming another does not decode, so no name from disk becomes a path outside the store. Queue
-//! counts are at most `MAX_QUEUES`. System topics are created by the store, never by users.
+//! or record naming another does not decode, so no name from disk becomes a path outside the
+//! store. Queue counts are at most `MAX_QUEUES`. System topics are created by the store, never
+//! by users.
+//!
+//! Crash behaviour: a crash during an append leaves the record whole, torn (ignored) or absent;
+//! a crash during a compaction leaves the old `topics.json` with the whole journal, or the new
+//! one with the journal whose records it already holds (replaying them changes nothing).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
 use serde::Serialize;
@@ -22,6 +39,18 @@ use crate::util::kill_point::kill_point;
 use crate::util::{clock::now_ms, fs};
 
 mod decode;
+mod journal;
+
+use journal::{Change, Journal};
+
+/// The journal is compacted into `topics.json` once it holds more record bytes than this and
+/// than `topics.json` itself: the cost of writing the table whole is then spread over at
+/// least as many bytes of changes.
+const COMPACT_MIN: u64 = if cfg!(test) { 16 << 10 } else { 1 << 20 };
+
+/// How many times a read-only table re-reads `topics.json` and the journal when the writer
+/// compacted while it read them, before it reports the table as unreadable.
+const READ_TRIES: usize = 16;
 
 /// Most read or write queues a topic may have: RocketMQ's largest built-in topic
 /// (`BenchmarkTest`) has 1,024. Every queue is a directory and a lock file per consumer group,
@@ -131,6 +160,33 @@ struct TopicsFile {
     /// write must not rotate that file into the `.bak`.
     #[serde(skip)]
     main_unreadable: bool,
+    /// A writer's journal (`None` in memory and read-only).
+    #[serde(skip)]
+    journal: Option<Journal>,
+    /// Bytes of `topics.json` as last read or written (sets when the journal is compacted).
+    #[serde(skip)]
+    json_len: u64,
+}
+
+impl TopicsFile {
+    /// Applies replayed or new changes to the table in memory.
+    fn apply(&mut self, changes: &[Change]) {
+        for change in changes {
+            match change {
+                Change::Put(c) => {
+                    self.topic_config_table
+                        .insert(c.topic_name.clone(), c.clone());
+                }
+                Change::Remove(t) => {
+                    self.topic_config_table.remove(t);
+                }
+            }
+            self.data_version.counter = self.data_version.counter.saturating_add(1);
+        }
+        if !changes.is_empty() {
+            self.data_version.timestamp = now_ms();
+        }
+    }
 }
 
 /// The topic table.
@@ -141,35 +197,72 @@ pub struct TopicTable {
     inner: RwLock<TopicsFile>,
 }
 
+/// `config/topics.journal` beside `config/topics.json`.
+fn journal_path(json: &Path) -> PathBuf {
+    json.with_file_name("topics.journal")
+}
+
 impl TopicTable {
-    /// Loads `path` (or its `.bak`); `None` path: in memory. Neither file present (or both
-    /// empty): an empty table.
+    /// Loads `path` (or its `.bak`) and replays the journal beside it; `None` path: in memory.
+    /// No file present (or all empty): an empty table. A `writable` table (the store's writer)
+    /// compacts a journal that holds records, so that its appends never follow a torn tail.
     ///
     /// # Errors
-    /// `ConfigFile` when the file does not decode and its `.bak` gives no table either.
-    pub fn load(path: Option<PathBuf>, mode: u32) -> Result<Self> {
-        let file = match &path {
-            Some(p) => read(p)?.unwrap_or_default(),
-            None => TopicsFile::default(),
+    /// `ConfigFile` when the file does not decode and its `.bak` gives no table either, or the
+    /// journal is damaged before its tail; an I/O error compacting.
+    pub fn load(path: Option<PathBuf>, mode: u32, writable: bool) -> Result<Self> {
+        let Some(p) = &path else {
+            return Ok(TopicTable {
+                path,
+                mode,
+                inner: RwLock::new(TopicsFile::default()),
+            });
         };
-        Ok(TopicTable {
-            path,
+        let Read {
+            mut file, replay, ..
+        } = read_table(p)?;
+        let table = TopicTable {
+            path: path.clone(),
             mode,
-            inner: RwLock::new(file),
-        })
+            inner: RwLock::new(TopicsFile::default()),
+        };
+        if writable {
+            file.journal = Some(Journal::new(journal_path(p), mode));
+            if replay.is_some_and(|r| r.torn || !r.changes.is_empty()) {
+                table.compact(&mut file)?;
+            }
+        }
+        *table.inner.write().unwrap_or_else(|p| p.into_inner()) = file;
+        Ok(table)
     }
 
-    /// Re-reads the file (read-only stores follow topics the writer creates). Both files gone:
+    /// Re-reads the files (read-only stores follow topics the writer creates). No file present:
     /// the table in memory is kept.
     ///
     /// # Errors
     /// As `load`; the table in memory is kept then.
     pub fn reload(&self) -> Result<()> {
         let Some(p) = &self.path else { return Ok(()) };
-        if let Some(file) = read(p)? {
-            *self.inner.write().unwrap_or_else(|p| p.into_inner()) = file;
+        let Read { file, found, .. } = read_table(p)?;
+        if found {
+            let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            let journal = g.journal.take();
+            *g = TopicsFile { journal, ..file };
         }
         Ok(())
+    }
+
+    /// Writes the whole table into `topics.json` if the journal holds records (a writer's
+    /// clean close), so that the file RocketMQ reads is complete.
+    ///
+    /// # Errors
+    /// An I/O error writing the table (the journal keeps every change then).
+    pub fn close(&self) -> Result<()> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        match &g.journal {
+            Some(j) if j.record_bytes() > 0 || j.broken() => self.compact(&mut g),
+            _ => Ok(()),
+        }
     }
 
     /// Config of `topic`.
@@ -227,7 +320,7 @@ impl TopicTable {
             .insert(config.topic_name.clone(), config.clone());
         g.data_version.counter += 1;
         g.data_version.timestamp = now_ms();
-        if let Err(e) = self.persist(&mut g) {
+        if let Err(e) = self.record(&mut g, &[Change::Put(config.clone())]) {
             // Keep memory and disk in agreement: undo the change.
             match previous {
                 Some(p) => g.topic_config_table.insert(config.topic_name.clone(), p),
@@ -258,7 +351,7 @@ impl TopicTable {
         g.topic_config_table.insert(topic.to_owned(), new.clone());
         g.data_version.counter += 1;
         g.data_version.timestamp = now_ms();
-        if let Err(e) = self.persist(&mut g) {
+        if let Err(e) = self.record(&mut g, &[Change::Put(new.clone())]) {
             // Keep memory and disk in agreement: undo the change.
             g.topic_config_table.insert(topic.to_owned(), old);
             return Err(e);
@@ -283,7 +376,7 @@ impl TopicTable {
         if added && persist {
             g.data_version.counter += 1;
             g.data_version.timestamp = now_ms();
-            self.persist(&mut g)?;
+            self.compact(&mut g)?;
         }
         Ok(())
     }
@@ -291,13 +384,80 @@ impl TopicTable {
     /// Removes a topic; returns whether it existed.
     pub fn remove(&self, topic: &str) -> Result<bool> {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if g.topic_config_table.remove(topic).is_none() {
+        let Some(old) = g.topic_config_table.remove(topic) else {
             return Ok(false);
-        }
+        };
         g.data_version.counter += 1;
         g.data_version.timestamp = now_ms();
-        self.persist(&mut g)?;
+        if let Err(e) = self.record(&mut g, &[Change::Remove(topic.to_owned())]) {
+            g.topic_config_table.insert(topic.to_owned(), old);
+            return Err(e);
+        }
         Ok(true)
+    }
+
+    /// Adds the topics of `configs` that do not exist yet, as one durable step (one journal
+    /// append, one sync); an existing topic is left as it is. Returns the names added.
+    ///
+    /// # Errors
+    /// An I/O error writing: nothing was added then.
+    pub fn put_new(&self, configs: Vec<TopicConfig>) -> Result<Vec<String>> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut changes = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for c in configs {
+            if !g.topic_config_table.contains_key(&c.topic_name)
+                && seen.insert(c.topic_name.clone())
+            {
+                changes.push(Change::Put(c));
+            }
+        }
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let before = g.data_version.clone();
+        g.apply(&changes);
+        if let Err(e) = self.record(&mut g, &changes) {
+            for change in &changes {
+                if let Change::Put(c) = change {
+                    g.topic_config_table.remove(&c.topic_name);
+                }
+            }
+            g.data_version = before;
+            return Err(e);
+        }
+        Ok(seen.into_iter().collect())
+    }
+
+    /// Makes `changes`, already applied to `file` in memory, durable: a writer appends them to
+    /// the journal (compacting it when it has grown past `topics.json`); a table without a
+    /// journal writes `topics.json` whole.
+    fn record(&self, file: &mut TopicsFile, changes: &[Change]) -> Result<()> {
+        let Some(journal) = file.journal.as_mut() else {
+            return self.persist(file);
+        };
+        if journal.broken() {
+            // An earlier append failed part way: start afresh from the table in memory.
+            return self.compact(file);
+        }
+        journal.append(changes)?;
+        if journal.record_bytes() > COMPACT_MIN.max(file.json_len) {
+            // The changes are durable in the journal: a failed compaction is retried at the
+            // next change past the bound or at close, and loses nothing.
+            let _ = self.compact(file);
+        }
+        Ok(())
+    }
+
+    /// Writes the whole table into `topics.json`, then starts an empty journal. The order is
+    /// what makes it crash-safe: the journal is emptied only once the file holds its records.
+    fn compact(&self, file: &mut TopicsFile) -> Result<()> {
+        self.persist(file)?;
+        kill_point!("topics.journal_before_reset");
+        match file.journal.as_mut() {
+            Some(j) => j.reset(),
+            None => Ok(()),
+        }
     }
 
     fn persist(&self, file: &mut TopicsFile) -> Result<()> {
@@ -312,8 +472,59 @@ impl TopicTable {
         kill_point!("topics.before_rename");
         staged.replace(!file.main_unreadable)?;
         file.main_unreadable = false;
+        file.json_len = json.len() as u64;
         Ok(())
     }
+}
+
+/// What `read_table` found.
+struct Read {
+    /// `topics.json` (or its `.bak`) with the journal replayed.
+    file: TopicsFile,
+    /// False when none of the files exists or holds anything.
+    found: bool,
+    /// The journal as read (`None`: there is none).
+    replay: Option<journal::Replay>,
+}
+
+/// Reads `topics.json` (or its `.bak`) and then the journal, and checks that `topics.json` is
+/// the same file afterwards: a writer compacting meanwhile could otherwise pair an old journal
+/// with a newer table (replaying older configs over newer ones) or a newer, emptied journal with
+/// an older table (losing topics).
+fn read_table(p: &Path) -> Result<Read> {
+    let jp = journal_path(p);
+    for _ in 0..READ_TRIES {
+        let before = identity(p);
+        let json = read(p)?;
+        let replay = journal::read(&jp)?;
+        if identity(p) != before {
+            continue;
+        }
+        let found = json.is_some() || replay.is_some();
+        let mut file = json.unwrap_or_default();
+        file.json_len = before.map_or(0, |(_, len, _)| len);
+        if let Some(r) = &replay {
+            file.apply(&r.changes);
+        }
+        return Ok(Read {
+            file,
+            found,
+            replay,
+        });
+    }
+    Err(Error::ConfigFile {
+        path: p.to_path_buf(),
+        field: String::new(),
+        reason: format!("replaced {READ_TRIES} times while it was read with its journal"),
+    })
+}
+
+/// What tells one `topics.json` from the next: each write renames a new file over it.
+fn identity(p: &Path) -> Option<(u64, u64, i128)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).ok()?;
+    let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+    Some((m.ino(), m.len(), mtime))
 }
 
 /// The table in `path` or its `.bak`; `None` when neither holds anything.
@@ -332,7 +543,7 @@ mod tests {
 
     #[test]
     fn try_write_info_declines_while_the_table_is_being_changed() {
-        let t = TopicTable::load(None, 0o600).unwrap();
+        let t = TopicTable::load(None, 0o600, true).unwrap();
         t.put(TopicConfig::new("T", 4, PERM_READ, false)).unwrap();
         assert_eq!(t.try_write_info("T"), Some(Some((4, false))));
         assert_eq!(t.try_write_info("U"), Some(None));
@@ -346,7 +557,7 @@ mod tests {
     fn update_changes_an_existing_topic_or_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("topics.json");
-        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
         t.put(TopicConfig::new("T", 2, 6, false)).unwrap();
         let grow = |c: &mut TopicConfig| {
             c.write_queue_nums = 4;
@@ -356,7 +567,7 @@ mod tests {
         assert_eq!(t.update("T", grow).unwrap().unwrap().write_queue_nums, 4);
         let refuse = |_: &mut TopicConfig| Err(Error::ReadOnly);
         assert!(t.update("T", refuse).is_err());
-        let reloaded = TopicTable::load(Some(p), 0o600).unwrap();
+        let reloaded = TopicTable::load(Some(p), 0o600, true).unwrap();
         assert_eq!(reloaded.get("T"), t.get("T"));
         assert_eq!(reloaded.get("T").unwrap().write_queue_nums, 4);
     }
@@ -365,9 +576,10 @@ mod tests {
     fn json_shape_matches_rocketmq_and_reloads() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("topics.json");
-        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
         assert!(t.put(TopicConfig::new("TopicTest", 4, 6, false)).unwrap());
         assert!(!t.put(TopicConfig::new("TopicTest", 4, 6, false)).unwrap());
+        t.close().unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let c = &v["topicConfigTable"]["TopicTest"];
@@ -376,12 +588,13 @@ mod tests {
         assert_eq!(c["perm"], 6);
         assert_eq!(c["topicFilterType"], "SINGLE_TAG");
         assert_eq!(v["dataVersion"]["counter"], 1);
-        let t2 = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        let t2 = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
         assert_eq!(t2.get("TopicTest").unwrap().write_queue_nums, 4);
         // a damaged main file falls back to the .bak
         t2.put(TopicConfig::new("Other", 2, 6, false)).unwrap();
+        t2.close().unwrap();
         std::fs::write(&p, b"{garbage").unwrap();
-        let t3 = TopicTable::load(Some(p), 0o600).unwrap();
+        let t3 = TopicTable::load(Some(p), 0o600, true).unwrap();
         assert!(t3.get("TopicTest").is_some());
     }
 
@@ -390,14 +603,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("topics.json");
         let bak = dir.path().join("topics.json.bak");
-        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
         t.put(TopicConfig::new("Eight", 8, 6, false)).unwrap();
+        t.close().unwrap();
         let bad = std::fs::read_to_string(&p)
             .unwrap()
             .replace("\"perm\": 6", "\"perm\": \"6\"");
         std::fs::write(&p, &bad).unwrap();
         // No .bak: the load fails, naming the file and the field.
-        match TopicTable::load(Some(p.clone()), 0o600) {
+        match TopicTable::load(Some(p.clone()), 0o600, true) {
             Err(Error::ConfigFile { path, field, .. }) => {
                 assert_eq!(path, p);
                 assert_eq!(field, "topicConfigTable.Eight.perm");
@@ -408,19 +622,110 @@ mod tests {
         // into it.
         let good = serde_json::json!({"topicConfigTable": {"Eight": TopicConfig::new("Eight", 8, 6, false)}});
         std::fs::write(&bak, good.to_string()).unwrap();
-        let t = TopicTable::load(Some(p.clone()), 0o600).unwrap();
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
         assert_eq!(t.get("Eight").unwrap().read_queue_nums, 8);
         t.put(TopicConfig::new("Two", 2, 6, false)).unwrap();
+        t.close().unwrap();
         assert_eq!(std::fs::read_to_string(&bak).unwrap(), good.to_string());
         // From then on the file is readable and rotation is back to normal.
         t.put(TopicConfig::new("Three", 3, 6, false)).unwrap();
-        let rotated = TopicTable::load(Some(bak.clone()), 0o600).unwrap();
+        t.close().unwrap();
+        let rotated = TopicTable::load(Some(bak.clone()), 0o600, false).unwrap();
         assert!(rotated.get("Two").is_some() && rotated.get("Three").is_none());
         // A read-only reload of a file gone bad reports it and keeps the table.
         std::fs::write(&p, "{").unwrap();
         std::fs::write(&bak, "[]").unwrap();
         assert!(matches!(t.reload(), Err(Error::ConfigFile { .. })));
         assert!(t.get("Three").is_some());
+    }
+
+    fn names(t: &TopicTable) -> Vec<String> {
+        t.all().into_iter().map(|c| c.topic_name).collect()
+    }
+
+    #[test]
+    fn changes_are_journaled_and_compacted_into_topics_json_at_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let j = dir.path().join("topics.journal");
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
+        for i in 0..100 {
+            t.put(TopicConfig::new(&format!("T{i}"), 4, 6, false))
+                .unwrap();
+        }
+        assert!(t.remove("T0").unwrap());
+        // Nothing rewrote topics.json: each change is one record in the journal.
+        assert!(!p.exists());
+        assert!(std::fs::metadata(&j).unwrap().len() > 100 * 100);
+        // Without a close (a crash): a reader replays the journal, a writer compacts it.
+        let reader = TopicTable::load(Some(p.clone()), 0o600, false).unwrap();
+        assert_eq!(names(&reader), names(&t));
+        assert!(!p.exists());
+        let writer = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
+        assert_eq!(names(&writer), names(&t));
+        assert_eq!(std::fs::metadata(&j).unwrap().len(), journal::HEADER);
+        let text: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(text["topicConfigTable"].as_object().unwrap().len(), 99);
+        // A batch is one append; existing topics are left alone, duplicates counted once.
+        let before = std::fs::metadata(&j).unwrap().len();
+        let added = writer
+            .put_new(vec![
+                TopicConfig::new("T1", 1, 6, false),
+                TopicConfig::new("New", 2, 6, false),
+                TopicConfig::new("New", 2, 6, false),
+            ])
+            .unwrap();
+        assert_eq!(added, vec!["New".to_owned()]);
+        assert_eq!(writer.get("T1").unwrap().write_queue_nums, 4);
+        assert!(std::fs::metadata(&j).unwrap().len() > before);
+        writer.close().unwrap();
+        assert_eq!(std::fs::metadata(&j).unwrap().len(), journal::HEADER);
+        let again = TopicTable::load(Some(p), 0o600, false).unwrap();
+        assert_eq!(again.get("New").unwrap().write_queue_nums, 2);
+        assert_eq!(again.all().len(), 100);
+    }
+
+    #[test]
+    fn a_torn_journal_tail_is_cut_and_never_read_as_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let j = dir.path().join("topics.journal");
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
+        t.put(TopicConfig::new("Kept", 1, 6, false)).unwrap();
+        let whole = std::fs::read(&j).unwrap();
+        t.put(TopicConfig::new("Torn", 1, 6, false)).unwrap();
+        let both = std::fs::read(&j).unwrap();
+        drop(t);
+        for cut in whole.len() + 1..both.len() {
+            std::fs::write(&j, &both[..cut]).unwrap();
+            let reader = TopicTable::load(Some(p.clone()), 0o600, false).unwrap();
+            assert_eq!(names(&reader), vec!["Kept".to_owned()], "cut at {cut}");
+        }
+        // The writer compacts: the tail is gone and new records follow whole ones.
+        let w = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
+        assert_eq!(names(&w), vec!["Kept".to_owned()]);
+        w.put(TopicConfig::new("After", 1, 6, false)).unwrap();
+        drop(w);
+        let r = TopicTable::load(Some(p), 0o600, false).unwrap();
+        assert_eq!(names(&r), vec!["After".to_owned(), "Kept".to_owned()]);
+    }
+
+    #[test]
+    fn the_journal_is_compacted_once_it_outgrows_topics_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("topics.json");
+        let t = TopicTable::load(Some(p.clone()), 0o600, true).unwrap();
+        let mut i = 0;
+        while !p.exists() {
+            t.put(TopicConfig::new(&format!("T{i}"), 1, 6, false))
+                .unwrap();
+            i += 1;
+            assert!(i < 20_000, "never compacted");
+        }
+        let journal = std::fs::metadata(dir.path().join("topics.journal")).unwrap();
+        assert_eq!(journal.len(), journal::HEADER);
+        let r = TopicTable::load(Some(p), 0o600, false).unwrap();
+        assert_eq!(r.all().len(), i);
     }
 
     #[test]

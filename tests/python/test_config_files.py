@@ -27,13 +27,15 @@ def bak(path: Path) -> Path:
 
 
 def eight_queue_store(root: Path) -> None:
-    """Topic ``t`` with 8 queues and 10 messages in each, then topic ``u``: topics.json holds
-    both, its .bak only ``t``."""
+    """Topic ``t`` with 8 queues and 10 messages in each, then, in a second session, topic
+    ``u``: topics.json holds both, its .bak only ``t`` (each clean close writes topics.json
+    whole, keeping the previous one as the .bak)."""
     with mqlite.open(root) as s:
         s.create_topic("t", 8)
         p = s.producer()
         for i in range(80):
             p.send(Message("t", b"m%d" % i), queue_id=i % 8)
+    with mqlite.open(root) as s:
         s.create_topic("u", 1)
 
 
@@ -167,7 +169,8 @@ def offsets_json(root: Path) -> Path:
 
 
 def committed_store(root: Path) -> None:
-    """Topic ``t`` (1 queue, 5 messages) and group ``g`` committed at 3."""
+    """Topic ``t`` (1 queue, 5 messages) and group ``g`` committed at 2 in one session and at 3
+    in the next: each clean close writes consumerOffset.json, so its .bak holds 2."""
     with mqlite.open(root) as s:
         s.create_topic("t", 1)
         p = s.producer()
@@ -176,7 +179,9 @@ def committed_store(root: Path) -> None:
         with s.pull_consumer("g", auto_commit=False, consume_from=FIRST) as c:
             c.subscribe("t")
             c.commit({MessageQueue("t", 0): 2})
-            c.commit({MessageQueue("t", 0): 3})  # now the .bak holds 2
+    with mqlite.open(root) as s, s.pull_consumer("g", auto_commit=False) as c:
+        c.subscribe("t")
+        c.commit({MessageQueue("t", 0): 3})
 
 
 def entry_text(value: str) -> str:

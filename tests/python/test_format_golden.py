@@ -38,13 +38,19 @@ def mode(p: Path) -> int:
 def test_the_clustering_offsets_file_has_the_golden_bytes(tmp_path: Path, fixed_clock: None) -> None:
     with mqlite.open(tmp_path / "s") as store:
         write_golden_table(group_offsets(tmp_path / "s"))
-        path = tmp_path / "s" / "config" / "consumerOffset.json"
+        # A group's commits go to its own file, in the same form (FORMAT.md §12).
+        path = tmp_path / "s" / "config" / "consumerOffset.d" / "billing.json"
         assert path.read_bytes() == GOLDEN_OFFSETS
         assert mode(path) == 0o600
         # The first write had no file to keep; the second kept the first as .bak.
-        assert b'"counter": 1' in path.with_name("consumerOffset.json.bak").read_bytes()
+        assert b'"counter": 1' in path.with_name("billing.json.bak").read_bytes()
         assert (tmp_path / "s" / "config" / ".consumerOffset.lock").stat().st_size == 0
         assert store.consumer_groups() == ["billing"]
+    # The clean close folded it into consumerOffset.json, the first version of that file.
+    main = tmp_path / "s" / "config" / "consumerOffset.json"
+    assert main.read_bytes() == GOLDEN_OFFSETS.replace(b'"counter": 2', b'"counter": 1')
+    assert mode(main) == 0o600
+    assert not path.exists() and not path.with_name("billing.json.bak").exists()
 
 
 def test_the_golden_offsets_file_and_fastjsons_form_of_it_are_read(tmp_path: Path) -> None:

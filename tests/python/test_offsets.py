@@ -28,12 +28,19 @@ def test_file_shape_is_rocketmq(store: mqlite.Store, store_path: Path) -> None:
         c.subscribe("t")
         while c.poll(0.05):
             pass
-    data = json.loads((store_path / "config" / "consumerOffset.json").read_text())
-    assert data["offsetTable"] == {"t@billing": {"0": 5, "1": 5}}
-    assert set(data["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
-    assert data["dataVersion"]["counter"] >= 1
-    assert (store_path / "config" / "consumerOffset.json.bak").exists()
-    assert not list((store_path / "config").glob(".*.tmp"))
+    # While the store is open the group's commits go to its own file, in the same shape.
+    config = store_path / "config"
+    for path in (config / "consumerOffset.d" / "billing.json", None):
+        if path is None:
+            store.close()  # the writer's close folds the group files into consumerOffset.json
+            path = config / "consumerOffset.json"
+            assert not list((config / "consumerOffset.d").iterdir())
+        data = json.loads(path.read_text())
+        assert data["offsetTable"] == {"t@billing": {"0": 5, "1": 5}}
+        assert set(data["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
+        assert data["dataVersion"]["counter"] >= 1
+    assert (config / "consumerOffset.d").exists()
+    assert not list(config.glob(".*.tmp"))
 
 
 def test_reader_accepts_fastjson_unquoted_keys_and_falls_back_to_bak(tmp_path: Path) -> None:
@@ -141,8 +148,11 @@ def test_reset_offset_of_an_unknown_group_is_an_error_unless_created(store: mqli
     assert store.consumer_groups() == ["fresh", "orders"]
 
 
-def offsets_file_bytes(root: Path) -> bytes:
-    return (root / "config" / "consumerOffset.json").read_bytes()
+def offsets_file_bytes(root: Path) -> dict[str, bytes]:
+    """Every clustering offsets file: consumerOffset.json and the per-group files."""
+    config = root / "config"
+    files = [config / "consumerOffset.json", *sorted((config / "consumerOffset.d").glob("*"))]
+    return {p.name: p.read_bytes() for p in files if p.exists()}
 
 
 def test_broadcast_offsets_are_per_consumer(store: mqlite.Store, store_path: Path) -> None:
@@ -163,3 +173,52 @@ def test_broadcast_offsets_are_per_consumer(store: mqlite.Store, store_path: Pat
     with store.pull_consumer("b", message_model=MessageModel.BROADCASTING, client_id="one") as c:
         c.subscribe("t")
         assert c.poll(0.05) == []  # resumes where "one" stopped
+
+
+def test_a_commit_reads_and_writes_only_its_groups_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,000 groups x 16 queues: each group's commit touches its own file, whatever the number
+    of groups; the table reloads whole, and a compaction folds it into consumerOffset.json."""
+    from mqlite import offsets as offsets_mod
+
+    f = group_offsets(tmp_path, durable=False)
+    want = {f"t@g{g}": {q: g * 100 + q for q in range(16)} for g in range(1000)}
+    for key, queues in want.items():
+        f.update(key, queues)
+    config = tmp_path / "config"
+    assert not (config / "consumerOffset.json").exists()
+    assert len(list((config / "consumerOffset.d").glob("*.json"))) == 1000
+    touched: list[Path] = []
+    real_read, real_write = offsets_mod.read_with_backup, offsets_mod.atomic_write_json
+    monkeypatch.setattr(offsets_mod, "read_with_backup", lambda p, d: (touched.append(p), real_read(p, d))[1])
+    monkeypatch.setattr(offsets_mod, "atomic_write_json",
+                        lambda p, *a, **k: (touched.append(p), real_write(p, *a, **k))[1])
+    f.update("u@g500", {0: 1})
+    f.update("t@g500", {3: 10**6})
+    assert set(touched) == {config / "consumerOffset.d" / "g500.json"}
+    monkeypatch.undo()
+    want["u@g500"] = {0: 1}
+    want["t@g500"][3] = 10**6
+    assert group_offsets(tmp_path).load() == want
+    assert group_offsets(tmp_path).get("t@g7") == want["t@g7"]
+    f.compact()
+    assert list((config / "consumerOffset.d").iterdir()) == []
+    table = json.loads((config / "consumerOffset.json").read_text())["offsetTable"]
+    assert table["t@g500"]["3"] == 10**6 and len(table) == 1001
+    assert group_offsets(tmp_path).load() == want
+    # After the compaction, a group's commit is laid over the main file again, queue by queue.
+    f.update("t@g1", {0: 5})
+    assert group_offsets(tmp_path).get("t@g1") == {**want["t@g1"], 0: 5}
+    # A reset replaces the entry everywhere (it compacts: no group file lays older queues over it).
+    f.update("t@g1", {2: 1}, replace=True)
+    assert group_offsets(tmp_path).get("t@g1") == {2: 1}
+    assert list((config / "consumerOffset.d").iterdir()) == []
+
+
+def test_a_group_file_holding_another_groups_key_is_a_config_file_error(tmp_path: Path) -> None:
+    f = group_offsets(tmp_path, durable=False)
+    f.update("t@g", {0: 1})
+    path = tmp_path / "config" / "consumerOffset.d" / "g.json"
+    path.write_text('{"offsetTable": {"t@other": {"0": 3}}}')
+    with pytest.raises(mqlite.ConfigFileError) as info:
+        f.load()
+    assert info.value.path == str(path) and info.value.field == "offsetTable.t@other"

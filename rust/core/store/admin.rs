@@ -34,12 +34,7 @@ impl Store {
         exist_ok: bool,
     ) -> Result<()> {
         self.check_topic_change(topic, queues)?;
-        if perm & !7 != 0 {
-            return Err(Error::InvalidArgument {
-                field: "perm",
-                reason: format!("{perm} is not a 3-bit permission"),
-            });
-        }
+        check_perm(perm)?;
         if self.inner.topics.get(topic).is_some() {
             if exist_ok {
                 // Like `mkdir -p`: an existing topic is left exactly as it is.
@@ -54,6 +49,42 @@ impl Store {
             .topics
             .put(TopicConfig::new(topic, queues, perm, order))?;
         self.inner.derived.prepare_topic(topic, queues)
+    }
+
+    /// Creates every topic of `topics` that does not exist yet, with the same settings, as one
+    /// durable step: the table is written once (one journal append and one sync), not once per
+    /// topic. Every name and setting is checked before anything is written, so a bad one
+    /// creates none. An existing topic is left exactly as it is, or with `exist_ok = false` is
+    /// an `InvalidArgument` error (creating none). Returns the names created, sorted.
+    pub fn create_topics(
+        &self,
+        topics: &[&str],
+        queues: u32,
+        perm: u32,
+        order: bool,
+        exist_ok: bool,
+    ) -> Result<Vec<String>> {
+        for topic in topics {
+            self.check_topic_change(topic, queues)?;
+        }
+        check_perm(perm)?;
+        if !exist_ok {
+            if let Some(topic) = topics.iter().find(|t| self.inner.topics.get(t).is_some()) {
+                return Err(Error::InvalidArgument {
+                    field: "topic",
+                    reason: format!("{topic:?} exists already"),
+                });
+            }
+        }
+        let configs = topics
+            .iter()
+            .map(|t| TopicConfig::new(t, queues, perm, order))
+            .collect();
+        let created = self.inner.topics.put_new(configs)?;
+        for topic in &created {
+            self.inner.cqs.prepare_topic(topic, queues)?;
+        }
+        Ok(created)
     }
 
     /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
@@ -164,6 +195,17 @@ impl Store {
             .put(TopicConfig::new(topic, q, PERM_READ | PERM_WRITE, false))?;
         Ok(q)
     }
+}
+
+/// A topic's permission is a 3-bit value (read 4, write 2, inherit 1).
+fn check_perm(perm: u32) -> Result<()> {
+    if perm & !7 != 0 {
+        return Err(Error::InvalidArgument {
+            field: "perm",
+            reason: format!("{perm} is not a 3-bit permission"),
+        });
+    }
+    Ok(())
 }
 
 /// A topic's queue count is 1 to `MAX_QUEUES`.

@@ -364,6 +364,12 @@ impl Inner {
                 }
             }
         }
+        // The whole topic table into topics.json, the file RocketMQ reads (a no-op without
+        // journal records, and for a read-only store, which has no journal).
+        let topics = self.topics.close();
+        if result.is_ok() {
+            result = topics;
+        }
         // Unmap and close every file now rather than when the last handle to the store goes
         // (a closed store must not keep hundreds of MiB mapped and descriptors open).
         if let Some(r) = &self.reput {

@@ -129,7 +129,7 @@ pub(super) fn open_with(
     let table_missing = topics_path
         .as_ref()
         .is_some_and(|p| !fs::entry_exists(p) && !fs::entry_exists(&fs::backup_path(p)));
-    let topics = TopicTable::load(topics_path, config.file_mode)?;
+    let topics = TopicTable::load(topics_path, config.file_mode, writable)?;
     if table_missing && !writable {
         topics.adopt_discovered(&index.discover_topics()?, false)?;
     }

@@ -29,6 +29,20 @@ pub(super) fn decode(path: &Path, bytes: &[u8]) -> Result<TopicsFile> {
     file(&root).map_err(|Bad { field, reason }| bad(field, reason))
 }
 
+/// One topic's config from a journal record (journal.rs), checked as a `topicConfigTable`
+/// entry named `name` is.
+pub(super) fn entry(path: &Path, name: &str, v: &Value) -> Result<TopicConfig> {
+    let bad = |field: String, reason: String| Error::ConfigFile {
+        path: path.to_path_buf(),
+        field,
+        reason,
+    };
+    if let Err(e) = validate::check_topic(name) {
+        return Err(bad("put.topicName".to_owned(), format!("{name:?}: {e}")));
+    }
+    topic("put", name, v).map_err(|Bad { field, reason }| bad(field, reason))
+}
+
 /// A bad value: its JSON path and what is wrong with it.
 struct Bad {
     field: String,
@@ -74,7 +88,7 @@ fn file(root: &Value) -> Checked<TopicsFile> {
     Ok(TopicsFile {
         data_version,
         topic_config_table: topics,
-        main_unreadable: false,
+        ..TopicsFile::default()
     })
 }
 

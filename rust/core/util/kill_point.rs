@@ -41,6 +41,12 @@ pub const POINTS: &[&str] = &[
     // Topic config: the temp file written and synced, before the `.bak` copy and the rename
     // over `topics.json`.
     "topics.before_rename",
+    // Topic journal: a change's record written to `topics.journal`, not yet synced (the call
+    // making the change has not returned).
+    "topics.journal_unsynced",
+    // Topic journal compaction: `topics.json` holds every record of the journal, which is not
+    // yet replaced with an empty one.
+    "topics.journal_before_reset",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

@@ -316,6 +316,33 @@ impl PyStore {
         .map_err(|e| PyMqError(e).into())
     }
 
+    /// Creates the topics of `topics` that do not exist yet, writing the topic table once;
+    /// returns the names created, sorted.
+    #[pyo3(signature = (
+        topics, queues = Int::Fits(4), *, perm = Int::Fits(6), order = false, exist_ok = true
+    ))]
+    fn create_topics(
+        &self,
+        py: Python<'_>,
+        topics: Vec<Bound<'_, pyo3::types::PyString>>,
+        queues: Int,
+        perm: Int,
+        order: bool,
+        exist_ok: bool,
+    ) -> PyResult<Vec<String>> {
+        let queues = queue_count(&queues)?;
+        let perm = args::count(&perm, "perm", 0, 7)?;
+        let names = topics
+            .iter()
+            .map(args::text::<TopicName>)
+            .collect::<PyResult<Vec<&str>>>()?;
+        py.detach(|| {
+            self.store
+                .create_topics(&names, queues, perm, order, exist_ok)
+        })
+        .map_err(|e| PyMqError(e).into())
+    }
+
     /// Grows an existing topic to `queues` read and write queues; returns its new config.
     fn update_topic<'py>(
         &self,
