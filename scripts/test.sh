@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Run the tests of one tier (CONTRIBUTING.md, "Test tiers").
 #
-#   ./scripts/test.sh                 # what CI runs: fast + reliability
+#   ./scripts/test.sh                 # what CI runs: fast + reliability + scale
 #   ./scripts/test.sh fast            # unit and integration tests (a few minutes)
 #   ./scripts/test.sh reliability     # crash loop, power loss, state machines, fault injection
 #   ./scripts/test.sh soak            # the reliability suites at soak size (long)
+#   ./scripts/test.sh scale           # 10,000 topics, thousands of files and queues, ulimit -n 256
 #   ./scripts/test.sh perf            # timing, RSS, scheduler and benchmark-smoke checks
 #   ./scripts/test.sh all             # every tier
 #   ./scripts/test.sh fast -k producer   # arguments after the tier go to pytest
@@ -17,11 +18,11 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
 tier=ci
 case "${1:-}" in
-    ci | fast | reliability | soak | perf | all) tier="$1"; shift ;;
+    ci | fast | reliability | scale | soak | perf | all) tier="$1"; shift ;;
 esac
 case "$tier" in
-    ci) tiers=(fast reliability) ;;
-    all) tiers=(fast reliability perf soak) ;;
+    ci) tiers=(fast reliability scale) ;;
+    all) tiers=(fast reliability scale perf soak) ;;
     *) tiers=("$tier") ;;
 esac
 
@@ -81,7 +82,7 @@ for t in "${tiers[@]}"; do
             cargo test --doc
             mq_step "golden fixtures match rust/FORMAT.md's generator"
             "$MQ_PY" tests/fixtures/make_golden.py --check
-            py_tests "not reliability and not soak and not perf" "$@"
+            py_tests "not reliability and not scale and not soak and not perf" "$@"
             ;;
         reliability)
             rust_tests reliability
@@ -109,6 +110,10 @@ for t in "${tiers[@]}"; do
             export MQLITE_SOAK=1
             rust_tests reliability
             py_tests "soak or reliability" "$@"
+            ;;
+        scale)
+            rust_tests scale
+            py_tests "scale" "$@"
             ;;
         perf)
             py_tests "perf" "$@"

@@ -267,6 +267,20 @@ def _group(root: Path, probe: Probe, facts: dict[str, Any], mark: Callable[[str]
 SCENARIOS = {"topics": _topics, "log_files": _log_files, "group": _group}
 
 
+def _first_error(exc: BaseException) -> BaseException:
+    """The earliest mqlite error of the chain: a failure inside ``with mqlite.open(...)`` can
+    make the close that follows fail too, and the close's error is raised last."""
+    from mqlite.errors import MQError
+
+    found = exc
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, MQError):
+            found = seen
+        seen = seen.__context__
+    return found
+
+
 def main(scenario: str, where: str) -> int:
     _limit()
     root = Path(where) / "store"
@@ -277,9 +291,10 @@ def main(scenario: str, where: str) -> int:
     try:
         SCENARIOS[scenario](root, probe, facts, lambda name: step.__setitem__(0, name))
     except BaseException as exc:  # reported, with its errno, for the test to assert on
-        error = {"type": type(exc).__name__, "errno": getattr(exc, "errno", None),
-                 "message": str(exc)[:500], "step": step[0],
-                 "traceback": traceback.format_exc()[-3000:]}
+        first = _first_error(exc)
+        error = {"type": type(first).__name__, "errno": getattr(first, "errno", None),
+                 "message": str(first)[:500], "step": step[0],
+                 "traceback": traceback.format_exc()[-6000:]}
     out = {"ok": error is None, "error": error, "nofile": resource.getrlimit(
         resource.RLIMIT_NOFILE)[0], "base_fds": probe.base_fds, "steps": probe.steps,
         **{f"max_{k}": v for k, v in probe.max.items()}, **facts}

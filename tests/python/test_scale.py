@@ -44,9 +44,9 @@ CHILD = Path(__file__).with_name("scale_child.py")
 NOFILE = 256
 # A scenario's upper bound on a loaded 2-CPU machine (each takes seconds to a few tens of them).
 CHILD_TIMEOUT = 600
-# Files mapped besides the idle ones the budget bounds, once nothing is being written or read:
+# Files mapped besides the idle ones the budget bounds, after a reopen once nothing is written:
 # the commit log's current file and the one prepared after it, the wake-up word, and a margin
-# for a queue's file still in a reader's hands.
+# for the files recovery maps at open.
 PINNED_MAPPINGS = 8
 
 
@@ -120,7 +120,10 @@ def check_limits(result: dict[str, Any]) -> None:
     assert result["max_maps"] < max_map_count() // 2, result["steps"]
     budget = mapping_budget()
     if budget is not None:
-        for step in ("flushed", "written", "reopened", "read", "committed"):
+        # Steps after a reopen, once nothing is written: while a queue is written its current
+        # file stays mapped beyond the budget (docs/design.md), and when a queue lets go of it
+        # depends on the flusher's timing.
+        for step in ("reopened", "read", "expired", "committed"):
             if step in result["steps"]:
                 seen = result["steps"][step]["store_maps"]
                 assert seen <= budget + PINNED_MAPPINGS, (

@@ -1,0 +1,186 @@
+//! 10,000 topics of 4 queues with a message in every queue, under a descriptor limit of 256 (a
+//! common default is 1,024): half the topics are created in one batch, half auto-created by
+//! their first message; the store is reopened and every message read back. The store's
+//! descriptors stay under the bound docs/design.md documents and the process's mappings far
+//! below `vm.max_map_count`.
+//!
+//! The body runs in a child: this test binary executed again by a shell whose soft
+//! `RLIMIT_NOFILE` is 256 (`ulimit -Sn`), so no other test runs under that limit. The scale tier
+//! (CONTRIBUTING.md, "Test tiers"): `cargo nextest run --profile scale`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use mqlite::{MessageRef, Store, StoreConfig, TagFilter};
+
+/// The soft limit of open descriptors the child runs under.
+const NOFILE: u64 = 256;
+const TOPICS: usize = 10_000;
+const QUEUES: u32 = 4;
+/// Set in the child that runs the body.
+const CHILD: &str = "MQLITE_SCALE_CHILD";
+const TEST: &str = "scale_ten_thousand_topics_with_a_message_in_every_queue_under_256_descriptors";
+
+/// In the parent: runs the test again in a child under `ulimit -Sn 256` and asserts it passed.
+/// In the child: checks the limit is in force and returns true (run the body).
+fn under_descriptor_limit() -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let soft: u64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert_eq!(soft, NOFILE, "{line}");
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -Sn {NOFILE} && exec \"$0\" \"$@\""))
+        .arg(exe)
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the child under ulimit -n {NOFILE} failed"
+    );
+    false
+}
+
+/// The most descriptors an open store holds, as docs/design.md states it ("File descriptors:
+/// at most N per open store"); without such a sentence, the limit itself.
+fn descriptor_bound() -> usize {
+    let design = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/design.md");
+    let text = std::fs::read_to_string(design).unwrap();
+    const SAYS: &str = "File descriptors: at most ";
+    match text.find(SAYS) {
+        Some(at) => {
+            let rest = &text[at + SAYS.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            assert!(
+                rest[digits.len()..].starts_with(" per open store"),
+                "{rest:.60}"
+            );
+            digits.parse().unwrap()
+        }
+        None => NOFILE as usize,
+    }
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("listing /proc/self/fd (EMFILE: every descriptor is taken)")
+        .count()
+}
+
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+fn max_map_count() -> usize {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// In memory when the machine has a tmpfs at /dev/shm: what is measured does not depend on the
+/// file system, and 40,000 file creations' fsyncs then cost nothing.
+fn scratch_dir() -> tempfile::TempDir {
+    match Path::new("/dev/shm").is_dir() {
+        true => tempfile::Builder::new().tempdir_in("/dev/shm").unwrap(),
+        false => tempfile::tempdir().unwrap(),
+    }
+}
+
+fn topic(i: usize) -> String {
+    format!("t{i:05}")
+}
+
+fn body(topic: &str, queue: u32) -> Vec<u8> {
+    format!("{topic}/{queue}").into_bytes()
+}
+
+/// Asserts the store's descriptors and the process's mappings are within their bounds.
+struct Limits {
+    base: usize,
+    bound: usize,
+    maps: usize,
+}
+
+impl Limits {
+    fn check(&self, at: &str) {
+        let fds = open_descriptors() - self.base;
+        assert!(
+            fds <= self.bound,
+            "{fds} descriptors {at}; docs/design.md: {}",
+            self.bound
+        );
+        let maps = mappings();
+        assert!(maps < self.maps, "{maps} mappings {at}");
+    }
+}
+
+#[test]
+fn scale_ten_thousand_topics_with_a_message_in_every_queue_under_256_descriptors() {
+    if !under_descriptor_limit() {
+        return;
+    }
+    let dir = scratch_dir();
+    let root = dir.path();
+    let limits = Limits {
+        base: open_descriptors(),
+        bound: descriptor_bound(),
+        maps: max_map_count() / 2,
+    };
+    let config = || StoreConfig {
+        consume_queue_file_units: Some(64),
+        ..Default::default()
+    };
+    let names: Vec<String> = (0..TOPICS).map(topic).collect();
+    let store = Store::open(root, config()).unwrap();
+    let batch: Vec<&str> = names[..TOPICS / 2].iter().map(String::as_str).collect();
+    let created = store
+        .create_topics(&batch, QUEUES, 6, false, false)
+        .unwrap();
+    assert_eq!(created.len(), TOPICS / 2);
+    // The other half is auto-created by its first message.
+    for (i, name) in names.iter().enumerate() {
+        for q in 0..QUEUES {
+            if let Err(e) = store.put(&MessageRef::new(name, q, &body(name, q))) {
+                panic!("sending to {name}:{q}: {e}");
+            }
+        }
+        if i % 500 == 0 {
+            limits.check(&format!("after sending to {i} topics"));
+        }
+    }
+    store.flush().unwrap();
+    limits.check("after the flush");
+    store.close().unwrap();
+    drop(store);
+
+    let store = Store::open(root, config()).unwrap();
+    limits.check("after the reopen");
+    for (i, name) in names.iter().enumerate() {
+        for q in 0..QUEUES {
+            let got = store
+                .get_messages(name, q, 0, 8, &TagFilter::all())
+                .unwrap();
+            let bodies: Vec<&[u8]> = got.iter().map(|v| v.body()).collect();
+            assert_eq!(bodies, vec![&body(name, q)[..]], "{name}:{q}");
+        }
+        if i % 500 == 0 {
+            limits.check(&format!("after reading {i} topics"));
+        }
+    }
+    store.close().unwrap();
+}
