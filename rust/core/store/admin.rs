@@ -82,7 +82,7 @@ impl Store {
             .collect();
         let created = self.inner.topics.put_new(configs)?;
         for topic in &created {
-            self.inner.cqs.prepare_topic(topic, queues)?;
+            self.inner.derived.prepare_topic(topic, queues)?;
         }
         Ok(created)
     }
