@@ -114,6 +114,12 @@ impl ConsumeQueue {
         }
     }
 
+    /// This queue keeps its recently used files mapped in `cache` (the store's).
+    pub fn with_cache(mut self, cache: std::sync::Arc<crate::mapped_file_queue::MapCache>) -> Self {
+        self.files = self.files.with_cache(cache);
+        self
+    }
+
     /// Topic.
     pub fn topic(&self) -> &str {
         &self.topic
@@ -165,7 +171,7 @@ impl ConsumeQueue {
                 self.files.load()?;
             }
         }
-        let Some(last) = self.files.last_file() else {
+        let Some(last) = self.files.try_last_file()? else {
             return Ok(0);
         };
         let end_in_file = first_invalid_unit(&last);

@@ -17,6 +17,7 @@ use crate::commit_log::CommitLog;
 use crate::dispatch::derived::{DerivedStore, Progress};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
+use crate::mapped_file_queue::MapCache;
 use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::fs;
@@ -42,6 +43,8 @@ pub struct ConsumeQueueStore {
     last: std::sync::Mutex<Option<(String, ById)>>,
     // Where queues' next files are asked for (prepare.rs); `None` without a preparer.
     preparer: Mutex<Option<Preparer>>,
+    // The store's budget of idle mappings, shared by every queue.
+    cache: Arc<MapCache>,
 }
 
 impl ConsumeQueueStore {
@@ -62,7 +65,14 @@ impl ConsumeQueueStore {
             queues: RwLock::new(QueueMap::default()),
             last: std::sync::Mutex::new(None),
             preparer: Mutex::new(None),
+            cache: Arc::new(MapCache::default()),
         }
+    }
+
+    /// Every queue keeps its recently used files mapped in `cache` (the store's).
+    pub fn with_cache(mut self, cache: Arc<MapCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, QueueMap> {
@@ -140,14 +150,17 @@ impl ConsumeQueueStore {
         if let Some(Some(cq)) = v.get(i) {
             return Ok(Arc::clone(cq));
         }
-        let cq = Arc::new(ConsumeQueue::new(
-            topic,
-            queue_id,
-            dir,
-            self.file_size,
-            self.file_mode,
-            self.read_only,
-        ));
+        let cq = Arc::new(
+            ConsumeQueue::new(
+                topic,
+                queue_id,
+                dir,
+                self.file_size,
+                self.file_mode,
+                self.read_only,
+            )
+            .with_cache(Arc::clone(&self.cache)),
+        );
         if let Some(slot) = v.get_mut(i) {
             *slot = Some(Arc::clone(&cq));
         }

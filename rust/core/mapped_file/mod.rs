@@ -17,9 +17,18 @@
 //! 4). Readers: any thread, through `slice` (published bytes) or `copy_out` (read-only opens of
 //! other processes' files); mmap.rs item 3 says what followers rely on.
 //!
-//! Identity: a file opened by `open_existing` remembers the device and inode it mapped, so a
-//! follower can tell the file it maps from another one created later under the same name
-//! (`is_file_at`).
+//! Descriptors: a mapping does not need its descriptor, so none is kept: the file is opened,
+//! preallocated and mapped, and the descriptor closed. Bytes are made durable with `msync` on
+//! the mapping. The few calls that need a descriptor (the creation's `fsync`, the warm-ahead's
+//! zero fill, a writer's `pwrite`s) reopen the file by path (`reopen`) and check that it is
+//! still the file mapped here (same device and inode), so a file deleted and created again
+//! under the same name is never synced or written by mistake; a writer keeps the descriptor it
+//! reopened until it is dropped. A store therefore holds one descriptor per live writer that
+//! appends with `pwrite` (the commit log's), whatever the number of files it maps.
+//!
+//! Identity: every file on disk remembers the device and inode it mapped, so a follower can
+//! tell the file it maps from another one created later under the same name (`is_file_at`),
+//! and a reopen finds out whether the name still names it.
 
 pub mod alloc;
 pub mod mmap;
@@ -51,13 +60,17 @@ pub struct MappedFile {
     from_offset: u64,
     size: u64,
     region: MmapRegion,
-    // Held so the descriptor lives as long as the mapping (and for fsync of metadata).
-    file: Option<File>,
-    // (device, inode) of the mapped file, for files opened by `open_existing`.
+    // Whether the mapping (and a reopened descriptor) is writable.
+    writable: bool,
+    // (device, inode) of the mapped file; `None` for anonymous memory.
     identity: Option<(u64, u64)>,
     published: AtomicU64,
     flushed: AtomicU64,
     writer_taken: AtomicBool,
+    // The map cache's bookkeeping (mapped_file_queue/cache.rs): whether the cache holds this
+    // file, and the cache epoch of its last use.
+    pub(crate) cached: AtomicBool,
+    pub(crate) used_at: AtomicU64,
     // Created without the fsyncs of its metadata and directory entry, which the next flush of
     // its queue owes (`MappedFileQueue::flush`).
     create_sync_due: AtomicBool,
@@ -68,6 +81,9 @@ pub struct MappedFile {
 pub struct FileWriter {
     file: Arc<MappedFile>,
     pos: u64,
+    // The descriptor the positioned writes use, reopened on the first one (`MappedFile::reopen`)
+    // and closed with the writer.
+    fd: Option<File>,
 }
 
 impl MappedFile {
@@ -88,20 +104,18 @@ impl MappedFile {
         let file = fs::open_rw(path, mode)?;
         kill_point!("mapped_file.empty");
         alloc::preallocate(&file, path, size)?;
+        let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
             reason: "too large".into(),
         })?;
         let region = MmapRegion::map_file(&file, len, true, populate)
             .map_err(|e| Error::io("mmap", path, e))?;
-        Ok(Self::new(
-            path.to_path_buf(),
-            from_offset,
-            size,
-            region,
-            Some(file),
-            0,
-        ))
+        // The descriptor closes here: the mapping keeps the file's pages reachable.
+        drop(file);
+        let mut mapped = Self::new(path.to_path_buf(), from_offset, size, region, true, 0);
+        mapped.identity = Some((meta.dev(), meta.ino()));
+        Ok(mapped)
     }
 
     /// Maps an existing file of exactly `size` bytes. Every position starts at `size`, as in
@@ -132,12 +146,13 @@ impl MappedFile {
         })?;
         let region = MmapRegion::map_file(&file, len, writable, false)
             .map_err(|e| Error::io("mmap", path, e))?;
+        drop(file);
         let mut mapped = Self::new(
             path.to_path_buf(),
             from_offset,
             size,
             region,
-            Some(file),
+            writable,
             size,
         );
         mapped.identity = Some((meta.dev(), meta.ino()));
@@ -157,7 +172,7 @@ impl MappedFile {
             from_offset,
             size,
             region,
-            None,
+            true,
             0,
         ))
     }
@@ -167,7 +182,7 @@ impl MappedFile {
         from: u64,
         size: u64,
         region: MmapRegion,
-        file: Option<File>,
+        writable: bool,
         pos: u64,
     ) -> Self {
         MappedFile {
@@ -175,11 +190,13 @@ impl MappedFile {
             from_offset: from,
             size,
             region,
-            file,
+            writable,
             identity: None,
             published: AtomicU64::new(pos),
             flushed: AtomicU64::new(pos),
             writer_taken: AtomicBool::new(false),
+            cached: AtomicBool::new(false),
+            used_at: AtomicU64::new(0),
             create_sync_due: AtomicBool::new(false),
         }
     }
@@ -192,14 +209,38 @@ impl MappedFile {
         Some(FileWriter {
             file: Arc::clone(self),
             pos: self.published.load(Ordering::Acquire),
+            fd: None,
         })
     }
 
     /// True when `meta` (a `stat` of the path this file was opened at) describes the file
     /// mapped here: same device and inode. False for another file created under the name since,
-    /// and for files not opened by `open_existing` (their identity was not recorded).
+    /// and for anonymous memory.
     pub fn is_file_at(&self, meta: &std::fs::Metadata) -> bool {
         self.identity == Some((meta.dev(), meta.ino()))
+    }
+
+    /// A descriptor of the file mapped here, opened again by path (never creating it), for
+    /// the calls a mapping cannot make. `Error::Corrupted` when the name now names another
+    /// file (or none): the file mapped here was deleted or replaced behind the store's back,
+    /// and syncing or writing the other one would be wrong. `Ok(None)` for anonymous memory.
+    pub fn reopen(&self) -> Result<Option<File>> {
+        let Some(identity) = self.identity else {
+            return Ok(None);
+        };
+        let file = fs::reopen(&self.path, self.writable)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &self.path, e))?;
+        if (meta.dev(), meta.ino()) != identity {
+            return Err(Error::Corrupted {
+                path: self.path.clone(),
+                offset: self.from_offset,
+                reason: "the file mapped under this name was replaced by another one".into(),
+                cause: None,
+            });
+        }
+        Ok(Some(file))
     }
 
     /// File path (`:memory:` for anonymous files).
@@ -239,7 +280,10 @@ impl MappedFile {
     /// writer for a consume queue). Anonymous memory needs nothing.
     pub fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
         static ZEROS: [u8; POPULATE_STEP as usize] = [0; POPULATE_STEP as usize];
-        let Some(file) = &self.file else {
+        if from >= to.min(self.size) {
+            return Ok(());
+        }
+        let Some(file) = self.reopen()? else {
             return Ok(());
         };
         use std::os::unix::fs::FileExt;
@@ -273,7 +317,7 @@ impl MappedFile {
     }
     /// True for anonymous memory (a `:memory:` store): no file behind the mapping.
     pub fn is_anonymous(&self) -> bool {
-        self.file.is_none()
+        self.identity.is_none()
     }
     /// True when nothing more can be appended.
     pub fn is_full(&self) -> bool {
@@ -310,7 +354,7 @@ impl MappedFile {
         if target <= from {
             return Ok(from);
         }
-        if self.file.is_some() {
+        if !self.is_anonymous() {
             let (s, e) = (
                 usize::try_from(from).unwrap_or(0),
                 usize::try_from(target).unwrap_or(0),
@@ -346,10 +390,11 @@ impl MappedFile {
         self.create_sync_due.store(false, Ordering::Release);
     }
 
-    /// fsync of the file itself (size and allocation metadata), used after creating it.
+    /// fsync of the file itself (size and allocation metadata), used after creating it,
+    /// through a descriptor reopened for the call (`reopen`).
     pub fn sync_metadata(&self) -> Result<()> {
-        match &self.file {
-            Some(f) => fs::sync_file(f, &self.path),
+        match self.reopen()? {
+            Some(f) => fs::sync_file(&f, &self.path),
             None => Ok(()),
         }
     }
@@ -383,19 +428,28 @@ impl FileWriter {
                 reason: "write past the end of the file".into(),
             });
         }
-        match &self.file.file {
-            Some(f) => {
-                use std::os::unix::fs::FileExt;
-                f.write_all_at(data, self.pos)
-                    .map_err(|e| Error::io("pwrite", &self.file.path, e))?;
-                self.pos += data.len() as u64;
-            }
-            None => {
-                self.append_with(data.len(), |b| b.copy_from_slice(data))
-                    .ok_or(Error::Closed)?;
-            }
+        if !self.has_descriptor()? {
+            self.append_with(data.len(), |b| b.copy_from_slice(data))
+                .ok_or(Error::Closed)?;
+            return Ok(());
         }
+        let Some(f) = self.fd.as_ref() else {
+            return Err(Error::Closed);
+        };
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(data, self.pos)
+            .map_err(|e| Error::io("pwrite", &self.file.path, e))?;
+        self.pos += data.len() as u64;
         Ok(())
+    }
+
+    /// Reopens the descriptor for positioned writes on first use; false for anonymous memory,
+    /// which is written through the mapping.
+    fn has_descriptor(&mut self) -> Result<bool> {
+        if self.fd.is_none() {
+            self.fd = self.file.reopen()?;
+        }
+        Ok(self.fd.is_some())
     }
 
     /// Writes `parts` back to back at the write position with vectored `write`s (the
@@ -411,7 +465,7 @@ impl FileWriter {
                 reason: "write past the end of the file".into(),
             });
         }
-        let Some(mut f) = self.file.file.as_ref() else {
+        if !self.has_descriptor()? {
             let copied = self.append_with(len as usize, |mut b| {
                 for p in parts.iter() {
                     // `b` is exactly the parts' total length.
@@ -422,8 +476,12 @@ impl FileWriter {
                 }
             });
             return copied.ok_or(Error::Closed);
+        }
+        let path = &self.file.path;
+        let Some(mut f) = self.fd.as_ref() else {
+            return Err(Error::Closed);
         };
-        let io = |e| Error::io("writev", &self.file.path, e);
+        let io = |e| Error::io("writev", path, e);
         f.seek(SeekFrom::Start(self.pos)).map_err(io)?;
         let mut rest = parts;
         while !rest.is_empty() {

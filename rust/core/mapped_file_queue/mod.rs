@@ -13,6 +13,21 @@
 //!   names another file for longer than until its next `refresh(verify = true)`: it compares
 //!   each mapping's device and inode with the directory's (`refresh`).
 //!
+//! Mappings: the queue lists its files by start offset (`Slot`) and maps a file only when it
+//! is used (`find`, `first_file`, `last_file`); `load` reads the directory and `stat`s the
+//! files, opening and mapping none. A slot keeps a weak reference to its mapping; what keeps
+//! a mapping alive is a strong one: a reader's or writer's `Arc<MappedFile>`, the store-wide
+//! cache of recently used files (cache.rs, a budget of idle mappings), or the slot's pin. A
+//! mapping therefore goes when its last holder drops it, never under a reader.
+//! - Pinned (kept mapped whatever the cache's budget): in a writable queue, the last file
+//!   once mapped, and every file created or written in this process until a `flush` finds it
+//!   clean (not last, every published byte flushed, its creation's fsyncs done). A new
+//!   mapping of a file starts with every byte published and flushed (`open_existing`), which
+//!   is true of exactly the files that are not pinned; the files prepared ahead of a roll are
+//!   held by the `ready` slot.
+//! - No mapping holds a descriptor (mapped_file/mod.rs), so neither the number of files nor
+//!   the number of queues bounds anything but the cache's budget.
+//!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
 //! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
 //! corruption. An owner whose files are derived data (consume queues) finds short files first
@@ -23,12 +38,13 @@
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
 //! file, which recovery then rebuilds from the commit log.
 
+pub mod cache;
 pub mod fence;
 pub mod pace;
 pub mod warm;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
@@ -49,7 +65,48 @@ pub enum Backing {
     Memory,
 }
 
+pub use cache::MapCache;
 pub use warm::WARM_AHEAD;
+
+/// One file of a queue: where it starts, and its mapping while something holds one.
+#[derive(Debug)]
+struct Slot {
+    start: u64,
+    mapped: RwLock<Weak<MappedFile>>,
+    // Set while the file must stay mapped (see the module doc).
+    pinned: Mutex<Option<Arc<MappedFile>>>,
+}
+
+impl Slot {
+    fn unmapped(start: u64) -> Arc<Slot> {
+        Arc::new(Slot {
+            start,
+            mapped: RwLock::new(Weak::new()),
+            pinned: Mutex::new(None),
+        })
+    }
+
+    /// A slot for a file just created here: pinned.
+    fn pinned(file: &Arc<MappedFile>) -> Arc<Slot> {
+        Arc::new(Slot {
+            start: file.from_offset(),
+            mapped: RwLock::new(Arc::downgrade(file)),
+            pinned: Mutex::new(Some(Arc::clone(file))),
+        })
+    }
+
+    /// The live mapping, if any holder keeps one.
+    fn live(&self) -> Option<Arc<MappedFile>> {
+        self.mapped
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
+    }
+
+    fn lock_pin(&self) -> std::sync::MutexGuard<'_, Option<Arc<MappedFile>>> {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// The ordered files of one commit log, consume queue or timer log.
 #[derive(Debug)]
@@ -57,7 +114,9 @@ pub struct MappedFileQueue {
     backing: Backing,
     file_size: u64,
     writable: bool,
-    files: RwLock<Vec<Arc<MappedFile>>>,
+    files: RwLock<Vec<Arc<Slot>>>,
+    // Keeps recently used files mapped (shared by the queues of a store).
+    cache: Arc<MapCache>,
     // A file created ahead of need by the preparer thread (prepare.rs).
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
@@ -74,10 +133,18 @@ impl MappedFileQueue {
             file_size,
             writable,
             files: RwLock::new(Vec::new()),
+            cache: Arc::new(MapCache::default()),
             ready: Mutex::new(None),
             defer_create_sync: false,
             refreshing: Mutex::new(()),
         }
+    }
+
+    /// This queue keeps its recently used files mapped in `cache` (the store's, shared by
+    /// all its queues) rather than in a cache of its own.
+    pub fn with_cache(mut self, cache: Arc<MapCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// This queue's new files are made durable by its next flush rather than at creation: no
@@ -93,7 +160,8 @@ impl MappedFileQueue {
         self.load_below(u64::MAX)
     }
 
-    /// `load` of the files that start below `end`; later files stay on disk, unmapped.
+    /// `load` of the files that start below `end`; later files stay on disk. Reads the
+    /// directory and `stat`s each file; nothing is opened or mapped until it is used.
     pub fn load_below(&self, end: u64) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
@@ -101,7 +169,7 @@ impl MappedFileQueue {
         let mut names = list_offsets(dir)?;
         names.retain(|&start| start < end);
         names.sort_unstable();
-        let mut loaded = Vec::with_capacity(names.len());
+        let mut loaded: Vec<Arc<Slot>> = Vec::with_capacity(names.len());
         let n = names.len();
         for (i, start) in names.into_iter().enumerate() {
             let path = dir.join(fs::offset_file_name(start));
@@ -132,6 +200,7 @@ impl MappedFileQueue {
                     // A reader cannot repair a short tail file; the writer will. Skip it.
                     continue;
                 }
+                // A writer's first mapping of it finishes its preallocation (`open_existing`).
             }
             if start % self.file_size != 0 {
                 return Err(Error::Corrupted {
@@ -144,7 +213,7 @@ impl MappedFileQueue {
                     cause: None,
                 });
             }
-            if let Some(prev) = loaded.last().map(|f: &Arc<MappedFile>| f.from_offset()) {
+            if let Some(prev) = loaded.last().map(|s| s.start) {
                 if start != prev + self.file_size {
                     return Err(Error::Corrupted {
                         path,
@@ -154,14 +223,10 @@ impl MappedFileQueue {
                     });
                 }
             }
-            loaded.push(Arc::new(MappedFile::open_existing(
-                &path,
-                start,
-                self.file_size,
-                self.writable,
-            )?));
+            loaded.push(Slot::unmapped(start));
         }
-        *self.write_files() = loaded;
+        let old = std::mem::replace(&mut *self.write_files(), loaded);
+        self.release(&old);
         Ok(())
     }
 
@@ -257,10 +322,7 @@ impl MappedFileQueue {
         if f.is_anonymous() {
             return;
         }
-        let listed = self
-            .read_files()
-            .iter()
-            .any(|g| g.from_offset() == f.from_offset());
+        let listed = self.read_files().iter().any(|g| g.start == f.from_offset());
         if !listed {
             let _ = fs::remove_file(f.path());
         }
@@ -274,13 +336,12 @@ impl MappedFileQueue {
     ///   with every file after it: the writer deleted and re-created it (the all-zero file
     ///   prepared ahead of a roll is deleted by the next writer's recovery and by `close`, and
     ///   recovery cuts files past a torn tail), so what is mapped is stale. Those names are
-    ///   mapped again below.
-    /// - Files past the last one kept are mapped, in order, up to the first that is not full
+    ///   listed again below, and mapped anew when used.
+    /// - Files past the last one kept are listed, in order, up to the first that is not full
     ///   size yet (being created), and the list is cut to its contiguous run at the end.
     ///
-    /// A forgotten file is unmapped and its descriptor closed once no reader still holds it,
-    /// so its disk space is freed. `verify` costs a `stat` per file; without it only the
-    /// directory is read.
+    /// A forgotten file is unmapped once no reader still holds it, so its disk space is freed.
+    /// `verify` costs a `stat` per mapped file; without it only the directory is read.
     pub fn refresh(&self, verify: bool) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
@@ -289,19 +350,22 @@ impl MappedFileQueue {
         let _one = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
         let mut names = list_offsets(dir)?;
         names.sort_unstable();
-        let listed = |f: &Arc<MappedFile>| names.binary_search(&f.from_offset()).is_ok();
-        let before = self.files();
+        let listed = |s: &Arc<Slot>| names.binary_search(&s.start).is_ok();
+        let before = self.read_files().clone();
         let mut files = before.clone();
-        let expired = files.iter().take_while(|f| !listed(f)).count();
+        let expired = files.iter().take_while(|s| !listed(s)).count();
         files.drain(..expired);
-        let replaced = files.iter().position(|f| {
-            !listed(f)
-                || (verify && !std::fs::symlink_metadata(f.path()).is_ok_and(|m| f.is_file_at(&m)))
+        let replaced = files.iter().position(|s| {
+            !listed(s)
+                || (verify
+                    && s.live().is_some_and(|f| {
+                        !std::fs::symlink_metadata(f.path()).is_ok_and(|m| f.is_file_at(&m))
+                    }))
         });
         if let Some(k) = replaced {
             files.truncate(k);
         }
-        let last = files.last().map(|f| f.from_offset());
+        let last = files.last().map(|s| s.start);
         for start in names {
             if last.is_some_and(|l| start <= l) {
                 continue;
@@ -311,39 +375,101 @@ impl MappedFileQueue {
                 Ok(m) if m.is_file() && m.len() == self.file_size => {}
                 _ => break, // being created by the writer; try again later
             }
-            files.push(Arc::new(MappedFile::open_existing(
-                &path,
-                start,
-                self.file_size,
-                false,
-            )?));
+            files.push(Slot::unmapped(start));
         }
         // `find` indexes the list arithmetically: keep only the contiguous run at its end.
         let size = self.file_size;
         let keep_from = (1..files.len())
             .rev()
             .find(|&i| match (files.get(i - 1), files.get(i)) {
-                (Some(a), Some(b)) => a.from_offset() + size != b.from_offset(),
+                (Some(a), Some(b)) => a.start + size != b.start,
                 _ => false,
             })
             .unwrap_or(0);
         files.drain(..keep_from);
-        if same_files(&files, &before) {
+        if same_slots(&files, &before) {
             return Ok(());
         }
         let mut current = self.write_files();
         // Only `refresh` (serialised above) and `clear` change a follower's list: a list that
         // changed meanwhile was cleared by `close`, and stays so.
-        if same_files(&current, &before) {
+        if same_slots(&current, &before) {
+            let kept: std::collections::HashSet<*const Slot> =
+                files.iter().map(Arc::as_ptr).collect();
             *current = files;
+            drop(current);
+            let gone: Vec<Arc<Slot>> = before
+                .into_iter()
+                .filter(|s| !kept.contains(&Arc::as_ptr(s)))
+                .collect();
+            self.release(&gone);
         }
         Ok(())
     }
 
-    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<MappedFile>>> {
+    /// Lets go of the mappings of slots that left the list: their pins and cache entries.
+    fn release(&self, gone: &[Arc<Slot>]) {
+        for s in gone {
+            let pin = s.lock_pin().take();
+            if let Some(f) = s.live() {
+                self.cache.forget(&f);
+            }
+            drop(pin);
+        }
+    }
+
+    /// The mapping of `slot`, mapped now if no holder keeps one. Every use counts as recent
+    /// for the cache; the last file (`is_last`) of a writable queue is pinned.
+    fn map(&self, slot: &Slot, is_last: bool) -> Result<Arc<MappedFile>> {
+        let file = match slot.live() {
+            Some(f) => f,
+            None => {
+                let mut mapped = slot.mapped.write().unwrap_or_else(|p| p.into_inner());
+                match mapped.upgrade() {
+                    Some(f) => f,
+                    None => {
+                        let Backing::Dir { dir, .. } = &self.backing else {
+                            return Err(Error::Closed);
+                        };
+                        let path = dir.join(fs::offset_file_name(slot.start));
+                        let f = Arc::new(MappedFile::open_existing(
+                            &path,
+                            slot.start,
+                            self.file_size,
+                            self.writable,
+                        )?);
+                        *mapped = Arc::downgrade(&f);
+                        f
+                    }
+                }
+            }
+        };
+        if is_last && self.writable {
+            let mut pin = slot.lock_pin();
+            if pin.is_none() {
+                *pin = Some(Arc::clone(&file));
+            }
+        }
+        self.cache.touch(&file);
+        Ok(file)
+    }
+
+    /// The file of the `idx`-th slot, mapped if needed.
+    fn map_at(&self, idx: usize) -> Result<Option<Arc<MappedFile>>> {
+        let (slot, is_last) = {
+            let files = self.read_files();
+            match files.get(idx) {
+                Some(s) => (Arc::clone(s), idx + 1 == files.len()),
+                None => return Ok(None),
+            }
+        };
+        self.map(&slot, is_last).map(Some)
+    }
+
+    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
         self.files.read().unwrap_or_else(|p| p.into_inner())
     }
-    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<MappedFile>>> {
+    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<Slot>>> {
         self.files.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -352,9 +478,14 @@ impl MappedFileQueue {
         self.file_size
     }
 
-    /// Snapshot of the files.
-    pub fn files(&self) -> Vec<Arc<MappedFile>> {
-        self.read_files().clone()
+    /// The cache keeping this queue's recently used files mapped.
+    pub fn cache(&self) -> &Arc<MapCache> {
+        &self.cache
+    }
+
+    /// The files mapped now (by a holder, the cache or a pin), in order; maps nothing.
+    pub fn mapped_files(&self) -> Vec<Arc<MappedFile>> {
+        self.read_files().iter().filter_map(|s| s.live()).collect()
     }
 
     /// Number of files.
@@ -367,19 +498,29 @@ impl MappedFileQueue {
         self.read_files().is_empty()
     }
 
-    /// The newest file.
+    /// The newest file, mapped. `None` when there is none, or when it cannot be mapped
+    /// (`try_last_file` reports why).
     pub fn last_file(&self) -> Option<Arc<MappedFile>> {
-        self.read_files().last().cloned()
+        self.try_last_file().ok().flatten()
     }
 
-    /// The oldest file.
+    /// The newest file, mapped; an error when mapping it failed.
+    pub fn try_last_file(&self) -> Result<Option<Arc<MappedFile>>> {
+        let n = self.len();
+        match n.checked_sub(1) {
+            Some(i) => self.map_at(i),
+            None => Ok(None),
+        }
+    }
+
+    /// The oldest file, mapped (`None` as for `last_file`).
     pub fn first_file(&self) -> Option<Arc<MappedFile>> {
-        self.read_files().first().cloned()
+        self.map_at(0).ok().flatten()
     }
 
     /// Offset of the first byte still stored.
     pub fn min_offset(&self) -> u64 {
-        self.first_file().map(|f| f.from_offset()).unwrap_or(0)
+        self.read_files().first().map_or(0, |s| s.start)
     }
 
     /// One past the last published byte.
@@ -389,15 +530,32 @@ impl MappedFileQueue {
             .unwrap_or(0)
     }
 
-    /// The file holding `offset`, found by arithmetic (files are contiguous).
+    /// The file holding `offset`, found by arithmetic (files are contiguous) and mapped.
+    /// `None` when no file holds it, or when it cannot be mapped (`try_find` reports why).
     pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
-        let files = self.read_files();
-        let first = files.first()?.from_offset();
-        if offset < first {
-            return None;
-        }
-        let idx = usize::try_from((offset - first) / self.file_size).ok()?;
-        files.get(idx).cloned()
+        self.try_find(offset).ok().flatten()
+    }
+
+    /// `find`, with the error when the file exists but mapping it failed: for callers that
+    /// must not take a file they could not map for a file that is not there (recovery).
+    pub fn try_find(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
+        let (slot, is_last) = {
+            let files = self.read_files();
+            let Some(first) = files.first().map(|s| s.start) else {
+                return Ok(None);
+            };
+            if offset < first {
+                return Ok(None);
+            }
+            let Ok(idx) = usize::try_from((offset - first) / self.file_size) else {
+                return Ok(None);
+            };
+            match files.get(idx) {
+                Some(s) => (Arc::clone(s), idx + 1 == files.len()),
+                None => return Ok(None),
+            }
+        };
+        self.map(&slot, is_last).map(Some)
     }
 
     /// Path of the file that starts at `start`.
@@ -460,24 +618,26 @@ impl MappedFileQueue {
         Ok(fault_in > 0 && f.populate(0, fault_in).is_ok())
     }
 
-    /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
-    /// the last reader holding the file lets go of it.
+    /// Forgets every file (closing the store): each mapping goes as soon as the last reader
+    /// holding the file lets go of it.
     pub fn clear(&self) {
-        self.write_files().clear();
+        let old = std::mem::take(&mut *self.write_files());
+        self.release(&old);
         *self.lock_ready() = None;
     }
 
-    /// Drops this process's mappings of the pages of every file but the last `keep_last`
-    /// (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a later read
-    /// faults it back in. Keeps the resident set flat however much of a big store is written
-    /// or read. Anonymous (`:memory:`) files are left alone (their pages are the data).
+    /// Drops this process's mappings of the pages of every mapped file but the last
+    /// `keep_last` (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a
+    /// later read faults it back in. Keeps the resident set flat however much of a big store
+    /// is written or read. Files not mapped are left alone (nothing to drop), and so are
+    /// anonymous (`:memory:`) files (their pages are the data).
     pub fn release_pages(&self, keep_last: usize) {
         if matches!(self.backing, Backing::Memory) {
             return;
         }
-        let files = self.files();
-        let old = files.len().saturating_sub(keep_last);
-        for f in files.iter().take(old) {
+        let slots = self.read_files().clone();
+        let old = slots.len().saturating_sub(keep_last);
+        for f in slots.iter().take(old).filter_map(|s| s.live()) {
             let _ = f.advise(0, f.size(), Advice::DontNeed);
         }
     }
@@ -541,7 +701,7 @@ impl MappedFileQueue {
     }
 
     /// Appends a new last file starting at `start` (using a prepared one if present) and
-    /// returns its writer.
+    /// returns its writer. The file is pinned (see the module doc).
     pub fn roll(&self, start: u64) -> Result<FileWriter> {
         let prepared = self
             .lock_ready()
@@ -552,7 +712,8 @@ impl MappedFileQueue {
             None => Arc::new(self.make_file(start)?),
         };
         let writer = file.writer().ok_or(Error::ReadOnly)?;
-        self.write_files().push(file);
+        self.write_files().push(Slot::pinned(&file));
+        self.cache.touch(&file);
         Ok(writer)
     }
 
@@ -564,69 +725,97 @@ impl MappedFileQueue {
     /// Removes every file that starts at or after `offset` (recovery truncation). The caller
     /// truncates the file containing `offset` through its writer.
     pub fn drop_files_from(&self, offset: u64) -> Result<()> {
-        let removed: Vec<Arc<MappedFile>> = {
+        let removed: Vec<Arc<Slot>> = {
             let mut files = self.write_files();
             let keep = files
                 .iter()
-                .position(|f| f.from_offset() >= offset)
+                .position(|s| s.start >= offset)
                 .unwrap_or(files.len());
             files.split_off(keep)
         };
-        for f in removed {
-            if let Backing::Dir { .. } = self.backing {
-                fs::remove_file(f.path())?;
-            }
-        }
+        self.release(&removed);
         if let Backing::Dir { dir, .. } = &self.backing {
+            for s in &removed {
+                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
+            }
             fs::fsync_dir(dir)?;
         }
         Ok(())
     }
 
-    /// Deletes head files for which `expired` says yes, stopping at the first that is not and
-    /// never deleting the last file. Returns how many were deleted.
+    /// Deletes head files for which `expired` says yes, stopping at the first that is not (or
+    /// that cannot be mapped to be asked) and never deleting the last file. Returns how many
+    /// were deleted.
     pub fn delete_head_while(
         &self,
         max: usize,
         expired: impl Fn(&MappedFile) -> bool,
     ) -> Result<usize> {
-        let victims: Vec<Arc<MappedFile>> = {
+        let victims: Vec<Arc<Slot>> = {
             let mut files = self.write_files();
             let mut n = 0;
-            while n < max && n + 1 < files.len() && files.get(n).is_some_and(|f| expired(f)) {
+            while n < max && n + 1 < files.len() {
+                let Some(slot) = files.get(n) else { break };
+                let asked = match self.map(slot, false) {
+                    Ok(f) => expired(&f),
+                    Err(_) => false,
+                };
+                if !asked {
+                    break;
+                }
                 n += 1;
             }
             files.drain(..n).collect()
         };
-        for f in &victims {
-            if let Backing::Dir { .. } = self.backing {
-                fs::remove_file(f.path())?;
+        self.release(&victims);
+        if let Backing::Dir { dir, .. } = &self.backing {
+            for s in &victims {
+                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
             }
         }
         Ok(victims.len())
     }
 
-    /// Flushes every file with unflushed bytes; returns the global flushed offset.
+    /// Flushes every file with unflushed bytes; returns the global flushed offset. Only pinned
+    /// files can hold unflushed bytes (see the module doc); a file this flush leaves clean
+    /// and that is no longer the last is unpinned, left to the cache.
     pub fn flush(&self) -> Result<u64> {
-        let files = self.files();
-        let mut flushed = self.min_offset();
-        for f in &files {
+        let slots = self.read_files().clone();
+        let pinned: Vec<(usize, Arc<MappedFile>)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.lock_pin().clone().map(|f| (i, f)))
+            .collect();
+        for (_, f) in &pinned {
             if f.flushed() < f.published() {
                 f.flush()?;
             }
-            flushed = f.from_offset() + f.flushed();
         }
-        self.sync_created(&files)?;
-        Ok(flushed)
+        self.sync_created(pinned.iter().map(|(_, f)| f))?;
+        let last = slots.len().saturating_sub(1);
+        for (i, f) in &pinned {
+            let clean = f.flushed() >= f.published() && !f.create_sync_due();
+            if *i < last && clean {
+                if let Some(slot) = slots.get(*i) {
+                    if let Some(f) = slot.lock_pin().take() {
+                        self.cache.touch(&f);
+                    }
+                }
+            }
+        }
+        Ok(match pinned.last() {
+            Some((i, f)) if *i == last => f.from_offset() + f.flushed(),
+            _ => self.max_offset(),
+        })
     }
 
-    /// The fsyncs owed by files created with their sync deferred (in the list or the ready
-    /// slot): each file's, then the directory's; a file's debt is cleared only after both.
-    fn sync_created(&self, files: &[Arc<MappedFile>]) -> Result<()> {
-        let ready = self.ready_file();
-        let due: Vec<&Arc<MappedFile>> = files
-            .iter()
-            .chain(ready.as_ref())
+    /// The fsyncs owed by files created with their sync deferred (among `files` or in the
+    /// ready slot): each file's, then the directory's; a file's debt is cleared only after
+    /// both.
+    fn sync_created<'a>(&self, files: impl Iterator<Item = &'a Arc<MappedFile>>) -> Result<()> {
+        let due: Vec<Arc<MappedFile>> = files
+            .cloned()
+            .chain(self.ready_file())
             .filter(|f| f.create_sync_due())
             .collect();
         if due.is_empty() {
@@ -650,8 +839,8 @@ impl MappedFileQueue {
     }
 }
 
-/// True when both lists hold the same mapped files, in the same order.
-fn same_files(a: &[Arc<MappedFile>], b: &[Arc<MappedFile>]) -> bool {
+/// True when both lists hold the same slots, in the same order.
+fn same_slots(a: &[Arc<Slot>], b: &[Arc<Slot>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 

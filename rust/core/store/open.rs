@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::flush::FlushService;
 use crate::lock::{self, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
-use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::mapped_file_queue::{Backing, MapCache, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
 use crate::prepare::{Prepare, PreparerService};
 use crate::recovery::{self, RecoveryReport};
@@ -103,17 +103,25 @@ pub(super) fn open_with(
         },
         None => Backing::Memory,
     };
-    let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable);
+    // One budget of idle mappings for every file of the store (mapped_file_queue/cache.rs).
+    let map_cache = Arc::new(MapCache::new(config.max_mapped_files));
+    let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable)
+        .with_cache(Arc::clone(&map_cache));
+    // Lists and stats the files; recovery maps the ones it reads (the tail from the
+    // checkpoint).
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     commit_log.set_clock(config.clock.clone());
-    let cqs = Arc::new(ConsumeQueueStore::new(
-        root.map(|r| r.join("consumequeue")),
-        decided.geometry.consume_queue_file_size(),
-        config.file_mode,
-        config.dir_mode,
-        !writable,
-    ));
+    let cqs = Arc::new(
+        ConsumeQueueStore::new(
+            root.map(|r| r.join("consumequeue")),
+            decided.geometry.consume_queue_file_size(),
+            config.file_mode,
+            config.dir_mode,
+            !writable,
+        )
+        .with_cache(map_cache),
+    );
     // The registration list: every derived store, critical ones first.
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
     registered.extend(extra);
