@@ -171,13 +171,12 @@ impl CommitLog {
         self.files().drop_files_from(end + 1)?;
         let mut a = self.lock_appender();
         a.writer = None;
-        if let Some(last) = self.files().try_last_file()? {
-            if let Some(mut w) = last.writer() {
-                let local = end.saturating_sub(last.from_offset()).min(last.size());
-                let zero_until = if zero_tail { last.size() } else { local };
-                w.truncate_to(local, zero_until);
-                a.writer = Some(w);
-            }
+        if let Some(mut w) = self.files().last_writer()? {
+            let (from, size) = (w.file().from_offset(), w.file().size());
+            let local = end.saturating_sub(from).min(size);
+            let zero_until = if zero_tail { size } else { local };
+            w.truncate_to(local, zero_until);
+            a.writer = Some(w);
         }
         self.set_max_offset(end);
         drop(a);

@@ -74,6 +74,8 @@ pub struct ConsumeQueue {
     next_due: AtomicU64,
     // How fast units arrive, marked at each `WARM_CHUNK` (`warm_chunk_ahead`).
     pace: Pace,
+    // A unit was published since the last `flush` (an idle queue lets go of its writer).
+    written: std::sync::atomic::AtomicBool,
 }
 
 /// `next_due` when no file is due.
@@ -111,6 +113,7 @@ impl ConsumeQueue {
             next_asked: AtomicU64::new(u64::MAX),
             next_due: AtomicU64::new(NO_FILE),
             pace: Pace::default(),
+            written: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -185,10 +188,18 @@ impl ConsumeQueue {
             }
             pos += UNIT_SIZE;
         }
-        let mut w = last.writer().ok_or(Error::ReadOnly)?;
-        let zero_until = if zero_tail { last.size() } else { end_in_file };
+        drop(last);
+        let mut w = self.files.last_writer()?.ok_or(Error::ReadOnly)?;
+        let zero_until = if zero_tail {
+            w.file().size()
+        } else {
+            end_in_file
+        };
         w.truncate_to(end_in_file, zero_until);
-        *self.lock_writer() = Some(w);
+        // The writer is taken again by the first put (`resume_writer`): until then the file
+        // may be unmapped like any other.
+        drop(w);
+        self.files.park_last();
         self.refresh_max_physical();
         self.min_logic
             .store(self.files.min_offset() / UNIT_SIZE, Ordering::Release);
@@ -306,18 +317,14 @@ impl ConsumeQueue {
         let mut guard = self.lock_writer();
         let file_size = self.files.file_size();
         let file_start = byte - byte % file_size;
-        let current = guard.take();
+        // Dropped first: the writer of the file kept is taken again below.
+        drop(guard.take());
         // Keep the file holding `byte` (even when the cut is at its first unit).
         self.files.drop_files_from(file_start + 1)?;
-        if let Some(last) = self.files.last_file() {
-            let writer = match current {
-                Some(w) if w.file().from_offset() == last.from_offset() => Some(w),
-                _ => last.writer(),
-            };
-            if let Some(mut w) = writer {
-                w.truncate_to(byte.saturating_sub(last.from_offset()), last.size());
-                *guard = Some(w);
-            }
+        if let Some(mut w) = self.files.last_writer()? {
+            let (from, size) = (w.file().from_offset(), w.file().size());
+            w.truncate_to(byte.saturating_sub(from), size);
+            *guard = Some(w);
         }
         drop(guard);
         self.refresh_max_physical();
@@ -339,12 +346,12 @@ impl ConsumeQueue {
 
     /// Next logical offset to be written.
     pub fn max_offset(&self) -> u64 {
+        if !self.read_only {
+            return self.files.max_offset() / UNIT_SIZE;
+        }
         let Some(last) = self.files.last_file() else {
             return 0;
         };
-        if !self.read_only {
-            return (last.from_offset() + last.published()) / UNIT_SIZE;
-        }
         let end = valid_units_end(&last);
         if end == 0 && last.from_offset() > 0 {
             // An empty last file may have been prepared ahead of its roll while the one
@@ -419,6 +426,7 @@ impl ConsumeQueue {
     ) -> Result<bool> {
         let known_end = self.max_physical_offset();
         let mut guard = self.lock_writer();
+        self.resume_writer(&mut guard)?;
         let mut max_end = None;
         for (i, unit) in units.into_iter().enumerate() {
             let unit_end = unit.offset + u64::from(unit.size);
@@ -449,6 +457,7 @@ impl ConsumeQueue {
             w.publish();
             self.note_fill(w);
         }
+        self.written.store(true, Ordering::Release);
         self.max_physical.fetch_max(max_end, Ordering::AcqRel);
         Ok(true)
     }
@@ -484,9 +493,19 @@ impl ConsumeQueue {
         }
         w.publish();
         self.note_fill(w);
+        self.written.store(true, Ordering::Release);
         self.max_physical
             .fetch_max(last.offset + u64::from(last.size), Ordering::AcqRel);
         Ok(true)
+    }
+
+    /// Under the writer lock: takes the last file's writer again when the queue let go of it
+    /// while idle (`flush`, `recover`). Nothing to take in a queue without a file.
+    fn resume_writer(&self, guard: &mut Option<FileWriter>) -> Result<()> {
+        if guard.is_none() && !self.read_only {
+            *guard = self.files.last_writer()?;
+        }
+        Ok(())
     }
 
     /// Under the writer lock, after a write: once the current file is half full, notes (once
@@ -593,10 +612,22 @@ impl ConsumeQueue {
     /// (`warm_chunk_ahead`, `prepare_file`). That whole-file fsync writes those zero pages back and
     /// write-protects them, so each one's first unit would take a fault on the dispatching
     /// thread, usually a producer's. They are faulted in again here, once the debt is paid.
+    ///
+    /// A queue not written since its previous flush lets go of its writer and of its last
+    /// file's pin (`MappedFileQueue::park_last`): the file is then unmapped like any other idle
+    /// file, and the next put takes the writer again.
     pub fn flush(&self) -> Result<()> {
-        let written = self.files.last_file().filter(|f| f.create_sync_due());
+        let written = self.files.pinned_last().filter(|f| f.create_sync_due());
         let prepared = self.files.ready_file().filter(|f| f.create_sync_due());
         self.files.flush()?;
+        if !self.written.swap(false, Ordering::AcqRel) {
+            if let Some(mut guard) = crate::util::sync::try_lock(&self.writer) {
+                if !self.written.load(Ordering::Acquire) {
+                    *guard = None;
+                    self.files.park_last();
+                }
+            }
+        }
         if let Some(f) = written {
             let at = f.published();
             // From the page holding the write position (advice ranges start on a page).

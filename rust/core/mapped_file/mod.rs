@@ -4,8 +4,9 @@
 //!
 //! Invariants
 //! - `published <= size`; bytes below `published` are immutable while the store runs.
-//! - At most one `FileWriter` exists per file (taken once); it writes only at or past
-//!   `published`, so readers (limited to `[0, published)`) never see a byte being written.
+//! - At most one `FileWriter` exists per mapping at a time (dropping it lets another be
+//!   taken, at the published position); it writes only at or past `published`, so readers
+//!   (limited to `[0, published)`) never see a byte being written.
 //! - `flushed <= published`: `flushed` only advances after a successful msync.
 //!
 //! Crash behaviour: a process crash keeps every byte written to the mapping (the kernel owns the
@@ -201,9 +202,10 @@ impl MappedFile {
         }
     }
 
-    /// Takes the unique writer; `None` if it was taken before or the mapping is read-only.
+    /// Takes the unique writer; `None` while another one exists or when the mapping is
+    /// read-only.
     pub fn writer(self: &Arc<Self>) -> Option<FileWriter> {
-        if self.writer_taken.swap(true, Ordering::AcqRel) {
+        if !self.writable || self.writer_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
         Some(FileWriter {
@@ -211,6 +213,23 @@ impl MappedFile {
             pos: self.published.load(Ordering::Acquire),
             fd: None,
         })
+    }
+
+    /// True while a `FileWriter` of this mapping exists.
+    pub fn writer_taken(&self) -> bool {
+        self.writer_taken.load(Ordering::Acquire)
+    }
+
+    /// A new mapping of a file that is neither being written nor holding unflushed bytes
+    /// (no writer was ever taken of it): its data ends at `pos`, all of it flushed. Lets a
+    /// queue map again a file it let go of without losing where its data ends.
+    pub(crate) fn resume_at(&self, pos: u64) {
+        if self.writer_taken() {
+            return;
+        }
+        let pos = pos.min(self.size);
+        self.published.store(pos, Ordering::Release);
+        self.flushed.store(pos, Ordering::Release);
     }
 
     /// True when `meta` (a `stat` of the path this file was opened at) describes the file
@@ -397,6 +416,12 @@ impl MappedFile {
             Some(f) => fs::sync_file(&f, &self.path),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        self.file.writer_taken.store(false, Ordering::Release);
     }
 }
 

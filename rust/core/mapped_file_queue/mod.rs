@@ -19,12 +19,15 @@
 //! a mapping alive is a strong one: a reader's or writer's `Arc<MappedFile>`, the store-wide
 //! cache of recently used files (cache.rs, a budget of idle mappings), or the slot's pin. A
 //! mapping therefore goes when its last holder drops it, never under a reader.
-//! - Pinned (kept mapped whatever the cache's budget): in a writable queue, the last file
-//!   once mapped, and every file created or written in this process until a `flush` finds it
-//!   clean (not last, every published byte flushed, its creation's fsyncs done). A new
-//!   mapping of a file starts with every byte published and flushed (`open_existing`), which
-//!   is true of exactly the files that are not pinned; the files prepared ahead of a roll are
-//!   held by the `ready` slot.
+//! - Pinned (kept mapped whatever the cache's budget): every file a writer was taken of
+//!   (`roll`, `last_writer`) until a `flush` finds it clean (every published byte flushed,
+//!   its creation's fsyncs done) and either no longer last or let go of by its owner
+//!   (`park_last`: the writer dropped; the slot then remembers where the data ends). A new
+//!   mapping of a file starts with every byte published and flushed (`open_existing`), up
+//!   to the end remembered for it if any, which is true of exactly the files that are not
+//!   pinned; the files prepared ahead of a roll are held by the `ready` slot.
+//! - Anonymous (`:memory:`) files are the data itself: they stay pinned for as long as they
+//!   are listed.
 //! - No mapping holds a descriptor (mapped_file/mod.rs), so neither the number of files nor
 //!   the number of queues bounds anything but the cache's budget.
 //!
@@ -44,6 +47,7 @@ pub mod pace;
 pub mod warm;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::error::{Error, Result};
@@ -75,7 +79,12 @@ struct Slot {
     mapped: RwLock<Weak<MappedFile>>,
     // Set while the file must stay mapped (see the module doc).
     pinned: Mutex<Option<Arc<MappedFile>>>,
+    // Where the data of a last file let go of by `park_last` ends (`NO_END`: the file's end).
+    end: AtomicU64,
 }
+
+/// `Slot::end` when no end is remembered.
+const NO_END: u64 = u64::MAX;
 
 impl Slot {
     fn unmapped(start: u64) -> Arc<Slot> {
@@ -83,6 +92,7 @@ impl Slot {
             start,
             mapped: RwLock::new(Weak::new()),
             pinned: Mutex::new(None),
+            end: AtomicU64::new(NO_END),
         })
     }
 
@@ -92,6 +102,7 @@ impl Slot {
             start: file.from_offset(),
             mapped: RwLock::new(Arc::downgrade(file)),
             pinned: Mutex::new(Some(Arc::clone(file))),
+            end: AtomicU64::new(NO_END),
         })
     }
 
@@ -170,6 +181,7 @@ impl MappedFileQueue {
         names.retain(|&start| start < end);
         names.sort_unstable();
         let mut loaded: Vec<Arc<Slot>> = Vec::with_capacity(names.len());
+        let mut short_last = false;
         let n = names.len();
         for (i, start) in names.into_iter().enumerate() {
             let path = dir.join(fs::offset_file_name(start));
@@ -200,7 +212,8 @@ impl MappedFileQueue {
                     // A reader cannot repair a short tail file; the writer will. Skip it.
                     continue;
                 }
-                // A writer's first mapping of it finishes its preallocation (`open_existing`).
+                // Mapped below, which finishes its preallocation (`open_existing`).
+                short_last = true;
             }
             if start % self.file_size != 0 {
                 return Err(Error::Corrupted {
@@ -227,6 +240,9 @@ impl MappedFileQueue {
         }
         let old = std::mem::replace(&mut *self.write_files(), loaded);
         self.release(&old);
+        if short_last {
+            self.try_last_file()?;
+        }
         Ok(())
     }
 
@@ -418,9 +434,9 @@ impl MappedFileQueue {
         }
     }
 
-    /// The mapping of `slot`, mapped now if no holder keeps one. Every use counts as recent
-    /// for the cache; the last file (`is_last`) of a writable queue is pinned.
-    fn map(&self, slot: &Slot, is_last: bool) -> Result<Arc<MappedFile>> {
+    /// The mapping of `slot`, mapped now if no holder keeps one (continuing at the end the
+    /// slot remembers, if any). Every use counts as recent for the cache.
+    fn map(&self, slot: &Slot) -> Result<Arc<MappedFile>> {
         let file = match slot.live() {
             Some(f) => f,
             None => {
@@ -438,32 +454,27 @@ impl MappedFileQueue {
                             self.file_size,
                             self.writable,
                         )?);
+                        let end = slot.end.load(Ordering::Acquire);
+                        if end != NO_END {
+                            f.resume_at(end);
+                        }
                         *mapped = Arc::downgrade(&f);
                         f
                     }
                 }
             }
         };
-        if is_last && self.writable {
-            let mut pin = slot.lock_pin();
-            if pin.is_none() {
-                *pin = Some(Arc::clone(&file));
-            }
-        }
         self.cache.touch(&file);
         Ok(file)
     }
 
     /// The file of the `idx`-th slot, mapped if needed.
     fn map_at(&self, idx: usize) -> Result<Option<Arc<MappedFile>>> {
-        let (slot, is_last) = {
-            let files = self.read_files();
-            match files.get(idx) {
-                Some(s) => (Arc::clone(s), idx + 1 == files.len()),
-                None => return Ok(None),
-            }
+        let slot = match self.read_files().get(idx) {
+            Some(s) => Arc::clone(s),
+            None => return Ok(None),
         };
-        self.map(&slot, is_last).map(Some)
+        self.map(&slot).map(Some)
     }
 
     fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
@@ -523,9 +534,18 @@ impl MappedFileQueue {
         self.read_files().first().map_or(0, |s| s.start)
     }
 
-    /// One past the last published byte.
+    /// One past the last published byte. Maps the last file unless its end is remembered
+    /// (`park_last`) and it is not mapped.
     pub fn max_offset(&self) -> u64 {
-        self.last_file()
+        let last = self.read_files().last().cloned();
+        let Some(slot) = last else {
+            return 0;
+        };
+        let end = slot.end.load(Ordering::Acquire);
+        if end != NO_END && slot.live().is_none() {
+            return slot.start + end;
+        }
+        self.map(&slot)
             .map(|f| f.from_offset() + f.published())
             .unwrap_or(0)
     }
@@ -539,7 +559,7 @@ impl MappedFileQueue {
     /// `find`, with the error when the file exists but mapping it failed: for callers that
     /// must not take a file they could not map for a file that is not there (recovery).
     pub fn try_find(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
-        let (slot, is_last) = {
+        let slot = {
             let files = self.read_files();
             let Some(first) = files.first().map(|s| s.start) else {
                 return Ok(None);
@@ -551,11 +571,11 @@ impl MappedFileQueue {
                 return Ok(None);
             };
             match files.get(idx) {
-                Some(s) => (Arc::clone(s), idx + 1 == files.len()),
+                Some(s) => Arc::clone(s),
                 None => return Ok(None),
             }
         };
-        self.map(&slot, is_last).map(Some)
+        self.map(&slot).map(Some)
     }
 
     /// Path of the file that starts at `start`.
@@ -717,9 +737,55 @@ impl MappedFileQueue {
         Ok(writer)
     }
 
-    /// The writer of the last file, if one exists and its writer was not taken yet.
-    pub fn take_last_writer(&self) -> Option<FileWriter> {
-        self.last_file().and_then(|f| f.writer())
+    /// The writer of the last file, which stays pinned (mapped) from now on until `park_last`
+    /// lets go of it. `Ok(None)` without a file, or while its writer exists elsewhere.
+    pub fn last_writer(&self) -> Result<Option<FileWriter>> {
+        let Some(slot) = self.read_files().last().cloned() else {
+            return Ok(None);
+        };
+        let file = self.map(&slot)?;
+        let Some(writer) = file.writer() else {
+            return Ok(None);
+        };
+        slot.end.store(NO_END, Ordering::Release);
+        let mut pin = slot.lock_pin();
+        if pin.is_none() {
+            *pin = Some(file);
+        }
+        Ok(Some(writer))
+    }
+
+    /// The owner of the last file's writer dropped it (an idle queue): once every byte of it is
+    /// flushed and its creation synced, the file is unpinned, left to the cache, and the slot
+    /// remembers where its data ends so that a new mapping continues there. Returns whether
+    /// it was let go of (false while a writer exists or bytes wait for a flush).
+    pub fn park_last(&self) -> bool {
+        if matches!(self.backing, Backing::Memory) {
+            return false;
+        }
+        let Some(slot) = self.read_files().last().cloned() else {
+            return false;
+        };
+        let mut pin = slot.lock_pin();
+        let Some(f) = pin.as_ref() else {
+            return false;
+        };
+        if f.writer_taken() || f.flushed() < f.published() || f.create_sync_due() {
+            return false;
+        }
+        slot.end.store(f.published(), Ordering::Release);
+        if let Some(f) = pin.take() {
+            drop(pin);
+            self.cache.touch(&f);
+        }
+        true
+    }
+
+    /// The last file if it is pinned (being written, or not yet clean): maps nothing.
+    pub fn pinned_last(&self) -> Option<Arc<MappedFile>> {
+        let slot = self.read_files().last().cloned()?;
+        let pin = slot.lock_pin().clone();
+        pin
     }
 
     /// Removes every file that starts at or after `offset` (recovery truncation). The caller
@@ -756,7 +822,7 @@ impl MappedFileQueue {
             let mut n = 0;
             while n < max && n + 1 < files.len() {
                 let Some(slot) = files.get(n) else { break };
-                let asked = match self.map(slot, false) {
+                let asked = match self.map(slot) {
                     Ok(f) => expired(&f),
                     Err(_) => false,
                 };
@@ -793,8 +859,10 @@ impl MappedFileQueue {
         }
         self.sync_created(pinned.iter().map(|(_, f)| f))?;
         let last = slots.len().saturating_sub(1);
-        for (i, f) in &pinned {
-            let clean = f.flushed() >= f.published() && !f.create_sync_due();
+        // Anonymous memory is the data itself: never let go of.
+        let in_memory = matches!(self.backing, Backing::Memory);
+        for (i, f) in pinned.iter().filter(|_| !in_memory) {
+            let clean = f.flushed() >= f.published() && !f.create_sync_due() && !f.writer_taken();
             if *i < last && clean {
                 if let Some(slot) = slots.get(*i) {
                     if let Some(f) = slot.lock_pin().take() {
@@ -805,6 +873,7 @@ impl MappedFileQueue {
         }
         Ok(match pinned.last() {
             Some((i, f)) if *i == last => f.from_offset() + f.flushed(),
+            // Not pinned: every byte of the last file is flushed.
             _ => self.max_offset(),
         })
     }
