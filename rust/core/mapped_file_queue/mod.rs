@@ -25,11 +25,13 @@
 //!   (`park_last`: the writer dropped; the slot then remembers where the data ends). A new
 //!   mapping of a file starts with every byte published and flushed (`open_existing`), up
 //!   to the end remembered for it if any, which is true of exactly the files that are not
-//!   pinned; the files prepared ahead of a roll are held by the `ready` slot.
+//!   pinned (owners fill a file before they roll to the next: the commit log's END_OF_FILE
+//!   blank, a consume queue's whole number of units); the files prepared ahead of a roll are
+//!   held by the `ready` slot.
 //! - Anonymous (`:memory:`) files are the data itself: they stay pinned for as long as they
 //!   are listed.
-//! - No mapping holds a descriptor (mapped_file/mod.rs), so neither the number of files nor
-//!   the number of queues bounds anything but the cache's budget.
+//! - No mapping holds a descriptor (mapped_file/mod.rs): the number of files and queues
+//!   costs no descriptor, and mappings only up to the cache's budget plus the pinned files.
 //!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
 //! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
@@ -43,17 +45,20 @@
 
 pub mod cache;
 pub mod fence;
+mod follow;
 pub mod pace;
+mod slot;
 pub mod warm;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile};
 use crate::util::fs;
+use slot::{Slot, NO_END};
 
 /// Where a queue's files live.
 #[derive(Debug, Clone)]
@@ -71,53 +76,6 @@ pub enum Backing {
 
 pub use cache::MapCache;
 pub use warm::WARM_AHEAD;
-
-/// One file of a queue: where it starts, and its mapping while something holds one.
-#[derive(Debug)]
-struct Slot {
-    start: u64,
-    mapped: RwLock<Weak<MappedFile>>,
-    // Set while the file must stay mapped (see the module doc).
-    pinned: Mutex<Option<Arc<MappedFile>>>,
-    // Where the data of a last file let go of by `park_last` ends (`NO_END`: the file's end).
-    end: AtomicU64,
-}
-
-/// `Slot::end` when no end is remembered.
-const NO_END: u64 = u64::MAX;
-
-impl Slot {
-    fn unmapped(start: u64) -> Arc<Slot> {
-        Arc::new(Slot {
-            start,
-            mapped: RwLock::new(Weak::new()),
-            pinned: Mutex::new(None),
-            end: AtomicU64::new(NO_END),
-        })
-    }
-
-    /// A slot for a file just created here: pinned.
-    fn pinned(file: &Arc<MappedFile>) -> Arc<Slot> {
-        Arc::new(Slot {
-            start: file.from_offset(),
-            mapped: RwLock::new(Arc::downgrade(file)),
-            pinned: Mutex::new(Some(Arc::clone(file))),
-            end: AtomicU64::new(NO_END),
-        })
-    }
-
-    /// The live mapping, if any holder keeps one.
-    fn live(&self) -> Option<Arc<MappedFile>> {
-        self.mapped
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .upgrade()
-    }
-
-    fn lock_pin(&self) -> std::sync::MutexGuard<'_, Option<Arc<MappedFile>>> {
-        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// The ordered files of one commit log, consume queue or timer log.
 #[derive(Debug)]
@@ -342,85 +300,6 @@ impl MappedFileQueue {
         if !listed {
             let _ = fs::remove_file(f.path());
         }
-    }
-
-    /// Followers (read-only opens): brings the list in line with the directory.
-    ///
-    /// - Head files the writer deleted (expiry) are forgotten.
-    /// - The first other listed file whose name is gone, or, with `verify`, whose name now
-    ///   names another file than the one mapped (compared by device and inode), is forgotten
-    ///   with every file after it: the writer deleted and re-created it (the all-zero file
-    ///   prepared ahead of a roll is deleted by the next writer's recovery and by `close`, and
-    ///   recovery cuts files past a torn tail), so what is mapped is stale. Those names are
-    ///   listed again below, and mapped anew when used.
-    /// - Files past the last one kept are listed, in order, up to the first that is not full
-    ///   size yet (being created), and the list is cut to its contiguous run at the end.
-    ///
-    /// A forgotten file is unmapped once no reader still holds it, so its disk space is freed.
-    /// `verify` costs a `stat` per mapped file; without it only the directory is read.
-    pub fn refresh(&self, verify: bool) -> Result<()> {
-        let Backing::Dir { dir, .. } = &self.backing else {
-            return Ok(());
-        };
-        // One refresh at a time: each builds the new list from a snapshot and installs it.
-        let _one = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
-        let mut names = list_offsets(dir)?;
-        names.sort_unstable();
-        let listed = |s: &Arc<Slot>| names.binary_search(&s.start).is_ok();
-        let before = self.read_files().clone();
-        let mut files = before.clone();
-        let expired = files.iter().take_while(|s| !listed(s)).count();
-        files.drain(..expired);
-        let replaced = files.iter().position(|s| {
-            !listed(s)
-                || (verify
-                    && s.live().is_some_and(|f| {
-                        !std::fs::symlink_metadata(f.path()).is_ok_and(|m| f.is_file_at(&m))
-                    }))
-        });
-        if let Some(k) = replaced {
-            files.truncate(k);
-        }
-        let last = files.last().map(|s| s.start);
-        for start in names {
-            if last.is_some_and(|l| start <= l) {
-                continue;
-            }
-            let path = dir.join(fs::offset_file_name(start));
-            match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.is_file() && m.len() == self.file_size => {}
-                _ => break, // being created by the writer; try again later
-            }
-            files.push(Slot::unmapped(start));
-        }
-        // `find` indexes the list arithmetically: keep only the contiguous run at its end.
-        let size = self.file_size;
-        let keep_from = (1..files.len())
-            .rev()
-            .find(|&i| match (files.get(i - 1), files.get(i)) {
-                (Some(a), Some(b)) => a.start + size != b.start,
-                _ => false,
-            })
-            .unwrap_or(0);
-        files.drain(..keep_from);
-        if same_slots(&files, &before) {
-            return Ok(());
-        }
-        let mut current = self.write_files();
-        // Only `refresh` (serialised above) and `clear` change a follower's list: a list that
-        // changed meanwhile was cleared by `close`, and stays so.
-        if same_slots(&current, &before) {
-            let kept: std::collections::HashSet<*const Slot> =
-                files.iter().map(Arc::as_ptr).collect();
-            *current = files;
-            drop(current);
-            let gone: Vec<Arc<Slot>> = before
-                .into_iter()
-                .filter(|s| !kept.contains(&Arc::as_ptr(s)))
-                .collect();
-            self.release(&gone);
-        }
-        Ok(())
     }
 
     /// Lets go of the mappings of slots that left the list: their pins and cache entries.
