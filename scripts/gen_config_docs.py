@@ -96,7 +96,10 @@ def render() -> str:
     units = int(by_name["consume_queue_file_units"].default)  # type: ignore[call-overload]
     queues = int(by_name["default_queues"].default)  # type: ignore[call-overload]
     cq_file = units * 20
-    new_store = log_file + queues * cq_file
+    # A new consume-queue file reserves one page (rust/core/consume_queue/mod.rs
+    # INITIAL_RESERVE); the rest of it is a hole.
+    cq_page = 4096
+    new_store = log_file + queues * cq_page
     half_full = new_store + log_file
     out = [
         "# Configuration",
@@ -131,18 +134,26 @@ def render() -> str:
         "",
         "## Footprint of the defaults",
         "",
-        "Files are preallocated, so a full disk shows up as an error (`StoreFullError`) rather "
-        "than a crash. The next commit-log file, and each consume queue's next file, is "
-        "preallocated in the background once the current one is half full, so rolling over "
-        "does not stall a send; a new topic's queues get their first files the same way when the "
-        "topic is created.",
+        "Disk is reserved (`posix_fallocate`) before it is written, so a full disk shows up as an "
+        "error (`StoreFullError`) rather than a crash. Commit-log files are reserved whole, and "
+        "the next one is prepared in the background once the current one is half full, so "
+        "rolling over does not stall a send. Consume-queue files have their full length "
+        f"({cq_file:,} bytes) from the start, as RocketMQ requires, but hold disk only for their "
+        f"units: a new file reserves one {cq_page:,}-byte page, and the writer reserves more "
+        "ahead of itself as units arrive (at most about twice what the units take). A queue "
+        "has no file before its first message, and a queue that fills half a file within 10 s "
+        "gets its next file prepared then; a slower one creates it when it rolls.",
         "",
         f"- A new store of a small app with one topic of {queues} queues takes about "
         f"**{new_store / MIB:.0f} MiB** on disk: one commit-log file ({log_file // MIB} MiB) "
-        f"and {queues} consume-queue files ({cq_file:,} bytes each).",
+        f"and, once each queue holds a message, {queues} consume-queue pages ({cq_page:,} bytes "
+        "each).",
         f"- It grows to about **{half_full / MIB:.0f} MiB** once the first commit-log file is "
-        f"half full (the next one is prepared), and by {cq_file:,} bytes per queue past the "
-        "half of its file. A prepared file still unused at `close()` is deleted.",
+        "half full (the next one is prepared); the consume queues grow by 20 bytes per message "
+        "(reserved ahead in steps). A prepared file still unused at `close()` is deleted.",
+        f"- 1,000 topics of {queues} queues holding one message each take about "
+        f"{1000 * queues * cq_page / MIB:.0f} MiB of consume-queue files (plus a directory per "
+        "topic and per queue), not a file's worth per queue.",
         "- Beyond that the store holds about the last `retention_hours` of writes (see the "
         "table).",
         "",

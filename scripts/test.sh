@@ -92,6 +92,18 @@ for t in "${tiers[@]}"; do
                 cargo test --features fault-injection "${fi_tests[@]}"
             fi
             py_tests "reliability and not soak and not perf" "$@"
+            # Every fuzz target for MQLITE_FUZZ_SECONDS (30 s) each. The stable driver unless
+            # MQLITE_FUZZ_ENGINE says otherwise: libFuzzer's sanitizer build of the fuzz crate
+            # costs more than the runs themselves (scripts/fuzz-smoke.sh runs it by hand).
+            mq_step "fuzz smoke (scripts/fuzz-smoke.sh)"
+            MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" ./scripts/fuzz-smoke.sh "${MQLITE_FUZZ_SECONDS:-30}"
+            # The lock-free protocols model-checked (docs/reliability.md#model-checking).
+            # `--cfg loom` changes the build of every crate: its own target directory, and a
+            # release build without LTO (the models need optimised code; LTO only costs time).
+            mq_step "loom models (RUSTFLAGS=--cfg loom cargo test --release --lib loom_)"
+            RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$PWD/target/loom" \
+                CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+                CARGO_PROFILE_RELEASE_DEBUG=0 cargo test --release --lib loom_
             ;;
         soak)
             export MQLITE_SOAK=1

@@ -1,6 +1,10 @@
-//! The next consume-queue file is created in the background (prepare.rs) before the queue
-//! rolls to it; a prepared file never rolled to (all zeros) must not move the queue's end,
-//! whether the store closed cleanly, crashed, or is read by a follower.
+//! The next consume-queue file of a queue written fast is created in the background
+//! (prepare.rs) before the queue rolls to it; a slow queue, and a new queue, create theirs
+//! when they need it. A prepared file never rolled to (all zeros) must not move the queue's
+//! end, whether the store closed cleanly, crashed, or is read by a follower.
+//!
+//! The stores run on a manual clock: a queue is fast when it fills half a file before the
+//! clock moves `FAST_HALF_FILE_MS`, which the tests decide by moving it (or not).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -9,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{body, cq_dir, read_queue, small_config};
+use mqlite::consume_queue::FAST_HALF_FILE_MS;
+use mqlite::util::clock::{now_ms, ManualClock};
 use mqlite::{MessageRef, Store, StoreConfig};
 
 const TOPIC: &str = "Prep";
@@ -41,6 +47,16 @@ fn follower(root: &Path) -> Store {
     .unwrap()
 }
 
+/// `small_config` on a manual clock (returned too), which only moves when a test moves it.
+fn clocked() -> (StoreConfig, ManualClock) {
+    let clock = ManualClock::new(now_ms());
+    let config = StoreConfig {
+        clock: clock.clone().into(),
+        ..small_config()
+    };
+    (config, clock)
+}
+
 fn put_range(store: &Store, from: u64, to: u64) {
     for i in from..to {
         let a = store.put(&MessageRef::new(TOPIC, 0, &body(i))).unwrap();
@@ -70,7 +86,8 @@ fn wait_for_file(path: &Path) {
 #[test]
 fn the_next_file_is_prepared_before_the_roll_and_deleted_at_close_if_unused() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), small_config()).unwrap();
+    // The clock never moves: the queue fills every half file at once, as fast as it gets.
+    let store = Store::open(dir.path(), clocked().0).unwrap();
     // Past half of the first file: the second is created before any unit goes into it.
     put_range(&store, 0, 40);
     wait_for_file(&cq_file(dir.path(), FILE_BYTES));
@@ -121,13 +138,41 @@ fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
 }
 
 #[test]
-fn a_new_topics_queues_get_their_first_files_in_the_background() {
+fn a_slow_queue_creates_its_next_file_when_it_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, clock) = clocked();
+    let store = Store::open(dir.path(), config).unwrap();
+    put_range(&store, 0, 20);
+    // Half of the first file (32 units) is reached after more than the fast pace allows.
+    clock.advance(Duration::from_millis(FAST_HALF_FILE_MS as u64 + 1));
+    put_range(&store, 20, 40);
+    store.flush().unwrap(); // every file asked of the preparer is made
+    assert_eq!(
+        queue_dir_files(dir.path(), 0),
+        [0],
+        "nothing prepared ahead"
+    );
+    // The roll creates the second file; its half is reached at once: the third is prepared.
+    put_range(&store, 40, 100);
+    wait_for_file(&cq_file(dir.path(), 2 * FILE_BYTES));
+    assert_queue_holds(&store, 100);
+    store.close().unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    assert_queue_holds(&store, 100);
+}
+
+#[test]
+fn a_new_topics_queues_hold_no_file_before_their_first_unit() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), small_config()).unwrap();
     store.create_topic(TOPIC, 3, 6, false, false).unwrap();
-    // Before any send: the first sends to each queue find their file made.
+    store.flush().unwrap(); // every file asked of the preparer is made
     for q in 0..3 {
-        wait_for_file(&common::cq_file(dir.path(), TOPIC, q, 0));
+        assert!(cq_dir(dir.path(), TOPIC, q).is_dir(), "queue {q} exists");
+        assert!(
+            queue_dir_files(dir.path(), q).is_empty(),
+            "queue {q} has a file"
+        );
         assert_eq!(store.queue_offsets(TOPIC, q).unwrap(), (0, 0));
     }
     put_range(&store, 0, 10);
@@ -135,10 +180,7 @@ fn a_new_topics_queues_get_their_first_files_in_the_background() {
     store.close().unwrap();
     assert_eq!(queue_dir_files(dir.path(), 0), [0]);
     for q in 1..3 {
-        assert!(
-            queue_dir_files(dir.path(), q).is_empty(),
-            "queue {q}: an unused prepared file is deleted at close"
-        );
+        assert!(queue_dir_files(dir.path(), q).is_empty(), "queue {q}");
     }
     let store = Store::open(dir.path(), small_config()).unwrap();
     assert_queue_holds(&store, 10);
@@ -171,16 +213,26 @@ fn a_new_queues_first_file_left_empty_by_a_crash_is_an_empty_queue() {
 #[test]
 fn flush_returns_after_the_files_being_made_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
-    // Default sizes: a new store's preparer first makes the 32 MiB commit-log file and faults
-    // in its first 4 MiB, so the queue files asked for next are still to come when an
-    // (otherwise quick) flush of the empty store is called.
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    // The default commit-log size: a new store's preparer first makes the 32 MiB commit-log
+    // file and faults in its first 4 MiB, so the queue files asked for next are still to come
+    // when an (otherwise quick) flush is called. The clock never moves: every queue is fast.
+    let (config, _clock) = clocked();
+    let config = StoreConfig {
+        commit_log_file_size: None,
+        ..config
+    };
+    let store = Store::open(dir.path(), config).unwrap();
     let queues = 8;
     store.create_topic(TOPIC, queues, 6, false, false).unwrap();
+    for i in 0..40 {
+        for q in 0..queues {
+            store.put(&MessageRef::new(TOPIC, q, &body(i))).unwrap();
+        }
+    }
     store.flush().unwrap();
     let want = store.geometry().consume_queue_file_size();
     for q in 0..queues {
-        let path = common::cq_file(dir.path(), TOPIC, q, 0);
+        let path = common::cq_file(dir.path(), TOPIC, q, want);
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         assert_eq!(len, want, "{} after flush", path.display());
     }

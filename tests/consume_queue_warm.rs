@@ -15,9 +15,15 @@ use mqlite::consume_queue::ConsumeQueue;
 use mqlite::mapped_file::mmap::Advice;
 
 const UNIT: u64 = 20;
-/// Units written after the flush: pages 0 to 14 of the file, inside the first 64 KiB chunk
-/// (entering the next chunk faults in another one, counted against this thread too).
+/// Units written after the flush: 15 pages, inside one 64 KiB chunk (entering the next chunk
+/// faults in another one, counted against this thread too).
 const UNITS: u64 = 15 * 4096 / UNIT;
+
+/// The first unit of the file's second 64 KiB chunk. A new file reserves disk blocks for its
+/// first page only and grows the reservation as units arrive; entering the second chunk
+/// reserves (and faults in) the chunk after it, so the pages after this unit are reserved
+/// and warm before the flush.
+const SECOND_CHUNK_UNIT: u64 = (64 << 10) / UNIT + 1;
 
 /// Minor faults taken by the calling thread so far (field 10 of its stat line).
 fn thread_minor_faults() -> u64 {
@@ -48,7 +54,8 @@ fn unit(i: u64) -> CqUnit {
     }
 }
 
-/// With unit 0 written: flushes, then writes `UNITS` more and returns the faults they took.
+/// With units up to `SECOND_CHUNK_UNIT` written: flushes, then writes `UNITS` more and
+/// returns the faults they took.
 fn faults_after_first_flush(q: &ConsumeQueue) -> Option<u64> {
     let f = q.files().last_file().unwrap();
     if f.advise(0, 1, Advice::PopulateWrite).is_err() {
@@ -59,7 +66,7 @@ fn faults_after_first_flush(q: &ConsumeQueue) -> Option<u64> {
     assert!(!f.create_sync_due(), "the flush made the file durable");
     thread_minor_faults();
     let before = thread_minor_faults();
-    for i in 1..=UNITS {
+    for i in SECOND_CHUNK_UNIT + 1..=SECOND_CHUNK_UNIT + UNITS {
         assert!(q.put(i, unit(i)).unwrap());
     }
     Some(thread_minor_faults() - before)
@@ -70,7 +77,9 @@ fn a_file_rolled_to_by_the_writer_is_warm_again_after_the_flush_that_syncs_its_c
     let dir = tempfile::tempdir().unwrap();
     let q = queue(dir.path());
     // No preparer: the put rolls to a new file itself, its creation sync owed to the flush.
-    assert!(q.put(0, unit(0)).unwrap());
+    for i in 0..=SECOND_CHUNK_UNIT {
+        assert!(q.put(i, unit(i)).unwrap());
+    }
     assert!(q.files().last_file().unwrap().create_sync_due());
     if let Some(faults) = faults_after_first_flush(&q) {
         assert!(

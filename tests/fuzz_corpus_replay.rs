@@ -1,8 +1,8 @@
 //! Fuzz corpus replay (reliability plan B.d) and the fuzz targets' checks.
 //!
-//! This file is the single source of the checks the cargo-fuzz targets in `fuzz/` run: each
-//! target is a one-line wrapper that includes this file as a module (`#[path]`) and calls one
-//! `check_*` function, so the fuzzer and this replay assert exactly the same invariants. Under
+//! This file (with `fuzz_checks/`) is the single source of the checks the cargo-fuzz targets in
+//! `fuzz/` run: each target is a one-line wrapper that includes this file as a module (`#[path]`)
+//! and calls one `check_*` function, so the fuzzer and this replay assert exactly the same invariants. Under
 //! plain `cargo test` (stable, no libFuzzer) it feeds every file under `fuzz/corpus/<target>/`,
 //! `fuzz/regressions/<target>/` and `fuzz/artifacts/<target>/` through its target's check, then a
 //! few hundred seeded mutations of each file (bit flips, byte overwrites, truncation,
@@ -19,7 +19,8 @@
 //! - `checkpoint_decode`: `CheckpointData::decode` never panics, accepts only slots with the
 //!   right magic, version and CRC, and decoded values round-trip through `encode`;
 //!   `Checkpoint::open` (read-only) on the bytes as a file picks slot A, else slot B, a slot
-//!   counting only when its progress table (FORMAT.md §5) verifies too.
+//!   counting only when it and its progress table (FORMAT.md §5) lie wholly inside the file
+//!   and verify.
 //! - `topics_json`: `TopicTable::load` of the bytes as `topics.json` never panics; it fails
 //!   only with `ConfigFile` naming that file (never with an empty table in its place), a loaded
 //!   table agrees with a generic JSON parse, and loading the bytes as the `.bak` behind a damaged
@@ -32,6 +33,11 @@
 //!   5 s; after `Ok` every queue reads back `Ok` (only intact records, in queue order) or
 //!   `Err(Corrupted)`, a new put is readable at its queue offset, and a reopen after a clean
 //!   close succeeds with the same queue offsets.
+//! - `properties_decode` and `store_meta_decode`: see `fuzz_checks/properties.rs` and
+//!   `fuzz_checks/store_meta.rs`.
+//!
+//! `fuzz_checks/smoke.rs` holds `fuzz_smoke`, a time-bounded run of every target on stable
+//! (ignored by default; `.ci/run` runs it when `cargo fuzz` cannot).
 #![allow(
     dead_code,
     clippy::unwrap_used,
@@ -67,7 +73,22 @@ pub const TARGETS: &[Target] = &[
     ("checkpoint_decode", check_checkpoint),
     ("topics_json", check_topics_json),
     ("recover_mutated_commit_log", check_recover_mutated),
+    ("properties_decode", check_properties),
+    ("store_meta_decode", check_store_meta),
 ];
+
+// The checks of the newer targets, one file each (their invariants are in those files).
+#[path = "fuzz_checks/properties.rs"]
+mod properties_checks;
+#[path = "fuzz_checks/store_meta.rs"]
+mod store_meta_checks;
+// The stable, time-bounded fuzz driver (`fuzz_smoke`, ignored by default).
+#[cfg(test)]
+#[path = "fuzz_checks/smoke.rs"]
+mod smoke;
+
+pub use properties_checks::check_properties;
+pub use store_meta_checks::check_store_meta;
 
 // ---------------------------------------------------------------------------------------------
 // shared helpers
@@ -251,8 +272,16 @@ fn record_invariants(data: &[u8], v: &RecordView<'_>, crc_checked: bool) {
         assert!(within(bytes, field), "a field lies outside the record");
     }
     // The cheap body locator (sysflag and BODYLEN only) agrees with the full parse.
-    let range = RecordView::body_range(bytes).expect("body range of a parsed record");
-    assert_eq!(&bytes[range], v.body());
+    let stored = RecordView::stored_body(bytes).expect("stored body of a parsed record");
+    assert_eq!(stored.bytes(), v.body());
+    assert!(
+        within(bytes, stored.bytes()),
+        "the stored body lies outside the record"
+    );
+    assert_eq!(
+        stored.is_compressed(),
+        v.sysflag() & sysflag::COMPRESSED != 0
+    );
     // The field lengths add up to TOTALSIZE: no accessor fell back to an empty slice.
     let body_len_at = 68 + bh + sh;
     assert_eq!(be_u32(bytes, body_len_at), Some(v.body().len() as u32));
@@ -348,17 +377,15 @@ const CP_FILE: usize = 4096;
 
 /// Decodes `data` as a slot and as a whole checkpoint file.
 pub fn check_checkpoint(data: &[u8]) {
-    // The file: slot A, else slot B (the file is read into a zero-filled 4 KiB buffer; slot
-    // A's table must end before slot B).
+    // The file: slot A, else slot B, each only from the bytes the file holds (a slot or table
+    // cut short by the end of the file is not whole; slot A's table must end before slot B).
+    // RocketMQ's fields are read from a zero-filled 4 KiB buffer.
     let mut padded = data.get(..CP_FILE).unwrap_or(data).to_vec();
     padded.resize(CP_FILE, 0);
     let whole = |slot: &[u8]| checkpoint_slot(slot).filter(|_| progress_table_ok(slot));
     let a = whole(&data[..data.len().min(CP_SLOT_B)]);
-    let expect = if data.len() >= CP_SLOT {
-        a.or_else(|| whole(&padded[CP_SLOT_B..]))
-    } else {
-        None
-    };
+    let b = || whole(data.get(CP_SLOT_B..data.len().min(CP_FILE))?);
+    let expect = a.or_else(b);
     let dir = fresh_dir("cp");
     let path = dir.join("checkpoint");
     std::fs::write(&path, data).unwrap();
@@ -953,6 +980,16 @@ fn replay_checkpoint_decode() {
 #[test]
 fn replay_topics_json() {
     replay("topics_json", true, 500);
+}
+
+#[test]
+fn replay_properties_decode() {
+    replay("properties_decode", true, 2_000);
+}
+
+#[test]
+fn replay_store_meta_decode() {
+    replay("store_meta_decode", true, 500);
 }
 
 #[test]

@@ -232,3 +232,140 @@ fn an_upward_import_is_reported() {
     let commented = vec![file("flush", "// see crate::store::release_pages\n")];
     assert!(upward_imports(&layers, &commented).is_empty());
 }
+
+/// Where code outside rust/core/consume_queue/ may name the consume queues, and on how many
+/// lines: everything else reaches them through the derived-store and queue-index traits
+/// (dispatch/derived.rs, dispatch/queue_index.rs).
+const CONSUME_QUEUE_NAMED: &[(&str, usize)] = &[
+    // The registration: the import, the name the checkpoint records, the construction.
+    ("store/open.rs", 3),
+    // The unit size, a fact of the geometry the meta file records (FORMAT.md §11).
+    ("store_meta/mod.rs", 1),
+    ("store_meta/derive.rs", 1),
+];
+
+/// The lines of `source`, outside comments, that name the consume-queue module or its types.
+fn consume_queue_mentions(source: &str) -> Vec<usize> {
+    let names = |code: &str| {
+        let bytes = code.as_bytes();
+        let starts_word = |at: usize| {
+            at == 0 || {
+                let c = bytes[at - 1] as char;
+                !(c.is_alphanumeric() || c == '_')
+            }
+        };
+        ["consume_queue::", "ConsumeQueue", "CqUnit"]
+            .iter()
+            .any(|n| code.match_indices(n).any(|(at, _)| starts_word(at)))
+    };
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| names(l.split("//").next().unwrap_or("")))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// Every file outside consume_queue/ that names it on more lines than `allowed` lets it.
+fn unregistered_consume_queue_uses(
+    files: &[(PathBuf, String)],
+    allowed: &[(&str, usize)],
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (path, source) in files {
+        let rel = path.strip_prefix(CORE).expect("under rust/core");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        if rel.starts_with("consume_queue/") {
+            continue;
+        }
+        let lines = consume_queue_mentions(source);
+        let limit = allowed
+            .iter()
+            .find(|(f, _)| *f == rel)
+            .map_or(0, |&(_, n)| n);
+        if lines.len() > limit {
+            bad.push(format!(
+                "{}: names the consume queues on lines {lines:?} (allowed: {limit})",
+                path.display()
+            ));
+        }
+    }
+    bad
+}
+
+#[test]
+fn consume_queues_are_named_only_by_their_module_and_the_registration() {
+    let bad = unregistered_consume_queue_uses(&core_sources(), CONSUME_QUEUE_NAMED);
+    assert!(
+        bad.is_empty(),
+        "go through dispatch::derived::DerivedStore or dispatch::queue_index::QueueIndex:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn a_direct_consume_queue_use_is_reported() {
+    let file = |rel: &str, s: &str| (Path::new(CORE).join(rel), s.to_string());
+    let files = vec![
+        file("store/read.rs", "use crate::consume_queue::ConsumeQueue;\n"),
+        file(
+            "store/open.rs",
+            "use crate::consume_queue::store::ConsumeQueueStore;\n",
+        ),
+        file(
+            "recovery.rs",
+            "fn f(q: &super::consume_queue::unit::CqUnit) {}\n",
+        ),
+        // Comments, longer identifiers and the module's own files are not uses.
+        file(
+            "flush.rs",
+            "// crate::consume_queue::ConsumeQueue\nlet consume_queue_file_units = 1;\n",
+        ),
+        file("store/mod.rs", "struct MyConsumeQueueView;\n"),
+        file(
+            "consume_queue/store.rs",
+            "use crate::consume_queue::ConsumeQueue;\n",
+        ),
+    ];
+    let bad = unregistered_consume_queue_uses(&files, &[("store/open.rs", 1)]);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(
+        bad[0].contains("store/read.rs: names the consume queues on lines [1]"),
+        "{bad:?}"
+    );
+    assert!(bad[1].contains("recovery.rs"), "{bad:?}");
+}
+
+/// What the binding (rust/py) must not use to read a stored record: the codec's layout and
+/// the helpers behind the view API. It reads records through `RecordView` (message/view.rs).
+const RECORD_INTERNALS: &[&str] = &[
+    "codec::",
+    "properties::get",
+    "properties::decode",
+    "decoded_body",
+    "msg_id::offset_msg_id",
+    "STORE_HOST",
+];
+
+#[test]
+fn the_binding_reads_records_only_through_the_view_api() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rust/py/src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(!files.is_empty(), "rust/py/src was found");
+    let mut bad = Vec::new();
+    for path in files {
+        let source = std::fs::read_to_string(&path).expect("read source");
+        for (i, line) in source.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for name in RECORD_INTERNALS.iter().filter(|n| code.contains(*n)) {
+                bad.push(format!("{}:{}: {name}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "use RecordView's methods:\n{}",
+        bad.join("\n")
+    );
+}

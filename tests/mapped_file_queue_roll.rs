@@ -357,3 +357,58 @@ fn a_parked_last_file_continues_where_its_data_ends() {
     assert_eq!(q.find(SIZE).unwrap().slice(100, 4).unwrap(), b"next");
     assert!(!q.park_last(), "a writer exists");
 }
+
+/// A file that grows its reservation (`Reserve::Grow`), let go of while idle and unmapped,
+/// is mapped again with nothing counted as reserved, whatever its earlier mapping reserved:
+/// its writer cannot write through the mapping until it reserves again (`make_room`, which
+/// reopens the file by path), so it never writes into a hole.
+#[test]
+fn a_growing_file_mapped_again_after_parking_reserves_before_writing() {
+    use mqlite::mapped_file::Reserve;
+    use std::os::unix::fs::MetadataExt;
+    const BIG: u64 = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let q = MappedFileQueue::new(
+        Backing::Dir {
+            dir: dir.path().to_path_buf(),
+            mode: 0o600,
+            populate: false,
+        },
+        BIG,
+        true,
+    )
+    .with_reserve(Reserve::Grow { initial: SIZE })
+    .with_cache(Arc::new(MapCache::new(0)));
+    let mut w = q.roll(0).unwrap();
+    assert_eq!(w.file().reserved(), SIZE);
+    w.append_with(100, |b| b.fill(1)).unwrap();
+    w.publish();
+    drop(w);
+    q.flush().unwrap();
+    assert!(q.park_last());
+    assert!(q.mapped_files().is_empty(), "unmapped once parked");
+
+    let mut w = q.last_writer().unwrap().unwrap();
+    assert_eq!(w.pos(), 100, "continues where the data ends");
+    assert_eq!(
+        w.file().reserved(),
+        0,
+        "a new mapping counts nothing as reserved"
+    );
+    assert!(
+        w.append_with(4, |b| b.copy_from_slice(b"next")).is_none(),
+        "no write through the mapping before a reservation"
+    );
+    w.make_room(4).unwrap();
+    assert!(w.file().reserved() >= 104);
+    w.append_with(4, |b| b.copy_from_slice(b"next")).unwrap();
+    w.publish();
+    assert_eq!(
+        q.find(0).unwrap().slice(96, 8).unwrap(),
+        b"\x01\x01\x01\x01next"
+    );
+    let path = dir.path().join(format!("{:020}", 0));
+    let meta = std::fs::metadata(path).unwrap();
+    assert_eq!(meta.len(), BIG, "full length");
+    assert!(meta.blocks() * 512 < BIG, "still mostly a hole");
+}

@@ -12,9 +12,9 @@
 //!   put before a `flush()` or a clean close that returned;
 //! - topics created or updated before the cut exist with at least the acknowledged queues;
 //! - the store accepts and returns a new message;
-//! - in some images a body byte of an acknowledged record below the checkpoint's durable
-//!   watermark is flipped (with `MQLITE_SOAK=1`, the record's middle byte, header fields
-//!   included): the open or the read of that record must fail with `Corrupted`, never skip it.
+//! - in some images a byte of an acknowledged record below the checkpoint's durable watermark
+//!   is flipped (a header byte in half of them, lengths, queue id and offsets included): the
+//!   open or the read of that record must fail with `Corrupted`, never skip it.
 //!
 //! Replay: a failure prints the workload seed, the cut and the image seed, and keeps the image
 //! under `target/tmp/`. `MQLITE_POWER_CUT_SEED=<seed>` runs that one workload (both modes);
@@ -316,7 +316,7 @@ fn check_snapshot(snap: &Snapshot, p: &Plan, seed: u64, mode: FlushMode, tally: 
         tally.unsynced_pages += stats.unsynced_pages as u64;
         tally.pages_kept += stats.pages_kept as u64;
         let outcome = if damage {
-            check_damaged_image(dir.path(), snap, p, mode).map(|flipped| {
+            check_damaged_image(dir.path(), snap, p, mode, image_seed).map(|flipped| {
                 tally.damaged += u64::from(flipped);
                 0
             })
@@ -332,7 +332,7 @@ fn check_snapshot(snap: &Snapshot, p: &Plan, seed: u64, mode: FlushMode, tally: 
                 std::fs::create_dir_all(&keep).unwrap();
                 snap.build(&keep, image_seed).unwrap();
                 if damage {
-                    flip_below_watermark(&keep, snap, p, mode);
+                    flip_below_watermark(&keep, snap, p, mode, image_seed);
                 }
                 panic!(
                     "power cut image failed: {why}\n  mode {mode:?}, workload seed {seed}, cut \
@@ -504,9 +504,16 @@ struct Flip {
     watermark: u64,
 }
 
-/// Flips a byte inside the last acknowledged record that lies wholly below the image's durable
-/// watermark (`None` when the image has no checkpoint or no such record).
-fn flip_below_watermark(root: &Path, snap: &Snapshot, p: &Plan, mode: FlushMode) -> Option<Flip> {
+/// Flips a byte, chosen by `image_seed`, inside the last acknowledged record that lies wholly
+/// below the image's durable watermark (`None` when the image has no checkpoint or no such
+/// record).
+fn flip_below_watermark(
+    root: &Path,
+    snap: &Snapshot,
+    p: &Plan,
+    mode: FlushMode,
+    image_seed: u64,
+) -> Option<Flip> {
     let watermark =
         match mqlite::checkpoint::Checkpoint::open(&root.join("checkpoint"), false, 0o600) {
             Ok((_, Some(d))) => d.confirm_phy_offset,
@@ -518,13 +525,18 @@ fn flip_below_watermark(root: &Path, snap: &Snapshot, p: &Plan, mode: FlushMode)
             && p.acked[id].is_some_and(|a| a.physical_offset + u64::from(a.size) <= watermark)
     })?;
     let a = p.acked[id].unwrap();
-    // A body byte (the body starts at byte 88 of a record: rust/FORMAT.md §1), which only the
-    // CRC can catch; the soak flips the record's middle byte, wherever it falls.
-    let at = if soak() {
-        a.physical_offset + u64::from(a.size) / 2
+    // Half the flips hit the fixed 88-byte header (rust/FORMAT.md §1.1: lengths, queue id,
+    // offsets, which the body CRC does not cover), the others any byte before the trailing
+    // whole-record CRC property (§1.5: a flip that makes the property unreadable leaves a
+    // record checked like one RocketMQ wrote, which by design may pass). The damaged images'
+    // seeds are multiples of DAMAGE_EVERY: divided out, they vary freely.
+    let pick = image_seed / DAMAGE_EVERY;
+    let span = if pick.is_multiple_of(2) {
+        88
     } else {
-        a.physical_offset + 88 + body(id as u64).len() as u64 / 2
+        u64::from(a.size) - 20
     };
+    let at = a.physical_offset + (pick / 2) % span;
     let path = common::commit_log_file(root, at - at % file_size);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[(at % file_size) as usize] ^= 0x40;
@@ -540,8 +552,10 @@ fn check_damaged_image(
     snap: &Snapshot,
     p: &Plan,
     mode: FlushMode,
+    image_seed: u64,
 ) -> Result<bool, String> {
-    let Some(Flip { id, at, watermark }) = flip_below_watermark(root, snap, p, mode) else {
+    let Some(Flip { id, at, watermark }) = flip_below_watermark(root, snap, p, mode, image_seed)
+    else {
         return Ok(false);
     };
     let a = p.acked[id].unwrap();

@@ -323,6 +323,34 @@ fn routing_by_hash_keeps_one_key_in_one_queue() {
 }
 
 #[test]
+fn a_sharding_key_keeps_its_queue() {
+    // Key -> queue as Python producers have always mapped keys (zlib CRC32 of the key's
+    // bytes, modulo the write queue count), for topics of 4, 7 and 16 queues.
+    let pinned: [(&[u8], u32, [u32; 3]); 4] = [
+        (b"order-1", 0xe0b3_7fef, [3, 6, 15]),
+        (b"order-2", 0x79ba_2e55, [1, 6, 5]),
+        (b"", 0, [0, 0, 0]),
+        ("ключ".as_bytes(), 0x0caf_961a, [2, 1, 10]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), config()).unwrap();
+    store.create_topic("T", 4, 6, false, false).unwrap();
+    for (step, queues) in [4u32, 7, 16].into_iter().enumerate() {
+        // A topic that grew: the key follows the count the put itself reads.
+        store.update_topic("T", queues).unwrap();
+        for (key, crc, want) in pinned {
+            let routing = Routing::sharding_key(key);
+            assert!(matches!(routing, Routing::Hash(h) if h == crc), "{key:?}");
+            let put = store
+                .put_message(&MessageRef::new("T", 0, b"x"), &PutRequest::new(routing))
+                .unwrap()
+                .unwrap();
+            assert_eq!(put.queue_id, want[step], "{key:?} over {queues} queues");
+        }
+    }
+}
+
+#[test]
 fn a_refused_rewrite_gives_the_round_robin_turn_back() {
     /// Refuses the body "bad".
     #[derive(Debug)]

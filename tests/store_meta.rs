@@ -21,6 +21,13 @@ fn small_store(root: &Path) {
     store.close().unwrap();
 }
 
+/// The error opening `root` fails with, with the default options changed by `set`.
+fn open_err(root: &Path, set: impl FnOnce(&mut StoreConfig)) -> Error {
+    let mut config = StoreConfig::default();
+    set(&mut config);
+    Store::open(root, config).expect_err("the store opened")
+}
+
 fn listing(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
@@ -63,15 +70,10 @@ fn a_size_given_that_differs_from_the_stores_is_a_conflict_that_writes_nothing()
     let stored = common::small_config().commit_log_file_size.unwrap();
     let before = listing(dir.path());
     for read_only in [false, true] {
-        let err = Store::open(
-            dir.path(),
-            StoreConfig {
-                read_only,
-                commit_log_file_size: Some(1 << 20),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
+        let err = open_err(dir.path(), |c| {
+            c.read_only = read_only;
+            c.commit_log_file_size = Some(1 << 20);
+        });
         match err {
             Error::ConfigConflict {
                 field,
@@ -82,14 +84,7 @@ fn a_size_given_that_differs_from_the_stores_is_a_conflict_that_writes_nothing()
         }
         assert_eq!(listing(dir.path()), before, "read_only={read_only}");
     }
-    let err = Store::open(
-        dir.path(),
-        StoreConfig {
-            consume_queue_file_units: Some(100),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let err = open_err(dir.path(), |c| c.consume_queue_file_units = Some(100));
     assert!(
         matches!(
             err,
@@ -138,14 +133,7 @@ fn an_unset_message_limit_fits_a_small_file_and_a_given_one_must_fit() {
     let dir = tempfile::tempdir().unwrap();
     // A limit too large for the default file size: refused before the directory is made.
     let new = dir.path().join("new");
-    let err = Store::open(
-        &new,
-        StoreConfig {
-            max_message_size: Some(32 << 20),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let err = open_err(&new, |c| c.max_message_size = Some(32 << 20));
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
     assert!(!new.exists());
     let store = Store::open(
@@ -160,14 +148,7 @@ fn an_unset_message_limit_fits_a_small_file_and_a_given_one_must_fit() {
     assert_eq!(mqlite::config::max_record_len(limit) + 8, 64 << 10);
     store.close().unwrap();
     // Reopened without sizes, a limit that only the default file size holds is refused.
-    let err = Store::open(
-        dir.path(),
-        StoreConfig {
-            max_message_size: Some(1 << 20),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let err = open_err(dir.path(), |c| c.max_message_size = Some(1 << 20));
     assert!(
         matches!(
             err,

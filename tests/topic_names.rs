@@ -78,24 +78,29 @@ fn a_writer_refuses_bad_names_at_every_read_entry_point() {
     assert!(store.topic("unknown").unwrap().is_none());
 }
 
+/// A closed store at `root` with topic "t", and its `topics.json` with an entry named
+/// "../../evil" added (not written).
+fn topics_json_naming_a_path_outside(root: &std::path::Path) -> Vec<u8> {
+    let store = Store::open(root, common::small_config()).unwrap();
+    store.create_topic("t", 1, 6, false, true).unwrap();
+    store.close().unwrap();
+    let path = root.join("config").join("topics.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut evil = json["topicConfigTable"]["t"].clone();
+    evil["topicName"] = "../../evil".into();
+    json["topicConfigTable"]["../../evil"] = evil;
+    serde_json::to_vec(&json).unwrap()
+}
+
 #[test]
 fn a_topics_json_naming_a_path_outside_the_store_is_not_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     let config = common::small_config();
-    {
-        let store = Store::open(&root, config.clone()).unwrap();
-        store.create_topic("t", 1, 6, false, true).unwrap();
-        store.close().unwrap();
-    }
     // The current file gains an entry "../../evil"; the `.bak` (the previous version) is clean.
-    let path = root.join("config").join("topics.json");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let mut evil = json["topicConfigTable"]["t"].clone();
-    evil["topicName"] = "../../evil".into();
-    json["topicConfigTable"]["../../evil"] = evil;
-    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    let bad = topics_json_naming_a_path_outside(&root);
+    std::fs::write(root.join("config").join("topics.json"), bad).unwrap();
     std::fs::write(
         root.join("config").join("topics.json.bak"),
         serde_json::to_vec(&serde_json::json!({"topicConfigTable": {}})).unwrap(),
@@ -123,19 +128,9 @@ fn a_topics_json_naming_a_path_outside_the_store_without_a_usable_bak_does_not_o
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     let config = common::small_config();
-    {
-        let store = Store::open(&root, config.clone()).unwrap();
-        store.create_topic("t", 1, 6, false, true).unwrap();
-        store.close().unwrap();
-    }
     let path = root.join("config").join("topics.json");
     let bak = root.join("config").join("topics.json.bak");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let mut evil = json["topicConfigTable"]["t"].clone();
-    evil["topicName"] = "../../evil".into();
-    json["topicConfigTable"]["../../evil"] = evil;
-    let bad = serde_json::to_vec(&json).unwrap();
+    let bad = topics_json_naming_a_path_outside(&root);
     std::fs::write(&path, &bad).unwrap();
 
     // No `.bak`, then a `.bak` with the same entry: the table is unreadable, never empty.

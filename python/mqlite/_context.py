@@ -107,7 +107,8 @@ class ClientContext:
     def _set_dead(self) -> None:
         self._ok = False
         for producer in list(self._producers):
-            producer._mark_closed()
+            # Their sends then raise what ``dead()`` says (the producer builds the same error).
+            producer._mark_closed("fork" if self._forked else "store")
 
     def _mark_forked(self) -> None:
         _INHERITED.append(self.core)

@@ -2,7 +2,7 @@
 # The public API lives in the `mqlite` package; this module is thin: it converts, releases the
 # GIL, calls the Rust core and maps errors to the classes of `mqlite.errors`.
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import Self, disjoint_base
 
@@ -205,7 +205,10 @@ class Producer:
         """``(codec, compress_over, level)`` when single sends are compressed, else None."""
     @property
     def closed(self) -> bool: ...
-    def _mark_closed(self) -> None: ...
+    def _mark_closed(self, reason: Literal["producer", "store", "fork"] = "producer") -> None:
+        """Refuses every later send, with the error ``reason`` names (a graver reason wins)."""
+    def _check_open(self) -> None:
+        """Raises the error a send would raise once the producer or its store is closed."""
     def send(
         self,
         msg: Any,
@@ -215,7 +218,9 @@ class Producer:
         selector: Callable[..., Any] | None = None,
         arg: Any = None,
     ) -> SendResult: ...
-    def _send_pipelined(self, msg: Any, queue_id: int | None = None) -> SendResult: ...
+    def _send_pipelined(
+        self, msg: Any, queue_id: int | None = None, *, sharding_key: str | bytes | None = None
+    ) -> SendResult: ...
     def send_batch(
         self, msgs: Sequence[Any], topic: str | None = None, queue_id: int | None = None
     ) -> SendBatchResult: ...
@@ -305,3 +310,5 @@ class PollToken:
     def idle(self) -> bool: ...
     def release(self) -> None: ...
     def held(self) -> bool: ...
+    def waiters(self) -> int: ...
+    def watch_looks(self) -> int: ...

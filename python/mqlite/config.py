@@ -104,8 +104,10 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "consume_queue_file_units", "int", "int", 50_000,
         "Units (20 bytes each) per consume-queue file, in [64, 10,000,000]. Chosen when the "
         "store is created, as commit_log_file_size.",
-        "Each queue's current file (1,000,000 bytes by default) is preallocated, and its next "
-        "one once the current file is half full.",
+        "Each queue's file has its full length (1,000,000 bytes by default) but holds disk "
+        "only for its units: one 4 KiB page when created, reserved further ahead of the writer "
+        "as units arrive (at most about twice the units' 20 bytes each). A queue that fills half "
+        "a file within 10 s gets its next file prepared then; others create it when they roll.",
         minimum=1,
     ),
     Option(
@@ -121,7 +123,8 @@ OPEN_OPTIONS: tuple[Option, ...] = (
     Option(
         "default_queues", "int", "int", 4,
         "Queues of an auto-created topic (at most 1,024 per topic).",
-        "One consume-queue file per queue (1,000,000 bytes by default).",
+        "No file until a queue's first message; then one consume-queue file holding a 4 KiB "
+        "page of disk, growing with its units.",
         minimum=1,
     ),
     Option(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -14,7 +13,7 @@ from mqlite import _core
 from mqlite._args import deprecated
 from mqlite._completion import SendCallback, SendFuture, Tally
 from mqlite._context import HasClientContext, context_of
-from mqlite.errors import IllegalArgumentError, InvalidConfigError, MQError, StoreClosedError
+from mqlite.errors import IllegalArgumentError, InvalidConfigError
 from mqlite.group import check_group
 from mqlite.message import Message, MessageQueue, SendBatchResult, SendResult
 
@@ -86,12 +85,6 @@ class Producer(_core.Producer):
         self._ctx.add_producer(self)
         self._tally = Tally()
 
-    def _dead(self) -> MQError:
-        """Why a send is refused (called by the native producer once it is closed)."""
-        if not self._ctx.ok:
-            return self._ctx.dead()
-        return StoreClosedError(f"producer {self.group!r} is closed")
-
     def _select(
         self,
         msg: Message,
@@ -100,26 +93,18 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None,
         arg: Any,
     ) -> int:
+        """The queue ``selector`` picks (called by the native ``send``; sharding keys are
+        hashed by the store itself)."""
         if sum(x is not None for x in (queue_id, sharding_key, selector)) > 1:
             raise IllegalArgumentError("give at most one of queue_id, sharding_key and selector")
         topic = getattr(msg, "topic", None)
         if not isinstance(topic, str):
             raise IllegalArgumentError("queue selection needs a Message with a topic")
+        if selector is None:
+            raise IllegalArgumentError("queue selection needs a selector")
         count = self._ctx.writable_queue_count(topic)
         if count <= 0:
             raise IllegalArgumentError(f"topic {topic!r} has no write queues")
-        if sharding_key is not None:
-            if isinstance(sharding_key, str):
-                key = sharding_key.encode()
-            elif isinstance(sharding_key, (bytes, bytearray, memoryview)):
-                key = bytes(sharding_key)
-            else:
-                raise IllegalArgumentError(
-                    f"sharding_key must be str or bytes, not {type(sharding_key).__name__}"
-                )
-            return zlib.crc32(key) % count
-        if selector is None:
-            raise IllegalArgumentError("queue selection needs a sharding_key or a selector")
         mqs = [MessageQueue(topic, i) for i in range(count)]
         chosen = selector(mqs, msg, arg)
         if not isinstance(chosen, MessageQueue) or chosen not in mqs:
@@ -136,9 +121,9 @@ class Producer(_core.Producer):
         selector: MessageQueueSelector | None,
         arg: Any,
     ) -> SendResult:
-        if sharding_key is not None or selector is not None:
-            queue_id = self._select(msg, queue_id, sharding_key, selector, arg)
-        return self._send_pipelined(msg, queue_id)
+        if selector is not None:
+            return self._send_pipelined(msg, self._select(msg, queue_id, sharding_key, selector, arg))
+        return self._send_pipelined(msg, queue_id, sharding_key=sharding_key)
 
     def send_pipelined(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Deprecated: use ``send`` (returns once the message is stored, and in a
@@ -168,8 +153,7 @@ class Producer(_core.Producer):
         completion thread; ``flush()`` waits for every pending send. The future is already
         running, so ``cancel()`` returns False.
         """
-        if self.closed:
-            raise self._dead()
+        self._check_open()
         completer = self._ctx.completer()
         fut = SendFuture(completer.cond)
         try:
@@ -194,8 +178,7 @@ class Producer(_core.Producer):
     ) -> None:
         """Append without waiting for the disk or reporting the result (a failure is only
         logged), as RocketMQ's one-way send."""
-        if self.closed:
-            raise self._dead()
+        self._check_open()
         try:
             self._append(msg, queue_id, sharding_key, selector, arg)
         except Exception as exc:  # noqa: BLE001 - one-way: logged, never raised
@@ -225,8 +208,6 @@ class Producer(_core.Producer):
 
         Items are ``Message`` objects of one topic, or bodies (``bytes``) sent to ``topic``.
         """
-        if self.closed:
-            raise self._dead()
         items = msgs if isinstance(msgs, (list, tuple)) else list(msgs)
         return super().send_batch(items, topic, queue_id)
 

@@ -26,11 +26,12 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_i64, be_u32};
 use crate::util::kill_point::kill_point;
+use crate::util::two_copies::{self, FILE_LEN};
 use crate::util::{crc, fs};
 
 const SLOT_LEN: usize = 64;
-const SLOT_B_AT: u64 = 2048;
-const FILE_LEN: u64 = 4096;
+/// Where slot B starts, as a file position.
+const SLOT_B_AT: u64 = two_copies::SLOT_B_AT as u64;
 /// Bytes of a store name in the progress table (ASCII, zero padded).
 pub const PROGRESS_NAME_LEN: usize = 16;
 const ENTRY_LEN: usize = PROGRESS_NAME_LEN + 16;
@@ -238,21 +239,19 @@ impl Checkpoint {
         } else {
             fs::open_ro(path)?
         };
-        let mut buf = vec![0u8; FILE_LEN as usize];
+        let mut buf = vec![0u8; FILE_LEN];
         let n = file
             .read_at(&mut buf, 0)
             .map_err(|e| Error::io("read", path, e))?;
-        let at = SLOT_B_AT as usize;
-        let slots = decode_slot(buf.get(..n.min(at)).unwrap_or(&[]))
-            .or_else(|| buf.get(at..n).and_then(decode_slot));
+        let slots = two_copies::read(buf.get(..n).unwrap_or(&[]), decode_slot);
         let data = slots.as_ref().map(|(d, _)| *d);
         let progress = slots.map(|(_, p)| p).unwrap_or_default();
         let rocketmq = match data {
             None => RocketMqCheckpoint::decode(&buf[..n]),
             Some(_) => None,
         };
-        if writable && n < FILE_LEN as usize {
-            crate::mapped_file::alloc::preallocate(&file, path, FILE_LEN)?;
+        if writable && n < FILE_LEN {
+            crate::mapped_file::alloc::preallocate(&file, path, FILE_LEN as u64)?;
         }
         let cp = Checkpoint {
             path: path.to_path_buf(),

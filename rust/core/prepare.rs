@@ -6,9 +6,12 @@
 //! directory's), 0.3 to a few milliseconds; done at a roll, it would stall the sender. So
 //! writers ask for the next file once their current one is half full (`Prepare::File`), and
 //! may ask for the pages ahead of them to be faulted in (`Prepare::Warm`): the commit log
-//! (mapped_file_queue/warm.rs) does both; each consume queue, whose files are written by the
-//! dispatching thread, usually a producer's, asks for files (with the default 50,000-unit
-//! files and 128-byte messages a queue rolls every few milliseconds at full speed).
+//! (mapped_file_queue/warm.rs) does both; a consume queue, whose files are written by the
+//! dispatching thread, usually a producer's, asks for its next file only when it is written
+//! fast (half a file within `consume_queue::FAST_HALF_FILE_MS`; with the default 50,000-unit
+//! files and 128-byte messages a queue rolls every few milliseconds at full speed). A slow or
+//! idle queue creates its next file when it rolls: a prepared file would hold disk for units
+//! that may never come.
 //!
 //! The preparer knows its writers only through `Preparable`, which they implement: it runs a
 //! job by calling the writer named in it, and drops a job whose writer is gone.

@@ -13,7 +13,11 @@
 //! 4. `recover` every derived store from its durable progress: the checkpoint's progress table
 //!    entry for it, else the checkpoint's dispatched offset (consume queues drop units that
 //!    point at or past the recovered end and cut each queue at the first unit written after
-//!    the checkpoint that does not index exactly its record, a torn or stale unit);
+//!    the checkpoint that does not index exactly its record, a torn or stale unit; a unit that
+//!    does not match is called stale only once the log records up to where it points are
+//!    verified, so a damaged record below the scan start is reported, not dropped with it);
+//!    when dispatch must resume below the scan start, the records in between are verified
+//!    too (`CommitLog::verify_durable`);
 //! 5. dispatch resumes for each store where its `recover` said (the critical stores share the
 //!    lowest of theirs), re-creating anything missing (dispatch is idempotent), before the
 //!    store is handed to the caller. The opener writes those points to the checkpoint before
@@ -27,7 +31,10 @@
 //! durable offset is RocketMQ's confirm offset or the end of the last record stored before
 //! RocketMQ's last flush, whichever is higher, and an invalid record that whole records follow
 //! is not a tail either. Corruption is a typed error naming the file, the offset and the
-//! reason, raised before any file has been changed.
+//! reason. The scan raises it before any file has been changed; the checks below the scan
+//! start (step 4) raise it after only the torn tail and consume-queue units recovery re-creates
+//! were touched, never before the unit pointing at the damaged record is cut or a file that a
+//! short consume-queue file cut off is deleted, so the next open reports the damage again.
 
 use crate::checkpoint::{CheckpointData, RocketMqCheckpoint, StoreProgress};
 use crate::commit_log::CommitLog;
@@ -189,6 +196,13 @@ pub fn recover(
         None => min,
     }
     .min(reput_from.unwrap_or(u64::MAX));
+    // Dispatch from below the scan start (a queue cut short resumes at its last good unit)
+    // reads records the scan did not verify; they are durable, so each must be whole. Checked
+    // here, damage is reported by the open instead of being dispatched under a damaged header
+    // or stopping dispatch with the queue's end before it.
+    if reput_from < from {
+        commit_log.verify_durable(reput_from, from)?;
+    }
     Ok(Recovered {
         report: RecoveryReport {
             abnormal,

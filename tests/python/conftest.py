@@ -10,8 +10,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import mqlite
+
+# Seeds: a Hypothesis failure prints its falsifying example and a @reproduce_failure blob that
+# replays it exactly (every other random source in the tests is seeded, and prints its seed).
+settings.register_profile("mqlite", print_blob=True)
+settings.load_profile("mqlite")
 
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:

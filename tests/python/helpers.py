@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import mqlite
@@ -34,3 +37,43 @@ def snapshot(store: mqlite.Store) -> dict[object, object]:
         for mq in store.queues(topic.name):
             snap[mq] = store.offsets(mq)
     return snap
+
+
+def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> None:
+    """Returns once ``cond()`` is true: an event another thread or process sets. ``timeout`` is a
+    generous upper bound for a loaded machine, never the thing tested; passing it fails."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)  # a poll of the condition, not a guess at how long it takes
+
+
+class WatchedLock:
+    """A ``threading.Lock`` that records a thread waiting for it: ``contended`` is set when an
+    acquire finds the lock held and starts to wait. A test swaps it in for a lock of the code
+    under test to see, without a sleep, that a thread reached the point where it must wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(False):
+            return True
+        if not blocking:
+            return False
+        self.contended.set()
+        return self._lock.acquire(True, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -3,13 +3,45 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from typing import Any
 
 import mqlite
 from mqlite import ConsumeFromWhere, Message, MessageExt, MessageQueue
 from mqlite.aio import AsyncProducer, AsyncPullConsumer
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+class Watched:
+    """One method of an object, wrapped on the instance: ``entered`` is set when a call starts,
+    ``returned`` when it returns, and ``results`` holds what each call returned. With
+    ``held=True`` a call waits at ``gate`` (after ``entered``) until the test opens it."""
+
+    def __init__(self, obj: object, name: str, *, held: bool = False) -> None:
+        self.entered = threading.Event()
+        self.returned = threading.Event()
+        self.gate = threading.Event()
+        if not held:
+            self.gate.set()
+        self.results: list[Any] = []
+        real = getattr(obj, name)
+
+        def call(*args: Any, **kw: Any) -> Any:
+            self.entered.set()
+            assert self.gate.wait(20), "the test never opened the gate"
+            result = real(*args, **kw)
+            self.results.append(result)
+            self.returned.set()
+            return result
+
+        setattr(obj, name, call)
+
+
+async def until(event: threading.Event) -> None:
+    """Waits, with the event loop running, for an event another thread sets."""
+    assert await asyncio.to_thread(event.wait, 20), "timed out"
 
 
 def test_produce_and_consume(store: mqlite.Store) -> None:
@@ -74,20 +106,24 @@ def test_cancelled_poll_loses_nothing(store: mqlite.Store) -> None:
     async def main() -> list[bytes]:
         async with AsyncPullConsumer(store, "g") as c:
             await c.subscribe("t")
-            task = asyncio.create_task(c.poll(2))
-            await asyncio.sleep(0.1)
+            polls = Watched(c.consumer, "poll")
+            task = asyncio.create_task(c.poll(30))
+            await until(polls.entered)
             task.cancel()  # the worker thread is still inside poll()
             try:
                 await task
             except asyncio.CancelledError:
                 pass
             assert task.cancelled()
-            store.producer().send(Message("t", b"first"))  # fetched by the cancelled poll
-            await asyncio.sleep(0.05)
+            store.producer().send(Message("t", b"first"))
+            await until(polls.returned)
+            assert [m.body for m in polls.results[0]] == [b"first"]  # fetched by the cancelled poll
             store.producer().send(Message("t", b"second"))
             out: list[bytes] = []
-            while len(out) < 2:
-                out += [m.body for m in await c.poll(1)]
+            while len(out) < 2:  # both are in the queue: an empty poll means one was lost
+                batch = await c.poll(5)
+                assert batch, f"only {out} came back"
+                out += [m.body for m in batch]
             return out
 
     assert asyncio.run(main()) == [b"first", b"second"]
@@ -101,9 +137,14 @@ def test_cancelled_poll_then_close_commits_nothing_it_fetched(store_path: object
     async def main() -> None:
         async with AsyncPullConsumer(store, "g", consume_from=FIRST) as c:
             await c.subscribe("t")
+            polls = Watched(c.consumer, "poll", held=True)
             task = asyncio.create_task(c.poll(5))
-            await asyncio.sleep(0)  # submitted to the worker thread
-            time.sleep(0.3)  # the loop is busy; the worker fetches the message meanwhile
+            await until(polls.entered)  # the worker thread is in poll, held at the gate
+            # From here the loop is blocked: the worker fetches the message meanwhile, and the
+            # task is cancelled before the loop can hand the batch to its awaiter.
+            polls.gate.set()
+            assert polls.returned.wait(20)
+            assert [m.body for m in polls.results[0]] == [b"important"]
             task.cancel()
             try:
                 await task
@@ -148,12 +189,26 @@ def test_commit_queued_behind_a_poll_whose_awaiter_is_cancelled(store: mqlite.St
     async def main() -> tuple[int | None, list[bytes]]:
         async with AsyncPullConsumer(store, "g", consume_from=FIRST) as c:
             await c.subscribe("t")
-            poll = asyncio.create_task(c.poll(5))
-            await asyncio.sleep(0.2)  # the poll waits on the worker
+            polls = Watched(c.consumer, "poll")
+            commits = Watched(c.consumer, "commit")
+            commit_queued = asyncio.Event()
+            submit = c._worker.submit
+
+            def watch_submit(fn: Any, *args: Any, **kw: Any) -> Any:
+                future = submit(fn, *args, **kw)
+                if fn is c.consumer.commit:
+                    commit_queued.set()
+                return future
+
+            c._worker.submit = watch_submit  # type: ignore[method-assign]
+            poll = asyncio.create_task(c.poll(30))
+            await until(polls.entered)  # the poll waits on the worker
             commit = asyncio.create_task(c.commit())
-            await asyncio.sleep(0)  # queued behind the poll
+            await commit_queued.wait()  # queued behind the poll
             store.producer().send(Message("t", b"hello"))
-            time.sleep(0.5)  # the loop is busy: the worker returns the poll, then commits
+            # The loop is blocked here: the worker returns the poll, then commits.
+            assert commits.returned.wait(20)
+            assert [m.body for m in polls.results[0]] == [b"hello"]
             poll.cancel()
             try:
                 await poll

@@ -247,13 +247,47 @@ def test_closed_producer_leaves_store_usable(store: mqlite.Store) -> None:
     assert store.offsets(MessageQueue(T, 0)) == (0, 2)
 
 
+def test_a_closed_producer_says_what_closed(tmp_path: Path) -> None:
+    """A send on a closed producer raises StoreClosedError naming the producer when it was
+    closed, and the store once the store is: for every send method, and the same for the
+    package's producer and the native one used directly."""
+    store = mqlite.open(tmp_path / "s")
+    store.create_topic(T, 1)
+    producer, fresh = store.producer("G"), store.producer("F")
+    bare = mqlite._core.Producer(store._client_context.core, "B")
+
+    def sends(p: Any) -> list[Callable[[], Any]]:
+        return [
+            lambda: p.send(Message(T, b"x")),
+            lambda: p.send_async(Message(T, b"x")),
+            lambda: p.send_oneway(Message(T, b"x")),
+            lambda: p.send_batch([b"x"], topic=T),
+        ]
+
+    producer.close()
+    bare._mark_closed()
+    for send in sends(producer):
+        assert str(expect(E.StoreClosedError, send)) == "producer 'G' is closed"
+    for send in (lambda: bare.send(Message(T, b"x")), lambda: bare.send_batch([b"x"], T)):
+        assert str(expect(E.StoreClosedError, send)) == "producer 'B' is closed"
+    assert fresh.send(Message(T, b"y")).queue_offset == 0  # the store is fine
+    bare = mqlite._core.Producer(store._client_context.core, "B2")
+    store.close()
+    closed = f"store {store.path!r} is closed"
+    for send in [*sends(producer), *sends(fresh), lambda: bare.send(Message(T, b"x"))]:
+        assert str(expect(E.StoreClosedError, send)) == closed
+
+
 FORK_PROBE = """
-import json, sys, mqlite, mqlite._context
+import json, os, sys, mqlite, mqlite._context
 store = mqlite.open(sys.argv[1])
+forked = (f"store {store.path!r} was opened in process {os.getpid()}; "
+          "open it again in the child (use the 'spawn' start method)")
 producer = store.producer()
 r = producer.send(mqlite.Message("t", b"x"))
 mqlite._context._after_fork_in_child()  # what os.register_at_fork runs in a child
 out = []
+messages = []
 for call in (lambda: producer.send(mqlite.Message("t", b"y")), store.topics, store.producer,
              lambda: store.read(r.message_queue, 0), store.flush):
     try:
@@ -261,8 +295,9 @@ for call in (lambda: producer.send(mqlite.Message("t", b"y")), store.topics, sto
         out.append(None)
     except mqlite.StoreUsedAfterForkError as exc:
         out.append(exc.code)
+        messages.append(str(exc))
 store.close()
-print(json.dumps({"errors": out, "closed": store.closed}))
+print(json.dumps({"errors": out, "closed": store.closed, "producer": messages[0] == forked}))
 """
 
 
@@ -272,6 +307,7 @@ def test_use_after_fork_is_refused(store_path: Path, run_py: Callable[..., Any])
     result = json.loads(done.stdout)
     assert result["closed"] is True
     assert len(result["errors"]) == 5 and all(result["errors"])
+    assert result["producer"] is True, "a producer's send names the store and its process"
 
 
 def test_store_calls_with_out_of_range_numbers(guard: Guard) -> None:

@@ -28,7 +28,7 @@ import pytest
 import mqlite
 
 CHILD = r"""
-import json, os, resource, signal, sys
+import json, os, random, resource, signal, sys
 import mqlite
 from mqlite import Message, MessageQueue
 
@@ -41,9 +41,11 @@ producer = store.producer()
 acked = []  # (queue, queue_offset, body)
 store.create_topic("full", 4)  # topics.json and the queues exist before the disk fills
 
+noise = random.Random(20240611)  # fixed seed: the same bodies every run
+
 def send_until_error(limit, tag):
     for i in range(limit):
-        body = b"%s-%06d-" % (tag, i) + os.urandom(1500)
+        body = b"%s-%06d-" % (tag, i) + noise.randbytes(1500)
         q = i % 4
         try:
             r = producer.send(Message("full", body), queue_id=q)
@@ -261,3 +263,115 @@ def test_consumer_files_on_a_full_disk_raise_store_full(tmp_path: Path) -> None:
     assert out["kept_while_full"] == 2 and out["kept_after"] == 2
     assert out["reset_offset_after"] is None
     assert "other" in out["groups_after"]
+
+
+
+GROW_CHILD = r"""
+import json, os, sys
+import mqlite
+from mqlite import Message, MessageQueue
+
+root, mode = sys.argv[1], sys.argv[2]
+# Default-size consume-queue files (1,000,000 bytes): each starts with one 4 KiB page (204
+# units) reserved, the rest a hole, and grows its reservation ahead of the writer.
+cfg = dict(commit_log_file_size=256 << 10, max_message_size=16 << 10, flush=mode)
+path = os.path.join(root, "store")
+store = mqlite.open(path, **cfg)
+producer = store.producer()
+store.create_topic("grow", 1)
+mq = MessageQueue("grow", 0)
+acked = []
+out = {}
+
+def describe(exc):
+    if exc is None:
+        return None
+    return {"type": type(exc).__name__, "errno": getattr(exc, "errno", None),
+            "filename": getattr(exc, "filename", None)}
+
+def send_until_error(limit, tag):
+    for i in range(limit):
+        body = b"%s-%06d" % (tag, i)
+        try:
+            r = producer.send(Message("grow", body), queue_id=0)
+        except mqlite.MQError as exc:
+            return exc
+        acked.append((r.queue_offset, body))
+    return None
+
+def read_all():
+    got = {}
+    lo, hi = store.offsets(mq)
+    off = lo
+    while off < hi:
+        res = store.read_result(mq, off, 64)
+        for m in res.messages:
+            got[m.queue_offset] = m.body
+        off = res.next_offset
+    return got
+
+send_until_error(100, b"w")
+store.flush()
+unit_file = os.path.join(path, "consumequeue", "grow", "0", "0" * 20)
+st = os.stat(unit_file)
+out["unit_file"] = [st.st_size, st.st_blocks * 512]
+
+filler = os.path.join(root, "filler")
+with open(filler, "wb", buffering=0) as f:
+    try:
+        while True:
+            f.write(b"\0" * 4096)
+    except OSError as exc:
+        out["filler_errno"] = exc.errno
+
+# The commit-log file has room for these records; the queue's reserved page does not.
+out["send_error"] = describe(send_until_error(300, b"a"))
+try:
+    store.flush()
+    out["flush_error"] = None
+except mqlite.MQError as exc:
+    out["flush_error"] = describe(exc)
+got = read_all()
+out["reserved_units_readable_while_full"] = all(got.get(o) == b for o, b in acked if o < 204)
+
+os.remove(filler)
+store.flush()
+got = read_all()
+out["all_acked_readable_after"] = all(got.get(o) == b for o, b in acked)
+n0 = len(acked)
+out["resume_error"] = describe(send_until_error(500, b"c"))
+out["acked_after_space_returned"] = len(acked) - n0
+store.close()
+store = mqlite.open(path, **cfg)
+got = read_all()
+out["reopen_all_acked_present"] = all(got.get(o) == b for o, b in acked)
+store.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_queue_growing_its_reservation_on_a_full_disk_raises_store_full(
+        tmp_path: Path, mode: str) -> None:
+    """A consume-queue file reserves disk for its first page only (the rest is a hole) and
+    grows the reservation ahead of the writer. On a full disk the growth fails with
+    StoreFullError naming the unit file (from a sync-mode send, or from flush()), never a
+    SIGBUS from writing into the hole; the units already reserved stay readable, and once
+    space returns every acknowledged message is readable, sends resume, and a reopen shows
+    them all."""
+    done = _run_on_tmpfs(tmp_path, GROW_CHILD, mode)
+    assert done.returncode == 0, f"child rc {done.returncode} (135/-7 = SIGBUS): {done.stderr[-3000:]}"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    print(out)
+    size, disk = out["unit_file"]
+    assert size == 1_000_000 and disk <= 8192, "a full-length file holding one page"
+    assert out["filler_errno"] == 28
+    err = out["send_error"] if mode == "sync" else out["flush_error"]
+    assert err is not None, "the queue grew on a full disk"
+    assert err["type"] == "StoreFullError" and err["errno"] == 28, err
+    assert err["filename"].endswith(os.path.join("grow", "0", "0" * 20)), err
+    assert out["reserved_units_readable_while_full"] is True
+    assert out["all_acked_readable_after"] is True
+    assert out["resume_error"] is None
+    assert out["acked_after_space_returned"] == 500
+    assert out["reopen_all_acked_present"] is True

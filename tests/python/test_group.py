@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from helpers import wait_until
 
 import mqlite
 from mqlite import (
@@ -53,17 +54,16 @@ def fill(store: mqlite.Store, n: int, queues: int = 6) -> None:
         p.send(Message("t", str(i).encode()))
 
 
-def settle(consumers: Sequence[PullConsumer], queues: int, timeout: float = 5.0) -> None:
+def settle(consumers: Sequence[PullConsumer], queues: int, timeout: float = 20.0) -> None:
     """Poll every member until the assignments partition the topic's queues."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def partitioned() -> bool:
         for c in consumers:
             c.poll(0)
         owned = [mq for c in consumers for mq in c.assignment()]
-        if sorted(owned) == mqs(queues) and all(c.assignment() for c in consumers):
-            return
-        time.sleep(0.02)
-    raise AssertionError([c.assignment() for c in consumers])
+        return sorted(owned) == mqs(queues) and all(c.assignment() for c in consumers)
+
+    wait_until(partitioned, timeout, what=f"a partition of {queues} queues")
 
 
 def test_thread_members_share_and_rebalance(store: mqlite.Store) -> None:
@@ -109,17 +109,15 @@ def test_rebalance_under_concurrent_polling_threads(store: mqlite.Store) -> None
                 with lock:
                     seen.extend((m.queue_id, m.queue_offset) for m in got)
 
-    threads = [threading.Thread(target=member, args=(i, life)) for i, life in enumerate((5, 0.5, 5))]
+    threads = [threading.Thread(target=member, args=(i, life)) for i, life in enumerate((60, 0.5, 60))]
     for t in threads:
         t.start()
     p = store.producer()
     for i in range(400):
         p.send(Message("t", str(i).encode()))
-        if i % 50 == 0:
-            time.sleep(0.05)
-    deadline = time.monotonic() + 5
-    while len(seen) < 400 and time.monotonic() < deadline:
-        time.sleep(0.05)
+        if i % 50 == 0:  # spreads the sends over the members' rebalances (one leaves early)
+            wait_until(lambda: len(seen) > i, what=f"message {i} consumed")
+    wait_until(lambda: len(seen) >= 400, what="all 400 consumed")
     stop.set()
     for t in threads:
         t.join()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from helpers import WatchedLock, wait_until
 
 import mqlite
 from mqlite import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue
@@ -21,27 +21,37 @@ from mqlite.offsets import OffsetFile, OffsetWriter
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.005)
-
-
 class GatedWrites:
-    """A write function that records each batch and, while ``closed``, blocks in it."""
+    """A write function that records each batch and, while ``closed``, blocks in it.
+
+    ``active`` counts the writes inside it now; ``overlapped`` is set when a write enters while
+    another one is inside (two writes of one consumer must never run at once)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[Any, int]] = []
         self.entered = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
+        self.active = 0
+        self.overlapped = threading.Event()
+        self._count = threading.Lock()
 
-    def __call__(self, offsets: dict[Any, int]) -> None:
+    def enter(self) -> None:
+        with self._count:
+            self.active += 1
+            if self.active > 1:
+                self.overlapped.set()
         self.entered.set()
         self.gate.wait(20)
+
+    def leave(self, offsets: dict[Any, int]) -> None:
+        with self._count:
+            self.active -= 1
         self.calls.append(dict(offsets))
+
+    def __call__(self, offsets: dict[Any, int]) -> None:
+        self.enter()
+        self.leave(offsets)
 
     def hold(self) -> int:
         """Closes the gate (the next write blocks in it); returns how many writes were done."""
@@ -59,12 +69,16 @@ def in_thread(fn: Callable[[], object]) -> threading.Thread:
 def test_a_direct_write_waits_for_the_background_one_and_lands_after_it() -> None:
     w = GatedWrites()
     writer = OffsetWriter(w, "test-offsets")
+    writer._io = io = WatchedLock()  # type: ignore[assignment]
     w.gate.clear()
     writer.submit({"q": 10})
     assert w.entered.wait(5)  # the background write of 10 is under way (held at the gate)
     sync = in_thread(lambda: writer.write({"q": 15}))
-    time.sleep(0.1)
-    assert sync.is_alive(), "the direct write must wait for the background write under way"
+    # Either the direct write waits for the write under way, or it enters the write function
+    # beside it: whichever happens first decides.
+    wait_until(lambda: io.contended.is_set() or w.overlapped.is_set(), what="the direct write")
+    assert not w.overlapped.is_set(), "the direct write must wait for the background write under way"
+    assert sync.is_alive()
     w.gate.set()
     sync.join(5)
     writer.close(5)
@@ -92,14 +106,15 @@ def test_a_direct_write_is_never_overtaken_by_an_older_pending_offset() -> None:
 def test_flush_writes_the_pending_offsets_of_its_queues_after_the_write_under_way() -> None:
     w = GatedWrites()
     writer = OffsetWriter(w, "test-offsets")
+    writer._io = io = WatchedLock()  # type: ignore[assignment]
     w.gate.clear()
     writer.submit({"a": 1})
     assert w.entered.wait(5)
     writer.submit({"a": 2, "b": 3})
     done = threading.Event()
     t = in_thread(lambda: (writer.flush(["a"]), done.set()))  # type: ignore[func-returns-value]
-    time.sleep(0.1)
-    assert not done.is_set(), "flush must wait until the write under way is done"
+    wait_until(lambda: io.contended.is_set() or w.overlapped.is_set() or done.is_set(), what="flush")
+    assert not w.overlapped.is_set() and not done.is_set(), "flush must wait until the write under way is done"
     w.gate.set()
     t.join(5)
     # once flush returned, a's offsets were written in order and nothing of "a" is left
@@ -115,7 +130,7 @@ def test_flush_writes_the_pending_offsets_of_its_queues_after_the_write_under_wa
 
 def test_a_later_submit_supersedes_and_close_writes_what_is_pending() -> None:
     w = GatedWrites()
-    writer = OffsetWriter(w, "test-offsets")
+    writer = OffsetWriter(w, "test-offsets-closed")
     w.gate.clear()
     writer.submit({"x": 0})
     assert w.entered.wait(5)
@@ -124,8 +139,13 @@ def test_a_later_submit_supersedes_and_close_writes_what_is_pending() -> None:
     w.gate.set()
     writer.close(5)
     assert w.calls == [{"x": 0}, {"a": 2}]
-    writer.submit({"a": 3})  # after close: dropped, no thread
-    time.sleep(0.05)
+    # After close a submit is dropped and starts no thread. With the gate closed, a thread it
+    # started could not finish its write, so it would still be alive here.
+    w.gate.clear()
+    writer.submit({"a": 3})
+    assert writer.pending() == {}
+    assert not any(t.name == "test-offsets-closed" for t in threading.enumerate())
+    w.gate.set()
     assert w.calls == [{"x": 0}, {"a": 2}]
 
 
@@ -175,10 +195,9 @@ def stall_offset_file(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedWrites]:
     real = OffsetFile.update
 
     def update(self: OffsetFile, key: str, offsets: Any, *, replace: bool = False) -> None:
-        gate.entered.set()
-        gate.gate.wait(20)
+        gate.enter()
         real(self, key, offsets, replace=replace)
-        gate.calls.append({key: max(offsets.values())})
+        gate.leave({key: max(offsets.values())})
 
     monkeypatch.setattr(OffsetFile, "update", update)
     yield gate
@@ -232,11 +251,12 @@ def test_pull_poll_goes_on_while_an_auto_commit_waits_and_close_commits_after_it
 ) -> None:
     mq = topic_of(store, 10)
     c = store.pull_consumer("g", consume_from=FIRST, auto_commit_interval=0.01, max_poll_messages=4)
+    c._writer._io = io = WatchedLock()  # type: ignore[assignment]
     c.subscribe("t")
     got: list[MessageExt] = []
     got.extend(c.poll(1))  # assignment (its initial offset is written at once), first batch
     writes_done = stall_offset_file.hold()
-    time.sleep(0.02)
+    c._next_commit = 0.0  # the auto-commit interval has passed
     got.extend(c.poll(1))  # due: the auto-commit of the first batch goes to the writer thread
     assert stall_offset_file.entered.wait(5)
     while len(got) < 10:  # polls return while that commit is stuck
@@ -246,8 +266,9 @@ def test_pull_poll_goes_on_while_an_auto_commit_waits_and_close_commits_after_it
     # every poll returned while the commit was still held at the gate
     assert len(stall_offset_file.calls) == writes_done
     closing = in_thread(c.close)
-    time.sleep(0.1)
-    assert closing.is_alive(), "close must wait for the commit under way before its own"
+    wait_until(lambda: io.contended.is_set() or stall_offset_file.overlapped.is_set(), what="close")
+    assert not stall_offset_file.overlapped.is_set(), "close must wait for the commit under way before its own"
+    assert closing.is_alive()
     stall_offset_file.gate.set()
     closing.join(10)
     assert [int(m.body) for m in got] == list(range(10))
@@ -263,7 +284,7 @@ def test_a_consumer_dropped_without_close_is_collected_after_an_auto_commit(stor
     c = store.pull_consumer("g", consume_from=FIRST, auto_commit_interval=0.01)
     c.subscribe("t")
     assert c.poll(1)
-    time.sleep(0.02)
+    c._next_commit = 0.0  # the auto-commit interval has passed
     c.poll(0.05)  # starts the offset writer thread with an auto-commit
     wait_until(lambda: committed(store, "g", MessageQueue("t", 0)) == 1)
     ref = weakref.ref(c)
@@ -277,6 +298,7 @@ def test_commit_async_returns_at_once_and_a_later_commit_lands_after_it(
 ) -> None:
     mq = topic_of(store, 6)
     c = store.pull_consumer("g", consume_from=FIRST, auto_commit=False)
+    c._writer._io = io = WatchedLock()  # type: ignore[assignment]
     c.subscribe("t")
     msgs = c.poll(1)
     assert len(msgs) == 6
@@ -285,8 +307,9 @@ def test_commit_async_returns_at_once_and_a_later_commit_lands_after_it(
     assert stall_offset_file.entered.wait(5)
     assert len(stall_offset_file.calls) == writes_done  # returned while the write waits
     syncing = in_thread(lambda: c.commit({mq: 5}))
-    time.sleep(0.1)
-    assert syncing.is_alive(), "commit() must wait for the async write under way"
+    wait_until(lambda: io.contended.is_set() or stall_offset_file.overlapped.is_set(), what="commit()")
+    assert not stall_offset_file.overlapped.is_set(), "commit() must wait for the async write under way"
+    assert syncing.is_alive()
     stall_offset_file.gate.set()
     syncing.join(10)
     assert committed(store, "g", mq) == 5
@@ -322,6 +345,7 @@ def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
     mq = topic_of(store, 10)
     opts: dict[str, Any] = {"consume_from": FIRST, "auto_commit": False, "rebalance_interval": 0.01}
     old = store.pull_consumer("g", client_id="b-old", **opts)
+    old._writer._io = io = WatchedLock()  # type: ignore[assignment]
     old.subscribe("t")
     assert len(old.poll(1)) == 10
     writes_done = stall_offset_file.hold()
@@ -332,12 +356,15 @@ def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
     new.subscribe("t")
 
     def revoke() -> None:  # the old member's rebalance (inside poll) revokes the queue
-        deadline = time.monotonic() + 10
-        while old.assignment() and time.monotonic() < deadline:
+        for _ in range(1000):
+            if not old.assignment():
+                return
             old.poll(0.02)
 
     revoking = in_thread(revoke)
-    time.sleep(0.3)
+    # the revoke reaches the flush of the queue's commits and waits for the one held
+    wait_until(lambda: io.contended.is_set() or not revoking.is_alive(), what="the revoke")
+    assert revoking.is_alive(), "the revoke must wait for the commit held in the offset file"
     new.poll(0.01)
     # while the old member's commits wait in the offset file, it does not let the queue go
     assert new.assignment() == [] and revoking.is_alive()
@@ -349,7 +376,6 @@ def test_a_revoked_queue_s_pending_commits_land_before_the_new_owner_s(
     new.commit({mq: 8})
     values = [v for call in stall_offset_file.calls[writes_done:] for v in call.values()]
     assert values == [3, 5, 8]
-    time.sleep(0.1)
-    assert committed(store, "g", mq) == 8
     new.close()
-    old.close()
+    old.close()  # both writer threads have ended: no older write can land after this check
+    assert committed(store, "g", mq) == 8

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 import mqlite
 from mqlite import Message, MessageQueue
@@ -53,10 +54,11 @@ with mqlite.open(sys.argv[1], read_only=True) as store:
     say(step="writes", errors=errors)
     sys.stdin.readline()
     want = int(sys.argv[2])
+    say(step="following")
     deadline = time.monotonic() + 30
     while len(seen) < want and time.monotonic() < deadline:
+        store.wait_for({mq: len(seen)}, timeout=1.0)  # the writer's next send wakes it
         seen += read_from(store, mq, len(seen))
-        time.sleep(0.01)
     say(step="followed", seen=seen, offsets=list(store.offsets(mq)))
 """
 
@@ -95,7 +97,7 @@ def test_read_only_process_follows_the_writer(store_path: Path, spawn_py: SpawnP
         assert reader.stdin is not None
         reader.stdin.write("go\n")
         reader.stdin.flush()
-        time.sleep(0.05)
+        assert _line(reader) == {"step": "following"}  # the last batch arrives while it follows
         producer.send_batch([f"m{i}".encode() for i in range(20, 25)], topic="feed")
         followed = _line(reader)
         assert followed["seen"] == [f"m{i}" for i in range(25)]
@@ -140,10 +142,8 @@ def test_a_follower_process_sleeps_on_the_wake_up_word_until_the_writer_wakes_it
 
         reader = spawn_py(SLEEPER, store_path)
         assert _line(reader) == {"step": "waiting"}
-        deadline = time.monotonic() + 30
-        while _wake_word(store_path) & 1 == 0:
-            assert time.monotonic() < deadline, "the follower never announced its sleep"
-            time.sleep(0.005)
+        # the word is in another process's mapping: its sleeper bit is the event to wait for
+        wait_until(lambda: _wake_word(store_path) & 1, timeout=30, what="the follower's sleeper bit")
         assert reader.poll() is None, "still waiting: nothing new was sent"
 
         producer.send(Message("feed", b"second"))
@@ -157,10 +157,8 @@ def test_a_follower_process_sleeps_on_the_wake_up_word_until_the_writer_wakes_it
 def test_second_writer_in_same_process_is_locked(store_path: Path) -> None:
     with mqlite.open(store_path) as first:
         first.producer().send(Message("t", b"x"))
-        start = time.monotonic()
         with pytest.raises(mqlite.StoreLockedError) as info:
             mqlite.open(store_path)
-        assert time.monotonic() - start < 5
         assert info.value.retriable is True and info.value.code
         with mqlite.open(store_path, read_only=True) as reader:
             assert reader.topics() == first.topics()
@@ -233,11 +231,27 @@ def test_close_returns_a_thread_blocked_in_wait_for(store_path: Path, read_only:
             target=lambda: result.append(store.wait_for({MessageQueue("feed", 0): 0}, None))
         )
         waiter.start()
-        time.sleep(0.3)  # let it block (a follower sets its sleeper bit)
+        if read_only:  # it blocks: a follower sets its sleeper bit before it sleeps
+            wait_until(lambda: _wake_word(store_path) & 1, what="the follower's sleeper bit")
+        else:
+            # An in-process waiter shows no sign of its wait (the store exposes no waiter count),
+            # so a pause lets it get there. Not causal: a close landing first would make
+            # wait_for raise StoreClosedError instead.
+            time.sleep(0.3)
         assert waiter.is_alive() and not result
-        if read_only:
-            assert _wake_word(store_path) & 1 == 1
         store.close()
         waiter.join(timeout=20)
         assert not waiter.is_alive(), "close did not wake the waiting thread"
         assert result == [True]  # as documented: the caller checks ``closed``
+
+
+@pytest.mark.perf
+def test_a_second_writer_is_refused_at_once(store_path: Path) -> None:
+    """The timing bar of ``test_second_writer_in_same_process_is_locked``: without ``wait=`` the
+    second open raises at once (well under 5 s), it does not wait for the lock."""
+    with mqlite.open(store_path) as first:
+        first.producer().send(Message("t", b"x"))
+        start = time.monotonic()
+        with pytest.raises(mqlite.StoreLockedError):
+            mqlite.open(store_path)
+        assert time.monotonic() - start < 5

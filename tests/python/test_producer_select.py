@@ -30,6 +30,64 @@ def test_sharding_key_keeps_a_key_on_one_queue(mem_store: mqlite.Store) -> None:
     assert m.properties["KEYS"] == "order-0 x"
 
 
+# Key -> queue for topics of 3, 4, 7 and 16 write queues, as the producer has always mapped
+# them (CRC32 of the key's UTF-8 bytes, or of the bytes given, modulo the queue count): a key
+# must keep to its queue across versions, or ordered consumers would see its messages reordered.
+PINNED_KEYS: list[tuple[str | bytes, tuple[int, int, int, int]]] = [
+    ("order-1", (1, 3, 6, 15)),
+    ("order-2", (0, 1, 6, 5)),
+    ("user:42", (1, 2, 4, 6)),
+    ("", (0, 0, 0, 0)),
+    ("ключ", (0, 2, 1, 10)),
+    ("a" * 300, (1, 1, 2, 9)),
+    (b"\x00\xffbytes", (1, 1, 0, 1)),
+]
+
+
+@pytest.mark.parametrize("how", ["send", "send_async", "send_oneway"])
+def test_sharding_keys_keep_their_queues(mem_store: mqlite.Store, how: str) -> None:
+    counts = (3, 4, 7, 16)
+    for n in counts:
+        mem_store.create_topic(f"t{n}", n)
+    p = mem_store.producer()
+    for key, want in PINNED_KEYS:
+        for n, queue in zip(counts, want):
+            before = [mem_store.offsets(MessageQueue(f"t{n}", q))[1] for q in range(n)]
+            getattr(p, how)(Message(f"t{n}", b"x"), sharding_key=key)
+            p.flush()
+            after = [mem_store.offsets(MessageQueue(f"t{n}", q))[1] for q in range(n)]
+            grew = [q for q in range(n) if after[q] != before[q]]
+            assert grew == [queue], (key, n)
+
+
+def test_sharding_keys_are_hashed_by_the_native_producer(
+    mem_store: mqlite.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sharded send goes to the store as one routed put (the queue count is read under the
+    same lookup as the append): no Python queue selection runs for it. Selectors still do."""
+
+    def refuse(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("a sharding key was hashed in Python")
+
+    monkeypatch.setattr(mqlite.Producer, "_select", refuse)
+    mem_store.create_topic("t", 4)
+    p = mem_store.producer()
+    assert p.send(Message("t", b"x"), sharding_key="order-1").message_queue.queue_id == 3
+    assert p.send_async(Message("t", b"x"), sharding_key=b"order-2").result(5).message_queue.queue_id == 1
+    p.send_oneway(Message("t", b"x"), sharding_key="user:42")
+    assert p.flush(5) == 0
+    assert mem_store.offsets(MessageQueue("t", 2)) == (0, 1)
+    # Any bytes-like key hashes as its bytes; other types are refused, as before.
+    for key in (b"order-1", bytearray(b"order-1"), memoryview(b"order-1")):
+        assert p.send(Message("t", b"x"), sharding_key=key).message_queue.queue_id == 3
+    with pytest.raises(mqlite.IllegalArgumentError, match="sharding_key must be str or bytes, not int"):
+        p.send(Message("t", b"x"), sharding_key=5)  # type: ignore[arg-type]
+    with pytest.raises(UnicodeEncodeError):
+        p.send(Message("t", b"x"), sharding_key="\ud800")
+    with pytest.raises(AssertionError, match="hashed in Python"):
+        p.send(Message("t", b"x"), selector=lambda mqs, m, a: mqs[0])
+
+
 def test_default_is_round_robin(mem_store: mqlite.Store) -> None:
     mem_store.create_topic("t", 3)
     p = mem_store.producer()

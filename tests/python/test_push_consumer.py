@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from helpers import wait_until
 
 import mqlite
 from mqlite import _core
@@ -26,11 +28,36 @@ from mqlite import (
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+class CommitRounds:
+    """Counts a push consumer's commit rounds (``_commit``: the poller computes what may be
+    committed and submits it to the offset writer, every ``commit_interval``)."""
+
+    def __init__(self, c: PushConsumer) -> None:
+        self.rounds = 0
+        self._writer = c._consumer._writer
+        real = c._commit
+
+        def commit() -> None:
+            real()
+            self.rounds += 1
+
+        c._commit = commit  # type: ignore[method-assign]
+
+    def settle(self) -> None:
+        """Returns once a whole commit round began after this call and what it submitted is in
+        the offset file: a commit the consumer's state allows now has been written by then."""
+        n = self.rounds
+        wait_until(lambda: self.rounds >= n + 2, what="two commit rounds")
+        self._writer.flush(list(self._writer.pending()))  # after the write under way, if any
+
+
+def retries_now(c: PushConsumer) -> None:
+    """Every scheduled redelivery of ``c`` is due now, and later ones come at once: a test that
+    needs a failed message to stay failed while it looks sets a long ``retry_delay``, then this."""
+    with c._lock:
+        c._retry_delay = 0.001
+        c._timers[:] = [(0.0, seq, pq, msgs) for _, seq, pq, msgs in c._timers]
+        heapq.heapify(c._timers)
 
 
 def send(store: mqlite.Store, n: int, queues: int = 4, start: int = 0) -> None:
@@ -63,14 +90,34 @@ def test_concurrent_consumes_everything_and_commits(store: mqlite.Store) -> None
     assert all(p.lag == 0 for p in store.consumer_progress("g"))
 
 
+def test_a_message_sent_to_an_idle_consumer_reaches_the_listener(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    got: list[bytes] = []
+    arrived = threading.Event()
+    c = store.push_consumer("g", threads=2)
+    c.subscribe("t")
+    c.register_message_listener(
+        lambda msgs: got.extend(m.body for m in msgs) or arrived.set() or ConsumeStatus.CONSUME_SUCCESS  # type: ignore[func-returns-value]
+    )
+    with c:
+        # consume_from is "last": the queue's starting offset is pinned when it is assigned
+        wait_until(lambda: c.assignment() == [MessageQueue("t", 0)])
+        store.producer().send(Message("t", b"x"))
+        assert arrived.wait(20)
+    assert got == [b"x"]
+
+
+@pytest.mark.perf
 def test_wakes_promptly(store: mqlite.Store) -> None:
+    """The timing bar of the test above: the listener has the message within 50 ms of the send."""
     store.create_topic("t", 1)
     got = threading.Event()
     c = store.push_consumer("g", threads=2)
     c.subscribe("t")
     c.register_message_listener(lambda msgs: got.set() or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
     with c:
-        time.sleep(0.1)
+        wait_until(lambda: c.assignment() == [MessageQueue("t", 0)])
+        wait_until(lambda: c._token.waiters() == 1)  # one thread polls, the other waits for the token
         start = time.monotonic()
         store.producer().send(Message("t", b"x"))
         assert got.wait(2)
@@ -128,20 +175,23 @@ def test_messages_arriving_one_by_one_failures_are_kept(store: mqlite.Store) -> 
             raise RuntimeError("boom")
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", threads=2, retry_delay=0.3, commit_interval=0.02)
+    c = store.push_consumer("g", threads=2, retry_delay=30, commit_interval=0.02)
     c.subscribe("t")
     c.register_message_listener(listener)
+    rounds = CommitRounds(c)
     mq = MessageQueue("t", 0)
     p = store.producer()
     with c:
-        time.sleep(0.1)
+        wait_until(lambda: c.assignment() == [mq])  # consume_from "last": pinned at assignment
         for i in range(4):
             p.send(Message("t", str(i).encode()))
             wait_until(lambda: attempts.get(i, 0) >= 1)
-        # 1 has failed once and waits for its retry: the committed offset may not pass it
-        time.sleep(0.1)
+        # 1 has failed once and waits for its retry (30 s away): a commit made now may not pass it
+        assert attempts[1] == 1
+        rounds.settle()
         committed = group_offset(store, mq)
         assert committed is not None and committed <= 1
+        retries_now(c)
         wait_until(lambda: group_offset(store, mq) == 4)
     assert attempts == {0: 1, 1: 3, 2: 2, 3: 1}
 
@@ -160,12 +210,13 @@ def test_failed_message_survives_shutdown(store: mqlite.Store) -> None:
         p.send(Message("t", str(i).encode()))
     c = store.push_consumer("g", consume_from=FIRST, retry_delay=10)
     c.subscribe("t")
+    called: list[bytes] = []
     c.register_message_listener(
-        lambda msgs: ConsumeStatus.RECONSUME_LATER if msgs[0].body == b"1" else ConsumeStatus.CONSUME_SUCCESS
+        lambda msgs: called.extend(m.body for m in msgs)  # type: ignore[func-returns-value]
+        or (ConsumeStatus.RECONSUME_LATER if msgs[0].body == b"1" else ConsumeStatus.CONSUME_SUCCESS)
     )
     c.start()
-    wait_until(lambda: group_offset(store, MessageQueue("t", 0)) is not None)
-    time.sleep(0.2)
+    wait_until(lambda: sorted(called) == [b"0", b"1", b"2"])  # 1 failed, its retry 10 s away
     c.shutdown()
     assert group_offset(store, MessageQueue("t", 0)) == 1
     again: list[bytes] = []
@@ -309,30 +360,30 @@ def test_a_slow_listener_call_does_not_hold_up_other_queues(store: mqlite.Store)
     so a message on another queue is not kept waiting for that call."""
     store.create_topic("t", 4)
     p = store.producer()
-    arrived: dict[bytes, float] = {}
-    release = threading.Event()
+    arrived: list[bytes] = []
+    in_slow, release = threading.Event(), threading.Event()
 
     def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         for m in msgs:
             if m.body == b"slow":
-                release.wait(10)
-            arrived[m.body] = time.monotonic()
+                in_slow.set()
+                release.wait(60)
+            arrived.append(m.body)
         return ConsumeStatus.CONSUME_SUCCESS
 
     c = store.push_consumer("g", threads=4)
     c.subscribe("t")
     c.register_message_listener(listener)
     with c:
-        for i in range(100):  # a quick listener: the poller takes the fast path
+        wait_until(lambda: len(c.assignment()) == 4)  # consume_from "last": pinned at assignment
+        for i in range(100):  # one at a time to a quick listener: the poller takes the fast path
             p.send(Message("t", b"w%d" % i))
-            time.sleep(0.002)
-        wait_until(lambda: len(arrived) == 100)
+            wait_until(lambda: len(arrived) == i + 1)
         p.send(Message("t", b"slow"), queue_id=0)
-        time.sleep(0.2)
-        sent = time.monotonic()
+        assert in_slow.wait(20)
         p.send(Message("t", b"other"), queue_id=1)
-        wait_until(lambda: b"other" in arrived, timeout=5)
-        assert arrived[b"other"] - sent < 1.0
+        # delivered while the slow call still runs (it waits for `release`): not held up by it
+        wait_until(lambda: b"other" in arrived, timeout=30, what="the message on the other queue")
         assert b"slow" not in arrived
         release.set()
         wait_until(lambda: b"slow" in arrived)
@@ -346,30 +397,31 @@ def test_commits_stay_behind_a_batch_the_poller_still_runs(store: mqlite.Store) 
     store.create_topic("t", 1)
     p = store.producer()
     arrived: list[bytes] = []
-    release = threading.Event()
+    in_slow, release = threading.Event(), threading.Event()
 
     def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         for m in msgs:
             if m.body == b"slow":
-                release.wait(10)
+                in_slow.set()
+                release.wait(60)
             arrived.append(m.body)
         return ConsumeStatus.CONSUME_SUCCESS
 
     c = store.push_consumer("g", threads=4, consume_from=FIRST, commit_interval=0.05)
     c.subscribe("t")
     c.register_message_listener(listener)
+    rounds = CommitRounds(c)
     mq = MessageQueue("t", 0)
     with c:
-        for i in range(50):  # a quick listener: the poller takes the fast path
+        for i in range(50):  # one at a time to a quick listener: the poller takes the fast path
             p.send(Message("t", b"w%d" % i))
-            time.sleep(0.002)
-        wait_until(lambda: len(arrived) == 50)
+            wait_until(lambda: len(arrived) == i + 1)
         slow = p.send(Message("t", b"slow")).queue_offset
-        time.sleep(0.2)  # the poller is stuck in the call; another thread polls now
+        assert in_slow.wait(20)  # the poller is stuck in the call; another thread takes the poll over
         for i in range(10):
             p.send(Message("t", b"late%d" % i))
         wait_until(lambda: sum(b.startswith(b"late") for b in arrived) == 10)
-        time.sleep(0.3)  # several commit intervals
+        rounds.settle()  # commits made after the late messages were acknowledged are written
         assert (group_offset(store, mq) or 0) <= slow
         release.set()
         wait_until(lambda: b"slow" in arrived)
@@ -379,21 +431,25 @@ def test_commits_stay_behind_a_batch_the_poller_still_runs(store: mqlite.Store) 
 def test_shutdown_timeout_bounds_a_stuck_listener_and_nothing_is_acknowledged(store: mqlite.Store) -> None:
     store.create_topic("t", 1)
     store.producer().send(Message("t", b"stuck"))
-    started, release = threading.Event(), threading.Event()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         started.set()
-        release.wait(10)
+        release.wait(120)
+        finished.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", consume_from=FIRST, revoke_timeout=8)
+    # Without the timeout's bound, shutdown would wait for the listener up to revoke_timeout.
+    c = store.push_consumer("g", consume_from=FIRST, revoke_timeout=120)
     c.subscribe("t")
     c.register_message_listener(listener)
     c.start()
-    assert started.wait(5)
-    t0 = time.monotonic()
-    c.shutdown(timeout=0.5)
-    assert time.monotonic() - t0 < 2.5
+    assert started.wait(20)
+    stopping = threading.Thread(target=lambda: c.shutdown(timeout=0.5), daemon=True)
+    stopping.start()
+    stopping.join(60)
+    assert not stopping.is_alive(), "shutdown(timeout=0.5) waited for the stuck listener"
+    assert not finished.is_set()  # it returned while the listener was still stuck
     release.set()
     assert group_offset(store, MessageQueue("t", 0)) in (None, 0)  # will be delivered again
 
@@ -423,14 +479,15 @@ def test_a_revoke_waits_for_the_batch_running_on_the_polling_thread(store: mqlit
     new.subscribe("t")
     new.register_message_listener(lambda msgs: new_got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)  # type: ignore[func-returns-value]
     with old:
-        for i in range(20):  # a quick listener: the poller takes the fast path
+        for i in range(20):  # one at a time to a quick listener: the poller takes the fast path
             p.send(Message("t", b"%d" % i))
-            time.sleep(0.002)
-        wait_until(lambda: len(old_got) == 20)
+            wait_until(lambda: len(old_got) == i + 1)
         p.send(Message("t", b"slow"))
         assert started.wait(5)
         with new:  # sorts first: the queue is to move to it
-            time.sleep(0.5)
+            # The old member's revoke of the queue (made by the thread that took the stalled poll
+            # over) waits for the running batch; had it not waited, the new member has the queue.
+            wait_until(lambda: old._idle_waiters > 0 or new.assignment() != [], what="the revoke")
             assert new_got == [] and new.assignment() == [], "the queue moved while its batch ran"
             release.set()
             wait_until(lambda: new.assignment() == [MessageQueue("t", 0)])
@@ -439,7 +496,9 @@ def test_a_revoke_waits_for_the_batch_running_on_the_polling_thread(store: mqlit
     assert old_got[-1] == b"slow" and new_got == [b"after"]
 
 
-def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(store: mqlite.Store) -> None:
+def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(
+    store: mqlite.Store, caplog: pytest.LogCaptureFixture
+) -> None:
     store.create_topic("t", 1)
     store.producer().send(Message("t", b"m"))
     calls: list[float] = []
@@ -453,10 +512,10 @@ def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(store: m
     c = store.push_consumer("g", consume_from=FIRST, threads=1, retry_delay=0.05, revoke_timeout=5)
     c.subscribe("t")
     c.register_message_listener(listener)
-    with c:
-        wait_until(lambda: len(calls) == 2, timeout=5)
-        t0 = time.monotonic()
-    assert time.monotonic() - t0 < 2  # nothing left running: shutdown does not wait it out
+    with caplog.at_level("WARNING", logger="mqlite.consumer"), c:
+        wait_until(lambda: len(calls) == 2)
+    # nothing was left running: shutdown did not wait out revoke_timeout (it says so when it does)
+    assert "while listeners still run" not in caplog.text
     assert group_offset(store, MessageQueue("t", 0)) == 1
 
 
@@ -469,16 +528,18 @@ def test_store_closed_under_a_running_consumer_stops_it_quietly(
     c.subscribe("t")
     c.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
     c.start()
-    time.sleep(0.2)
-    with caplog.at_level("ERROR", logger="mqlite.consumer"):
+    wait_until(lambda: c.assignment() == [MessageQueue("t", 0)])  # its threads poll the queue
+    with caplog.at_level("WARNING", logger="mqlite.consumer"):
         store.close()
+        # every consuming thread ends; they are the ones that would log a failing poll
         wait_until(lambda: not any(t.name.startswith("mqlite-push") for t in threading.enumerate()))
-        time.sleep(0.3)
-    errors = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert len(errors) == 1 and "store closed" in errors[0].getMessage()
-    t0 = time.monotonic()
-    c.shutdown()
-    assert time.monotonic() - t0 < 2
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and "store closed" in errors[0].getMessage()
+        stopping = threading.Thread(target=c.shutdown, daemon=True)
+        stopping.start()
+        stopping.join(60)
+        assert not stopping.is_alive(), "shutdown hung on the closed store"
+    assert "while listeners still run" not in caplog.text
 
 
 def test_commit_passes_messages_the_filter_skips(store: mqlite.Store) -> None:
@@ -559,7 +620,9 @@ def test_poll_token_timer_never_calls_back_into_python() -> None:
 
     got: list[int] = []
     threads = _token_waiters(token, 3, keep, got)
-    time.sleep(0.6)  # twelve watch periods
+    wait_until(lambda: token.waiters() == 3)
+    looks = token.watch_looks()
+    wait_until(lambda: token.watch_looks() >= looks + 12)  # twelve watch periods
     assert len(checks) == 3, checks
     running = False
     token.wake_all()  # every waiter re-checks at once, none holds on for a timer
@@ -575,17 +638,24 @@ def test_poll_token_release_hands_the_token_to_one_waiter() -> None:
     token = _core.PollToken(10.0)
     assert token.acquire(lambda: True)
     running = [True]
+    checks: list[int] = []
+
+    def keep() -> bool:
+        checks.append(1)
+        return running[0]
+
     got: list[int] = []
-    threads = _token_waiters(token, 2, lambda: running[0], got)
-    time.sleep(0.1)
+    threads = _token_waiters(token, 2, keep, got)
+    wait_until(lambda: token.waiters() == 2)  # both asleep: neither took the held token
     assert got == []
     token.release()
     assert not token.held()
-    wait_until(lambda: len(got) == 1, 5)
-    time.sleep(0.1)
+    wait_until(lambda: len(got) == 1)
+    wait_until(lambda: token.waiters() == 1)
     assert len(got) == 1  # the other waiter still waits: its holder is not busy
+    before = len(checks)
     token.wake_all()
-    time.sleep(0.1)
+    wait_until(lambda: len(checks) == before + 1 and token.waiters() == 1)  # re-checked, asleep again
     assert len(got) == 1  # wake_all only makes waiters re-check keep_waiting
     token.release()  # not the holder: a no-op
     assert len(got) == 1
@@ -618,8 +688,10 @@ def test_poll_token_stalled_holders_are_taken_over_one_after_another() -> None:
     threads = [threading.Thread(target=member, daemon=True) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.2)  # four watch periods with the holder polling: nobody takes over
-    assert holders == []
+    wait_until(lambda: token.waiters() == 3)
+    looks = token.watch_looks()
+    wait_until(lambda: token.watch_looks() >= looks + 4)  # four watch periods with the holder polling
+    assert holders == []  # nobody took over
     token.busy()
     wait_until(lambda: len(holders) == 1, 5)  # the first stall: a waiter takes over
     assert not token.idle() and not token.held()

@@ -30,6 +30,14 @@ pub struct Appended {
     pub store_timestamp: i64,
 }
 
+impl Appended {
+    /// The record's offset message id (store host and commit-log offset), as a reader gets it
+    /// from `RecordView::offset_msg_id`.
+    pub fn offset_msg_id(&self) -> String {
+        crate::message::msg_id::offset_msg_id(&codec::STORE_HOST, self.physical_offset)
+    }
+}
+
 /// State guarded by the append lock.
 #[derive(Debug, Default)]
 pub struct Appender {

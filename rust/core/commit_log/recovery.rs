@@ -7,6 +7,15 @@
 //! cannot be a torn write, so it is reported as corruption (naming file and offset) instead of
 //! being truncated away. Nor can one that whole records follow, when the caller asks for that
 //! check (a store without mqlite's exact durable offset): a torn write is the end of the data.
+//!
+//! Below the scan's start the log is durable but unread. Recovery relies on records there when
+//! it re-dispatches from below the scan start or judges a consume-queue unit that points there;
+//! it verifies them first (`verify_durable`, `DurableCheck`, always with both CRCs, since a
+//! header byte that still decodes names a wrong queue or offset), so damage there is reported
+//! as corruption instead of being taken for a stale unit or dispatched to the wrong queue.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::message::codec::{self, RecordCheck, RecordView};
@@ -101,6 +110,56 @@ impl CommitLog {
         }
     }
 
+    /// Verifies the records of `[from, to)`, every byte of which is durable (`from` a record
+    /// boundary): each must be whole at its own position, both CRCs included, and the data must
+    /// reach `to`. Returns where the verification stopped (`>= to`, a record boundary or a file
+    /// start).
+    ///
+    /// # Errors
+    /// `Corrupted` naming the file and offset of the first record that is not whole, or of the
+    /// place where the data stops before `to`.
+    pub fn verify_durable(&self, from: u64, to: u64) -> Result<u64> {
+        let mut pos = from.max(self.files().min_offset());
+        while pos < to {
+            let Some(file) = self.files().find(pos) else {
+                return Err(Error::Corrupted {
+                    path: "commitlog".into(),
+                    offset: pos,
+                    reason: format!("no commit-log file holds {pos}, in the durable log"),
+                    cause: None,
+                });
+            };
+            let in_file = pos - file.from_offset();
+            // Recovery has published each file up to the log's recovered end.
+            let buf = file
+                .slice(in_file, file.published().saturating_sub(in_file) as usize)
+                .unwrap_or(&[]);
+            match codec::check_stored(buf, true, Some(pos)) {
+                RecordCheck::Record(n) => pos += u64::from(n),
+                RecordCheck::Blank => pos = self.roll_next_file(pos),
+                RecordCheck::End => {
+                    return Err(Error::Corrupted {
+                        path: file.path().to_path_buf(),
+                        offset: pos,
+                        reason: format!(
+                            "the commit log's data stops at {pos}, in its durable part"
+                        ),
+                        cause: None,
+                    })
+                }
+                RecordCheck::Invalid(e) => {
+                    return Err(Error::undecodable(
+                        file.path(),
+                        pos,
+                        e,
+                        "a durable record recovery relies on",
+                    ))
+                }
+            }
+        }
+        Ok(pos)
+    }
+
     /// Where a whole record lies after the invalid one at `pos` (`buf`: the rest of its file):
     /// right after it, if its length field still fits the file, or at the start of any later
     /// file.
@@ -175,12 +234,50 @@ impl CommitLog {
             let (from, size) = (w.file().from_offset(), w.file().size());
             let local = end.saturating_sub(from).min(size);
             let zero_until = if zero_tail { size } else { local };
-            w.truncate_to(local, zero_until);
+            w.truncate_to(local, zero_until)?;
             a.writer = Some(w);
         }
         self.set_max_offset(end);
         drop(a);
         self.set_flushed_offset(end);
+        Ok(())
+    }
+}
+
+/// Verifies, on demand and at most once per byte, the durable records from the start of a
+/// commit-log file through a given offset (`CommitLog::verify_durable`): what a consume-queue
+/// check needs before it may call a unit that does not match the bytes it points at stale.
+/// Offsets asked for must lie below the recovered end of the log.
+#[derive(Debug)]
+pub struct DurableCheck<'a> {
+    log: &'a CommitLog,
+    /// Per file start: where verification of that file has reached.
+    reached: RefCell<BTreeMap<u64, u64>>,
+}
+
+impl<'a> DurableCheck<'a> {
+    /// A check of `log`, nothing verified yet.
+    pub fn new(log: &'a CommitLog) -> Self {
+        DurableCheck {
+            log,
+            reached: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// Verifies every record from the start of the file holding `at` through the one covering
+    /// `at`. Afterwards `at` is either the start of a whole record or not a record boundary.
+    ///
+    /// # Errors
+    /// `Corrupted` for the first record there that is not whole.
+    pub fn through(&self, at: u64) -> Result<()> {
+        let size = self.log.files().file_size();
+        let start = (at - at % size).max(self.log.files().min_offset());
+        let done = self.reached.borrow().get(&start).copied().unwrap_or(start);
+        if at < done {
+            return Ok(());
+        }
+        let reached = self.log.verify_durable(done, at + 1)?;
+        self.reached.borrow_mut().insert(start, reached);
         Ok(())
     }
 }

@@ -11,6 +11,15 @@
 //!   whole unit. A zero size marks the end of data.
 //! - `min_offset() <= max_offset()`; `max_offset()` is the next offset to be written.
 //!
+//! Disk (FORMAT.md §4): a unit file has its full length from its creation on (RocketMQ requires
+//! it), as a hole with its first `INITIAL_RESERVE` bytes fallocated; the writer reserves more
+//! before writing past the reserved end (`write_unit`: `FileWriter::make_room`), never writes
+//! into a hole, and after an open reserves again ahead of itself before its first unit (what an
+//! earlier run reserved is not recorded). A full disk is a `StoreFull` error of the unit's
+//! write: nothing is written, and dispatch retries it. Only a writer that fills half its file
+//! within `FAST_HALF_FILE_MS` has its next file prepared ahead; a new queue has no file before
+//! its first unit.
+//!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
 //! what is missing (duplicates are ignored by the `max_physical_offset` rule). A file shorter
@@ -20,21 +29,26 @@
 //! that rolls to it: the flush comes before any checkpoint that covers the file's units, so
 //! an OS crash can only lose a file whose units recovery re-dispatches anyway.
 //!
+//! A crash between a new file's sparse extension and its reservation leaves a full-length file of
+//! zeros: an unused file (deleted at open when it is not the first), or an empty first file.
+//!
 //! Writers: only the dispatcher. Readers: any thread, any process.
 
 pub mod store;
 pub mod unit;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::dispatch::queue_index::{LogicalQueue, QueueEntry};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::mapped_file::{FileWriter, MappedFile};
+use crate::mapped_file::{FileWriter, MappedFile, Reserve};
 use crate::mapped_file_queue::pace::Pace;
 use crate::mapped_file_queue::warm::warm_chunk_ahead;
 use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::util::clock::Clock;
 use crate::util::fs;
 use crate::util::kill_point::kill_point;
 use unit::{CqUnit, SIZE_POS, UNIT_SIZE};
@@ -48,6 +62,17 @@ const WARM_CHUNK: u64 = 64 << 10;
 /// Bytes of a file prepared ahead of its roll that are faulted in: the two chunks
 /// `warm_chunk_ahead` keeps ready when a writer enters a file.
 const PREPARED_WARM: u64 = 2 * WARM_CHUNK;
+
+/// Disk blocks a new unit file reserves (204 units); the rest of the file is a hole until
+/// the writer gets near it (mapped_file/alloc.rs `Reserve::Grow`). A queue that holds one
+/// message costs one page, not a whole file.
+pub const INITIAL_RESERVE: u64 = 4096;
+
+/// A writer that fills the first half of its file within this many milliseconds of entering
+/// it is fast: its next file is prepared ahead (prepare.rs). A slower queue creates its next
+/// file when it rolls, which costs it well under a millisecond (the creation's fsyncs are
+/// left to the next flush) once per half a file or more of this time.
+pub const FAST_HALF_FILE_MS: i64 = 10_000;
 
 /// One consume queue.
 #[derive(Debug)]
@@ -72,6 +97,10 @@ pub struct ConsumeQueue {
     // of that successor until the dispatcher takes the request (`NO_FILE`: nothing to ask).
     next_asked: AtomicU64,
     next_due: AtomicU64,
+    // When the writer entered its current file (a roll, or recovery), for `note_fill`, as
+    // `clock` reads it.
+    entered_ms: AtomicI64,
+    clock: Clock,
     // How fast units arrive, marked at each `WARM_CHUNK` (`warm_chunk_ahead`).
     pace: Pace,
     // A unit was published since the last `flush` (an idle queue lets go of its writer).
@@ -102,7 +131,11 @@ impl ConsumeQueue {
         ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
-            files: MappedFileQueue::new(backing, file_size, !read_only).with_deferred_create_sync(),
+            files: MappedFileQueue::new(backing, file_size, !read_only)
+                .with_deferred_create_sync()
+                .with_reserve(Reserve::Grow {
+                    initial: INITIAL_RESERVE,
+                }),
             writer: Mutex::new(None),
             max_physical: AtomicU64::new(0),
             min_logic: AtomicU64::new(0),
@@ -112,6 +145,8 @@ impl ConsumeQueue {
             stale_from: AtomicU64::new(NO_FILE),
             next_asked: AtomicU64::new(u64::MAX),
             next_due: AtomicU64::new(NO_FILE),
+            entered_ms: AtomicI64::new(i64::MIN),
+            clock: Clock::system(),
             pace: Pace::default(),
             written: std::sync::atomic::AtomicBool::new(false),
         }
@@ -120,6 +155,13 @@ impl ConsumeQueue {
     /// This queue keeps its recently used files mapped in `cache` (the store's).
     pub fn with_cache(mut self, cache: std::sync::Arc<crate::mapped_file_queue::MapCache>) -> Self {
         self.files = self.files.with_cache(cache);
+        self
+    }
+
+    /// A queue that reads the time from `clock` (the store's; the system clock by default),
+    /// for its pace (`FAST_HALF_FILE_MS`).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -195,11 +237,15 @@ impl ConsumeQueue {
         } else {
             end_in_file
         };
-        w.truncate_to(end_in_file, zero_until);
+        // Nothing of a file opened from disk counts as reserved: the writer reserves ahead of
+        // itself again before its first unit (`write_unit`).
+        w.truncate_to(end_in_file, zero_until)?;
         // The writer is taken again by the first put (`resume_writer`): until then the file
-        // may be unmapped like any other.
+        // may be unmapped like any other (and mapped again with nothing counted as reserved).
         drop(w);
         self.files.park_last();
+        self.entered_ms
+            .store(self.clock.now_ms(), Ordering::Relaxed);
         self.refresh_max_physical();
         self.min_logic
             .store(self.files.min_offset() / UNIT_SIZE, Ordering::Release);
@@ -267,10 +313,14 @@ impl ConsumeQueue {
     /// last durable checkpoint, so possibly torn or stale) with `indexes(unit, k)`, which says
     /// whether the unit really points at the record whose queue offset is `k`. The queue is cut
     /// at the first unit that does not; dispatch then re-creates the rest.
+    ///
+    /// # Errors
+    /// `indexes`'s: it fails, before anything is cut, when the bytes a unit points at are
+    /// damaged log data rather than a sign of a stale unit.
     pub fn verify_tail(
         &self,
         from_phy: u64,
-        indexes: impl Fn(&CqUnit, u64) -> bool,
+        indexes: impl Fn(&CqUnit, u64) -> Result<bool>,
     ) -> Result<bool> {
         let (min, max) = (self.min_offset(), self.max_offset());
         // A garbage unit can sit right after the real tail whatever it points at: drop tail
@@ -278,7 +328,7 @@ impl ConsumeQueue {
         let mut end = max;
         while end > min {
             match self.unit(end - 1) {
-                Some(u) if u.is_placeholder() || indexes(&u, end - 1) => break,
+                Some(u) if u.is_placeholder() || indexes(&u, end - 1)? => break,
                 _ => end -= 1,
             }
         }
@@ -298,7 +348,7 @@ impl ConsumeQueue {
         }
         while k < max {
             match self.unit(k) {
-                Some(u) if u.is_placeholder() || indexes(&u, k) => k += 1,
+                Some(u) if u.is_placeholder() || indexes(&u, k)? => k += 1,
                 _ => {
                     self.cut_at(k)?;
                     // Dispatch resumes from the cut's last record, not from the checkpoint:
@@ -323,18 +373,12 @@ impl ConsumeQueue {
         self.files.drop_files_from(file_start + 1)?;
         if let Some(mut w) = self.files.last_writer()? {
             let (from, size) = (w.file().from_offset(), w.file().size());
-            w.truncate_to(byte.saturating_sub(from), size);
+            w.truncate_to(byte.saturating_sub(from), size)?;
             *guard = Some(w);
         }
         drop(guard);
         self.refresh_max_physical();
         Ok(())
-    }
-
-    /// Where a new queue's first file starts (byte 0: a new topic's queues start at offset 0),
-    /// for the preparer; None once the queue has a file, or in a read-only store.
-    pub fn first_file_start(&self) -> Option<u64> {
-        (!self.read_only && self.files.is_empty()).then_some(0)
     }
 
     /// Minimum logical offset still stored.
@@ -384,6 +428,18 @@ impl ConsumeQueue {
 
     /// Reads up to `max` units starting at `offset` into `out` (stops at the end of data).
     pub fn units(&self, offset: u64, max: usize, out: &mut Vec<(u64, CqUnit)>) {
+        self.units_as(offset, max, out, |u| u);
+    }
+
+    /// `units`, each unit stored in `out` as `to(unit)`.
+    #[inline]
+    fn units_as<T>(
+        &self,
+        offset: u64,
+        max: usize,
+        out: &mut Vec<(u64, T)>,
+        to: impl Fn(CqUnit) -> T,
+    ) {
         let mut k = offset;
         while out.len() < max {
             let byte = k * UNIT_SIZE;
@@ -394,7 +450,7 @@ impl ConsumeQueue {
             let mut any = false;
             while out.len() < max && pos + UNIT_SIZE <= file.size() {
                 match read_unit(&file, pos) {
-                    Some(u) => out.push((k, u)),
+                    Some(u) => out.push((k, to(u))),
                     None => return,
                 }
                 any = true;
@@ -485,7 +541,9 @@ impl ConsumeQueue {
             return Ok(false);
         };
         let at = (first_queue_offset + skip as u64) * UNIT_SIZE;
-        if w.file().from_offset() + w.pos() != at || w.remaining() < rest.len() as u64 * UNIT_SIZE {
+        // Growing the reservation (an fallocate) is left to `put_run`.
+        let len = rest.len() as u64 * UNIT_SIZE;
+        if w.file().from_offset() + w.pos() != at || w.remaining() < len || w.room() < len {
             return Ok(false);
         }
         for u in rest {
@@ -509,15 +567,23 @@ impl ConsumeQueue {
     }
 
     /// Under the writer lock, after a write: once the current file is half full, notes (once
-    /// per file) that its successor should be prepared in the background (prepare.rs).
+    /// per file) that its successor should be prepared in the background (prepare.rs), if the
+    /// writer got there fast (`FAST_HALF_FILE_MS`): an idle or slow queue's next file would
+    /// hold disk long before its first unit, and it creates that file when it rolls.
     fn note_fill(&self, w: &FileWriter) {
         let f = w.file();
         if w.pos() * 2 < f.size() || self.next_asked.load(Ordering::Relaxed) == f.from_offset() {
             return;
         }
         self.next_asked.store(f.from_offset(), Ordering::Relaxed);
-        self.next_due
-            .store(f.from_offset() + f.size(), Ordering::Relaxed);
+        let took = self
+            .clock
+            .now_ms()
+            .saturating_sub(self.entered_ms.load(Ordering::Relaxed));
+        if took <= FAST_HALF_FILE_MS {
+            self.next_due
+                .store(f.from_offset() + f.size(), Ordering::Relaxed);
+        }
     }
 
     /// The start of the file to prepare next, once per file (the dispatcher sends it to the
@@ -595,6 +661,8 @@ impl ConsumeQueue {
             }
             *guard = None;
             *guard = Some(self.files.roll(at - at % self.files.file_size())?);
+            self.entered_ms
+                .store(self.clock.now_ms(), Ordering::Relaxed);
             kill_point!("consume_queue.rolled");
         }
         // `let else` rather than `ok_or(Error::Closed)`: this runs once per unit, and an
@@ -731,6 +799,61 @@ fn valid_units_end(file: &MappedFile) -> u64 {
     lo * UNIT_SIZE
 }
 
+/// A unit as the index's readers see it: a placeholder is a slot with no record.
+#[inline]
+fn entry_of(u: CqUnit) -> QueueEntry {
+    if u.is_placeholder() {
+        return QueueEntry::EMPTY_SLOT;
+    }
+    QueueEntry {
+        offset: u.offset,
+        size: u.size,
+        tags_code: u.tags_code,
+    }
+}
+
+impl LogicalQueue for ConsumeQueue {
+    fn min_offset(&self) -> u64 {
+        ConsumeQueue::min_offset(self)
+    }
+
+    fn max_offset(&self) -> u64 {
+        ConsumeQueue::max_offset(self)
+    }
+
+    fn entry(&self, k: u64) -> Option<QueueEntry> {
+        self.unit(k).map(entry_of)
+    }
+
+    fn entries(&self, from: u64, max: usize, out: &mut Vec<(u64, QueueEntry)>) {
+        self.units_as(from, max, out, entry_of);
+    }
+
+    /// The unit file holding `from` is advised away when `to` is in a later one.
+    fn release_behind(&self, from: u64, to: u64) {
+        let units_per_file = self.files.file_size() / UNIT_SIZE;
+        if units_per_file > 0 && from / units_per_file != to / units_per_file {
+            if let Some(f) = self.files.find(from * UNIT_SIZE) {
+                let _ = f.advise(0, f.size(), Advice::DontNeed);
+            }
+        }
+    }
+
+    fn locate(&self, k: u64) -> (PathBuf, u64) {
+        let byte = k.saturating_mul(UNIT_SIZE);
+        match self.files.find(byte) {
+            Some(f) => (f.path().to_path_buf(), byte - f.from_offset()),
+            None => (PathBuf::new(), byte),
+        }
+    }
+
+    fn follow(&self, verify: bool, log_min: u64) {
+        // A failed refresh leaves the file list as it was, for the next call to retry.
+        let _ = self.refresh(verify);
+        self.correct_min_offset(log_min);
+    }
+}
+
 impl crate::prepare::Preparable for ConsumeQueue {
     fn prepare_next_file(&self, start: u64) {
         // A failure only means the roll creates the file and reports the error.
@@ -741,11 +864,24 @@ impl crate::prepare::Preparable for ConsumeQueue {
     fn fault_in(&self, _from: u64, _to: u64) {}
 }
 
-/// Appends `unit` at the writer's position (which has room for it), its size word last with
-/// release ordering, and keeps the pages ahead faulted in (`pace`: the queue's).
+/// Appends `unit` at the writer's position (which has room for it in the file), its size
+/// word last with release ordering, and keeps the pages ahead reserved and faulted in
+/// (`pace`: the queue's).
+///
+/// # Errors
+/// `StoreFull` when the reservation must grow for this unit and the disk has no room:
+/// nothing is written then.
 #[inline]
 fn write_unit(w: &mut FileWriter, unit: CqUnit, pace: &Pace) -> Result<()> {
     let before = w.pos();
+    let reserved = w.file().reserved();
+    if before + UNIT_SIZE > reserved {
+        w.make_room(UNIT_SIZE)?;
+        // The pages just reserved are the ones the warm-ahead could not fault in (it stops
+        // at the reserved end): fault them in now, up to where it would have.
+        let warm_end = (before / WARM_CHUNK + 2) * WARM_CHUNK;
+        let _ = w.file().populate(reserved, warm_end);
+    }
     let bytes = unit.encode();
     let ok = w.append_with_release_word(UNIT_SIZE as usize, SIZE_POS, unit.size, |b| {
         b[..SIZE_POS].copy_from_slice(&bytes[..SIZE_POS]);
@@ -754,6 +890,12 @@ fn write_unit(w: &mut FileWriter, unit: CqUnit, pace: &Pace) -> Result<()> {
     if !ok {
         return Err(Error::Closed);
     }
-    warm_chunk_ahead(w.file(), before, before + UNIT_SIZE, WARM_CHUNK, pace);
+    let after = before + UNIT_SIZE;
+    if before / WARM_CHUNK != after / WARM_CHUNK {
+        // A whole chunk written in this file: reserve the chunk the warm-ahead readies next
+        // too (a hint: a failure leaves `make_room` to report it when a unit needs it).
+        let _ = w.file().reserve_to((after / WARM_CHUNK + 2) * WARM_CHUNK);
+    }
+    warm_chunk_ahead(w.file(), before, after, WARM_CHUNK, pace);
     Ok(())
 }

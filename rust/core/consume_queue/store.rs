@@ -1,5 +1,6 @@
 //! ConsumeQueueStore: every consume queue of the store, opened lazily, and the derived store
-//! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle.
+//! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle; readers find
+//! queues through it as the store's `QueueIndex`.
 //!
 //! On disk: `consumequeue/<topic>/<queueId>/`.
 //!
@@ -13,17 +14,17 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::unit::CqUnit;
 use super::ConsumeQueue;
+use crate::commit_log::recovery::DurableCheck;
 use crate::commit_log::CommitLog;
 use crate::dispatch::derived::{DerivedStore, Progress};
+use crate::dispatch::queue_index::{LogicalQueue, QueueIndex};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
 use crate::mapped_file_queue::MapCache;
 use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
+use crate::util::clock::Clock;
 use crate::util::fs;
-
-/// The consume queues' name as a derived store (the checkpoint's progress table key).
-pub const NAME: &str = "consume_queue";
 
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
@@ -45,9 +46,14 @@ pub struct ConsumeQueueStore {
     preparer: Mutex<Option<Preparer>>,
     // The store's budget of idle mappings, shared by every queue.
     cache: Arc<MapCache>,
+    // The store's clock, given to each queue (its pace: `ConsumeQueue::with_clock`).
+    clock: Clock,
 }
 
 impl ConsumeQueueStore {
+    /// The consume queues' name as a derived store (the checkpoint's progress table key).
+    pub const NAME: &'static str = "consume_queue";
+
     /// Queues under `root` (`None`: in memory).
     pub fn new(
         root: Option<PathBuf>,
@@ -66,12 +72,19 @@ impl ConsumeQueueStore {
             last: std::sync::Mutex::new(None),
             preparer: Mutex::new(None),
             cache: Arc::new(MapCache::default()),
+            clock: Clock::system(),
         }
     }
 
     /// Every queue keeps its recently used files mapped in `cache` (the store's).
     pub fn with_cache(mut self, cache: Arc<MapCache>) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// Queues that read the time from `clock` (the store's) rather than the system clock.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -159,7 +172,8 @@ impl ConsumeQueueStore {
                 self.file_mode,
                 self.read_only,
             )
-            .with_cache(Arc::clone(&self.cache)),
+            .with_cache(Arc::clone(&self.cache))
+            .with_clock(self.clock.clone()),
         );
         if let Some(slot) = v.get_mut(i) {
             *slot = Some(Arc::clone(&cq));
@@ -246,21 +260,13 @@ impl ConsumeQueueStore {
         }
     }
 
-    /// A new topic's queues: each is created (directory included) and the preparer is asked
-    /// for its first file, so that the first sends to each queue do not create it (an
-    /// fallocate and two fsyncs, a millisecond or more) on the dispatching thread. Without a
-    /// preparer (in-memory or read-only stores, or a closing one) only the queues are made.
-    pub fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
-        let tx = self
-            .preparer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+    /// A new topic's queues: each is created (its directory included), without a file. A
+    /// queue's first file is made by its first unit (disk follows the data: a queue never
+    /// written costs no file); that costs the dispatching thread an open, a sparse extension
+    /// and a one-page fallocate (the fsyncs are left to the next flush).
+    fn make_topic_queues(&self, topic: &str, queues: u32) -> Result<()> {
         for queue_id in 0..queues {
-            let cq = self.get_or_create(topic, queue_id)?;
-            if let (Some(tx), Some(start)) = (&tx, cq.first_file_start()) {
-                let _ = tx.send(Prepare::file(&cq, start));
-            }
+            self.get_or_create(topic, queue_id)?;
         }
         Ok(())
     }
@@ -335,20 +341,30 @@ impl DerivedStore for ConsumeQueueStore {
         self.truncate_dirty(log_end)?;
         let log_min = log.min_offset();
         let mut resume = resume_from;
+        let durable = DurableCheck::new(log);
         for cq in self.all() {
             cq.verify_tail(resume_from, |unit, k| {
                 if unit.offset < log_min {
-                    return true; // the record expired: nothing to check it against
+                    return Ok(true); // the record expired: nothing to check it against
                 }
-                log.with_bytes(unit.offset, unit.size, |b| {
-                    RecordView::parse(b, false).is_ok_and(|v| {
-                        v.physical_offset() == unit.offset
-                            && v.queue_offset() == k
-                            && v.queue_id() == cq.queue_id()
-                            && v.topic() == cq.topic()
+                let matches = log
+                    .with_bytes(unit.offset, unit.size, |b| {
+                        RecordView::parse(b, false).is_ok_and(|v| {
+                            v.physical_offset() == unit.offset
+                                && v.queue_offset() == k
+                                && v.queue_id() == cq.queue_id()
+                                && v.topic() == cq.topic()
+                        })
                     })
-                })
-                .unwrap_or(false)
+                    .unwrap_or(false);
+                // Every unit left points below `log_end`, where the log is either verified
+                // by the recovery scan or durable but unread: a mismatch is a stale unit only
+                // if the records up to where it points are whole; if not, it is the log that
+                // is damaged, and that is reported, not cut away with the unit.
+                if !matches {
+                    durable.through(unit.offset)?;
+                }
+                Ok(matches)
             })?;
             if cq.was_cut_short() {
                 resume = resume.min(cq.max_physical_offset().max(log_min));
@@ -383,6 +399,12 @@ impl DerivedStore for ConsumeQueueStore {
         ConsumeQueueStore::delete_expired(self, log_min)
     }
 
+    /// The topic's queues exist (directories included) when this returns, and their first
+    /// files are being made ahead (`make_topic_queues`).
+    fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
+        self.make_topic_queues(topic, queues)
+    }
+
     /// Each queue keeps its newest file mapped.
     fn release_pages(&self) {
         for cq in self.all() {
@@ -396,9 +418,26 @@ impl DerivedStore for ConsumeQueueStore {
     }
 }
 
+impl QueueIndex for ConsumeQueueStore {
+    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<dyn LogicalQueue>> {
+        self.get(topic, queue_id)
+            .map(|cq| cq as Arc<dyn LogicalQueue>)
+    }
+
+    fn discover_topics(&self) -> Result<Vec<(String, u32)>> {
+        ConsumeQueueStore::discover_topics(self)
+    }
+
+    fn follow_all(&self, log_min: u64) {
+        for cq in self.all() {
+            LogicalQueue::follow(cq.as_ref(), true, log_min);
+        }
+    }
+}
+
 impl Dispatcher for ConsumeQueueStore {
     fn name(&self) -> &'static str {
-        NAME
+        Self::NAME
     }
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {

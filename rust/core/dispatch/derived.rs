@@ -11,10 +11,12 @@
 //!    `ready(log)` and `use_preparer(preparer)`;
 //! 4. `dispatch*` (the `Dispatcher` supertrait) while the store runs, `flush(progress)` every
 //!    flush interval, `delete_expired(log_min)` after retention deleted commit-log files,
-//!    `release_pages()` to unmap old files;
+//!    `release_pages()` to unmap old files, `prepare_topic(topic, queues)` when a topic is
+//!    created or grows;
 //! 5. `close()` after the services stopped and the final flush.
 //!
-//! A read-only store calls none of these but `close`: it reads consume queues directly.
+//! A read-only store calls none of these but `close`: it reads the queue index
+//! (queue_index.rs) directly.
 //!
 //! Invariants
 //! - A *critical* store is dispatched in commit-log order at the dispatch cursor consumers
@@ -71,7 +73,7 @@ pub trait DerivedStore: Dispatcher {
     /// log) against `log`, and returns where dispatch must resume for it (`<= resume_from`).
     ///
     /// # Errors
-    /// I/O failures.
+    /// I/O failures; `Corrupted` for damaged log records the check relies on.
     fn recover(&self, log: &CommitLog, log_end: u64, resume_from: u64) -> Result<u64>;
 
     /// Recovery is durable (the checkpoint holds the resume point): files `recover` set aside
@@ -111,6 +113,17 @@ pub trait DerivedStore: Dispatcher {
 
     /// Unmaps this process's mappings of old files (the data stays on disk).
     fn release_pages(&self) {}
+
+    /// Topic `topic` was created or grew to `queues` queues (before the call that did it
+    /// returns): make ready what its first records will need, so that dispatching them creates
+    /// nothing. Most stores need nothing.
+    ///
+    /// # Errors
+    /// I/O failures (the topic change is reported as failed).
+    fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
+        let _ = (topic, queues);
+        Ok(())
+    }
 
     /// Drops the preparer and unmaps every file (store close, after the final flush).
     fn close(&self);
@@ -228,6 +241,16 @@ impl DerivedStores {
     /// `release_pages` on each.
     pub fn release_pages(&self) {
         self.all.iter().for_each(|s| s.release_pages());
+    }
+
+    /// `prepare_topic` on each.
+    ///
+    /// # Errors
+    /// The first failure.
+    pub fn prepare_topic(&self, topic: &str, queues: u32) -> Result<()> {
+        self.all
+            .iter()
+            .try_for_each(|s| s.prepare_topic(topic, queues))
     }
 
     /// `close` on each.

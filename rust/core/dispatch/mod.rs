@@ -1,9 +1,12 @@
 //! Dispatch: turning commit-log records into derived data. `Dispatcher` is the per-record
 //! step; `derived::DerivedStore` adds the rest of a derived store's life (consume queues now;
-//! the index and the timer wheel implement the same traits when they land).
+//! the index and the timer wheel implement the same traits when they land);
+//! `queue_index::QueueIndex` is how readers find a queue's records.
 
 pub mod derived;
+mod handoff;
 pub mod notifier;
+pub mod queue_index;
 pub mod reput;
 
 use crate::error::Result;

@@ -17,9 +17,15 @@
 //! before its last look at the data; a notifier publishes the data, issues a SeqCst fence and
 //! reads `waiters`; and the waiter re-checks under the lock the notifier takes before it
 //! signals.
+//!
+//! Model-checked with loom (`loom_` tests below, docs/reliability.md#model-checking): waiters
+//! with no timeout and a publisher, every interleaving ending with each waiter woken (a lost
+//! wake-up is a deadlock there). Followers of other processes are the wake word's model.
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use crate::util::loom_sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use crate::util::loom_sync::{yield_now, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::wakeup::WakeWord;
@@ -93,13 +99,15 @@ impl Notifier {
         // No wake-up is lost: the waiter re-checks `ready()` under the lock before sleeping.
         self.cv.notify_all();
         if self.handoff_due() {
-            std::thread::yield_now();
+            yield_now();
         }
     }
 
     /// Whether a wake-up now hands the CPU over: the latest waiter has slept long enough.
     fn handoff_due(&self) -> bool {
-        self.idle_for() >= HANDOFF_IDLE
+        // Loom replays each interleaving and needs the same choices every time: with no clock
+        // of its own there, every wake-up hands off (the yield changes only who runs next).
+        cfg!(all(test, loom)) || self.idle_for() >= HANDOFF_IDLE
     }
 
     /// How long ago the latest waiter went to sleep.
@@ -143,6 +151,7 @@ impl Notifier {
 }
 
 #[cfg(test)]
+#[cfg(not(loom))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
@@ -187,5 +196,50 @@ mod tests {
             assert!(h.join().unwrap(), "a waiter timed out");
         }
         assert_eq!(n.waiters.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// Loom model of the notifier (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
+#[cfg(test)]
+#[cfg(loom)]
+mod loom_model {
+    use loom::sync::atomic::AtomicU64;
+    use loom::sync::Arc;
+
+    use super::*;
+
+    /// `waiters` threads wait, without a timeout, for the data a publisher then stores and
+    /// notifies; the model ends only if every waiter is woken with the data there.
+    fn no_wake_up_is_lost(waiters: usize) {
+        let bound = (waiters > 1).then_some(4);
+        crate::util::loom_sync::model(bound, move || {
+            let n = Arc::new(Notifier::default());
+            let data = Arc::new(AtomicU64::new(0));
+            let hs: Vec<_> = (0..waiters)
+                .map(|_| {
+                    let (n, data) = (Arc::clone(&n), Arc::clone(&data));
+                    loom::thread::spawn(move || {
+                        n.wait_until(None, || data.load(Ordering::Acquire) != 0)
+                    })
+                })
+                .collect();
+            // As the reput publishes a dispatched offset, then notifies.
+            data.store(1, Ordering::Release);
+            n.notify();
+            for h in hs {
+                assert!(h.join().unwrap(), "woken without the data");
+            }
+            assert_eq!(n.waiters.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    #[test]
+    fn loom_one_waiter_is_never_left_asleep() {
+        no_wake_up_is_lost(1);
+    }
+
+    #[test]
+    fn loom_two_waiters_are_never_left_asleep() {
+        no_wake_up_is_lost(2);
     }
 }

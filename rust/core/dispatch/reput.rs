@@ -13,20 +13,22 @@
 //! (lock busy, or sync mode where only flushed bytes may be dispatched) and retries after
 //! errors. A producer holding Python's GIL uses the quick form, which never waits: what it
 //! cannot dispatch without creating a file or waiting for a lock, it leaves to the service
-//! thread and wakes it. The try-lock protocol cannot lose a record: a producer publishes,
-//! then issues a SeqCst fence and tries the lock; the holder releases, issues a SeqCst fence
-//! and re-reads the confirm offset, so at least one of them sees the other's work.
+//! thread and wakes it. The try-lock protocol (handoff.rs, model-checked with loom there)
+//! cannot lose a record: a producer publishes, then issues a SeqCst fence and tries the lock;
+//! every holder releases, issues a SeqCst fence and re-reads the confirm offset, so at least
+//! one of them sees the other's work.
 //!
 //! Invariant: `dispatched_offset()` is a record boundary `<= confirm offset`, and every record
 //! below it was handed to every critical store in commit-log order; the same holds for each
 //! non-critical store's own lane offset. Records of files retention deleted before a lagging
 //! lane reached them are skipped by that lane.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::derived::{DerivedStore, DerivedStores, Progress};
+use super::handoff::{self, Holder};
 use super::notifier::Notifier;
 use super::DispatchRequest;
 use crate::commit_log::CommitLog;
@@ -53,7 +55,7 @@ struct Cursor {
 #[derive(Debug)]
 struct Lane {
     stores: Vec<Arc<dyn DerivedStore>>,
-    cursor: Mutex<Cursor>,
+    cursor: crate::util::loom_sync::Mutex<Cursor>,
     dispatched: AtomicU64,
     /// Store timestamp of the last record below `dispatched` (0: none yet).
     store_ts: AtomicI64,
@@ -66,7 +68,7 @@ impl Lane {
     fn new(stores: Vec<Arc<dyn DerivedStore>>, from: u64) -> Self {
         Lane {
             stores,
-            cursor: Mutex::new(Cursor {
+            cursor: crate::util::loom_sync::Mutex::new(Cursor {
                 offset: from,
                 file: None,
             }),
@@ -219,22 +221,7 @@ impl Reput {
     /// Dispatches what is available to the critical stores unless another thread is doing it
     /// (see the module doc).
     pub fn try_dispatch(&self) {
-        fence(Ordering::SeqCst);
-        loop {
-            let Some(mut from) = self.try_cursor() else {
-                return;
-            };
-            let result = self.run(&self.main, &mut from);
-            drop(from);
-            if let Err(e) = result {
-                self.record_error(&e);
-                return;
-            }
-            fence(Ordering::SeqCst);
-            if self.confirm_offset() <= self.dispatched_offset() {
-                return;
-            }
-        }
+        handoff::try_run(&self.main.cursor, self);
     }
 
     /// Inline dispatch by the producer of the records `[first, end)` it just published,
@@ -244,28 +231,18 @@ impl Reput {
     /// this is `try_dispatch`. A store's error leaves the cursor at `first` for the reput
     /// thread to retry (dispatch is idempotent). Non-critical stores are left to the thread.
     pub fn try_dispatch_known<'a>(&self, first: u64, end: u64, reqs: &[DispatchRequest<'a>]) {
-        fence(Ordering::SeqCst);
-        let Some(mut cursor) = self.try_cursor() else {
-            return;
-        };
-        if cursor.offset == first && end <= self.confirm_offset() {
-            let dispatched = self.main.stores.iter().try_for_each(|d| match reqs {
+        handoff::try_with(&self.main.cursor, self, false, |cursor| {
+            if cursor.offset != first || end > self.confirm_offset() {
+                return Ok(false);
+            }
+            self.main.stores.iter().try_for_each(|d| match reqs {
                 [one] => d.dispatch(one),
                 _ => d.dispatch_batch(reqs),
-            });
-            if let Err(e) = dispatched {
-                drop(cursor);
-                self.record_error(&e);
-                return;
-            }
+            })?;
             cursor.offset = end;
             self.advanced(end, last_ts(reqs));
-        }
-        drop(cursor);
-        fence(Ordering::SeqCst);
-        if self.confirm_offset() > self.dispatched_offset() {
-            self.try_dispatch();
-        }
+            Ok(true)
+        });
     }
 
     /// `try_dispatch_known` for a producer that must not wait (it holds Python's GIL): the
@@ -274,7 +251,7 @@ impl Reput {
     /// undispatched record before these, goes to the service thread (woken here) instead of
     /// being dispatched on this thread; so does everything when a critical store does not
     /// declare `quick`. When another thread holds the cursor, that thread picks the records
-    /// up after releasing it, as in `try_dispatch`.
+    /// up after releasing it (handoff.rs).
     pub fn try_dispatch_quick<'a>(
         &self,
         first: u64,
@@ -286,38 +263,19 @@ impl Reput {
             self.kick_thread();
             return;
         }
-        fence(Ordering::SeqCst);
-        let Some(mut cursor) = self.try_cursor() else {
-            return;
-        };
-        let mut done = false;
-        if cursor.offset == first && end <= self.confirm_offset() {
-            let mut all = true;
+        handoff::try_with(&self.main.cursor, self, true, |cursor| {
+            if cursor.offset != first || end > self.confirm_offset() {
+                return Ok(false);
+            }
             for d in &self.main.stores {
-                match d.dispatch_quick(reqs) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        all = false;
-                        break;
-                    }
-                    Err(e) => {
-                        drop(cursor);
-                        self.record_error(&e);
-                        return;
-                    }
+                if !d.dispatch_quick(reqs)? {
+                    return Ok(false);
                 }
             }
-            if all {
-                cursor.offset = end;
-                self.advanced_via(end, last_ts(reqs), wake_via);
-                done = true;
-            }
-        }
-        drop(cursor);
-        fence(Ordering::SeqCst);
-        if !done || self.confirm_offset() > self.dispatched_offset() {
-            self.kick_thread();
-        }
+            cursor.offset = end;
+            self.advanced_via(end, last_ts(reqs), wake_via);
+            Ok(true)
+        });
     }
 
     fn record_error(&self, e: &Error) {
@@ -326,14 +284,14 @@ impl Reput {
     }
 
     /// Dispatches everything available to the critical stores, waiting for the lock
-    /// (recovery, flush, shutdown, a put that must read its own write). Non-critical stores
-    /// are not touched: only `follow` moves them.
+    /// (recovery, flush, shutdown, a put that must read its own write), then what producers
+    /// that found the lock taken published meanwhile (handoff.rs). Non-critical stores are
+    /// not touched: only `follow` moves them.
     ///
     /// # Errors
     /// A critical store's failure.
     pub fn dispatch_all(&self) -> Result<()> {
-        let mut from = self.main.cursor.lock().unwrap_or_else(|p| p.into_inner());
-        self.run(&self.main, &mut from)
+        handoff::run_all(&self.main.cursor, self)
     }
 
     /// Moves every non-critical lane forward unless another thread is doing it; a failure
@@ -341,7 +299,7 @@ impl Reput {
     /// close after that thread stopped (a store that blocks there blocks close).
     pub fn follow(&self) {
         for lane in &self.followers {
-            let Some(mut from) = crate::util::sync::try_lock(&lane.cursor) else {
+            let Some(mut from) = handoff::try_lock(&lane.cursor) else {
                 continue;
             };
             if let Err(e) = self.run(lane, &mut from) {
@@ -412,11 +370,6 @@ impl Reput {
         Ok(())
     }
 
-    /// The main cursor, unless another thread holds it.
-    fn try_cursor(&self) -> Option<std::sync::MutexGuard<'_, Cursor>> {
-        crate::util::sync::try_lock(&self.main.cursor)
-    }
-
     /// The critical stores' dispatch progressed to `to`: publish it, forget a past error,
     /// wake waiting consumers.
     fn advanced(&self, to: u64, ts: i64) {
@@ -471,6 +424,25 @@ impl Reput {
     /// Asks the service thread to exit.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.kick_thread();
+    }
+}
+
+/// The main lane, as the hand-off drives it.
+impl Holder<Cursor> for Reput {
+    fn pending(&self) -> bool {
+        self.confirm_offset() > self.dispatched_offset()
+    }
+
+    fn catch_up(&self, cursor: &mut Cursor) -> Result<()> {
+        self.run(&self.main, cursor)
+    }
+
+    fn failed(&self, e: &Error) {
+        self.record_error(e);
+    }
+
+    fn kick(&self) {
         self.kick_thread();
     }
 }

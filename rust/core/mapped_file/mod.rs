@@ -1,9 +1,18 @@
-//! MappedFile: one fixed-size, preallocated, memory-mapped file of a `MappedFileQueue`.
+//! MappedFile: one fixed-size, memory-mapped file of a `MappedFileQueue`.
 //!
-//! On disk: `<dir>/<20-digit start offset>`, exactly `size` bytes (fallocated, never sparse).
+//! On disk: `<dir>/<20-digit start offset>`, exactly `size` bytes: fallocated whole
+//! (`Reserve::Whole`), or a fallocated prefix followed by a hole (`Reserve::Grow`, alloc.rs).
 //!
 //! Invariants
 //! - `published <= size`; bytes below `published` are immutable while the store runs.
+//! - `reserved` only grows while a mapping lives, and bytes below it have disk blocks
+//!   (fallocated or written). The writer writes through the mapping only below it
+//!   (`append_with` refuses past it), and grows it first (`FileWriter::make_room`): a write
+//!   into a hole on a full disk would be a SIGBUS, a failed fallocate is a `StoreFull` error.
+//!   Page faulting ahead (`populate`, `advise`, `zero_fill`) stays below it too. A mapping of
+//!   a file on disk with `Reserve::Grow` (opened at load, or mapped again after its queue let
+//!   go of it) starts with nothing counted as reserved, whatever was reserved before: its
+//!   writer reserves again (fallocate) ahead of itself before its first write.
 //! - At most one `FileWriter` exists per mapping at a time (dropping it lets another be
 //!   taken, at the published position); it writes only at or past `published`, so readers
 //!   (limited to `[0, published)`) never see a byte being written.
@@ -19,13 +28,15 @@
 //! other processes' files); mmap.rs item 3 says what followers rely on.
 //!
 //! Descriptors: a mapping does not need its descriptor, so none is kept: the file is opened,
-//! preallocated and mapped, and the descriptor closed. Bytes are made durable with `msync` on
-//! the mapping. The few calls that need a descriptor (the creation's `fsync`, the warm-ahead's
-//! zero fill, a writer's `pwrite`s) reopen the file by path (`reopen`) and check that it is
+//! given its length and first reservation (the descriptor at hand does it) and mapped, and the
+//! descriptor closed. Bytes are made durable with `msync` on the mapping. The few calls that
+//! need a descriptor later (the creation's `fsync`, the warm-ahead's zero fill, growing a
+//! reservation, a writer's `pwrite`s) reopen the file by path (`reopen`) and check that it is
 //! still the file mapped here (same device and inode), so a file deleted and created again
-//! under the same name is never synced or written by mistake; a writer keeps the descriptor it
-//! reopened until it is dropped. A store therefore holds one descriptor per live writer that
-//! appends with `pwrite` (the commit log's), whatever the number of files it maps.
+//! under the same name is never synced, reserved or written by mistake; a writer keeps the
+//! descriptor it reopened for `pwrite`s until it is dropped, the other calls close theirs
+//! before they return. A store therefore holds one descriptor per live writer that appends
+//! with `pwrite` (the commit log's), whatever the number of files it maps.
 //!
 //! Identity: every file on disk remembers the device and inode it mapped, so a follower can
 //! tell the file it maps from another one created later under the same name (`is_file_at`),
@@ -43,6 +54,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::util::fs;
 use crate::util::kill_point::kill_point;
+pub use alloc::Reserve;
 use mmap::{Advice, MmapRegion};
 
 /// The most bytes one `MADV_POPULATE_WRITE` call of [`MappedFile::populate`] faults in. The
@@ -67,6 +79,9 @@ pub struct MappedFile {
     identity: Option<(u64, u64)>,
     published: AtomicU64,
     flushed: AtomicU64,
+    // Bytes `[0, reserved)` have disk blocks (see the module doc).
+    reserved: AtomicU64,
+    reserve: Reserve,
     writer_taken: AtomicBool,
     // The map cache's bookkeeping (mapped_file_queue/cache.rs): whether the cache holds this
     // file, and the cache epoch of its last use.
@@ -96,6 +111,19 @@ impl MappedFile {
         mode: u32,
         populate: bool,
     ) -> Result<Self> {
+        Self::create_reserved(path, from_offset, size, mode, populate, Reserve::Whole)
+    }
+
+    /// `create` with the reservation `reserve`: with `Reserve::Grow` the file gets its full
+    /// length as a hole first, then its first `initial` bytes reserved.
+    pub fn create_reserved(
+        path: &Path,
+        from_offset: u64,
+        size: u64,
+        mode: u32,
+        populate: bool,
+        reserve: Reserve,
+    ) -> Result<Self> {
         if fs::is_symlink(path) {
             return Err(fs::symlink_refused(
                 "create (a symlink is never followed)",
@@ -104,24 +132,51 @@ impl MappedFile {
         }
         let file = fs::open_rw(path, mode)?;
         kill_point!("mapped_file.empty");
-        alloc::preallocate(&file, path, size)?;
         let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        let reserved = match reserve {
+            Reserve::Whole => size,
+            Reserve::Grow { initial } => {
+                // Full length first: a crash before the fallocate leaves a whole-length file
+                // of zeros (an unused file, not a short one that recovery must rebuild).
+                alloc::extend_sparse(&file, path, size)?;
+                kill_point!("mapped_file.sparse");
+                initial.min(size)
+            }
+        };
+        alloc::preallocate(&file, path, reserved)?;
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
             reason: "too large".into(),
         })?;
+        // Pre-faulting writes every page: only for a file reserved whole.
+        let populate = populate && reserved == size;
         let region = MmapRegion::map_file(&file, len, true, populate)
             .map_err(|e| Error::io("mmap", path, e))?;
         // The descriptor closes here: the mapping keeps the file's pages reachable.
         drop(file);
         let mut mapped = Self::new(path.to_path_buf(), from_offset, size, region, true, 0);
         mapped.identity = Some((meta.dev(), meta.ino()));
+        mapped.reserve = reserve;
+        mapped.reserved = AtomicU64::new(reserved);
         Ok(mapped)
     }
 
     /// Maps an existing file of exactly `size` bytes. Every position starts at `size`, as in
     /// RocketMQ; recovery then sets the real end through the writer.
     pub fn open_existing(path: &Path, from_offset: u64, size: u64, writable: bool) -> Result<Self> {
+        Self::open_reserved(path, from_offset, size, writable, Reserve::Whole)
+    }
+
+    /// `open_existing` of a file reserved as `reserve` says. A writable short file is made
+    /// whole: fallocated (`Whole`) or extended sparsely (`Grow`, whose writer then reserves
+    /// ahead of itself before writing: nothing counts as reserved yet).
+    pub fn open_reserved(
+        path: &Path,
+        from_offset: u64,
+        size: u64,
+        writable: bool,
+        reserve: Reserve,
+    ) -> Result<Self> {
         let file = if writable {
             fs::open_rw(path, 0o600)?
         } else {
@@ -138,8 +193,11 @@ impl MappedFile {
                     cause: None,
                 });
             }
-            // A roll interrupted by a crash leaves a short file: finish its preallocation.
-            alloc::preallocate(&file, path, size)?;
+            // A roll interrupted by a crash leaves a short file: finish its creation.
+            match reserve {
+                Reserve::Whole => alloc::preallocate(&file, path, size)?,
+                Reserve::Grow { .. } => alloc::extend_sparse(&file, path, size)?,
+            }
         }
         let len = usize::try_from(size).map_err(|_| Error::InvalidConfig {
             field: "file_size",
@@ -157,6 +215,10 @@ impl MappedFile {
             size,
         );
         mapped.identity = Some((meta.dev(), meta.ino()));
+        mapped.reserve = reserve;
+        if matches!(reserve, Reserve::Grow { .. }) {
+            mapped.reserved = AtomicU64::new(0);
+        }
         Ok(mapped)
     }
 
@@ -195,6 +257,8 @@ impl MappedFile {
             identity: None,
             published: AtomicU64::new(pos),
             flushed: AtomicU64::new(pos),
+            reserved: AtomicU64::new(size),
+            reserve: Reserve::Whole,
             writer_taken: AtomicBool::new(false),
             cached: AtomicBool::new(false),
             used_at: AtomicU64::new(0),
@@ -269,18 +333,23 @@ impl MappedFile {
 
     /// Applies page `advice` to the file's bytes `[from, to)` (positions within the file).
     /// Advice is an optimisation: callers may ignore the error (old kernel, anonymous memory).
+    /// Advice that writes pages (`PopulateWrite`) stops at the reserved end (module doc).
     pub fn advise(&self, from: u64, to: u64, advice: Advice) -> Result<()> {
-        let clamp = |v: u64| usize::try_from(v.min(self.size)).unwrap_or(usize::MAX);
+        let limit = match advice {
+            Advice::PopulateWrite => self.reserved(),
+            _ => self.size,
+        };
+        let clamp = |v: u64| usize::try_from(v.min(limit)).unwrap_or(usize::MAX);
         self.region
             .advise(clamp(from), clamp(to), advice)
             .map_err(|e| Error::io("madvise", &self.path, e))
     }
 
     /// Faults in, writable, the file's bytes `[from, to)` in calls of at most
-    /// [`POPULATE_STEP`]. Stops at the first failed advice and returns its error (an
-    /// optimisation only, as for `advise`).
+    /// [`POPULATE_STEP`], below the reserved end only. Stops at the first failed advice and
+    /// returns its error (an optimisation only, as for `advise`).
     pub fn populate(&self, from: u64, to: u64) -> Result<()> {
-        let to = to.min(self.size);
+        let to = to.min(self.reserved());
         let mut at = from;
         while at < to {
             let end = to.min(at.saturating_add(POPULATE_STEP));
@@ -296,17 +365,18 @@ impl MappedFile {
     /// than faulting in 4 KiB pages one at a time: filling it costs about a third less. The
     /// caller makes sure no one writes those bytes meanwhile (a zero write landing after a
     /// record would erase it: mapped_file_queue/fence.rs for the commit log, the queue's own
-    /// writer for a consume queue). Anonymous memory needs nothing.
+    /// writer for a consume queue). Below the reserved end only: zeros written into a hole
+    /// would take the blocks the reservation decides on. Anonymous memory needs nothing.
     pub fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
         static ZEROS: [u8; POPULATE_STEP as usize] = [0; POPULATE_STEP as usize];
-        if from >= to.min(self.size) {
+        let to = to.min(self.reserved());
+        if from >= to {
             return Ok(());
         }
         let Some(file) = self.reopen()? else {
             return Ok(());
         };
         use std::os::unix::fs::FileExt;
-        let to = to.min(self.size);
         let mut at = from;
         while at < to {
             let n = (to - at).min(POPULATE_STEP);
@@ -325,6 +395,36 @@ impl MappedFile {
     /// Fixed file size.
     pub fn size(&self) -> u64 {
         self.size
+    }
+    /// End of the bytes that have disk blocks (`[0, reserved)`; see the module doc).
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// Makes sure `[0, end)` is reserved (`end` capped at the size); with `Reserve::Grow`,
+    /// grows the reservation to `alloc::next_reserve`'s end, through a descriptor reopened for
+    /// the call (`reopen`: never another file created under the name since). Nothing to do
+    /// for anonymous memory or `Reserve::Whole` files (reserved whole).
+    ///
+    /// # Errors
+    /// `StoreFull` when the file system has no room, `Corrupted` when the name no longer
+    /// names the file mapped here; the reservation is unchanged then.
+    pub fn reserve_to(&self, end: u64) -> Result<()> {
+        let reserved = self.reserved();
+        let end = end.min(self.size);
+        if end <= reserved {
+            return Ok(());
+        }
+        let Reserve::Grow { initial } = self.reserve else {
+            return Ok(());
+        };
+        let Some(file) = self.reopen()? else {
+            return Ok(());
+        };
+        let target = alloc::next_reserve(end, reserved, initial, self.size);
+        alloc::preallocate(&file, &self.path, target)?;
+        self.reserved.fetch_max(target, Ordering::AcqRel);
+        Ok(())
     }
     /// Bytes visible to readers.
     pub fn published(&self) -> u64 {
@@ -441,6 +541,24 @@ impl FileWriter {
         self.file.size - self.pos
     }
 
+    /// Bytes that can be written at the write position without growing the reservation.
+    pub fn room(&self) -> u64 {
+        self.file.reserved().saturating_sub(self.pos)
+    }
+
+    /// Makes sure the next `len` bytes from the write position are reserved, growing the
+    /// reservation ahead of the writer if they are not (`MappedFile::reserve_to`).
+    ///
+    /// # Errors
+    /// `StoreFull` when the file system has no room: nothing may be written then.
+    pub fn make_room(&self, len: u64) -> Result<()> {
+        let end = self.pos.saturating_add(len);
+        if end <= self.file.reserved() {
+            return Ok(());
+        }
+        self.file.reserve_to(end)
+    }
+
     /// Appends `data` at the write position with a positioned `write` to the file instead of
     /// through the mapping (anonymous files: a copy into the mapping). Large appends go this
     /// way: the kernel copies into the page cache without page faults, and writeback later has
@@ -522,8 +640,12 @@ impl FileWriter {
     }
 
     /// Lends `[pos, pos+len)` to `fill` and advances the write position. The bytes become
-    /// visible to readers at the next `publish`. `None` if they do not fit.
+    /// visible to readers at the next `publish`. `None` if they do not fit, or are not all
+    /// reserved (`make_room` first).
     pub fn append_with<R>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if self.pos.checked_add(len as u64)? > self.file.reserved() {
+            return None;
+        }
         let p = usize::try_from(self.pos).ok()?;
         let buf = self.file.region.slice_mut(p, len)?;
         let r = fill(buf);
@@ -565,9 +687,27 @@ impl FileWriter {
 
     /// Recovery only (no reader exists yet): sets the end of valid data to `pos`, zeroing
     /// `[pos, zero_until)` so stale bytes can never be mistaken for records later.
-    pub fn truncate_to(&mut self, pos: u64, zero_until: u64) {
+    ///
+    /// Past the reserved end (all of a `Reserve::Grow` file opened from disk) the bytes are
+    /// zeroed only if any is not zero, after reserving them: they are a hole, or zeros,
+    /// unless an earlier run wrote there, and zeroing a hole would take its blocks (and on a
+    /// full disk kill the process). The writer's later writes reserve as they go
+    /// (`make_room`).
+    ///
+    /// # Errors
+    /// `StoreFull` when stale bytes must be zeroed and cannot be reserved; nothing was
+    /// changed then.
+    pub fn truncate_to(&mut self, pos: u64, zero_until: u64) -> Result<()> {
         let pos = pos.min(self.file.size);
         let zero_until = zero_until.min(self.file.size);
+        let stale_past_reserved = {
+            let reserved = self.file.reserved().max(pos);
+            zero_until > reserved && self.has_non_zero(reserved, zero_until)
+        };
+        if stale_past_reserved {
+            self.file.reserve_to(zero_until)?;
+        }
+        let zero_until = zero_until.min(self.file.reserved());
         if zero_until > pos {
             if let (Ok(p), Ok(n)) = (usize::try_from(pos), usize::try_from(zero_until - pos)) {
                 if let Some(buf) = self.file.region.slice_mut(p, n) {
@@ -578,6 +718,18 @@ impl FileWriter {
         self.pos = pos;
         self.file.published.store(pos, Ordering::Release);
         self.file.flushed.store(pos, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether any byte of `[from, to)` (past the write position) is not zero.
+    fn has_non_zero(&self, from: u64, to: u64) -> bool {
+        let (Ok(p), Ok(n)) = (usize::try_from(from), usize::try_from(to - from)) else {
+            return false;
+        };
+        self.file
+            .region
+            .slice(p, n)
+            .is_some_and(|b| b.iter().any(|&x| x != 0))
     }
 }
 
@@ -588,7 +740,7 @@ mod tests {
     use std::io::IoSlice;
     use std::sync::Arc;
 
-    use super::MappedFile;
+    use super::{MappedFile, Reserve};
 
     /// Gathered writes land back to back at the write position, after what was appended
     /// before, on a file (through `write`) and in anonymous memory (through the mapping);
@@ -613,5 +765,83 @@ mod tests {
             let mut too_much = [IoSlice::new(&[0u8; 1 << 16])];
             assert!(w.append_vectored(&mut too_much).is_err(), "past the end");
         }
+    }
+
+    /// A `Reserve::Grow` file: full length, one page of blocks; the writer cannot write past
+    /// the reserved end until it makes room; reopened, nothing counts as reserved, and
+    /// recovery zeroes stale bytes past the reservation (reserving them first).
+    #[test]
+    fn a_growing_file_is_written_only_below_its_reservation() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (size, page) = (256u64 << 10, 4096u64);
+        let grow = Reserve::Grow { initial: page };
+        let f = Arc::new(MappedFile::create_reserved(&path, 0, size, 0o600, false, grow).unwrap());
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), size, "full length");
+        assert!(meta.blocks() * 512 <= 2 * page, "one page of blocks");
+        assert_eq!(f.reserved(), page);
+        let mut w = f.writer().unwrap();
+        assert!(w.append_with(page as usize, |b| b.fill(1)).is_some());
+        assert!(
+            w.append_with(1, |b| b.fill(1)).is_none(),
+            "past the reserved end"
+        );
+        w.make_room(1).unwrap();
+        assert!(f.reserved() >= 2 * page);
+        assert!(w.append_with(1, |b| b.fill(1)).is_some());
+        w.publish();
+        // Stale bytes past the end of valid data, far past what the next run will reserve.
+        use std::os::unix::fs::FileExt;
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[7u8; 8], size - 8)
+            .unwrap();
+        drop(w);
+        drop(f);
+
+        let f = Arc::new(MappedFile::open_reserved(&path, 0, size, true, grow).unwrap());
+        assert_eq!(f.reserved(), 0, "nothing counts as reserved after an open");
+        let mut w = f.writer().unwrap();
+        w.truncate_to(page, size).unwrap();
+        let mut tail = [1u8; 8];
+        assert!(f.copy_out(size - 8, &mut tail));
+        assert_eq!(tail, [0u8; 8], "stale bytes zeroed");
+        assert_eq!(f.reserved(), size, "reserved before zeroing");
+    }
+
+    /// Growing a reservation reopens the file by path: when the name now names another file
+    /// (the mapped one was deleted and a file created in its place), it is `Corrupted`, the
+    /// other file gets no blocks, and the reservation is unchanged.
+    #[test]
+    fn a_reservation_never_grows_another_file_under_the_name() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (size, page) = (256u64 << 10, 4096u64);
+        let grow = Reserve::Grow { initial: page };
+        let f = MappedFile::create_reserved(&path, 0, size, 0o600, false, grow).unwrap();
+        f.reserve_to(2 * page).unwrap();
+        assert!(
+            f.reserved() >= 2 * page,
+            "grown through a reopened descriptor"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+        let before = f.reserved();
+        let err = f.reserve_to(before + 1).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::Corrupted { .. }),
+            "{err:?}"
+        );
+        assert_eq!(f.reserved(), before);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().blocks(),
+            0,
+            "the other file untouched"
+        );
     }
 }

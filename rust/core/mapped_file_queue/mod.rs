@@ -23,18 +23,21 @@
 //!   (`roll`, `last_writer`) until a `flush` finds it clean (every published byte flushed,
 //!   its creation's fsyncs done) and either no longer last or let go of by its owner
 //!   (`park_last`: the writer dropped; the slot then remembers where the data ends). A new
-//!   mapping of a file starts with every byte published and flushed (`open_existing`), up
+//!   mapping of a file starts with every byte published and flushed (`open_reserved`), up
 //!   to the end remembered for it if any, which is true of exactly the files that are not
 //!   pinned (owners fill a file before they roll to the next: the commit log's END_OF_FILE
 //!   blank, a consume queue's whole number of units); the files prepared ahead of a roll are
-//!   held by the `ready` slot.
+//!   held by the `ready` slot. A new mapping of a file that grows its reservation
+//!   (`with_reserve`) counts nothing as reserved, like any file opened from disk: its next
+//!   writer reserves again ahead of itself before it writes (mapped_file/mod.rs).
 //! - Anonymous (`:memory:`) files are the data itself: they stay pinned for as long as they
 //!   are listed.
 //! - No mapping holds a descriptor (mapped_file/mod.rs): the number of files and queues
 //!   costs no descriptor, and mappings only up to the cache's budget plus the pinned files.
 //!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
-//! kill): deleted if empty, re-preallocated if short; a gap between files is reported as
+//! kill): deleted if empty, re-preallocated if short (extended sparsely for a queue whose files
+//! grow their reservation, `with_reserve`); a gap between files is reported as
 //! corruption. An owner whose files are derived data (consume queues) finds short files first
 //! (`first_short_file`) and rebuilds them instead (`load_below`, `remove_files_from`).
 //! A new file's size, allocation and directory entry are made durable by fsyncs right after
@@ -56,7 +59,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::mapped_file::{FileWriter, MappedFile};
+use crate::mapped_file::{FileWriter, MappedFile, Reserve};
 use crate::util::fs;
 use slot::{Slot, NO_END};
 
@@ -90,6 +93,8 @@ pub struct MappedFileQueue {
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
     defer_create_sync: bool,
+    // How new and loaded files reserve their disk blocks (mapped_file/alloc.rs).
+    reserve: Reserve,
     // Held by `refresh` (followers) for its whole run.
     refreshing: Mutex<()>,
 }
@@ -105,6 +110,7 @@ impl MappedFileQueue {
             cache: Arc::new(MapCache::default()),
             ready: Mutex::new(None),
             defer_create_sync: false,
+            reserve: Reserve::Whole,
             refreshing: Mutex::new(()),
         }
     }
@@ -120,6 +126,13 @@ impl MappedFileQueue {
     /// fsync on the thread that rolls to a new file (see the module doc).
     pub fn with_deferred_create_sync(mut self) -> Self {
         self.defer_create_sync = true;
+        self
+    }
+
+    /// This queue's files reserve their disk blocks as `reserve` says (mapped_file/alloc.rs);
+    /// `Reserve::Whole` by default.
+    pub fn with_reserve(mut self, reserve: Reserve) -> Self {
+        self.reserve = reserve;
         self
     }
 
@@ -170,7 +183,7 @@ impl MappedFileQueue {
                     // A reader cannot repair a short tail file; the writer will. Skip it.
                     continue;
                 }
-                // Mapped below, which finishes its preallocation (`open_existing`).
+                // Mapped below, which makes it whole (`MappedFile::open_reserved`).
                 short_last = true;
             }
             if start % self.file_size != 0 {
@@ -327,11 +340,12 @@ impl MappedFileQueue {
                             return Err(Error::Closed);
                         };
                         let path = dir.join(fs::offset_file_name(slot.start));
-                        let f = Arc::new(MappedFile::open_existing(
+                        let f = Arc::new(MappedFile::open_reserved(
                             &path,
                             slot.start,
                             self.file_size,
                             self.writable,
+                            self.reserve,
                         )?);
                         let end = slot.end.load(Ordering::Acquire);
                         if end != NO_END {
@@ -473,7 +487,14 @@ impl MappedFileQueue {
                 populate,
             } => {
                 let path = dir.join(fs::offset_file_name(start));
-                let f = MappedFile::create(&path, start, self.file_size, *mode, *populate)?;
+                let f = MappedFile::create_reserved(
+                    &path,
+                    start,
+                    self.file_size,
+                    *mode,
+                    *populate,
+                    self.reserve,
+                )?;
                 // The file's size and allocation must be durable before any checkpoint or
                 // record points into it.
                 if self.defer_create_sync {
@@ -512,9 +533,10 @@ impl MappedFileQueue {
         }
         let f = Arc::new(self.make_file(start)?);
         *self.lock_ready() = Some(Arc::clone(&f));
-        // The first pages are written right after the roll: fault them in here, off the
-        // appender's path. Optional (old kernels lack MADV_POPULATE_WRITE).
-        Ok(fault_in > 0 && f.populate(0, fault_in).is_ok())
+        // The first pages are written right after the roll: reserve them (a file that grows
+        // its reservation) and fault them in here, off the appender's path. Optional (old
+        // kernels lack MADV_POPULATE_WRITE; a full disk leaves the writer to reserve).
+        Ok(fault_in > 0 && f.reserve_to(fault_in).is_ok() && f.populate(0, fault_in).is_ok())
     }
 
     /// Forgets every file (closing the store): each mapping goes as soon as the last reader

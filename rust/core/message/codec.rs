@@ -5,6 +5,7 @@
 //! the sysflag's IPv6 bits say 20. Decoding is total: any inconsistency is an error value.
 
 pub use crate::error::DecodeError;
+use crate::util::bytes::{be_u16, be_u32, be_u64};
 use crate::util::crc;
 
 /// v1 record magic.
@@ -394,25 +395,6 @@ pub struct RecordView<'a> {
     props_len: usize,
 }
 
-#[inline]
-fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_be_bytes)
-}
-#[inline]
-fn be_u64(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(u64::from_be_bytes)
-}
-#[inline]
-fn be_u16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2)
-        .and_then(|s| s.try_into().ok())
-        .map(u16::from_be_bytes)
-}
-
 /// What a parse verifies beyond the record's structure.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Verify<'t> {
@@ -559,16 +541,11 @@ impl<'a> RecordView<'a> {
         Self::parse_checked(buf, Verify::Crcs)
     }
 
-    /// SYSFLAG of a record that was already parsed (and verified), read in place.
-    pub fn sysflag_of(record: &[u8]) -> Option<i32> {
-        be_u32(record, 36).map(|v| v as i32)
-    }
-
-    /// Where the body of a record that was already parsed (and verified) lies in `record`:
-    /// only the sysflag's host widths and BODYLEN are read, for a reader that keeps the
-    /// record's bytes and hands out the body later. `None` if those fields do not fit.
-    pub fn body_range(record: &[u8]) -> Option<std::ops::Range<usize>> {
-        let sysflag = Self::sysflag_of(record)?;
+    /// Where the body of a record that was already parsed (and verified) lies in `record`,
+    /// and its SYSFLAG: only the sysflag's host widths and BODYLEN are read (view.rs
+    /// `RecordView::stored_body`). `None` if those fields do not fit.
+    pub(super) fn body_range(record: &[u8]) -> Option<(std::ops::Range<usize>, i32)> {
+        let sysflag = be_u32(record, 36)? as i32;
         let born_host_len = if sysflag & super::sysflag::BORNHOST_V6 != 0 {
             20
         } else {
@@ -583,7 +560,7 @@ impl<'a> RecordView<'a> {
         let body_len = be_u32(record, body_len_at)? as usize;
         let body_at = body_len_at + 4;
         let end = body_at.checked_add(body_len)?;
-        (end <= record.len()).then_some(body_at..end)
+        (end <= record.len()).then_some((body_at..end, sysflag))
     }
 
     /// The record's bytes.
@@ -889,7 +866,7 @@ mod tests {
         }
         // A body flip is caught by the record CRC alone (the body CRC is not recomputed).
         let mut bad = rec.clone();
-        let body_at = RecordView::body_range(&rec).unwrap().start;
+        let body_at = RecordView::body_range(&rec).unwrap().0.start;
         bad[body_at] ^= 0x20;
         assert!(matches!(
             RecordView::parse_read(&bad, "TopicTest"),
@@ -899,7 +876,7 @@ mod tests {
         let mut plain = vec![0u8; encoded_len(body.len(), 9, 0).unwrap()];
         encode(&mut plain, &meta(), body_crc(body), body, b"TopicTest", b"");
         assert!(RecordView::parse_read(&plain, "TopicTest").is_ok());
-        let body_at = RecordView::body_range(&plain).unwrap().start;
+        let body_at = RecordView::body_range(&plain).unwrap().0.start;
         plain[body_at] ^= 0x20;
         assert!(matches!(
             RecordView::parse_read(&plain, "TopicTest"),
@@ -939,7 +916,7 @@ mod tests {
             );
             let v = RecordView::parse_verified(&whole).unwrap();
             assert_eq!(v.topic(), topic);
-            assert_eq!(&whole[RecordView::body_range(&whole).unwrap()], &body[..]);
+            assert_eq!(&whole[RecordView::body_range(&whole).unwrap().0], &body[..]);
         }
         // A record without the whole-record CRC property (written by RocketMQ) is whole when
         // its structure and body CRC are.

@@ -7,8 +7,10 @@ pub mod msg_id;
 pub mod properties;
 pub mod tags;
 pub mod validate;
+pub mod view;
 
 pub use codec::{RecordCheck, RecordView};
+pub use view::StoredBody;
 
 /// Transaction type bits of SYSFLAG (`sysflag & 0xC`), FORMAT.md §1.2.
 pub mod sysflag {

@@ -2,8 +2,9 @@
 //! (write.rs) only looks topics up; every change to the topic table goes through here.
 //!
 //! Invariants: a topic never shrinks (a removed queue's messages would no longer be read); a
-//! system topic is never created or changed by a user call; a topic's consume-queue
-//! directories exist before the call that created or grew it returns.
+//! system topic is never created or changed by a user call; every derived store has prepared
+//! for a topic's queues (consume queues: their directories exist) before the call that created
+//! or grew it returns.
 
 use super::Store;
 use crate::error::{Error, Result};
@@ -52,7 +53,7 @@ impl Store {
         self.inner
             .topics
             .put(TopicConfig::new(topic, queues, perm, order))?;
-        self.inner.cqs.prepare_topic(topic, queues)
+        self.inner.derived.prepare_topic(topic, queues)
     }
 
     /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
@@ -87,7 +88,7 @@ impl Store {
                 .ok_or_else(|| Error::TopicNotFound {
                     topic: topic.to_owned(),
                 })?;
-        self.inner.cqs.prepare_topic(topic, queues)?;
+        self.inner.derived.prepare_topic(topic, queues)?;
         Ok(config)
     }
 
@@ -142,7 +143,7 @@ impl Store {
             }
         };
         self.inner
-            .cqs
+            .derived
             .prepare_topic(topic, config.read_queue_nums.max(config.write_queue_nums))
     }
 

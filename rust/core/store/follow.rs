@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::Store;
-use crate::consume_queue::ConsumeQueue;
+use crate::dispatch::queue_index::LogicalQueue;
 use crate::message::codec::{self, RecordCheck};
 
 /// The longest a follower's file lists go without being checked against the directories while
@@ -59,26 +59,23 @@ impl Store {
         true
     }
 
-    /// A follower: re-reads every file list of the store (commit log and every consume queue
-    /// opened so far), forgetting deleted and replaced files and mapping new ones, then moves
-    /// each queue's minimum past the records the commit log no longer holds. A failed refresh
-    /// leaves that list as it was, for the next one to retry.
+    /// A follower: re-reads every file list of the store (commit log and every queue of the
+    /// index opened so far), forgetting deleted and replaced files and mapping new ones, then
+    /// moves each queue's minimum past the records the commit log no longer holds. A failed
+    /// refresh leaves that list as it was, for the next one to retry.
     fn follow_now(&self) {
         let _ = self.inner.commit_log.files().refresh(true);
-        let phy_min = self.inner.commit_log.min_offset();
-        for cq in self.inner.cqs.all() {
-            let _ = cq.refresh(true);
-            cq.correct_min_offset(phy_min);
-        }
+        self.inner
+            .index
+            .follow_all(self.inner.commit_log.min_offset());
     }
 
     /// A follower about to report damage or a missing record: `follow_now` for the commit log
-    /// and `cq` only (the files such a read looked at), whenever it is called.
-    pub(super) fn recheck(&self, cq: Option<&ConsumeQueue>) {
+    /// and `queue` only (the files such a read looked at), whenever it is called.
+    pub(super) fn recheck(&self, queue: Option<&dyn LogicalQueue>) {
         let _ = self.inner.commit_log.files().refresh(true);
-        if let Some(cq) = cq {
-            let _ = cq.refresh(true);
-            cq.correct_min_offset(self.inner.commit_log.min_offset());
+        if let Some(q) = queue {
+            q.follow(true, self.inner.commit_log.min_offset());
         }
     }
 

@@ -5,8 +5,10 @@
 //! registered), flush, the preparer, retention (stores with a directory). A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
-//! registered in one list (`DerivedStores`) that recovery, flush, retention, page release and
-//! close iterate; the typed consume-queue handle is kept for reads and topic creation only.
+//! registered in one list (`DerivedStores`) that recovery, flush, retention, page release,
+//! topic preparation and close iterate; reads, followers and topic discovery go through the
+//! queue index (`dispatch::queue_index`). Only the registration in open.rs names the consume
+//! queues (tests/layering.rs).
 //!
 //! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
 //! used in a forked child refuses every call; after `close` every call fails with `Closed`.
@@ -27,9 +29,9 @@ use std::sync::{Arc, Mutex};
 use crate::checkpoint::Checkpoint;
 use crate::commit_log::CommitLog;
 use crate::config::StoreConfig;
-use crate::consume_queue::store::ConsumeQueueStore;
 use crate::dispatch::derived::DerivedStores;
 use crate::dispatch::notifier::Notifier;
+use crate::dispatch::queue_index::QueueIndex;
 use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
@@ -69,9 +71,9 @@ struct Inner {
     max_message_size: usize,
     root: Option<PathBuf>,
     commit_log: Arc<CommitLog>,
-    /// The consume queues, for reads and topic creation (their lifecycle runs through
-    /// `derived`).
-    cqs: Arc<ConsumeQueueStore>,
+    /// Where reads find a queue's records: the consume queues (their lifecycle runs through
+    /// `derived`, like every derived store's).
+    index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
     /// The put hooks, in the order they run (empty unless registered at open).

@@ -11,6 +11,7 @@ use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::store::ConsumeQueueStore;
 use crate::dispatch::derived::{DerivedStore, DerivedStores};
 use crate::dispatch::notifier::Notifier;
+use crate::dispatch::queue_index::QueueIndex;
 use crate::dispatch::reput::{FollowerService, Reput, REPUT_IDLE};
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
@@ -50,7 +51,7 @@ pub(super) fn open_with(
     config.validate()?;
     // Checked before anything is created: the checkpoint must be able to record every store.
     DerivedStores::check_names(
-        std::iter::once(crate::consume_queue::store::NAME).chain(extra.iter().map(|s| s.name())),
+        std::iter::once(ConsumeQueueStore::NAME).chain(extra.iter().map(|s| s.name())),
     )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
@@ -112,7 +113,9 @@ pub(super) fn open_with(
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     commit_log.set_clock(config.clock.clone());
-    let cqs = Arc::new(
+    // The registration list: every derived store, critical ones first. The consume queues
+    // come first and are also the queue index reads go through.
+    let queues = Arc::new(
         ConsumeQueueStore::new(
             root.map(|r| r.join("consumequeue")),
             decided.geometry.consume_queue_file_size(),
@@ -120,10 +123,11 @@ pub(super) fn open_with(
             config.dir_mode,
             !writable,
         )
-        .with_cache(map_cache),
+        .with_cache(map_cache)
+        .with_clock(config.clock.clone()),
     );
-    // The registration list: every derived store, critical ones first.
-    let mut registered: Vec<Arc<dyn DerivedStore>> = vec![cqs.clone()];
+    let index: Arc<dyn QueueIndex> = queues.clone();
+    let mut registered: Vec<Arc<dyn DerivedStore>> = vec![queues];
     registered.extend(extra);
     let derived = DerivedStores::new(registered);
     let topics_path = root.map(|r| r.join("config").join("topics.json"));
@@ -133,7 +137,7 @@ pub(super) fn open_with(
         .is_some_and(|p| !fs::entry_exists(p) && !fs::entry_exists(&fs::backup_path(p)));
     let topics = TopicTable::load(topics_path, config.file_mode)?;
     if table_missing && !writable {
-        topics.adopt_discovered(&cqs.discover_topics()?, false)?;
+        topics.adopt_discovered(&index.discover_topics()?, false)?;
     }
     let notifier = Arc::new(Notifier::default());
 
@@ -182,7 +186,7 @@ pub(super) fn open_with(
         // Only now, with the re-dispatch points durable, may files recovery cut off go.
         derived.recovered()?;
         if table_missing {
-            topics.adopt_discovered(&cqs.discover_topics()?, true)?;
+            topics.adopt_discovered(&index.discover_topics()?, true)?;
         }
         let r = Arc::new(Reput::new(
             Arc::clone(&commit_log),
@@ -269,7 +273,7 @@ pub(super) fn open_with(
         max_message_size: decided.max_message_size,
         root: root.map(Path::to_path_buf),
         commit_log,
-        cqs,
+        index,
         derived,
         hooks: put_hooks,
         topics,

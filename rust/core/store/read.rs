@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Store;
-use crate::consume_queue::ConsumeQueue;
+use crate::dispatch::queue_index::{LogicalQueue, QueueEntry};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::message::codec::{DecodeError, RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
@@ -187,16 +187,15 @@ impl Store {
     /// have: every read entry point goes through here, so a bad name is reported the same way
     /// by each, and checked only when the lookup misses (every queue in the map has a valid
     /// name).
-    fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<ConsumeQueue>>> {
-        let Some(cq) = self.inner.cqs.get(topic, queue_id) else {
+    fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<dyn LogicalQueue>>> {
+        let Some(cq) = self.inner.index.queue(topic, queue_id) else {
             validate::check_topic(topic)?;
             return Ok(None);
         };
         if self.inner.config.read_only && !self.follow() {
             // Follow the writer (follow.rs): map the files it created since we last looked,
-            // and start after units whose records are gone.
-            let _ = cq.refresh(false);
-            cq.correct_min_offset(self.inner.commit_log.min_offset());
+            // and start after entries whose records are gone.
+            cq.follow(false, self.inner.commit_log.min_offset());
         }
         Ok(Some(cq))
     }
@@ -255,28 +254,28 @@ impl Store {
             };
             return Ok(GetResult::empty(status, 0, 0, 0));
         };
-        match self.read_queue(&cq, offset, limit, filter) {
+        let cq = cq.as_ref();
+        match self.read_queue(cq, (topic, queue_id), offset, limit, filter) {
             // A follower may be looking at a file the writer replaced: damage is reported only
             // if it is still there once the files read were checked against the directories.
             Err(Error::Corrupted { .. }) if self.inner.config.read_only => {
-                self.recheck(Some(&cq));
-                self.read_queue(&cq, offset, limit, filter)
+                self.recheck(Some(cq));
+                self.read_queue(cq, (topic, queue_id), offset, limit, filter)
             }
             r => r,
         }
     }
 
-    /// `get_messages` of an existing queue.
+    /// `get_messages` of an existing queue, `(topic, queue_id)`.
     fn read_queue(
         &self,
-        cq: &ConsumeQueue,
+        cq: &dyn LogicalQueue,
+        (topic, queue_id): (&str, u32),
         offset: u64,
         limit: ReadLimit,
         filter: &TagFilter,
     ) -> Result<GetResult> {
         let max = limit.messages;
-        let topic = cq.topic();
-        let queue_id = cq.queue_id();
         let (min, maxo) = (cq.min_offset(), cq.max_offset());
         if maxo == 0 {
             return Ok(GetResult::empty(GetStatus::NoMessageInQueue, 0, min, maxo));
@@ -305,13 +304,14 @@ impl Store {
         } else {
             MAX_FILTER_SCAN.max(max)
         };
-        let mut units = Vec::with_capacity(scan.min(4096));
-        cq.units(offset, scan, &mut units);
+        let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(scan.min(4096));
+        cq.entries(offset, scan, &mut units);
         if units.is_empty() {
             // Below the queue's end every slot holds a unit: an empty or malformed one is
             // damage, reported rather than left as a read that never advances.
             return Err(damaged_unit(
                 cq,
+                (topic, queue_id),
                 offset,
                 "empty or malformed unit below the queue's end",
             ));
@@ -334,7 +334,7 @@ impl Store {
             if out.records.len() >= max {
                 break;
             }
-            if u.is_placeholder() || !filter.code_matches(u.tags_code) {
+            if !u.has_record() || !filter.code_matches(u.tags_code) {
                 next = k + 1;
                 continue;
             }
@@ -372,6 +372,7 @@ impl Store {
                 }
                 return Err(damaged_unit(
                     cq,
+                    (topic, queue_id),
                     k,
                     "unit points past the end of the commit log",
                 ));
@@ -391,16 +392,16 @@ impl Store {
     }
 
     /// Keeps a consumer's resident set flat: when a read moved on from one commit-log file (or
-    /// consume-queue file) to the next, the mappings of the file left behind are released
+    /// queue-index file) to the next, the mappings of the file left behind are released
     /// (the data stays in the page cache), and once a second every old file's are.
-    fn release_behind_reader(&self, cq: &ConsumeQueue, from: u64, next: u64, last: Option<u64>) {
-        let cq_files = cq.files();
-        let units_per_file = cq_files.file_size() / crate::consume_queue::unit::UNIT_SIZE;
-        if units_per_file > 0 && from / units_per_file != next / units_per_file {
-            if let Some(f) = cq_files.find(from * crate::consume_queue::unit::UNIT_SIZE) {
-                let _ = f.advise(0, f.size(), Advice::DontNeed);
-            }
-        }
+    fn release_behind_reader(
+        &self,
+        cq: &dyn LogicalQueue,
+        from: u64,
+        next: u64,
+        last: Option<u64>,
+    ) {
+        cq.release_behind(from, next);
         if let Some(at) = last {
             let size = self.inner.commit_log.files().file_size();
             let file = at - at % size;
@@ -510,8 +511,8 @@ impl Store {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let ts = cq
-                .unit(mid)
-                .filter(|u| !u.is_placeholder())
+                .entry(mid)
+                .filter(QueueEntry::has_record)
                 .and_then(|u| {
                     self.inner
                         .commit_log
@@ -570,22 +571,21 @@ impl Store {
 }
 
 fn store_timestamp(b: &[u8]) -> Option<i64> {
-    b.get(STORE_TIMESTAMP_POS..STORE_TIMESTAMP_POS + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(i64::from_be_bytes)
+    crate::util::bytes::be_i64(b, STORE_TIMESTAMP_POS)
 }
 
-/// `Corrupted` naming the consume-queue file and byte position of unit `k`.
-fn damaged_unit(cq: &ConsumeQueue, k: u64, reason: &str) -> Error {
-    let byte = k * crate::consume_queue::unit::UNIT_SIZE;
-    let file = cq.files().find(byte);
+/// `Corrupted` naming the index file and byte position of entry `k` of `(topic, queue_id)`.
+fn damaged_unit(
+    cq: &dyn LogicalQueue,
+    (topic, queue_id): (&str, u32),
+    k: u64,
+    reason: &str,
+) -> Error {
+    let (path, offset) = cq.locate(k);
     Error::Corrupted {
-        path: file
-            .as_ref()
-            .map(|f| f.path().to_path_buf())
-            .unwrap_or_default(),
-        offset: file.map(|f| byte - f.from_offset()).unwrap_or(byte),
-        reason: format!("{}:{} unit {k}: {reason}", cq.topic(), cq.queue_id()),
+        path,
+        offset,
+        reason: format!("{topic}:{queue_id} unit {k}: {reason}"),
         cause: None,
     }
 }

@@ -57,8 +57,19 @@ pub enum Routing<'r> {
     Queue(u32),
     /// The topic's next turn in this round robin, as a RocketMQ producer picks queues.
     RoundRobin(&'r RoundRobin),
-    /// `hash % write queues`: every message of one sharding key goes to one queue, in order.
+    /// `hash % write queues`, the count read under the same lookup as the append: every
+    /// message with one hash goes to one queue, in order (`Routing::sharding_key`).
     Hash(u32),
+}
+
+impl<'r> Routing<'r> {
+    /// The routing of a sharding key: every message sent with `key` goes to one queue of its
+    /// topic, in order. The queue is the IEEE (zlib) CRC32 of the key's bytes modulo the
+    /// topic's write queue count; a key keeps its queue across versions (while the count does
+    /// not change), so this must never change.
+    pub fn sharding_key(key: &[u8]) -> Self {
+        Routing::Hash(crate::util::crc::crc32(key))
+    }
 }
 
 /// What a put waits for before it returns.

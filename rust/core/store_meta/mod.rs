@@ -27,6 +27,7 @@ pub use derive::{derive, Derived};
 use crate::error::{Error, Result};
 use crate::util::bytes::{be_u32, be_u64};
 use crate::util::kill_point::kill_point;
+use crate::util::two_copies::{self, FILE_LEN};
 use crate::util::{crc, fs};
 
 /// The store format version this build writes and reads (FORMAT.md, "Format version").
@@ -37,8 +38,6 @@ pub const MAGIC: u32 = 0x4D51_4C4D;
 pub const FILE_NAME: &str = "meta";
 
 const SLOT_LEN: usize = 128;
-const SLOT_B_AT: usize = 2048;
-const FILE_LEN: usize = 4096;
 const CREATED_BY_AT: usize = 25;
 /// Longest created-by string a slot holds.
 const CREATED_BY_MAX: usize = 63;
@@ -122,11 +121,7 @@ impl StoreMeta {
 
     /// The whole file: the slot at 0 and again at 2048, zeros elsewhere.
     fn file_image(&self) -> Vec<u8> {
-        let slot = self.encode();
-        let mut image = vec![0u8; FILE_LEN];
-        image[..SLOT_LEN].copy_from_slice(&slot);
-        image[SLOT_B_AT..SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
-        image
+        two_copies::image(&self.encode())
     }
 }
 
@@ -136,8 +131,10 @@ pub fn path(root: &Path) -> PathBuf {
 }
 
 /// Reads `<root>/meta`: `None` when there is no such file (a new store, or one written before
-/// the file existed). A file with no valid slot, a newer format version or a size out of range
-/// is `ConfigFile`, naming the file and the field.
+/// the file existed). A file with no valid slot, a newer format version, a size out of range, or
+/// a slot that verifies but holds what no writer puts there (a created-by string longer than
+/// 63 bytes or not UTF-8, reserved bytes that are not zero) is `ConfigFile`, naming the file
+/// and the field.
 pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
     let path = path(root);
     let bytes = match std::fs::symlink_metadata(&path) {
@@ -157,16 +154,14 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
         field: field.to_owned(),
         reason,
     };
-    let meta = StoreMeta::decode(&bytes)
-        .or_else(|| bytes.get(SLOT_B_AT..).and_then(StoreMeta::decode))
-        .ok_or_else(|| {
-            bad(
-                "",
-                "no copy with a valid magic and checksum (delete the file and open the store as \
+    let (at, meta) = two_copies::read_at(&bytes, StoreMeta::decode).ok_or_else(|| {
+        bad(
+            "",
+            "no copy with a valid magic and checksum (delete the file and open the store as \
                  a writer to record the geometry its files show)"
-                    .into(),
-            )
-        })?;
+                .into(),
+        )
+    })?;
     if meta.format_version == 0 || meta.format_version > FORMAT_VERSION {
         return Err(bad(
             "format_version",
@@ -175,6 +170,30 @@ pub fn read(root: &Path) -> Result<Option<StoreMeta>> {
                  written by {}",
                 meta.format_version, meta.created_by
             ),
+        ));
+    }
+    // A slot that verifies holds exactly what a writer of this format puts there; anything
+    // else was written by something other than mqlite, and is not read in some lenient way.
+    let slot = bytes.get(at..).unwrap_or(&[]);
+    let n = usize::from(slot.get(24).copied().unwrap_or(0));
+    let created_by = slot
+        .get(CREATED_BY_AT..CREATED_BY_AT + n)
+        .filter(|_| n <= CREATED_BY_MAX);
+    if created_by.is_none_or(|c| std::str::from_utf8(c).is_err()) {
+        return Err(bad(
+            "created_by",
+            format!(
+                "the created-by string ({n} bytes) is not UTF-8 of at most {CREATED_BY_MAX} bytes"
+            ),
+        ));
+    }
+    if slot
+        .get(CREATED_BY_AT + n..CRC_AT)
+        .is_some_and(|r| r.iter().any(|&b| b != 0))
+    {
+        return Err(bad(
+            "reserved",
+            "the reserved bytes after the created-by string are not zero".into(),
         ));
     }
     let g = meta.geometry;
@@ -215,7 +234,7 @@ mod tests {
         b[10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(meta()));
-        b[SLOT_B_AT + 10] ^= 1;
+        b[two_copies::SLOT_B_AT + 10] ^= 1;
         std::fs::write(&p, &b).unwrap();
         assert!(matches!(
             read(dir.path()),
@@ -240,6 +259,41 @@ mod tests {
             read(dir.path()),
             Err(Error::ConfigFile { field, .. }) if field == "commit_log_file_size"
         ));
+    }
+
+    /// Writes `slot` (CRC recomputed) as both copies of `dir`'s meta file.
+    fn write_slot(dir: &Path, mut slot: [u8; SLOT_LEN]) {
+        let c = crc::crc32(&slot[..CRC_AT]);
+        slot[CRC_AT..].copy_from_slice(&c.to_be_bytes());
+        let mut image = vec![0u8; FILE_LEN];
+        image[..SLOT_LEN].copy_from_slice(&slot);
+        image[two_copies::SLOT_B_AT..two_copies::SLOT_B_AT + SLOT_LEN].copy_from_slice(&slot);
+        std::fs::write(path(dir), image).unwrap();
+    }
+
+    #[test]
+    fn a_slot_mqlite_did_not_write_is_an_error_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = meta().created_by.len();
+        let mut reserved = meta().encode();
+        reserved[CREATED_BY_AT + n + 10] = 0x26;
+        let mut long = meta().encode();
+        long[24] = 200;
+        let mut not_utf8 = meta().encode();
+        not_utf8[CREATED_BY_AT] = 0xFF;
+        for (slot, field) in [
+            (reserved, "reserved"),
+            (long, "created_by"),
+            (not_utf8, "created_by"),
+        ] {
+            write_slot(dir.path(), slot);
+            match read(dir.path()) {
+                Err(Error::ConfigFile { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: read gave {other:?}"),
+            }
+        }
+        write_slot(dir.path(), meta().encode());
+        assert_eq!(read(dir.path()).unwrap(), Some(meta()));
     }
 
     #[test]

@@ -2,31 +2,34 @@
 //! and every dispatch), done eight bytes at a time; and the big-endian field reads of the
 //! small fixed layouts (checkpoint and meta slots).
 
+/// The `N` bytes at `at`, if `b` holds them.
+#[inline]
+fn bytes_at<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+/// The big-endian `u16` at `at`, if `b` holds it.
+#[inline]
+pub fn be_u16(b: &[u8], at: usize) -> Option<u16> {
+    bytes_at(b, at).map(u16::from_be_bytes)
+}
+
 /// The big-endian `u32` at `at`, if `b` holds it.
 #[inline]
 pub fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at.checked_add(4)?)?
-        .try_into()
-        .ok()
-        .map(u32::from_be_bytes)
+    bytes_at(b, at).map(u32::from_be_bytes)
 }
 
 /// The big-endian `u64` at `at`, if `b` holds it.
 #[inline]
 pub fn be_u64(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at.checked_add(8)?)?
-        .try_into()
-        .ok()
-        .map(u64::from_be_bytes)
+    bytes_at(b, at).map(u64::from_be_bytes)
 }
 
 /// The big-endian `i64` at `at`, if `b` holds it.
 #[inline]
 pub fn be_i64(b: &[u8], at: usize) -> Option<i64> {
-    b.get(at..at.checked_add(8)?)?
-        .try_into()
-        .ok()
-        .map(i64::from_be_bytes)
+    bytes_at(b, at).map(i64::from_be_bytes)
 }
 
 const LO: u64 = 0x0101_0101_0101_0101;

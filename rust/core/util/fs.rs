@@ -2,8 +2,10 @@
 //!
 //! - New files are created with `O_NOFOLLOW | O_CLOEXEC` and the configured mode, so a symlink
 //!   planted at a store file name is refused and descriptors do not leak into child processes.
-//! - Space is reserved with `posix_fallocate`, never by a sparse `set_len` (mapped_file/alloc.rs,
-//!   next to the mapping it protects).
+//! - Space is reserved with `posix_fallocate` before anything is written into it through a
+//!   mapping (mapped_file/alloc.rs, next to the mapping it protects). A file may be given its
+//!   length sparsely (`set_len`) only where its writer reserves ahead of itself before writing
+//!   (`Reserve::Grow`: consume queues).
 //! - A file's creation is durable only after `fsync(file)` and `fsync(parent dir)`.
 //! - Metadata files are replaced atomically: write temp, fsync, rename over, fsync directory
 //!   ([`stage`] then [`Staged::replace`]; a kill point can sit between the two).

@@ -26,6 +26,9 @@ pub const POINTS: &[&str] = &[
     // A new segment file (commit log or consume queue) created with length 0, not yet
     // preallocated.
     "mapped_file.empty",
+    // A new consume-queue file given its full length as a hole (every byte reads as zero),
+    // not yet reserved.
+    "mapped_file.sparse",
     // Commit-log roll: the full file ended (END_OF_FILE blank), the next file created and
     // synced, nothing written to it yet.
     "commit_log.rolled",

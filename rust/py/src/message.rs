@@ -6,10 +6,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use mqlite::message::builder::{Outgoing, PropertiesBuilder};
-use mqlite::message::codec::{RecordView, STORE_HOST};
 use mqlite::message::msg_id::UniqueId;
-use mqlite::message::{compression, msg_id, properties};
-use mqlite::Appended;
+use mqlite::message::StoredBody;
+use mqlite::{Appended, RecordView};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
@@ -280,7 +279,7 @@ impl PySendResult {
     }
     #[getter]
     fn offset_msg_id(&self) -> String {
-        msg_id::offset_msg_id(&STORE_HOST, self.appended.physical_offset)
+        self.appended.offset_msg_id()
     }
     #[getter]
     fn message_queue(&self, py: Python<'_>) -> PyResult<PyMessageQueue> {
@@ -433,11 +432,12 @@ impl PyMessageExt {
 
     /// The stored body: the store verified the record when it was read, so only the body's
     /// place is needed.
-    fn stored_body(&self) -> PyResult<&[u8]> {
-        let record = self.record();
-        match RecordView::body_range(record).and_then(|r| record.get(r)) {
+    fn stored_body(&self) -> PyResult<StoredBody<'_>> {
+        match RecordView::stored_body(self.record()) {
             Some(body) => Ok(body),
-            None => Ok(self.view()?.body()),
+            None => Err(self.view().err().unwrap_or_else(|| {
+                crate::errors::CorruptedLogError::new_err("stored record has no body")
+            })),
         }
     }
 
@@ -468,62 +468,49 @@ impl PyMessageExt {
     }
     #[getter]
     fn msg_id(&self) -> PyResult<String> {
-        let v = self.view()?;
-        Ok(
-            match properties::get(v.properties(), properties::UNIQ_KEY) {
-                Some(u) => u.to_owned(),
-                None => msg_id::offset_msg_id(&STORE_HOST, v.physical_offset()),
-            },
-        )
+        Ok(self.view()?.msg_id().into_owned())
     }
     #[getter]
     fn offset_msg_id(&self) -> PyResult<String> {
-        Ok(msg_id::offset_msg_id(
-            &STORE_HOST,
-            self.view()?.physical_offset(),
-        ))
+        Ok(self.view()?.offset_msg_id())
     }
     /// The body as the producer sent it: decompressed when the record's SYSFLAG marks it
     /// compressed (FORMAT.md §1.6), again on each access.
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let stored = self.stored_body()?;
-        let flags = RecordView::sysflag_of(self.record()).unwrap_or(0);
-        if flags & mqlite::message::sysflag::COMPRESSED == 0 {
-            return Ok(PyBytes::new(py, stored));
+        if !stored.is_compressed() {
+            return Ok(PyBytes::new(py, stored.bytes()));
         }
         let decoded = py
-            .detach(|| compression::decoded_body(flags, stored).map(Cow::into_owned))
+            .detach(|| stored.decode().map(Cow::into_owned))
             .map_err(crate::errors::PyMqError)?;
         Ok(PyBytes::new(py, &decoded))
     }
     /// The body bytes as stored: the compressed bytes of a compressed body.
     #[getter]
     fn raw_body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        Ok(PyBytes::new(py, self.stored_body()?))
+        Ok(PyBytes::new(py, self.stored_body()?.bytes()))
     }
     #[getter]
     fn tags(&self) -> PyResult<Option<String>> {
-        Ok(properties::get(self.view()?.properties(), properties::TAGS).map(str::to_owned))
+        Ok(self.view()?.tags().map(str::to_owned))
     }
     #[getter]
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let v = self.view()?;
-        let keys: Vec<&str> = properties::get(v.properties(), properties::KEYS)
-            .map(|k| k.split(' ').filter(|s| !s.is_empty()).collect())
-            .unwrap_or_default();
+        let keys: Vec<&str> = self.view()?.keys().collect();
         PyTuple::new(py, keys)
     }
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in properties::decode(self.view()?.properties()) {
+        for (k, v) in self.view()?.property_pairs() {
             d.set_item(k, v)?;
         }
         Ok(d)
     }
     fn get_property(&self, name: Str<'_, PropertyName>) -> PyResult<Option<String>> {
-        Ok(properties::get(self.view()?.properties(), &name).map(str::to_owned))
+        Ok(self.view()?.property(&name).map(str::to_owned))
     }
     #[getter]
     fn flag(&self) -> PyResult<i32> {

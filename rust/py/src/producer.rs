@@ -3,7 +3,7 @@
 //! works.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use mqlite::message::builder::{Compression, Outgoing};
@@ -15,7 +15,7 @@ use mqlite::{
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple};
 
 use crate::args::{self, CompressionOption, GroupName, Int, Str};
 use crate::errors::PyMqError;
@@ -32,8 +32,11 @@ pub struct PyProducer {
     pub next_queue: RoundRobin,
     /// The store's unique-id generator (`Store::unique_ids`).
     pub ids: Arc<UniqueIdGenerator>,
-    /// Set by `_mark_closed` (the producer's or its store's close).
-    pub closed: AtomicBool,
+    /// Why sends are refused (`Closed`), set by `_mark_closed`: 0 while open.
+    pub closed: AtomicU8,
+    /// The store's path and the process that opened it, for the error of a refused send.
+    pub store_path: String,
+    pub opened_by: u32,
     /// Compression of single sends, when asked for (`compress_over`).
     pub compress: Option<Compression>,
 }
@@ -94,23 +97,90 @@ impl PyProducer {
             group: group.to_owned(),
             next_queue: RoundRobin::new(std::process::id() % 1024),
             ids: core.unique_ids(),
-            closed: AtomicBool::new(false),
+            closed: AtomicU8::new(Closed::Open as u8),
             compress,
+            store_path: store.path_str().to_owned(),
+            opened_by: store.opened_by(),
         })
+    }
+
+    /// Whether sends are refused (`_mark_closed` was called).
+    #[inline]
+    fn is_marked_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed) != Closed::Open as u8
+    }
+
+    /// The error of a send this producer refuses, naming what closed: in a process other than
+    /// the store's `StoreUsedAfterForkError`, else `StoreClosedError` naming the store or the
+    /// producer. The messages are the package's (`mqlite._context.ClientContext.dead`).
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        let why = self.closed.load(Ordering::Acquire);
+        let repr = |s: &str| {
+            pyo3::types::PyString::new(py, s)
+                .repr()
+                .map_or_else(|_| format!("{s:?}"), |r| r.to_string())
+        };
+        if why == Closed::Forked as u8 || std::process::id() != self.opened_by {
+            return crate::errors::StoreUsedAfterForkError::new_err(format!(
+                "store {} was opened in process {}; open it again in the child (use the \
+                 'spawn' start method)",
+                repr(&self.store_path),
+                self.opened_by
+            ));
+        }
+        if why == Closed::Store as u8 || self.store.is_closed() {
+            return crate::errors::StoreClosedError::new_err(format!(
+                "store {} is closed",
+                repr(&self.store_path)
+            ));
+        }
+        crate::errors::StoreClosedError::new_err(format!(
+            "producer {} is closed",
+            repr(&self.group)
+        ))
+    }
+
+    /// A core error of a send: a closed store is reported as `closed_error` says.
+    fn send_error(&self, py: Python<'_>, e: mqlite::Error) -> PyErr {
+        match e {
+            mqlite::Error::Closed => self.closed_error(py),
+            e => PyMqError(e).into(),
+        }
     }
 }
 
-/// The error of a send on a closed producer: the Python subclass's `_dead()` knows why (store
-/// closed, used after fork, producer closed); a bare core producer only says it is closed.
-fn dead(slf: &Bound<'_, PyProducer>) -> PyErr {
-    let py = slf.py();
-    match slf.call_method0(intern!(py, "_dead")) {
-        Ok(e) => PyErr::from_value(e),
-        Err(_) => crate::errors::StoreClosedError::new_err(format!(
-            "producer {:?} is closed",
-            slf.get().group
-        )),
+/// Why a producer refuses sends, worst last: a later reason replaces an earlier, milder one
+/// (a producer closed before its store then reports the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Closed {
+    /// Sends are accepted.
+    Open = 0,
+    /// `Producer.close()`.
+    Producer = 1,
+    /// Its store was closed.
+    Store = 2,
+    /// Its store is unusable in this (forked) process.
+    Forked = 3,
+}
+
+impl Closed {
+    /// `_mark_closed(reason=...)`: `"producer"`, `"store"` or `"fork"`.
+    fn from_reason(reason: &str) -> PyResult<Self> {
+        match reason {
+            "producer" => Ok(Closed::Producer),
+            "store" => Ok(Closed::Store),
+            "fork" => Ok(Closed::Forked),
+            other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "reason must be 'producer', 'store' or 'fork', not {other:?}"
+            ))),
+        }
     }
+}
+
+/// The error of a send on a closed producer (`PyProducer::closed_error`).
+fn dead(slf: &Bound<'_, PyProducer>) -> PyErr {
+    slf.get().closed_error(slf.py())
 }
 
 #[pymethods]
@@ -152,12 +222,26 @@ impl PyProducer {
     /// True after `close()` or once the store is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.store.is_closed()
+        self.is_marked_closed() || self.store.is_closed()
     }
 
-    /// Marks the producer closed: every later send fails.
-    fn _mark_closed(&self) {
-        self.closed.store(true, Ordering::Release);
+    /// Marks the producer closed: every later send fails with the error `reason` names
+    /// (`"producer"`: closed itself, `"store"`: its store closed, `"fork"`: used in a forked
+    /// child). A milder reason never replaces a graver one.
+    #[pyo3(signature = (reason = "producer"))]
+    fn _mark_closed(&self, reason: &str) -> PyResult<()> {
+        let why = Closed::from_reason(reason)?;
+        self.closed.fetch_max(why as u8, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Raises the error a send would raise once the producer or its store is closed (see
+    /// `_mark_closed`); returns None while sends are accepted.
+    fn _check_open(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed() {
+            return Err(self.closed_error(py));
+        }
+        Ok(())
     }
 
     /// Sends one message (`mqlite.Message`) and returns its `SendResult`.
@@ -176,37 +260,47 @@ impl PyProducer {
     ) -> PyResult<PySendResult> {
         let py = slf.py();
         let this = slf.get();
-        if this.closed.load(Ordering::Relaxed) {
+        if this.is_marked_closed() {
             return Err(dead(slf));
         }
-        let queue_id = if sharding_key.is_some() || selector.is_some() {
-            // Rare path: the Python subclass implements key hashing and custom selectors.
+        if selector.is_some() {
+            // Rare path: a custom selector is Python code, called by the Python subclass.
             let q = slf.call_method1(
                 intern!(py, "_select"),
                 (msg, queue_id.as_ref(), sharding_key, selector, arg),
             )?;
-            Some(q.extract::<Int>()?)
-        } else {
-            queue_id
+            let q = args::opt_queue_id(Some(&q.extract::<Int>()?))?;
+            return this.put_one(py, msg, this.routing(q), true);
+        }
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
+        let routing = match sharding_key {
+            None => this.routing(queue_id),
+            Some(key) => this.key_routing(queue_id, key)?,
         };
-        this.put_one(py, msg, args::opt_queue_id(queue_id.as_ref())?, true)
+        this.put_one(py, msg, routing, true)
     }
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
     /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
     /// returns, and the store's completion thread confirms it
     /// (`_core.Store.wait_durable(result._end())`) before a future reports it. The queue is
-    /// `queue_id` or round robin.
-    #[pyo3(signature = (msg, queue_id = None))]
+    /// `queue_id`, the one `sharding_key` hashes to, or round robin.
+    #[pyo3(signature = (msg, queue_id = None, *, sharding_key = None))]
     fn _send_pipelined(
         slf: &Bound<'_, Self>,
         msg: &Bound<'_, PyAny>,
         queue_id: Option<Int>,
+        sharding_key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PySendResult> {
         let this = slf.get();
-        if this.closed.load(Ordering::Relaxed) {
+        if this.is_marked_closed() {
             return Err(dead(slf));
         }
-        this.put_one(slf.py(), msg, args::opt_queue_id(queue_id.as_ref())?, false)
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
+        let routing = match sharding_key {
+            None => this.routing(queue_id),
+            Some(key) => this.key_routing(queue_id, key)?,
+        };
+        this.put_one(slf.py(), msg, routing, false)
     }
 
     /// Sends a batch to one queue of one topic in one call: items are `Message` objects or
@@ -219,6 +313,9 @@ impl PyProducer {
         topic: Option<&Bound<'_, PyAny>>,
         queue_id: Option<Int>,
     ) -> PyResult<PySendBatchResult> {
+        if self.is_marked_closed() {
+            return Err(self.closed_error(py));
+        }
         let queue_id = args::opt_queue_id(queue_id.as_ref())?;
         let seq = if let Ok(l) = msgs.cast::<PyList>() {
             l.to_tuple()
@@ -301,7 +398,7 @@ impl PyProducer {
                     .put_messages(&refs, &PutRequest::new(routing), &mut appended)?;
             Ok((q, status, appended))
         });
-        let (q, status, appended) = result.map_err(PyMqError)?;
+        let (q, status, appended) = result.map_err(|e| self.send_error(py, e))?;
         let result_topic = match (held.first(), topic) {
             (Some(Item::Message(m)), _) => m.topic.clone().unbind(),
             (_, Some(t)) => t
@@ -331,12 +428,50 @@ thread_local! {
 const PROPS_KEEP: usize = 4096;
 
 impl PyProducer {
+    /// Where a send goes without a sharding key: `queue_id`, or the topic's next round-robin
+    /// turn.
+    #[inline]
+    fn routing(&self, queue_id: Option<u32>) -> Routing<'_> {
+        match queue_id {
+            Some(q) => Routing::Queue(q),
+            None => Routing::RoundRobin(&self.next_queue),
+        }
+    }
+
+    /// Where a send with sharding key `key` goes: the queue the key hashes to, computed by the
+    /// core under the same topic lookup as the append. The key is a `str` (its UTF-8 bytes;
+    /// a lone surrogate is an error) or bytes-like (`bytes`, `bytearray`, `memoryview`).
+    /// `IllegalArgumentError` with a `queue_id` too, or for a key of another type. Out of
+    /// line: the plain send stays compact.
+    #[inline(never)]
+    fn key_routing(&self, queue_id: Option<u32>, key: &Bound<'_, PyAny>) -> PyResult<Routing<'_>> {
+        if queue_id.is_some() {
+            return Err(crate::errors::IllegalArgumentError::new_err(
+                "give at most one of queue_id, sharding_key and selector",
+            ));
+        }
+        if let Ok(s) = key.cast::<PyString>() {
+            return Ok(Routing::sharding_key(s.to_str()?.as_bytes()));
+        }
+        if let Ok(b) = key.cast::<PyBytes>() {
+            return Ok(Routing::sharding_key(b.as_bytes()));
+        }
+        if key.is_instance_of::<PyByteArray>() || key.is_instance_of::<PyMemoryView>() {
+            let b = key.py().get_type::<PyBytes>().call1((key,))?;
+            return Ok(Routing::sharding_key(b.cast::<PyBytes>()?.as_bytes()));
+        }
+        Err(crate::errors::IllegalArgumentError::new_err(format!(
+            "sharding_key must be str or bytes, not {}",
+            key.get_type().name()?
+        )))
+    }
+
     /// One send, after the closed check and queue selection; `wait`: for the disk in sync mode.
     fn put_one(
         &self,
         py: Python<'_>,
         msg: &Bound<'_, PyAny>,
-        queue_id: Option<u32>,
+        routing: Routing<'_>,
         wait: bool,
     ) -> PyResult<PySendResult> {
         let now = mqlite::util::clock::now_ms();
@@ -355,10 +490,6 @@ impl PyProducer {
                 out.sysflag = *flags;
             }
             let m = out.to_ref(&props, now).map_err(PyMqError)?;
-            let routing = match queue_id {
-                Some(q) => Routing::Queue(q),
-                None => Routing::RoundRobin(&self.next_queue),
-            };
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append (and, with several sending threads, hands the GIL around
             // once per message). Waking a consumer is done without it, so that the woken
@@ -386,7 +517,7 @@ impl PyProducer {
             PROPS.set(props);
         }
         let (held, result) = result?;
-        let put = result.map_err(PyMqError)?;
+        let put = result.map_err(|e| self.send_error(py, e))?;
         let q = put.queue_id;
         Ok(PySendResult {
             topic: held.topic.clone().unbind(),

@@ -24,12 +24,24 @@ use crate::queue::PyMessageQueue;
 pub struct PyStore {
     store: Arc<Store>,
     path: String,
+    /// The process that opened it: a forked child may not use it.
+    opened_by: u32,
 }
 
 impl PyStore {
     /// The core store.
     pub fn core(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The path it was opened with (`":memory:"` for an in-memory store).
+    pub fn path_str(&self) -> &str {
+        &self.path
+    }
+
+    /// The id of the process that opened it.
+    pub fn opened_by(&self) -> u32 {
+        self.opened_by
     }
 
     /// The record at commit-log offset `offset` as a `MessageExt`.
@@ -241,6 +253,7 @@ impl PyStore {
         Ok(PyStore {
             store: Arc::new(store),
             path,
+            opened_by: std::process::id(),
         })
     }
 

@@ -45,6 +45,10 @@ struct State {
     watched: bool,
     /// Bumped by `wake_all`: every waiter goes back to check `keep_waiting`.
     epoch: u64,
+    /// Threads inside `PyPollToken::wait` (asleep or looking), for `waiters`.
+    waiters: usize,
+    /// How many times a watcher has woken and looked at the holder, for `watch_looks`.
+    looks: u64,
 }
 
 impl State {
@@ -90,6 +94,7 @@ impl PyPollToken {
     /// epoch past `epoch`, or `until` (if any) passes.
     fn wait(&self, me: ThreadId, epoch: u64, until: Option<Instant>) -> Wait {
         let mut s = self.lock();
+        s.waiters += 1;
         let mut watching = false;
         let outcome = loop {
             let now = Instant::now();
@@ -116,7 +121,9 @@ impl PyPollToken {
                     None => self.stall,
                 };
                 let due = due.max(Duration::from_micros(100));
-                self.sleep(s, left.map_or(due, |l| l.min(due)))
+                let mut g = self.sleep(s, left.map_or(due, |l| l.min(due)));
+                g.looks += 1;
+                g
             } else {
                 match left {
                     Some(l) => self.sleep(s, l),
@@ -124,6 +131,7 @@ impl PyPollToken {
                 }
             };
         };
+        s.waiters -= 1;
         if watching {
             s.watched = false;
             drop(s);
@@ -266,5 +274,17 @@ impl PyPollToken {
     /// Whether the calling thread holds the token.
     fn held(&self) -> bool {
         self.lock().holder == Some(thread::current().id())
+    }
+
+    /// How many threads are waiting for the token now (diagnostics: lets a test see that a
+    /// waiter has gone to sleep rather than guess how long that takes).
+    fn waiters(&self) -> usize {
+        self.lock().waiters
+    }
+
+    /// How many times, since the token was made, a waiter on the stall watch woke and looked
+    /// at the holder (diagnostics: lets a test wait for a number of watch periods).
+    fn watch_looks(&self) -> u64 {
+        self.lock().looks
     }
 }

@@ -15,16 +15,22 @@
 //!   sees the bit or the follower sees the data: no wake-up is lost.
 //! - While no follower sleeps the writer only reads the word: no store, no system call.
 //!
+//! The two sides' steps on the word are `protocol.rs`, model-checked with loom there; this
+//! module adds the file, the mapping and the deadlines.
+//!
 //! Crash behaviour: nothing to recover. A follower that dies asleep leaves bit 0 set, which costs
 //! the writer one needless wake-up call. A writer that dies leaves a word as valid as any other.
 
+mod protocol;
+
 use std::fs::File;
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use self::protocol::{Look, Word};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::MmapRegion;
 use crate::util::fs;
@@ -34,8 +40,6 @@ pub const FILE_LEN: u64 = 4096;
 /// Longest single sleep of a follower: a safety net for a writer that never wakes anyone (one
 /// predating this file), not the way followers normally learn of new data.
 pub const FOLLOWER_NAP: Duration = Duration::from_millis(250);
-/// Bit 0 of the word: a follower may be asleep on it.
-const SLEEPER: u32 = 1;
 
 /// One store's handle on its wake-up file: the writer's or a follower's.
 #[derive(Debug)]
@@ -98,28 +102,14 @@ impl WakeWord {
     /// others wait for).
     pub fn publish(&self) -> bool {
         let guard = self.map.read().unwrap_or_else(|p| p.into_inner());
-        let Some(map) = guard.as_ref() else {
-            return false;
-        };
-        let Some(mut cur) = map.load_u32_be_acquire(0) else {
-            return false;
-        };
-        while cur & SLEEPER != 0 {
-            // Count up, clear the bit: (cur | 1) + 1 carries the set bit into the count.
-            match map.compare_exchange_u32_be(0, cur, cur.wrapping_add(1)) {
-                Some(Ok(_)) => return true,
-                Some(Err(actual)) => cur = actual,
-                None => return false,
-            }
-        }
-        false
+        guard.as_ref().is_some_and(protocol::publish)
     }
 
     /// Wakes every thread, of any process, asleep on the word. A failure leaves them to their
     /// naps.
     pub fn wake(&self) {
         if let Some(map) = self.map.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = map.futex_wake(0);
+            map.wake();
         }
     }
 
@@ -146,29 +136,32 @@ impl WakeWord {
                 },
                 None => nap,
             };
-            let Some(seen) = map.load_u32_be_acquire(0) else {
-                return ready();
-            };
-            if seen & SLEEPER == 0 {
-                match map.compare_exchange_u32_be(0, seen, seen | SLEEPER) {
-                    Some(Ok(_)) => {}
-                    // The writer changed it meanwhile: look again.
-                    Some(Err(_)) => continue,
-                    None => return ready(),
-                }
-            }
-            // Pairs with the writer's fence between publishing and reading the word.
-            fence(Ordering::SeqCst);
-            if ready() {
-                return true;
-            }
             // The read guard is held while asleep: `release` (store close) wakes the sleepers
             // before it waits for the guard.
-            if map.futex_wait_be(0, seen | SLEEPER, left.min(nap)).is_err() {
-                // No futex on this mapping: a short sleep instead.
-                std::thread::sleep(left.min(Duration::from_millis(2)));
+            match protocol::look(map, left.min(nap), &mut ready) {
+                Look::Done(r) => return r,
+                Look::Again => {}
             }
         }
+    }
+}
+
+/// The word is the first four bytes of the mapped page, big-endian.
+impl Word for MmapRegion {
+    fn load(&self) -> Option<u32> {
+        self.load_u32_be_acquire(0)
+    }
+
+    fn compare_exchange(&self, current: u32, new: u32) -> Option<std::result::Result<u32, u32>> {
+        self.compare_exchange_u32_be(0, current, new)
+    }
+
+    fn sleep(&self, expected: u32, timeout: Duration) -> io::Result<()> {
+        self.futex_wait_be(0, expected, timeout)
+    }
+
+    fn wake(&self) {
+        let _ = self.futex_wake(0);
     }
 }
 
@@ -178,9 +171,11 @@ fn map(file: &File, path: &Path) -> Result<MmapRegion> {
 }
 
 #[cfg(test)]
+#[cfg(not(loom))]
 mod tests {
+    use super::protocol::SLEEPER;
     use super::*;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{fence, AtomicBool, Ordering};
     use std::sync::Arc;
 
     fn word(root: &Path) -> u32 {
