@@ -14,11 +14,11 @@
 //! Disk (FORMAT.md §4): a unit file has its full length from its creation on (RocketMQ requires
 //! it), as a hole with its first `INITIAL_RESERVE` bytes fallocated; the writer reserves more
 //! before writing past the reserved end (`write_unit`: `FileWriter::make_room`), never writes
-//! into a hole, and after an open reserves again ahead of itself before its first unit (what an
-//! earlier run reserved is not recorded). A full disk is a `StoreFull` error of the unit's
-//! write: nothing is written, and dispatch retries it. Only a writer that fills half its file
-//! within `FAST_HALF_FILE_MS` has its next file prepared ahead; a new queue has no file before
-//! its first unit.
+//! into a hole, and after an open, or after its idle queue let go of the file and maps it again,
+//! reserves again ahead of itself before its first unit (what an earlier mapping reserved is
+//! not recorded). A full disk is a `StoreFull` error of the unit's write: nothing is written,
+//! and dispatch retries it. Only a writer that fills half its file within `FAST_HALF_FILE_MS`
+//! has its next file prepared ahead; a new queue has no file before its first unit.
 //!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
