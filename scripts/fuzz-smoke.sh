@@ -74,7 +74,9 @@ esac
 
 mq_step "python fuzz targets, ${PER_TARGET} s each"
 "$MQ_PY" -c "import mqlite._core" 2>/dev/null || mq_build
-"$MQ_PY" tests/python/pyfuzz.py --seconds "$PER_TARGET" | tee "$WORK/python.log"
+py_seed=()
+[[ -n "${MQLITE_FUZZ_SEED:-}" ]] && py_seed=(--seed "$MQLITE_FUZZ_SEED")
+"$MQ_PY" tests/python/pyfuzz.py --seconds "$PER_TARGET" "${py_seed[@]}" | tee "$WORK/python.log"
 grep 'execs' "$WORK/python.log" >>"$SUMMARY"
 
 mq_step "fuzz smoke summary (${PER_TARGET} s per target)"

@@ -97,7 +97,10 @@ for t in "${tiers[@]}"; do
             # MQLITE_FUZZ_ENGINE says otherwise: libFuzzer's sanitizer build of the fuzz crate
             # costs more than the runs themselves (scripts/fuzz-smoke.sh runs it by hand).
             mq_step "fuzz smoke (scripts/fuzz-smoke.sh)"
-            MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" ./scripts/fuzz-smoke.sh "${MQLITE_FUZZ_SECONDS:-30}"
+            # A fixed seed (MQLITE_FUZZ_SEED overrides it): the same mutants every run, so a
+            # red run is a change's doing; the soak tier and hand runs explore other seeds.
+            MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" MQLITE_FUZZ_SEED="${MQLITE_FUZZ_SEED:-20261126}" \
+                ./scripts/fuzz-smoke.sh "${MQLITE_FUZZ_SECONDS:-30}"
             # The lock-free protocols model-checked (docs/reliability.md#model-checking).
             # `--cfg loom` changes the build of every crate: its own target directory, and a
             # release build without LTO (the models need optimised code; LTO only costs time).
@@ -110,6 +113,8 @@ for t in "${tiers[@]}"; do
             export MQLITE_SOAK=1
             rust_tests reliability
             py_tests "soak or reliability" "$@"
+            mq_step "fuzz smoke, 120 s per target, a seed from the clock (printed)"
+            MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" ./scripts/fuzz-smoke.sh 120
             ;;
         scale)
             rust_tests scale

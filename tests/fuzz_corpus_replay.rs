@@ -348,7 +348,11 @@ pub fn check_cq_units(data: &[u8]) {
         let offset = be_u64(b, 0).unwrap();
         let size = be_u32(b, 8).unwrap();
         let tags_code = be_u64(b, 12).unwrap() as i64;
-        let valid = size != 0 && offset <= i64::MAX as u64 && size <= i32::MAX as u32;
+        // A placeholder only in its exact shape (0, PLACEHOLDER_SIZE, 0): FORMAT.md §4.
+        let valid = size != 0
+            && offset <= i64::MAX as u64
+            && size <= i32::MAX as u32
+            && (size != PLACEHOLDER_SIZE || (offset == 0 && tags_code == 0));
         match CqUnit::decode(b) {
             Some(u) => {
                 assert!(valid, "decoded an out-of-range unit {u:?}");

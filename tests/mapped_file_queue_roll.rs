@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::sync::Arc;
 
-use mqlite::mapped_file_queue::{Backing, MappedFileQueue};
+use mqlite::mapped_file_queue::{Backing, MapCache, MappedFileQueue};
 use mqlite::Error;
 
 const SIZE: u64 = 4096;
@@ -61,7 +62,7 @@ fn roll_names_and_find() {
     );
     assert_eq!(q.min_offset(), 0);
     assert_eq!(q.max_offset(), 3 * SIZE + 100);
-    for f in q.files() {
+    for f in q.mapped_files() {
         assert_eq!(std::fs::metadata(f.path()).unwrap().len(), SIZE);
     }
     for (offset, start) in [
@@ -83,8 +84,13 @@ fn roll_names_and_find() {
         f.slice(0, 101).is_none(),
         "unpublished bytes are not readable"
     );
-    // A file's writer is unique.
-    assert!(q.take_last_writer().is_none());
+    // A file's writer is unique while it exists; dropped, it can be taken again, at the
+    // published position.
+    let w = q.last_writer().unwrap().unwrap();
+    assert!(q.last_writer().unwrap().is_none());
+    assert_eq!(w.pos(), 100);
+    drop(w);
+    assert_eq!(q.last_writer().unwrap().unwrap().pos(), 100);
 }
 
 #[test]
@@ -281,4 +287,128 @@ fn warming_ahead_reaches_into_the_prepared_next_file() {
     assert_eq!(q.warm(SIZE, 3 * SIZE), 2 * SIZE);
     assert_eq!(q.roll(SIZE).unwrap().pos(), 0);
     assert_eq!(names(dir.path()).len(), 2);
+}
+
+/// Idle files beyond the map budget are unmapped and mapped again when used; a file a reader
+/// holds stays mapped (and readable) whatever the cache does meanwhile.
+#[test]
+fn idle_files_beyond_the_budget_are_unmapped_and_mapped_again_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path()).with_cache(Arc::new(MapCache::new(2)));
+    roll_files(&q, 6, SIZE as usize);
+    q.flush().unwrap();
+    // The last file stays pinned (a writer may come back to it); the others are idle.
+    assert!(q.mapped_files().len() <= 3, "{}", q.mapped_files().len());
+    let held = q.find(0).unwrap();
+    for k in 1..6 {
+        assert_eq!(
+            q.find(k * SIZE).unwrap().slice(0, 1).unwrap(),
+            &[k as u8 + 1]
+        );
+    }
+    assert!(q.mapped_files().len() <= 4, "budget + pinned + held");
+    assert!(q.mapped_files().iter().any(|f| Arc::ptr_eq(f, &held)));
+    assert_eq!(
+        held.slice(0, SIZE as usize).unwrap(),
+        &[1u8; SIZE as usize][..]
+    );
+    drop(held);
+    assert_eq!(q.find(0).unwrap().slice(0, 1).unwrap(), &[1]);
+}
+
+/// Anonymous (`:memory:`) files hold the data itself: flushed and idle, they stay mapped
+/// whatever the budget.
+#[test]
+fn in_memory_files_are_never_unmapped() {
+    let q =
+        MappedFileQueue::new(Backing::Memory, SIZE, true).with_cache(Arc::new(MapCache::new(1)));
+    roll_files(&q, 4, SIZE as usize);
+    q.flush().unwrap();
+    assert!(!q.park_last());
+    for k in 0..4 {
+        let f = q.find(k * SIZE).unwrap();
+        assert_eq!(
+            f.slice(0, SIZE as usize).unwrap(),
+            &[k as u8 + 1; SIZE as usize][..]
+        );
+    }
+}
+
+/// A last file its owner let go of (`park_last`) is unmapped once idle; the queue still knows
+/// where its data ends, and a writer taken again continues there.
+#[test]
+fn a_parked_last_file_continues_where_its_data_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = queue(dir.path()).with_cache(Arc::new(MapCache::new(0)));
+    roll_files(&q, 2, 100);
+    assert!(!q.park_last(), "bytes wait for a flush");
+    q.flush().unwrap();
+    assert!(q.park_last());
+    assert!(
+        q.mapped_files().is_empty(),
+        "a budget of 0 keeps nothing idle"
+    );
+    assert_eq!(q.max_offset(), SIZE + 100);
+    let mut w = q.last_writer().unwrap().unwrap();
+    assert_eq!(w.pos(), 100);
+    w.append_with(4, |b| b.copy_from_slice(b"next")).unwrap();
+    w.publish();
+    assert_eq!(q.max_offset(), SIZE + 104);
+    assert_eq!(q.find(SIZE).unwrap().slice(100, 4).unwrap(), b"next");
+    assert!(!q.park_last(), "a writer exists");
+}
+
+/// A file that grows its reservation (`Reserve::Grow`), let go of while idle and unmapped,
+/// is mapped again with nothing counted as reserved, whatever its earlier mapping reserved:
+/// its writer cannot write through the mapping until it reserves again (`make_room`, which
+/// reopens the file by path), so it never writes into a hole.
+#[test]
+fn a_growing_file_mapped_again_after_parking_reserves_before_writing() {
+    use mqlite::mapped_file::Reserve;
+    use std::os::unix::fs::MetadataExt;
+    const BIG: u64 = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let q = MappedFileQueue::new(
+        Backing::Dir {
+            dir: dir.path().to_path_buf(),
+            mode: 0o600,
+            populate: false,
+        },
+        BIG,
+        true,
+    )
+    .with_reserve(Reserve::Grow { initial: SIZE })
+    .with_cache(Arc::new(MapCache::new(0)));
+    let mut w = q.roll(0).unwrap();
+    assert_eq!(w.file().reserved(), SIZE);
+    w.append_with(100, |b| b.fill(1)).unwrap();
+    w.publish();
+    drop(w);
+    q.flush().unwrap();
+    assert!(q.park_last());
+    assert!(q.mapped_files().is_empty(), "unmapped once parked");
+
+    let mut w = q.last_writer().unwrap().unwrap();
+    assert_eq!(w.pos(), 100, "continues where the data ends");
+    assert_eq!(
+        w.file().reserved(),
+        0,
+        "a new mapping counts nothing as reserved"
+    );
+    assert!(
+        w.append_with(4, |b| b.copy_from_slice(b"next")).is_none(),
+        "no write through the mapping before a reservation"
+    );
+    w.make_room(4).unwrap();
+    assert!(w.file().reserved() >= 104);
+    w.append_with(4, |b| b.copy_from_slice(b"next")).unwrap();
+    w.publish();
+    assert_eq!(
+        q.find(0).unwrap().slice(96, 8).unwrap(),
+        b"\x01\x01\x01\x01next"
+    );
+    let path = dir.path().join(format!("{:020}", 0));
+    let meta = std::fs::metadata(path).unwrap();
+    assert_eq!(meta.len(), BIG, "full length");
+    assert!(meta.blocks() * 512 < BIG, "still mostly a hole");
 }

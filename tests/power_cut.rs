@@ -58,6 +58,9 @@ fn config(mode: FlushMode) -> StoreConfig {
         consume_queue_file_units: Some(64),
         max_message_size: Some(16 << 10),
         warm_mapped_files: false,
+        // One idle mapping: files are unmapped and mapped again all the time, and idle
+        // consume queues let go of their last file (mapped_file_queue/cache.rs).
+        max_mapped_files: 1,
         ..StoreConfig::default()
     }
 }

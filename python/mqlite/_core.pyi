@@ -245,6 +245,7 @@ class Store:
         file_mode: int | None = None,
         dir_mode: int | None = None,
         retention_hours: float | None = None,
+        max_mapped_files: int | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...

@@ -147,6 +147,15 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "and the next one.",
         unit="h",
     ),
+    Option(
+        "max_mapped_files", "int", "int", 256,
+        "Idle store files (commit-log and consume-queue files no reader or writer is using) "
+        "kept mapped, the most recently used; the others are unmapped and mapped again when "
+        "next read. 0 keeps none.",
+        "Address space and page tables only: a mapping holds no file descriptor. Mapped in "
+        "addition: each file being written and each file with bytes not yet flushed. The "
+        "store's descriptors stay under 16 whatever its number of files and queues.",
+    ),
 )
 
 _BY_NAME: dict[str, Option] = {option.name: option for option in OPEN_OPTIONS}

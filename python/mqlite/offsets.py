@@ -60,6 +60,7 @@ from mqlite._files import (
     store_io,
 )
 from mqlite.group import check_group
+from mqlite.errors import IllegalStateError
 from mqlite.message import MessageQueue
 
 __all__ = ["OffsetFile", "OffsetWriter", "QueueProgress", "broadcast_offsets", "group_offsets", "offset_key"]
@@ -188,7 +189,8 @@ class OffsetFile:
 
     def _read_group(self, group: str) -> Any:
         """``read_with_backup`` of one group's file, every key checked to be of that group."""
-        assert self.groups is not None
+        if self.groups is None:
+            raise IllegalStateError("this offsets table has no per-group files")
         path = self.groups / f"{group}.json"
 
         def decode(p: Path, raw: bytes) -> tuple[dict[str, Any], dict[str, dict[int, int]]]:
@@ -263,9 +265,8 @@ class OffsetFile:
             table[key] = entry
         _write(self.path, loaded, table, durable=self.durable)
         groups = self._group_names()
-        if not groups:
+        if not groups or self.groups is None:
             return
-        assert self.groups is not None
         for group in groups:
             for name in (f"{group}.json", f"{group}.json.bak"):
                 with store_io("unlink", self.groups / name):

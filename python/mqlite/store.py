@@ -69,6 +69,7 @@ class Store:
         file_mode: int | None = None,
         dir_mode: int | None = None,
         retention_hours: float | None = None,
+        max_mapped_files: int | None = None,
     ) -> None:
         options = store_options(
             {
@@ -85,6 +86,7 @@ class Store:
                 "file_mode": file_mode,
                 "dir_mode": dir_mode,
                 "retention_hours": retention_hours,
+                "max_mapped_files": max_mapped_files,
             }
         )
         where = os.fsdecode(os.fspath(path))

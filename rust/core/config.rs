@@ -66,6 +66,11 @@ pub struct StoreConfig {
     pub warm_mapped_files: bool,
     /// How long commit-log files are kept before expiry deletes them (from the head only).
     pub file_reserved_time: Duration,
+    /// How many idle files (commit-log and consume-queue files no reader or writer holds) the
+    /// store keeps mapped, most recently used first; the rest are unmapped and mapped again on
+    /// their next use. Files being written, and files with bytes not yet flushed, are mapped
+    /// in addition. No mapping holds a file descriptor. 0 keeps only those.
+    pub max_mapped_files: usize,
     /// Where the store reads wall-clock time (record store timestamps, retention age,
     /// checkpoint timestamps): the system clock unless a test sets a manual one.
     pub clock: Clock,
@@ -75,6 +80,8 @@ pub struct StoreConfig {
 pub const DEFAULT_COMMIT_LOG_FILE_SIZE: u64 = 32 << 20;
 /// Default consume-queue units per file.
 pub const DEFAULT_CONSUME_QUEUE_UNITS: u64 = 50_000;
+/// Default of [`StoreConfig::max_mapped_files`].
+pub const DEFAULT_MAPPED_FILES: usize = crate::mapped_file_queue::cache::DEFAULT_MAPPED_FILES;
 /// Default maximum body size (4 MiB, RocketMQ's `maxMessageSize`).
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 << 20;
 
@@ -96,6 +103,7 @@ impl Default for StoreConfig {
             dir_mode: 0o700,
             warm_mapped_files: false,
             file_reserved_time: Duration::from_secs(72 * 3600),
+            max_mapped_files: DEFAULT_MAPPED_FILES,
             clock: Clock::system(),
         }
     }

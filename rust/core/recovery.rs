@@ -111,7 +111,7 @@ pub fn recover(
         (None, Some(r)) => r.confirm_phy_offset.unwrap_or(0),
         (None, None) => 0,
     };
-    let Some(last) = commit_log.files().last_file() else {
+    let Some(last) = commit_log.files().try_last_file()? else {
         if durable > 0 {
             return Err(Error::Corrupted {
                 path: "commitlog".into(),

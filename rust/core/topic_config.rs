@@ -260,9 +260,14 @@ impl TopicTable {
     pub fn close(&self) -> Result<()> {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         match &g.journal {
-            Some(j) if j.record_bytes() > 0 || j.broken() => self.compact(&mut g),
-            _ => Ok(()),
+            Some(j) if j.record_bytes() > 0 || j.broken() => self.compact(&mut g)?,
+            _ => {}
         }
+        // A closed store holds no descriptor of its topic table.
+        if let Some(j) = g.journal.as_mut() {
+            j.release();
+        }
+        Ok(())
     }
 
     /// Config of `topic`.

@@ -375,3 +375,119 @@ def test_a_queue_growing_its_reservation_on_a_full_disk_raises_store_full(
     assert out["resume_error"] is None
     assert out["acked_after_space_returned"] == 500
     assert out["reopen_all_acked_present"] is True
+
+
+PARKED_CHILD = r"""
+import json, os, sys
+import mqlite
+from mqlite import Message, MessageQueue
+
+root, mode = sys.argv[1], sys.argv[2]
+# No idle mapping kept: a queue that lets go of its file while idle has it unmapped.
+cfg = dict(commit_log_file_size=256 << 10, max_message_size=16 << 10, flush=mode,
+           max_mapped_files=0)
+path = os.path.join(root, "store")
+store = mqlite.open(path, **cfg)
+producer = store.producer()
+store.create_topic("park", 1)
+mq = MessageQueue("park", 0)
+acked = []
+out = {}
+unit_file = os.path.join(path, "consumequeue", "park", "0", "0" * 20)
+
+def describe(exc):
+    if exc is None:
+        return None
+    return {"type": type(exc).__name__, "errno": getattr(exc, "errno", None),
+            "filename": getattr(exc, "filename", None)}
+
+def send_until_error(limit, tag):
+    for i in range(limit):
+        body = b"%s-%06d" % (tag, i)
+        try:
+            r = producer.send(Message("park", body), queue_id=0)
+        except mqlite.MQError as exc:
+            return exc
+        acked.append((r.queue_offset, body))
+    return None
+
+def mapped():
+    with open("/proc/self/maps") as f:
+        return unit_file in f.read()
+
+def read_all():
+    got = {}
+    lo, hi = store.offsets(mq)
+    off = lo
+    while off < hi:
+        res = store.read_result(mq, off, 64)
+        for m in res.messages:
+            got[m.queue_offset] = m.body
+        off = res.next_offset
+    return got
+
+# 100 units: the file's first reserved page (204 units) has room left.
+send_until_error(100, b"w")
+# A flush with nothing written since the previous one lets go of the queue's file.
+flushes = 0
+while mapped() and flushes < 20:
+    store.flush()
+    flushes += 1
+out["unmapped"] = not mapped()
+
+filler = os.path.join(root, "filler")
+with open(filler, "wb", buffering=0) as f:
+    try:
+        while True:
+            f.write(b"\0" * 4096)
+    except OSError as exc:
+        out["filler_errno"] = exc.errno
+
+# The file is mapped again for these units: it must reserve before it writes, never write
+# into the hole past its first page (a SIGBUS on a full disk).
+out["send_error"] = describe(send_until_error(300, b"a"))
+try:
+    store.flush()
+    out["flush_error"] = None
+except mqlite.MQError as exc:
+    out["flush_error"] = describe(exc)
+
+os.remove(filler)
+store.flush()
+got = read_all()
+out["all_acked_readable_after"] = all(got.get(o) == b for o, b in acked)
+n0 = len(acked)
+out["resume_error"] = describe(send_until_error(300, b"c"))
+out["acked_after_space_returned"] = len(acked) - n0
+store.close()
+store = mqlite.open(path, **cfg)
+got = read_all()
+out["reopen_all_acked_present"] = all(got.get(o) == b for o, b in acked)
+store.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_queue_file_mapped_again_after_idling_reserves_before_writing_on_a_full_disk(
+        tmp_path: Path, mode: str) -> None:
+    """A consume queue idle between two flushes lets go of its file, which is unmapped
+    (max_mapped_files=0). Mapped again for the next units on a full disk, it counts nothing as
+    reserved: the writer's reservation fails with StoreFullError naming the unit file (from a
+    sync-mode send, or from flush()), never a SIGBUS from writing into the file's hole through
+    the new mapping; once space returns every acknowledged message is readable, sends resume,
+    and a reopen shows them all."""
+    done = _run_on_tmpfs(tmp_path, PARKED_CHILD, mode)
+    assert done.returncode == 0, f"child rc {done.returncode} (135/-7 = SIGBUS): {done.stderr[-3000:]}"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    print(out)
+    assert out["unmapped"] is True, "the idle queue's file stayed mapped"
+    assert out["filler_errno"] == 28
+    err = out["send_error"] if mode == "sync" else out["flush_error"]
+    assert err is not None, "the queue wrote past its reservation on a full disk"
+    assert err["type"] == "StoreFullError" and err["errno"] == 28, err
+    assert err["filename"].endswith(os.path.join("park", "0", "0" * 20)), err
+    assert out["all_acked_readable_after"] is True
+    assert out["resume_error"] is None
+    assert out["acked_after_space_returned"] == 300
+    assert out["reopen_all_acked_present"] is True

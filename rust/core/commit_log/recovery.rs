@@ -48,7 +48,8 @@ impl CommitLog {
         let mut pos = from.max(self.files().min_offset());
         let mut records = 0u64;
         loop {
-            let Some(file) = self.files().find(pos) else {
+            // A file that exists but cannot be mapped is an error, never the end of the log.
+            let Some(file) = self.files().try_find(pos)? else {
                 return Ok(ScanEnd {
                     end: pos,
                     records,
@@ -229,13 +230,12 @@ impl CommitLog {
         self.files().drop_files_from(end + 1)?;
         let mut a = self.lock_appender();
         a.writer = None;
-        if let Some(last) = self.files().last_file() {
-            if let Some(mut w) = last.writer() {
-                let local = end.saturating_sub(last.from_offset()).min(last.size());
-                let zero_until = if zero_tail { last.size() } else { local };
-                w.truncate_to(local, zero_until)?;
-                a.writer = Some(w);
-            }
+        if let Some(mut w) = self.files().last_writer()? {
+            let (from, size) = (w.file().from_offset(), w.file().size());
+            let local = end.saturating_sub(from).min(size);
+            let zero_until = if zero_tail { size } else { local };
+            w.truncate_to(local, zero_until)?;
+            a.writer = Some(w);
         }
         self.set_max_offset(end);
         drop(a);

@@ -14,11 +14,11 @@
 //! Disk (FORMAT.md §4): a unit file has its full length from its creation on (RocketMQ requires
 //! it), as a hole with its first `INITIAL_RESERVE` bytes fallocated; the writer reserves more
 //! before writing past the reserved end (`write_unit`: `FileWriter::make_room`), never writes
-//! into a hole, and after an open reserves again ahead of itself before its first unit (what an
-//! earlier run reserved is not recorded). A full disk is a `StoreFull` error of the unit's
-//! write: nothing is written, and dispatch retries it. Only a writer that fills half its file
-//! within `FAST_HALF_FILE_MS` has its next file prepared ahead; a new queue has no file before
-//! its first unit.
+//! into a hole, and after an open, or after its idle queue let go of the file and maps it again,
+//! reserves again ahead of itself before its first unit (what an earlier mapping reserved is
+//! not recorded). A full disk is a `StoreFull` error of the unit's write: nothing is written,
+//! and dispatch retries it. Only a writer that fills half its file within `FAST_HALF_FILE_MS`
+//! has its next file prepared ahead; a new queue has no file before its first unit.
 //!
 //! Crash behaviour: recovery keeps the prefix of valid units, zeroes the rest of the last file,
 //! and drops units pointing at or past the commit log's recovered end; dispatch then re-creates
@@ -103,6 +103,8 @@ pub struct ConsumeQueue {
     clock: Clock,
     // How fast units arrive, marked at each `WARM_CHUNK` (`warm_chunk_ahead`).
     pace: Pace,
+    // A unit was published since the last `flush` (an idle queue lets go of its writer).
+    written: std::sync::atomic::AtomicBool,
 }
 
 /// `next_due` when no file is due.
@@ -146,7 +148,14 @@ impl ConsumeQueue {
             entered_ms: AtomicI64::new(i64::MIN),
             clock: Clock::system(),
             pace: Pace::default(),
+            written: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This queue keeps its recently used files mapped in `cache` (the store's).
+    pub fn with_cache(mut self, cache: std::sync::Arc<crate::mapped_file_queue::MapCache>) -> Self {
+        self.files = self.files.with_cache(cache);
+        self
     }
 
     /// A queue that reads the time from `clock` (the store's; the system clock by default),
@@ -207,7 +216,7 @@ impl ConsumeQueue {
                 self.files.load()?;
             }
         }
-        let Some(last) = self.files.last_file() else {
+        let Some(last) = self.files.try_last_file()? else {
             return Ok(0);
         };
         let end_in_file = first_invalid_unit(&last);
@@ -221,12 +230,20 @@ impl ConsumeQueue {
             }
             pos += UNIT_SIZE;
         }
-        let mut w = last.writer().ok_or(Error::ReadOnly)?;
-        let zero_until = if zero_tail { last.size() } else { end_in_file };
+        drop(last);
+        let mut w = self.files.last_writer()?.ok_or(Error::ReadOnly)?;
+        let zero_until = if zero_tail {
+            w.file().size()
+        } else {
+            end_in_file
+        };
         // Nothing of a file opened from disk counts as reserved: the writer reserves ahead of
         // itself again before its first unit (`write_unit`).
         w.truncate_to(end_in_file, zero_until)?;
-        *self.lock_writer() = Some(w);
+        // The writer is taken again by the first put (`resume_writer`): until then the file
+        // may be unmapped like any other (and mapped again with nothing counted as reserved).
+        drop(w);
+        self.files.park_last();
         self.entered_ms
             .store(self.clock.now_ms(), Ordering::Relaxed);
         self.refresh_max_physical();
@@ -350,18 +367,14 @@ impl ConsumeQueue {
         let mut guard = self.lock_writer();
         let file_size = self.files.file_size();
         let file_start = byte - byte % file_size;
-        let current = guard.take();
+        // Dropped first: the writer of the file kept is taken again below.
+        drop(guard.take());
         // Keep the file holding `byte` (even when the cut is at its first unit).
         self.files.drop_files_from(file_start + 1)?;
-        if let Some(last) = self.files.last_file() {
-            let writer = match current {
-                Some(w) if w.file().from_offset() == last.from_offset() => Some(w),
-                _ => last.writer(),
-            };
-            if let Some(mut w) = writer {
-                w.truncate_to(byte.saturating_sub(last.from_offset()), last.size())?;
-                *guard = Some(w);
-            }
+        if let Some(mut w) = self.files.last_writer()? {
+            let (from, size) = (w.file().from_offset(), w.file().size());
+            w.truncate_to(byte.saturating_sub(from), size)?;
+            *guard = Some(w);
         }
         drop(guard);
         self.refresh_max_physical();
@@ -377,12 +390,12 @@ impl ConsumeQueue {
 
     /// Next logical offset to be written.
     pub fn max_offset(&self) -> u64 {
+        if !self.read_only {
+            return self.files.max_offset() / UNIT_SIZE;
+        }
         let Some(last) = self.files.last_file() else {
             return 0;
         };
-        if !self.read_only {
-            return (last.from_offset() + last.published()) / UNIT_SIZE;
-        }
         let end = valid_units_end(&last);
         if end == 0 && last.from_offset() > 0 {
             // An empty last file may have been prepared ahead of its roll while the one
@@ -469,6 +482,7 @@ impl ConsumeQueue {
     ) -> Result<bool> {
         let known_end = self.max_physical_offset();
         let mut guard = self.lock_writer();
+        self.resume_writer(&mut guard)?;
         let mut max_end = None;
         for (i, unit) in units.into_iter().enumerate() {
             let unit_end = unit.offset + u64::from(unit.size);
@@ -499,6 +513,7 @@ impl ConsumeQueue {
             w.publish();
             self.note_fill(w);
         }
+        self.written.store(true, Ordering::Release);
         self.max_physical.fetch_max(max_end, Ordering::AcqRel);
         Ok(true)
     }
@@ -536,9 +551,19 @@ impl ConsumeQueue {
         }
         w.publish();
         self.note_fill(w);
+        self.written.store(true, Ordering::Release);
         self.max_physical
             .fetch_max(last.offset + u64::from(last.size), Ordering::AcqRel);
         Ok(true)
+    }
+
+    /// Under the writer lock: takes the last file's writer again when the queue let go of it
+    /// while idle (`flush`, `recover`). Nothing to take in a queue without a file.
+    fn resume_writer(&self, guard: &mut Option<FileWriter>) -> Result<()> {
+        if guard.is_none() && !self.read_only {
+            *guard = self.files.last_writer()?;
+        }
+        Ok(())
     }
 
     /// Under the writer lock, after a write: once the current file is half full, notes (once
@@ -655,10 +680,22 @@ impl ConsumeQueue {
     /// (`warm_chunk_ahead`, `prepare_file`). That whole-file fsync writes those zero pages back and
     /// write-protects them, so each one's first unit would take a fault on the dispatching
     /// thread, usually a producer's. They are faulted in again here, once the debt is paid.
+    ///
+    /// A queue not written since its previous flush lets go of its writer and of its last
+    /// file's pin (`MappedFileQueue::park_last`): the file is then unmapped like any other idle
+    /// file, and the next put takes the writer again.
     pub fn flush(&self) -> Result<()> {
-        let written = self.files.last_file().filter(|f| f.create_sync_due());
+        let written = self.files.pinned_last().filter(|f| f.create_sync_due());
         let prepared = self.files.ready_file().filter(|f| f.create_sync_due());
         self.files.flush()?;
+        if !self.written.swap(false, Ordering::AcqRel) {
+            if let Some(mut guard) = crate::util::sync::try_lock(&self.writer) {
+                if !self.written.load(Ordering::Acquire) {
+                    *guard = None;
+                    self.files.park_last();
+                }
+            }
+        }
         if let Some(f) = written {
             let at = f.published();
             // From the page holding the write position (advice ranges start on a page).

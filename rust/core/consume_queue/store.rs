@@ -20,6 +20,7 @@ use crate::dispatch::derived::{DerivedStore, Progress};
 use crate::dispatch::queue_index::{LogicalQueue, QueueIndex};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
+use crate::mapped_file_queue::MapCache;
 use crate::message::{sysflag, validate, RecordView};
 use crate::prepare::{Prepare, Preparer};
 use crate::util::clock::Clock;
@@ -43,6 +44,8 @@ pub struct ConsumeQueueStore {
     last: std::sync::Mutex<Option<(String, ById)>>,
     // Where queues' next files are asked for (prepare.rs); `None` without a preparer.
     preparer: Mutex<Option<Preparer>>,
+    // The store's budget of idle mappings, shared by every queue.
+    cache: Arc<MapCache>,
     // The store's clock, given to each queue (its pace: `ConsumeQueue::with_clock`).
     clock: Clock,
 }
@@ -68,8 +71,15 @@ impl ConsumeQueueStore {
             queues: RwLock::new(QueueMap::default()),
             last: std::sync::Mutex::new(None),
             preparer: Mutex::new(None),
+            cache: Arc::new(MapCache::default()),
             clock: Clock::system(),
         }
+    }
+
+    /// Every queue keeps its recently used files mapped in `cache` (the store's).
+    pub fn with_cache(mut self, cache: Arc<MapCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// Queues that read the time from `clock` (the store's) rather than the system clock.
@@ -162,6 +172,7 @@ impl ConsumeQueueStore {
                 self.file_mode,
                 self.read_only,
             )
+            .with_cache(Arc::clone(&self.cache))
             .with_clock(self.clock.clone()),
         );
         if let Some(slot) = v.get_mut(i) {

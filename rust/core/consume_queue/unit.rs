@@ -28,12 +28,18 @@ impl CqUnit {
         b
     }
 
-    /// Decodes; `None` for an empty (all-zero size) slot.
+    /// Decodes; `None` for an empty (all-zero size) slot or a malformed one. A size of
+    /// `PLACEHOLDER_SIZE` is a placeholder only in its exact shape `(0, PLACEHOLDER_SIZE, 0)`:
+    /// readers skip placeholders, so a damaged unit whose size bytes happen to read
+    /// `0x7FFFFFFF` must not pass for one (it would hide its message).
     pub fn decode(b: &[u8; 20]) -> Option<Self> {
         let offset = u64::from_be_bytes(b[..8].try_into().ok()?);
         let size = u32::from_be_bytes(b[8..12].try_into().ok()?);
         let tags_code = i64::from_be_bytes(b[12..].try_into().ok()?);
         if size == 0 || offset > i64::MAX as u64 || size > i32::MAX as u32 {
+            return None;
+        }
+        if size == PLACEHOLDER_SIZE && (offset != 0 || tags_code != 0) {
             return None;
         }
         Some(CqUnit {
@@ -61,6 +67,22 @@ impl CqUnit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_is_a_placeholder_only_in_its_exact_shape() {
+        assert_eq!(
+            CqUnit::decode(&CqUnit::placeholder().encode()),
+            Some(CqUnit::placeholder())
+        );
+        for (offset, tags_code) in [(i64::MAX as u64, 0), (0, -1), (4096, 7)] {
+            let damaged = CqUnit {
+                offset,
+                size: PLACEHOLDER_SIZE,
+                tags_code,
+            };
+            assert_eq!(CqUnit::decode(&damaged.encode()), None, "{damaged:?}");
+        }
+    }
 
     #[test]
     fn golden_and_round_trip() {

@@ -5,15 +5,17 @@
 //!
 //! Invariants
 //! - `published <= size`; bytes below `published` are immutable while the store runs.
-//! - `reserved` only grows, and bytes below it have disk blocks (fallocated or written). The
-//!   writer writes through the mapping only below it (`append_with` refuses past it), and
-//!   grows it first (`FileWriter::make_room`): a write into a hole on a full disk would be a
-//!   SIGBUS, a failed fallocate is a `StoreFull` error. Page faulting ahead (`populate`,
-//!   `advise`, `zero_fill`) stays below it too. A file opened from disk with `Reserve::Grow`
-//!   starts with nothing counted as reserved, whatever an earlier run reserved: its writer
-//!   reserves again (fallocate) ahead of itself before its first write.
-//! - At most one `FileWriter` exists per file (taken once); it writes only at or past
-//!   `published`, so readers (limited to `[0, published)`) never see a byte being written.
+//! - `reserved` only grows while a mapping lives, and bytes below it have disk blocks
+//!   (fallocated or written). The writer writes through the mapping only below it
+//!   (`append_with` refuses past it), and grows it first (`FileWriter::make_room`): a write
+//!   into a hole on a full disk would be a SIGBUS, a failed fallocate is a `StoreFull` error.
+//!   Page faulting ahead (`populate`, `advise`, `zero_fill`) stays below it too. A mapping of
+//!   a file on disk with `Reserve::Grow` (opened at load, or mapped again after its queue let
+//!   go of it) starts with nothing counted as reserved, whatever was reserved before: its
+//!   writer reserves again (fallocate) ahead of itself before its first write.
+//! - At most one `FileWriter` exists per mapping at a time (dropping it lets another be
+//!   taken, at the published position); it writes only at or past `published`, so readers
+//!   (limited to `[0, published)`) never see a byte being written.
 //! - `flushed <= published`: `flushed` only advances after a successful msync.
 //!
 //! Crash behaviour: a process crash keeps every byte written to the mapping (the kernel owns the
@@ -25,9 +27,20 @@
 //! 4). Readers: any thread, through `slice` (published bytes) or `copy_out` (read-only opens of
 //! other processes' files); mmap.rs item 3 says what followers rely on.
 //!
-//! Identity: a file opened by `open_existing` remembers the device and inode it mapped, so a
-//! follower can tell the file it maps from another one created later under the same name
-//! (`is_file_at`).
+//! Descriptors: a mapping does not need its descriptor, so none is kept: the file is opened,
+//! given its length and first reservation (the descriptor at hand does it) and mapped, and the
+//! descriptor closed. Bytes are made durable with `msync` on the mapping. The few calls that
+//! need a descriptor later (the creation's `fsync`, the warm-ahead's zero fill, growing a
+//! reservation, a writer's `pwrite`s) reopen the file by path (`reopen`) and check that it is
+//! still the file mapped here (same device and inode), so a file deleted and created again
+//! under the same name is never synced, reserved or written by mistake; a writer keeps the
+//! descriptor it reopened for `pwrite`s until it is dropped, the other calls close theirs
+//! before they return. A store therefore holds one descriptor per live writer that appends
+//! with `pwrite` (the commit log's), whatever the number of files it maps.
+//!
+//! Identity: every file on disk remembers the device and inode it mapped, so a follower can
+//! tell the file it maps from another one created later under the same name (`is_file_at`),
+//! and a reopen finds out whether the name still names it.
 
 pub mod alloc;
 pub mod mmap;
@@ -60,9 +73,9 @@ pub struct MappedFile {
     from_offset: u64,
     size: u64,
     region: MmapRegion,
-    // Held so the descriptor lives as long as the mapping (and for fsync of metadata).
-    file: Option<File>,
-    // (device, inode) of the mapped file, for files opened by `open_existing`.
+    // Whether the mapping (and a reopened descriptor) is writable.
+    writable: bool,
+    // (device, inode) of the mapped file; `None` for anonymous memory.
     identity: Option<(u64, u64)>,
     published: AtomicU64,
     flushed: AtomicU64,
@@ -70,6 +83,10 @@ pub struct MappedFile {
     reserved: AtomicU64,
     reserve: Reserve,
     writer_taken: AtomicBool,
+    // The map cache's bookkeeping (mapped_file_queue/cache.rs): whether the cache holds this
+    // file, and the cache epoch of its last use.
+    pub(crate) cached: AtomicBool,
+    pub(crate) used_at: AtomicU64,
     // Created without the fsyncs of its metadata and directory entry, which the next flush of
     // its queue owes (`MappedFileQueue::flush`).
     create_sync_due: AtomicBool,
@@ -80,6 +97,9 @@ pub struct MappedFile {
 pub struct FileWriter {
     file: Arc<MappedFile>,
     pos: u64,
+    // The descriptor the positioned writes use, reopened on the first one (`MappedFile::reopen`)
+    // and closed with the writer.
+    fd: Option<File>,
 }
 
 impl MappedFile {
@@ -112,6 +132,7 @@ impl MappedFile {
         }
         let file = fs::open_rw(path, mode)?;
         kill_point!("mapped_file.empty");
+        let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
         let reserved = match reserve {
             Reserve::Whole => size,
             Reserve::Grow { initial } => {
@@ -131,10 +152,13 @@ impl MappedFile {
         let populate = populate && reserved == size;
         let region = MmapRegion::map_file(&file, len, true, populate)
             .map_err(|e| Error::io("mmap", path, e))?;
-        let mut f = Self::new(path.to_path_buf(), from_offset, size, region, Some(file), 0);
-        f.reserve = reserve;
-        f.reserved = AtomicU64::new(reserved);
-        Ok(f)
+        // The descriptor closes here: the mapping keeps the file's pages reachable.
+        drop(file);
+        let mut mapped = Self::new(path.to_path_buf(), from_offset, size, region, true, 0);
+        mapped.identity = Some((meta.dev(), meta.ino()));
+        mapped.reserve = reserve;
+        mapped.reserved = AtomicU64::new(reserved);
+        Ok(mapped)
     }
 
     /// Maps an existing file of exactly `size` bytes. Every position starts at `size`, as in
@@ -181,12 +205,13 @@ impl MappedFile {
         })?;
         let region = MmapRegion::map_file(&file, len, writable, false)
             .map_err(|e| Error::io("mmap", path, e))?;
+        drop(file);
         let mut mapped = Self::new(
             path.to_path_buf(),
             from_offset,
             size,
             region,
-            Some(file),
+            writable,
             size,
         );
         mapped.identity = Some((meta.dev(), meta.ino()));
@@ -210,7 +235,7 @@ impl MappedFile {
             from_offset,
             size,
             region,
-            None,
+            true,
             0,
         ))
     }
@@ -220,7 +245,7 @@ impl MappedFile {
         from: u64,
         size: u64,
         region: MmapRegion,
-        file: Option<File>,
+        writable: bool,
         pos: u64,
     ) -> Self {
         MappedFile {
@@ -228,33 +253,77 @@ impl MappedFile {
             from_offset: from,
             size,
             region,
-            file,
+            writable,
             identity: None,
             published: AtomicU64::new(pos),
             flushed: AtomicU64::new(pos),
             reserved: AtomicU64::new(size),
             reserve: Reserve::Whole,
             writer_taken: AtomicBool::new(false),
+            cached: AtomicBool::new(false),
+            used_at: AtomicU64::new(0),
             create_sync_due: AtomicBool::new(false),
         }
     }
 
-    /// Takes the unique writer; `None` if it was taken before or the mapping is read-only.
+    /// Takes the unique writer; `None` while another one exists or when the mapping is
+    /// read-only.
     pub fn writer(self: &Arc<Self>) -> Option<FileWriter> {
-        if self.writer_taken.swap(true, Ordering::AcqRel) {
+        if !self.writable || self.writer_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
         Some(FileWriter {
             file: Arc::clone(self),
             pos: self.published.load(Ordering::Acquire),
+            fd: None,
         })
+    }
+
+    /// True while a `FileWriter` of this mapping exists.
+    pub fn writer_taken(&self) -> bool {
+        self.writer_taken.load(Ordering::Acquire)
+    }
+
+    /// A new mapping of a file that is neither being written nor holding unflushed bytes
+    /// (no writer was ever taken of it): its data ends at `pos`, all of it flushed. Lets a
+    /// queue map again a file it let go of without losing where its data ends.
+    pub(crate) fn resume_at(&self, pos: u64) {
+        if self.writer_taken() {
+            return;
+        }
+        let pos = pos.min(self.size);
+        self.published.store(pos, Ordering::Release);
+        self.flushed.store(pos, Ordering::Release);
     }
 
     /// True when `meta` (a `stat` of the path this file was opened at) describes the file
     /// mapped here: same device and inode. False for another file created under the name since,
-    /// and for files not opened by `open_existing` (their identity was not recorded).
+    /// and for anonymous memory.
     pub fn is_file_at(&self, meta: &std::fs::Metadata) -> bool {
         self.identity == Some((meta.dev(), meta.ino()))
+    }
+
+    /// A descriptor of the file mapped here, opened again by path (never creating it), for
+    /// the calls a mapping cannot make. `Error::Corrupted` when the name now names another
+    /// file (or none): the file mapped here was deleted or replaced behind the store's back,
+    /// and syncing or writing the other one would be wrong. `Ok(None)` for anonymous memory.
+    pub fn reopen(&self) -> Result<Option<File>> {
+        let Some(identity) = self.identity else {
+            return Ok(None);
+        };
+        let file = fs::reopen(&self.path, self.writable)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &self.path, e))?;
+        if (meta.dev(), meta.ino()) != identity {
+            return Err(Error::Corrupted {
+                path: self.path.clone(),
+                offset: self.from_offset,
+                reason: "the file mapped under this name was replaced by another one".into(),
+                cause: None,
+            });
+        }
+        Ok(Some(file))
     }
 
     /// File path (`:memory:` for anonymous files).
@@ -300,11 +369,14 @@ impl MappedFile {
     /// would take the blocks the reservation decides on. Anonymous memory needs nothing.
     pub fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
         static ZEROS: [u8; POPULATE_STEP as usize] = [0; POPULATE_STEP as usize];
-        let Some(file) = &self.file else {
+        let to = to.min(self.reserved());
+        if from >= to {
+            return Ok(());
+        }
+        let Some(file) = self.reopen()? else {
             return Ok(());
         };
         use std::os::unix::fs::FileExt;
-        let to = to.min(self.reserved());
         let mut at = from;
         while at < to {
             let n = (to - at).min(POPULATE_STEP);
@@ -330,22 +402,27 @@ impl MappedFile {
     }
 
     /// Makes sure `[0, end)` is reserved (`end` capped at the size); with `Reserve::Grow`,
-    /// grows the reservation to `alloc::next_reserve`'s end. Nothing to do for anonymous
-    /// memory or `Reserve::Whole` files (reserved whole).
+    /// grows the reservation to `alloc::next_reserve`'s end, through a descriptor reopened for
+    /// the call (`reopen`: never another file created under the name since). Nothing to do
+    /// for anonymous memory or `Reserve::Whole` files (reserved whole).
     ///
     /// # Errors
-    /// `StoreFull` when the file system has no room; the reservation is unchanged then.
+    /// `StoreFull` when the file system has no room, `Corrupted` when the name no longer
+    /// names the file mapped here; the reservation is unchanged then.
     pub fn reserve_to(&self, end: u64) -> Result<()> {
         let reserved = self.reserved();
         let end = end.min(self.size);
         if end <= reserved {
             return Ok(());
         }
-        let (Some(file), Reserve::Grow { initial }) = (&self.file, self.reserve) else {
+        let Reserve::Grow { initial } = self.reserve else {
+            return Ok(());
+        };
+        let Some(file) = self.reopen()? else {
             return Ok(());
         };
         let target = alloc::next_reserve(end, reserved, initial, self.size);
-        alloc::preallocate(file, &self.path, target)?;
+        alloc::preallocate(&file, &self.path, target)?;
         self.reserved.fetch_max(target, Ordering::AcqRel);
         Ok(())
     }
@@ -359,7 +436,7 @@ impl MappedFile {
     }
     /// True for anonymous memory (a `:memory:` store): no file behind the mapping.
     pub fn is_anonymous(&self) -> bool {
-        self.file.is_none()
+        self.identity.is_none()
     }
     /// True when nothing more can be appended.
     pub fn is_full(&self) -> bool {
@@ -396,7 +473,7 @@ impl MappedFile {
         if target <= from {
             return Ok(from);
         }
-        if self.file.is_some() {
+        if !self.is_anonymous() {
             let (s, e) = (
                 usize::try_from(from).unwrap_or(0),
                 usize::try_from(target).unwrap_or(0),
@@ -432,12 +509,19 @@ impl MappedFile {
         self.create_sync_due.store(false, Ordering::Release);
     }
 
-    /// fsync of the file itself (size and allocation metadata), used after creating it.
+    /// fsync of the file itself (size and allocation metadata), used after creating it,
+    /// through a descriptor reopened for the call (`reopen`).
     pub fn sync_metadata(&self) -> Result<()> {
-        match &self.file {
-            Some(f) => fs::sync_file(f, &self.path),
+        match self.reopen()? {
+            Some(f) => fs::sync_file(&f, &self.path),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        self.file.writer_taken.store(false, Ordering::Release);
     }
 }
 
@@ -487,19 +571,28 @@ impl FileWriter {
                 reason: "write past the end of the file".into(),
             });
         }
-        match &self.file.file {
-            Some(f) => {
-                use std::os::unix::fs::FileExt;
-                f.write_all_at(data, self.pos)
-                    .map_err(|e| Error::io("pwrite", &self.file.path, e))?;
-                self.pos += data.len() as u64;
-            }
-            None => {
-                self.append_with(data.len(), |b| b.copy_from_slice(data))
-                    .ok_or(Error::Closed)?;
-            }
+        if !self.has_descriptor()? {
+            self.append_with(data.len(), |b| b.copy_from_slice(data))
+                .ok_or(Error::Closed)?;
+            return Ok(());
         }
+        let Some(f) = self.fd.as_ref() else {
+            return Err(Error::Closed);
+        };
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(data, self.pos)
+            .map_err(|e| Error::io("pwrite", &self.file.path, e))?;
+        self.pos += data.len() as u64;
         Ok(())
+    }
+
+    /// Reopens the descriptor for positioned writes on first use; false for anonymous memory,
+    /// which is written through the mapping.
+    fn has_descriptor(&mut self) -> Result<bool> {
+        if self.fd.is_none() {
+            self.fd = self.file.reopen()?;
+        }
+        Ok(self.fd.is_some())
     }
 
     /// Writes `parts` back to back at the write position with vectored `write`s (the
@@ -515,7 +608,7 @@ impl FileWriter {
                 reason: "write past the end of the file".into(),
             });
         }
-        let Some(mut f) = self.file.file.as_ref() else {
+        if !self.has_descriptor()? {
             let copied = self.append_with(len as usize, |mut b| {
                 for p in parts.iter() {
                     // `b` is exactly the parts' total length.
@@ -526,8 +619,12 @@ impl FileWriter {
                 }
             });
             return copied.ok_or(Error::Closed);
+        }
+        let path = &self.file.path;
+        let Some(mut f) = self.fd.as_ref() else {
+            return Err(Error::Closed);
         };
-        let io = |e| Error::io("writev", &self.file.path, e);
+        let io = |e| Error::io("writev", path, e);
         f.seek(SeekFrom::Start(self.pos)).map_err(io)?;
         let mut rest = parts;
         while !rest.is_empty() {
@@ -714,5 +811,37 @@ mod tests {
         assert!(f.copy_out(size - 8, &mut tail));
         assert_eq!(tail, [0u8; 8], "stale bytes zeroed");
         assert_eq!(f.reserved(), size, "reserved before zeroing");
+    }
+
+    /// Growing a reservation reopens the file by path: when the name now names another file
+    /// (the mapped one was deleted and a file created in its place), it is `Corrupted`, the
+    /// other file gets no blocks, and the reservation is unchanged.
+    #[test]
+    fn a_reservation_never_grows_another_file_under_the_name() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (size, page) = (256u64 << 10, 4096u64);
+        let grow = Reserve::Grow { initial: page };
+        let f = MappedFile::create_reserved(&path, 0, size, 0o600, false, grow).unwrap();
+        f.reserve_to(2 * page).unwrap();
+        assert!(
+            f.reserved() >= 2 * page,
+            "grown through a reopened descriptor"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+        let before = f.reserved();
+        let err = f.reserve_to(before + 1).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::Corrupted { .. }),
+            "{err:?}"
+        );
+        assert_eq!(f.reserved(), before);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().blocks(),
+            0,
+            "the other file untouched"
+        );
     }
 }

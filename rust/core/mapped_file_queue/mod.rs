@@ -13,6 +13,28 @@
 //!   names another file for longer than until its next `refresh(verify = true)`: it compares
 //!   each mapping's device and inode with the directory's (`refresh`).
 //!
+//! Mappings: the queue lists its files by start offset (`Slot`) and maps a file only when it
+//! is used (`find`, `first_file`, `last_file`); `load` reads the directory and `stat`s the
+//! files, opening and mapping none. A slot keeps a weak reference to its mapping; what keeps
+//! a mapping alive is a strong one: a reader's or writer's `Arc<MappedFile>`, the store-wide
+//! cache of recently used files (cache.rs, a budget of idle mappings), or the slot's pin. A
+//! mapping therefore goes when its last holder drops it, never under a reader.
+//! - Pinned (kept mapped whatever the cache's budget): every file a writer was taken of
+//!   (`roll`, `last_writer`) until a `flush` finds it clean (every published byte flushed,
+//!   its creation's fsyncs done) and either no longer last or let go of by its owner
+//!   (`park_last`: the writer dropped; the slot then remembers where the data ends). A new
+//!   mapping of a file starts with every byte published and flushed (`open_reserved`), up
+//!   to the end remembered for it if any, which is true of exactly the files that are not
+//!   pinned (owners fill a file before they roll to the next: the commit log's END_OF_FILE
+//!   blank, a consume queue's whole number of units); the files prepared ahead of a roll are
+//!   held by the `ready` slot. A new mapping of a file that grows its reservation
+//!   (`with_reserve`) counts nothing as reserved, like any file opened from disk: its next
+//!   writer reserves again ahead of itself before it writes (mapped_file/mod.rs).
+//! - Anonymous (`:memory:`) files are the data itself: they stay pinned for as long as they
+//!   are listed.
+//! - No mapping holds a descriptor (mapped_file/mod.rs): the number of files and queues
+//!   costs no descriptor, and mappings only up to the cache's budget plus the pinned files.
+//!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
 //! kill): deleted if empty, re-preallocated if short (extended sparsely for a queue whose files
 //! grow their reservation, `with_reserve`); a gap between files is reported as
@@ -24,17 +46,22 @@
 //! precedes any checkpoint covering the file's contents. An OS crash before it may lose the
 //! file, which recovery then rebuilds from the commit log.
 
+pub mod cache;
 pub mod fence;
+mod follow;
 pub mod pace;
+mod slot;
 pub mod warm;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
 use crate::mapped_file::{FileWriter, MappedFile, Reserve};
 use crate::util::fs;
+use slot::{Slot, NO_END};
 
 /// Where a queue's files live.
 #[derive(Debug, Clone)]
@@ -50,6 +77,7 @@ pub enum Backing {
     Memory,
 }
 
+pub use cache::MapCache;
 pub use warm::WARM_AHEAD;
 
 /// The ordered files of one commit log, consume queue or timer log.
@@ -58,7 +86,9 @@ pub struct MappedFileQueue {
     backing: Backing,
     file_size: u64,
     writable: bool,
-    files: RwLock<Vec<Arc<MappedFile>>>,
+    files: RwLock<Vec<Arc<Slot>>>,
+    // Keeps recently used files mapped (shared by the queues of a store).
+    cache: Arc<MapCache>,
     // A file created ahead of need by the preparer thread (prepare.rs).
     ready: Mutex<Option<Arc<MappedFile>>>,
     // New files' fsyncs are left to the next flush (see the module doc).
@@ -77,11 +107,19 @@ impl MappedFileQueue {
             file_size,
             writable,
             files: RwLock::new(Vec::new()),
+            cache: Arc::new(MapCache::default()),
             ready: Mutex::new(None),
             defer_create_sync: false,
             reserve: Reserve::Whole,
             refreshing: Mutex::new(()),
         }
+    }
+
+    /// This queue keeps its recently used files mapped in `cache` (the store's, shared by
+    /// all its queues) rather than in a cache of its own.
+    pub fn with_cache(mut self, cache: Arc<MapCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// This queue's new files are made durable by its next flush rather than at creation: no
@@ -104,7 +142,8 @@ impl MappedFileQueue {
         self.load_below(u64::MAX)
     }
 
-    /// `load` of the files that start below `end`; later files stay on disk, unmapped.
+    /// `load` of the files that start below `end`; later files stay on disk. Reads the
+    /// directory and `stat`s each file; nothing is opened or mapped until it is used.
     pub fn load_below(&self, end: u64) -> Result<()> {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
@@ -112,7 +151,8 @@ impl MappedFileQueue {
         let mut names = list_offsets(dir)?;
         names.retain(|&start| start < end);
         names.sort_unstable();
-        let mut loaded = Vec::with_capacity(names.len());
+        let mut loaded: Vec<Arc<Slot>> = Vec::with_capacity(names.len());
+        let mut short_last = false;
         let n = names.len();
         for (i, start) in names.into_iter().enumerate() {
             let path = dir.join(fs::offset_file_name(start));
@@ -143,6 +183,8 @@ impl MappedFileQueue {
                     // A reader cannot repair a short tail file; the writer will. Skip it.
                     continue;
                 }
+                // Mapped below, which makes it whole (`MappedFile::open_reserved`).
+                short_last = true;
             }
             if start % self.file_size != 0 {
                 return Err(Error::Corrupted {
@@ -155,7 +197,7 @@ impl MappedFileQueue {
                     cause: None,
                 });
             }
-            if let Some(prev) = loaded.last().map(|f: &Arc<MappedFile>| f.from_offset()) {
+            if let Some(prev) = loaded.last().map(|s| s.start) {
                 if start != prev + self.file_size {
                     return Err(Error::Corrupted {
                         path,
@@ -165,15 +207,13 @@ impl MappedFileQueue {
                     });
                 }
             }
-            loaded.push(Arc::new(MappedFile::open_reserved(
-                &path,
-                start,
-                self.file_size,
-                self.writable,
-                self.reserve,
-            )?));
+            loaded.push(Slot::unmapped(start));
         }
-        *self.write_files() = loaded;
+        let old = std::mem::replace(&mut *self.write_files(), loaded);
+        self.release(&old);
+        if short_last {
+            self.try_last_file()?;
+        }
         Ok(())
     }
 
@@ -269,93 +309,71 @@ impl MappedFileQueue {
         if f.is_anonymous() {
             return;
         }
-        let listed = self
-            .read_files()
-            .iter()
-            .any(|g| g.from_offset() == f.from_offset());
+        let listed = self.read_files().iter().any(|g| g.start == f.from_offset());
         if !listed {
             let _ = fs::remove_file(f.path());
         }
     }
 
-    /// Followers (read-only opens): brings the list in line with the directory.
-    ///
-    /// - Head files the writer deleted (expiry) are forgotten.
-    /// - The first other listed file whose name is gone, or, with `verify`, whose name now
-    ///   names another file than the one mapped (compared by device and inode), is forgotten
-    ///   with every file after it: the writer deleted and re-created it (the all-zero file
-    ///   prepared ahead of a roll is deleted by the next writer's recovery and by `close`, and
-    ///   recovery cuts files past a torn tail), so what is mapped is stale. Those names are
-    ///   mapped again below.
-    /// - Files past the last one kept are mapped, in order, up to the first that is not full
-    ///   size yet (being created), and the list is cut to its contiguous run at the end.
-    ///
-    /// A forgotten file is unmapped and its descriptor closed once no reader still holds it,
-    /// so its disk space is freed. `verify` costs a `stat` per file; without it only the
-    /// directory is read.
-    pub fn refresh(&self, verify: bool) -> Result<()> {
-        let Backing::Dir { dir, .. } = &self.backing else {
-            return Ok(());
-        };
-        // One refresh at a time: each builds the new list from a snapshot and installs it.
-        let _one = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
-        let mut names = list_offsets(dir)?;
-        names.sort_unstable();
-        let listed = |f: &Arc<MappedFile>| names.binary_search(&f.from_offset()).is_ok();
-        let before = self.files();
-        let mut files = before.clone();
-        let expired = files.iter().take_while(|f| !listed(f)).count();
-        files.drain(..expired);
-        let replaced = files.iter().position(|f| {
-            !listed(f)
-                || (verify && !std::fs::symlink_metadata(f.path()).is_ok_and(|m| f.is_file_at(&m)))
-        });
-        if let Some(k) = replaced {
-            files.truncate(k);
-        }
-        let last = files.last().map(|f| f.from_offset());
-        for start in names {
-            if last.is_some_and(|l| start <= l) {
-                continue;
+    /// Lets go of the mappings of slots that left the list: their pins and cache entries.
+    fn release(&self, gone: &[Arc<Slot>]) {
+        for s in gone {
+            let pin = s.lock_pin().take();
+            if let Some(f) = s.live() {
+                self.cache.forget(&f);
             }
-            let path = dir.join(fs::offset_file_name(start));
-            match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.is_file() && m.len() == self.file_size => {}
-                _ => break, // being created by the writer; try again later
-            }
-            files.push(Arc::new(MappedFile::open_existing(
-                &path,
-                start,
-                self.file_size,
-                false,
-            )?));
+            drop(pin);
         }
-        // `find` indexes the list arithmetically: keep only the contiguous run at its end.
-        let size = self.file_size;
-        let keep_from = (1..files.len())
-            .rev()
-            .find(|&i| match (files.get(i - 1), files.get(i)) {
-                (Some(a), Some(b)) => a.from_offset() + size != b.from_offset(),
-                _ => false,
-            })
-            .unwrap_or(0);
-        files.drain(..keep_from);
-        if same_files(&files, &before) {
-            return Ok(());
-        }
-        let mut current = self.write_files();
-        // Only `refresh` (serialised above) and `clear` change a follower's list: a list that
-        // changed meanwhile was cleared by `close`, and stays so.
-        if same_files(&current, &before) {
-            *current = files;
-        }
-        Ok(())
     }
 
-    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<MappedFile>>> {
+    /// The mapping of `slot`, mapped now if no holder keeps one (continuing at the end the
+    /// slot remembers, if any). Every use counts as recent for the cache.
+    fn map(&self, slot: &Slot) -> Result<Arc<MappedFile>> {
+        let file = match slot.live() {
+            Some(f) => f,
+            None => {
+                let mut mapped = slot.mapped.write().unwrap_or_else(|p| p.into_inner());
+                match mapped.upgrade() {
+                    Some(f) => f,
+                    None => {
+                        let Backing::Dir { dir, .. } = &self.backing else {
+                            return Err(Error::Closed);
+                        };
+                        let path = dir.join(fs::offset_file_name(slot.start));
+                        let f = Arc::new(MappedFile::open_reserved(
+                            &path,
+                            slot.start,
+                            self.file_size,
+                            self.writable,
+                            self.reserve,
+                        )?);
+                        let end = slot.end.load(Ordering::Acquire);
+                        if end != NO_END {
+                            f.resume_at(end);
+                        }
+                        *mapped = Arc::downgrade(&f);
+                        f
+                    }
+                }
+            }
+        };
+        self.cache.touch(&file);
+        Ok(file)
+    }
+
+    /// The file of the `idx`-th slot, mapped if needed.
+    fn map_at(&self, idx: usize) -> Result<Option<Arc<MappedFile>>> {
+        let slot = match self.read_files().get(idx) {
+            Some(s) => Arc::clone(s),
+            None => return Ok(None),
+        };
+        self.map(&slot).map(Some)
+    }
+
+    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
         self.files.read().unwrap_or_else(|p| p.into_inner())
     }
-    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<MappedFile>>> {
+    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<Slot>>> {
         self.files.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -364,9 +382,14 @@ impl MappedFileQueue {
         self.file_size
     }
 
-    /// Snapshot of the files.
-    pub fn files(&self) -> Vec<Arc<MappedFile>> {
-        self.read_files().clone()
+    /// The cache keeping this queue's recently used files mapped.
+    pub fn cache(&self) -> &Arc<MapCache> {
+        &self.cache
+    }
+
+    /// The files mapped now (by a holder, the cache or a pin), in order; maps nothing.
+    pub fn mapped_files(&self) -> Vec<Arc<MappedFile>> {
+        self.read_files().iter().filter_map(|s| s.live()).collect()
     }
 
     /// Number of files.
@@ -379,37 +402,73 @@ impl MappedFileQueue {
         self.read_files().is_empty()
     }
 
-    /// The newest file.
+    /// The newest file, mapped. `None` when there is none, or when it cannot be mapped
+    /// (`try_last_file` reports why).
     pub fn last_file(&self) -> Option<Arc<MappedFile>> {
-        self.read_files().last().cloned()
+        self.try_last_file().ok().flatten()
     }
 
-    /// The oldest file.
+    /// The newest file, mapped; an error when mapping it failed.
+    pub fn try_last_file(&self) -> Result<Option<Arc<MappedFile>>> {
+        let n = self.len();
+        match n.checked_sub(1) {
+            Some(i) => self.map_at(i),
+            None => Ok(None),
+        }
+    }
+
+    /// The oldest file, mapped (`None` as for `last_file`).
     pub fn first_file(&self) -> Option<Arc<MappedFile>> {
-        self.read_files().first().cloned()
+        self.map_at(0).ok().flatten()
     }
 
     /// Offset of the first byte still stored.
     pub fn min_offset(&self) -> u64 {
-        self.first_file().map(|f| f.from_offset()).unwrap_or(0)
+        self.read_files().first().map_or(0, |s| s.start)
     }
 
-    /// One past the last published byte.
+    /// One past the last published byte. Maps the last file unless its end is remembered
+    /// (`park_last`) and it is not mapped.
     pub fn max_offset(&self) -> u64 {
-        self.last_file()
+        let last = self.read_files().last().cloned();
+        let Some(slot) = last else {
+            return 0;
+        };
+        let end = slot.end.load(Ordering::Acquire);
+        if end != NO_END && slot.live().is_none() {
+            return slot.start + end;
+        }
+        self.map(&slot)
             .map(|f| f.from_offset() + f.published())
             .unwrap_or(0)
     }
 
-    /// The file holding `offset`, found by arithmetic (files are contiguous).
+    /// The file holding `offset`, found by arithmetic (files are contiguous) and mapped.
+    /// `None` when no file holds it, or when it cannot be mapped (`try_find` reports why).
     pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
-        let files = self.read_files();
-        let first = files.first()?.from_offset();
-        if offset < first {
-            return None;
-        }
-        let idx = usize::try_from((offset - first) / self.file_size).ok()?;
-        files.get(idx).cloned()
+        self.try_find(offset).ok().flatten()
+    }
+
+    /// `find`, with the error when the file exists but mapping it failed: for callers that
+    /// must not take a file they could not map for a file that is not there (recovery).
+    pub fn try_find(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
+        let slot = {
+            let files = self.read_files();
+            let Some(first) = files.first().map(|s| s.start) else {
+                return Ok(None);
+            };
+            if offset < first {
+                return Ok(None);
+            }
+            let Ok(idx) = usize::try_from((offset - first) / self.file_size) else {
+                return Ok(None);
+            };
+            match files.get(idx) {
+                Some(s) => Arc::clone(s),
+                None => return Ok(None),
+            }
+        };
+        self.map(&slot).map(Some)
     }
 
     /// Path of the file that starts at `start`.
@@ -480,24 +539,26 @@ impl MappedFileQueue {
         Ok(fault_in > 0 && f.reserve_to(fault_in).is_ok() && f.populate(0, fault_in).is_ok())
     }
 
-    /// Forgets every file (closing the store): each mapping and descriptor goes as soon as
-    /// the last reader holding the file lets go of it.
+    /// Forgets every file (closing the store): each mapping goes as soon as the last reader
+    /// holding the file lets go of it.
     pub fn clear(&self) {
-        self.write_files().clear();
+        let old = std::mem::take(&mut *self.write_files());
+        self.release(&old);
         *self.lock_ready() = None;
     }
 
-    /// Drops this process's mappings of the pages of every file but the last `keep_last`
-    /// (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a later read
-    /// faults it back in. Keeps the resident set flat however much of a big store is written
-    /// or read. Anonymous (`:memory:`) files are left alone (their pages are the data).
+    /// Drops this process's mappings of the pages of every mapped file but the last
+    /// `keep_last` (`MADV_DONTNEED`): the data stays in the page cache and on disk, and a
+    /// later read faults it back in. Keeps the resident set flat however much of a big store
+    /// is written or read. Files not mapped are left alone (nothing to drop), and so are
+    /// anonymous (`:memory:`) files (their pages are the data).
     pub fn release_pages(&self, keep_last: usize) {
         if matches!(self.backing, Backing::Memory) {
             return;
         }
-        let files = self.files();
-        let old = files.len().saturating_sub(keep_last);
-        for f in files.iter().take(old) {
+        let slots = self.read_files().clone();
+        let old = slots.len().saturating_sub(keep_last);
+        for f in slots.iter().take(old).filter_map(|s| s.live()) {
             let _ = f.advise(0, f.size(), Advice::DontNeed);
         }
     }
@@ -561,7 +622,7 @@ impl MappedFileQueue {
     }
 
     /// Appends a new last file starting at `start` (using a prepared one if present) and
-    /// returns its writer.
+    /// returns its writer. The file is pinned (see the module doc).
     pub fn roll(&self, start: u64) -> Result<FileWriter> {
         let prepared = self
             .lock_ready()
@@ -572,81 +633,159 @@ impl MappedFileQueue {
             None => Arc::new(self.make_file(start)?),
         };
         let writer = file.writer().ok_or(Error::ReadOnly)?;
-        self.write_files().push(file);
+        self.write_files().push(Slot::pinned(&file));
+        self.cache.touch(&file);
         Ok(writer)
     }
 
-    /// The writer of the last file, if one exists and its writer was not taken yet.
-    pub fn take_last_writer(&self) -> Option<FileWriter> {
-        self.last_file().and_then(|f| f.writer())
+    /// The writer of the last file, which stays pinned (mapped) from now on until `park_last`
+    /// lets go of it. `Ok(None)` without a file, or while its writer exists elsewhere.
+    pub fn last_writer(&self) -> Result<Option<FileWriter>> {
+        let Some(slot) = self.read_files().last().cloned() else {
+            return Ok(None);
+        };
+        let file = self.map(&slot)?;
+        let Some(writer) = file.writer() else {
+            return Ok(None);
+        };
+        slot.end.store(NO_END, Ordering::Release);
+        let mut pin = slot.lock_pin();
+        if pin.is_none() {
+            *pin = Some(file);
+        }
+        Ok(Some(writer))
+    }
+
+    /// The owner of the last file's writer dropped it (an idle queue): once every byte of it is
+    /// flushed and its creation synced, the file is unpinned, left to the cache, and the slot
+    /// remembers where its data ends so that a new mapping continues there. Returns whether
+    /// it was let go of (false while a writer exists or bytes wait for a flush).
+    pub fn park_last(&self) -> bool {
+        if matches!(self.backing, Backing::Memory) {
+            return false;
+        }
+        let Some(slot) = self.read_files().last().cloned() else {
+            return false;
+        };
+        let mut pin = slot.lock_pin();
+        let Some(f) = pin.as_ref() else {
+            return false;
+        };
+        if f.writer_taken() || f.flushed() < f.published() || f.create_sync_due() {
+            return false;
+        }
+        slot.end.store(f.published(), Ordering::Release);
+        if let Some(f) = pin.take() {
+            drop(pin);
+            self.cache.touch(&f);
+        }
+        true
+    }
+
+    /// The last file if it is pinned (being written, or not yet clean): maps nothing.
+    pub fn pinned_last(&self) -> Option<Arc<MappedFile>> {
+        let slot = self.read_files().last().cloned()?;
+        let pin = slot.lock_pin().clone();
+        pin
     }
 
     /// Removes every file that starts at or after `offset` (recovery truncation). The caller
     /// truncates the file containing `offset` through its writer.
     pub fn drop_files_from(&self, offset: u64) -> Result<()> {
-        let removed: Vec<Arc<MappedFile>> = {
+        let removed: Vec<Arc<Slot>> = {
             let mut files = self.write_files();
             let keep = files
                 .iter()
-                .position(|f| f.from_offset() >= offset)
+                .position(|s| s.start >= offset)
                 .unwrap_or(files.len());
             files.split_off(keep)
         };
-        for f in removed {
-            if let Backing::Dir { .. } = self.backing {
-                fs::remove_file(f.path())?;
-            }
-        }
+        self.release(&removed);
         if let Backing::Dir { dir, .. } = &self.backing {
+            for s in &removed {
+                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
+            }
             fs::fsync_dir(dir)?;
         }
         Ok(())
     }
 
-    /// Deletes head files for which `expired` says yes, stopping at the first that is not and
-    /// never deleting the last file. Returns how many were deleted.
+    /// Deletes head files for which `expired` says yes, stopping at the first that is not (or
+    /// that cannot be mapped to be asked) and never deleting the last file. Returns how many
+    /// were deleted.
     pub fn delete_head_while(
         &self,
         max: usize,
         expired: impl Fn(&MappedFile) -> bool,
     ) -> Result<usize> {
-        let victims: Vec<Arc<MappedFile>> = {
+        let victims: Vec<Arc<Slot>> = {
             let mut files = self.write_files();
             let mut n = 0;
-            while n < max && n + 1 < files.len() && files.get(n).is_some_and(|f| expired(f)) {
+            while n < max && n + 1 < files.len() {
+                let Some(slot) = files.get(n) else { break };
+                let asked = match self.map(slot) {
+                    Ok(f) => expired(&f),
+                    Err(_) => false,
+                };
+                if !asked {
+                    break;
+                }
                 n += 1;
             }
             files.drain(..n).collect()
         };
-        for f in &victims {
-            if let Backing::Dir { .. } = self.backing {
-                fs::remove_file(f.path())?;
+        self.release(&victims);
+        if let Backing::Dir { dir, .. } = &self.backing {
+            for s in &victims {
+                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
             }
         }
         Ok(victims.len())
     }
 
-    /// Flushes every file with unflushed bytes; returns the global flushed offset.
+    /// Flushes every file with unflushed bytes; returns the global flushed offset. Only pinned
+    /// files can hold unflushed bytes (see the module doc); a file this flush leaves clean
+    /// and that is no longer the last is unpinned, left to the cache.
     pub fn flush(&self) -> Result<u64> {
-        let files = self.files();
-        let mut flushed = self.min_offset();
-        for f in &files {
+        let slots = self.read_files().clone();
+        let pinned: Vec<(usize, Arc<MappedFile>)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.lock_pin().clone().map(|f| (i, f)))
+            .collect();
+        for (_, f) in &pinned {
             if f.flushed() < f.published() {
                 f.flush()?;
             }
-            flushed = f.from_offset() + f.flushed();
         }
-        self.sync_created(&files)?;
-        Ok(flushed)
+        self.sync_created(pinned.iter().map(|(_, f)| f))?;
+        let last = slots.len().saturating_sub(1);
+        // Anonymous memory is the data itself: never let go of.
+        let in_memory = matches!(self.backing, Backing::Memory);
+        for (i, f) in pinned.iter().filter(|_| !in_memory) {
+            let clean = f.flushed() >= f.published() && !f.create_sync_due() && !f.writer_taken();
+            if *i < last && clean {
+                if let Some(slot) = slots.get(*i) {
+                    if let Some(f) = slot.lock_pin().take() {
+                        self.cache.touch(&f);
+                    }
+                }
+            }
+        }
+        Ok(match pinned.last() {
+            Some((i, f)) if *i == last => f.from_offset() + f.flushed(),
+            // Not pinned: every byte of the last file is flushed.
+            _ => self.max_offset(),
+        })
     }
 
-    /// The fsyncs owed by files created with their sync deferred (in the list or the ready
-    /// slot): each file's, then the directory's; a file's debt is cleared only after both.
-    fn sync_created(&self, files: &[Arc<MappedFile>]) -> Result<()> {
-        let ready = self.ready_file();
-        let due: Vec<&Arc<MappedFile>> = files
-            .iter()
-            .chain(ready.as_ref())
+    /// The fsyncs owed by files created with their sync deferred (among `files` or in the
+    /// ready slot): each file's, then the directory's; a file's debt is cleared only after
+    /// both.
+    fn sync_created<'a>(&self, files: impl Iterator<Item = &'a Arc<MappedFile>>) -> Result<()> {
+        let due: Vec<Arc<MappedFile>> = files
+            .cloned()
+            .chain(self.ready_file())
             .filter(|f| f.create_sync_due())
             .collect();
         if due.is_empty() {
@@ -670,8 +809,8 @@ impl MappedFileQueue {
     }
 }
 
-/// True when both lists hold the same mapped files, in the same order.
-fn same_files(a: &[Arc<MappedFile>], b: &[Arc<MappedFile>]) -> bool {
+/// True when both lists hold the same slots, in the same order.
+fn same_slots(a: &[Arc<Slot>], b: &[Arc<Slot>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::flush::FlushService;
 use crate::lock::{self, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
-use crate::mapped_file_queue::{Backing, MappedFileQueue};
+use crate::mapped_file_queue::{Backing, MapCache, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
 use crate::prepare::{Prepare, PreparerService};
 use crate::recovery::{self, RecoveryReport};
@@ -104,7 +104,12 @@ pub(super) fn open_with(
         },
         None => Backing::Memory,
     };
-    let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable);
+    // One budget of idle mappings for every file of the store (mapped_file_queue/cache.rs).
+    let map_cache = Arc::new(MapCache::new(config.max_mapped_files));
+    let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable)
+        .with_cache(Arc::clone(&map_cache));
+    // Lists and stats the files; recovery maps the ones it reads (the tail from the
+    // checkpoint).
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     commit_log.set_clock(config.clock.clone());
@@ -118,6 +123,7 @@ pub(super) fn open_with(
             config.dir_mode,
             !writable,
         )
+        .with_cache(map_cache)
         .with_clock(config.clock.clone()),
     );
     let index: Arc<dyn QueueIndex> = queues.clone();

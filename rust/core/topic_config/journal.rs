@@ -290,6 +290,14 @@ impl Journal {
         }
     }
 
+    /// Closes the file (a store's close). Only when every record is in `topics.json`: the next
+    /// append starts a fresh journal.
+    pub(super) fn release(&mut self) {
+        if self.record_bytes() == 0 && !self.broken {
+            self.file = None;
+        }
+    }
+
     /// Replaces the journal with an empty one (a header only) atomically and opens it for
     /// appending. Only after `topics.json` holds every record of the old one.
     pub(super) fn reset(&mut self) -> Result<()> {

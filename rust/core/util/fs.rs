@@ -79,6 +79,18 @@ pub fn open_ro(path: &Path) -> Result<File> {
         .map_err(|e| Error::io("open", path, e))
 }
 
+/// Opens an existing store file again (read/write when `writable`) without creating it or
+/// following a symlink: for the calls a mapping cannot make (mapped_file/mod.rs). Nothing
+/// about the file changes, so this is no durability call.
+pub fn reopen(path: &Path, writable: bool) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))
+}
+
 /// The error for a symlink found where the store creates or opens a file or directory of its
 /// own: ELOOP, the errno an `O_NOFOLLOW` open of a symlink gives, so callers see an errno.
 pub fn symlink_refused(op: &'static str, path: &Path) -> Error {

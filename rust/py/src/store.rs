@@ -150,7 +150,7 @@ impl PyStore {
         path, *, read_only = false, wait = None, flush = None, flush_interval_ms = None,
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
-        file_mode = None, dir_mode = None, retention_hours = None
+        file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -169,6 +169,7 @@ impl PyStore {
         file_mode: Option<Int>,
         dir_mode: Option<Int>,
         retention_hours: Option<Float>,
+        max_mapped_files: Option<Int>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
         // hold is InvalidConfigError here, and the core's validation checks the rest of each
@@ -225,6 +226,11 @@ impl PyStore {
             file_mode: args::option(file_mode, "file_mode", defaults.file_mode)?,
             dir_mode: args::option(dir_mode, "dir_mode", defaults.dir_mode)?,
             file_reserved_time,
+            max_mapped_files: args::option(
+                max_mapped_files,
+                "max_mapped_files",
+                defaults.max_mapped_files,
+            )?,
             ..defaults
         };
         let path = path.to_owned();
