@@ -149,3 +149,38 @@ def test_outputs(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
         assert (out / "chart.png").stat().st_size > 0
         assert (out / "rss.png").stat().st_size > 0
     assert list(work.iterdir()) == [], "report.py left stores behind"
+
+
+def test_scale_benchmark_quick_run_measures_every_row(tmp_path: Path) -> None:
+    """``benches/python/scale.py --quick``: every store built, opened and read back, every
+    figure the docs page shows present, the traffic read back whole, nothing left behind."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    script = ROOT / "benches" / "python" / "scale.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(out), "--workdir", str(work)],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "scale.json").read_text())
+    assert data["profile"] == "quick" and data["command"] == "python benches/python/scale.py --quick"
+    for key in ("topics", "files"):
+        assert [r["n"] for r in data[key]] == data["config"][key]
+        for row in data[key]:
+            assert "error" not in row, row
+            for figure in ("build_s", "open_ms", "rss_open_kib", "rss_read_kib", "disk_kib"):
+                assert _positive(row[figure]), (figure, row)
+            assert 0 <= row["fds_open"] <= row["fds_max"] and row["maps_max"] > 0, row
+    assert [r["read"] for r in data["topics"]] == [4 * n for n in data["config"]["topics"]]
+    for key in ("4", "many"):
+        assert data["rates"][key]["complete"], data["rates"]
+        assert all(_positive(x) for x in data["rates"][key]["send_per_s"])
+    assert list(work.iterdir()) == [], "scale.py left stores behind"
+    spec = importlib.util.spec_from_file_location("mq_scale", script)
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    for section in scale.sections(data):
+        assert all(len(row) == len(section["columns"]) for row in section["rows"]), section
