@@ -125,7 +125,9 @@ def render(data: Dict[str, Any], manual: Dict[str, Any]) -> str:
         "without it they read \"skipped\". The report writes `benches/results/` (`results.json` "
         "with every run's raw numbers, `tables.md`, the charts) and this page. "
         "`benches/python/bench.py` and `benches/python/peers.py` run single workloads, and "
-        "`cargo bench` the Rust ones (criterion).",
+        "`cargo bench` the Rust ones (criterion). `benches/python/scale.py` measures a store "
+        "against its number of topics, commit-log files and queues (the Scale sections; "
+        "`--quick` is its smoke run).",
     ]
     out += report.result_sections(data)
     if data.get("rss", {}).get("status") == "ok":
