@@ -22,7 +22,7 @@
 //! tail is never followed by new records.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::{decode, TopicConfig};
 use crate::error::{Error, Result};
+use crate::util::bytes::be_u32;
 use crate::util::crc::crc32;
 use crate::util::fs;
 use crate::util::kill_point::kill_point;
@@ -83,22 +84,10 @@ pub(super) struct Replay {
 /// `ConfigFile` for a file that is not a topic journal or holds a damaged record before its
 /// tail; an I/O error reading it.
 pub(super) fn read(path: &Path) -> Result<Option<Replay>> {
-    let mut f = match fs::open_ro(path) {
-        Ok(f) => f,
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
-    };
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes)
-        .map_err(|e| Error::io("read", path, e))?;
-    parse(path, &bytes).map(Some)
-}
-
-fn be32(bytes: &[u8], at: usize) -> Option<u32> {
-    let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-    Some(u32::from_be_bytes(b))
+    match fs::read_if_exists(path)? {
+        Some(bytes) => parse(path, &bytes).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// The records of a journal's bytes (see the module's invariants for what is a torn tail).
@@ -112,7 +101,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Replay> {
     let mut replay = Replay::default();
     // The header is written with the file's creation (temp, fsync, rename), so it is whole
     // unless the file is a creation the power cut undid in part: nothing but zeros.
-    match (be32(bytes, 0), be32(bytes, 4)) {
+    match (be_u32(bytes, 0), be_u32(bytes, 4)) {
         (Some(MAGIC), Some(VERSION)) => {}
         (Some(MAGIC), Some(v)) => {
             return Err(damaged(4, format!("journal version {v} is not {VERSION}")))
@@ -126,7 +115,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Replay> {
     let mut at = HEADER as usize;
     while at < bytes.len() {
         let rest = bytes.len() - at;
-        let (Some(len), Some(crc)) = (be32(bytes, at), be32(bytes, at + 4)) else {
+        let (Some(len), Some(crc)) = (be_u32(bytes, at), be_u32(bytes, at + 4)) else {
             // Less than a record head left: the tail of an append.
             replay.torn = true;
             break;

@@ -303,9 +303,9 @@ pub fn read_with_backup<T>(
     }
 }
 
-/// The bytes of `path`; `None` when it is missing or empty. O_NOFOLLOW: a symlink planted at a
-/// config name is refused (ELOOP), never followed.
-fn read_nonempty(path: &Path) -> Result<Option<Vec<u8>>> {
+/// The bytes of `path`; `None` when it is missing. O_NOFOLLOW: a symlink planted at a config
+/// name is refused (ELOOP), never followed.
+pub fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
     use std::io::Read;
     let mut f = match open_ro(path) {
         Ok(f) => f,
@@ -317,7 +317,12 @@ fn read_nonempty(path: &Path) -> Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)
         .map_err(|e| Error::io("read", path, e))?;
-    Ok((!bytes.is_empty()).then_some(bytes))
+    Ok(Some(bytes))
+}
+
+/// `read_if_exists`, with an empty file taken as missing.
+fn read_nonempty(path: &Path) -> Result<Option<Vec<u8>>> {
+    Ok(read_if_exists(path)?.filter(|b| !b.is_empty()))
 }
 
 /// True when something (a file, a directory, a link, even a dangling one) is at `path`.
