@@ -35,8 +35,12 @@
 //! still the file mapped here (same device and inode), so a file deleted and created again
 //! under the same name is never synced, reserved or written by mistake; a writer keeps the
 //! descriptor it reopened for `pwrite`s until it is dropped, the other calls close theirs
-//! before they return. A store therefore holds one descriptor per live writer that appends
-//! with `pwrite` (the commit log's), whatever the number of files it maps.
+//! before they return, with one exception: the zero fill of a file reserved whole (the
+//! commit log's, filled ahead of its writer a chunk at a time) keeps the descriptor it
+//! reopened until the file's writer is dropped (the file is full), so that the fill costs no
+//! `open` per chunk. A store therefore holds one descriptor per live writer that appends with
+//! `pwrite` (the commit log's) and at most two kept for the fill (the file being written and
+//! the one prepared after it), whatever the number of files it maps.
 //!
 //! Identity: every file on disk remembers the device and inode it mapped, so a follower can
 //! tell the file it maps from another one created later under the same name (`is_file_at`),
@@ -49,7 +53,7 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::util::fs;
@@ -83,6 +87,9 @@ pub struct MappedFile {
     reserved: AtomicU64,
     reserve: Reserve,
     writer_taken: AtomicBool,
+    // The zero fill's descriptor of a file reserved whole, kept from its first fill until the
+    // file's writer is dropped (module doc).
+    fill_fd: Mutex<Option<File>>,
     // The map cache's bookkeeping (mapped_file_queue/cache.rs): whether the cache holds this
     // file, and the cache epoch of its last use.
     pub(crate) cached: AtomicBool,
@@ -260,6 +267,7 @@ impl MappedFile {
             reserved: AtomicU64::new(size),
             reserve: Reserve::Whole,
             writer_taken: AtomicBool::new(false),
+            fill_fd: Mutex::new(None),
             cached: AtomicBool::new(false),
             used_at: AtomicU64::new(0),
             create_sync_due: AtomicBool::new(false),
@@ -373,19 +381,35 @@ impl MappedFile {
         if from >= to {
             return Ok(());
         }
-        let Some(file) = self.reopen()? else {
+        if self.is_anonymous() {
             return Ok(());
-        };
-        use std::os::unix::fs::FileExt;
-        let mut at = from;
-        while at < to {
-            let n = (to - at).min(POPULATE_STEP);
-            let zeros = ZEROS.get(..n as usize).unwrap_or(&ZEROS);
-            file.write_all_at(zeros, at)
-                .map_err(|e| Error::io("pwrite", &self.path, e))?;
-            at += n;
         }
-        Ok(())
+        let write = |file: &File| -> Result<()> {
+            use std::os::unix::fs::FileExt;
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(POPULATE_STEP);
+                let zeros = ZEROS.get(..n as usize).unwrap_or(&ZEROS);
+                file.write_all_at(zeros, at)
+                    .map_err(|e| Error::io("pwrite", &self.path, e))?;
+                at += n;
+            }
+            Ok(())
+        };
+        if self.reserve != Reserve::Whole {
+            return match self.reopen()? {
+                Some(file) => write(&file),
+                None => Ok(()),
+            };
+        }
+        let mut kept = self.fill_fd.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_none() {
+            *kept = self.reopen()?;
+        }
+        match kept.as_ref() {
+            Some(file) => write(file),
+            None => Ok(()),
+        }
     }
 
     /// Global offset of the file's first byte.
@@ -521,6 +545,14 @@ impl MappedFile {
 
 impl Drop for FileWriter {
     fn drop(&mut self) {
+        // The file is full (or the store closes): no fill comes after its writer.
+        drop(
+            self.file
+                .fill_fd
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         self.file.writer_taken.store(false, Ordering::Release);
     }
 }
@@ -741,6 +773,35 @@ mod tests {
     use std::sync::Arc;
 
     use super::{MappedFile, Reserve};
+
+    /// The zero fill of a file reserved whole keeps one descriptor from its first fill until
+    /// the writer is dropped, and that descriptor is the mapped file's: a file created under
+    /// the name since is not written. A growing file (a consume queue's) keeps none.
+    #[test]
+    fn the_fill_of_a_whole_file_keeps_its_descriptor_until_the_writer_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("whole");
+        let file = Arc::new(MappedFile::create(&path, 0, 64 << 10, 0o600, false).unwrap());
+        let w = file.writer().unwrap();
+        let kept = || file.fill_fd.lock().unwrap().is_some();
+        assert!(!kept());
+        file.zero_fill(4096, 8192).unwrap();
+        assert!(kept());
+        // Replaced behind the store's back: the kept descriptor still names the mapped file.
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        std::fs::write(&path, b"another file").unwrap();
+        file.zero_fill(8192, 12288).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"another file");
+        drop(w);
+        assert!(!kept(), "released with the writer");
+
+        let grow = Reserve::Grow { initial: 4096 };
+        let cq =
+            MappedFile::create_reserved(&dir.path().join("grow"), 0, 64 << 10, 0o600, false, grow)
+                .unwrap();
+        cq.zero_fill(0, 4096).unwrap();
+        assert!(cq.fill_fd.lock().unwrap().is_none());
+    }
 
     /// Gathered writes land back to back at the write position, after what was appended
     /// before, on a file (through `write`) and in anonymous memory (through the mapping);
