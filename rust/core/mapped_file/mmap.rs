@@ -420,6 +420,36 @@ pub fn ofd_write_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
     Ok(Some(if rc == 0 { probe.l_pid.max(0) } else { 0 }))
 }
 
+/// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`, `F_WRLCK`) on bytes
+/// `start..start + len` of `fd`'s file without waiting, or with `unlock` releases it
+/// (`F_UNLCK`). The lock belongs to the open file description: other descriptors of the same
+/// file closing do not release it, and it goes when the last descriptor of the description
+/// closes (the process's death included). Returns `Ok(false)` when another open file
+/// description holds a conflicting lock on part of the range, `Ok(true)` when done.
+pub fn ofd_range_lock(
+    fd: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+    unlock: bool,
+) -> io::Result<bool> {
+    // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = if unlock { libc::F_UNLCK } else { libc::F_WRLCK } as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = start;
+    lock.l_len = len;
+    // SAFETY: `lock` is a valid, exclusively borrowed `flock` for the duration of the call;
+    // `l_pid` is zero, as F_OFD_SETLK requires.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
 static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static FORK_GUARD: std::sync::Once = std::sync::Once::new();
 
