@@ -468,3 +468,39 @@ pub fn fork_generation() -> u64 {
     });
     FORK_GENERATION.load(Ordering::Relaxed)
 }
+
+#[cfg(test)]
+mod ofd_range_tests {
+    use std::fs::OpenOptions;
+    use std::os::unix::io::AsRawFd;
+
+    use super::ofd_range_lock;
+
+    #[test]
+    fn byte_locks_conflict_between_descriptions_and_survive_another_descriptor_closing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("queues.lock");
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .expect("open")
+        };
+        let (a, b) = (open(), open());
+        // Far past the end of the (empty) file: a lock does not need the bytes to exist.
+        let byte = (7_i64 << 32) + 3;
+        assert!(ofd_range_lock(a.as_raw_fd(), byte, 1, false).expect("lock a"));
+        assert!(!ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("lock b"));
+        assert!(ofd_range_lock(b.as_raw_fd(), byte + 1, 1, false).expect("next byte"));
+        // A POSIX record lock would be dropped here, with every lock of the process on the file.
+        drop(open());
+        assert!(!ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("still a's"));
+        assert!(ofd_range_lock(a.as_raw_fd(), byte, 1, true).expect("unlock a"));
+        assert!(ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("now b's"));
+        drop(b);
+        assert!(ofd_range_lock(a.as_raw_fd(), byte + 1, 2, false).expect("b closed"));
+    }
+}
