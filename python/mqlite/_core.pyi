@@ -21,6 +21,8 @@ __all__ = [
     "PollToken",
     "check_topic",
     "check_group",
+    "ofd_try_lock",
+    "ofd_unlock",
 ]
 
 def check_topic(topic: str) -> None:
@@ -28,6 +30,13 @@ def check_topic(topic: str) -> None:
 
 def check_group(group: str) -> None:
     """InvalidGroupError unless ``group`` is a valid producer or consumer group name."""
+
+def ofd_try_lock(fd: int, start: int, len: int) -> bool:
+    """Take an exclusive open-file-description lock on bytes ``start..start+len`` of ``fd``'s
+    file without waiting; False when another open file description holds part of it."""
+
+def ofd_unlock(fd: int, start: int, len: int) -> None:
+    """Release ``fd``'s open file description's locks on bytes ``start..start+len``."""
 
 @disjoint_base
 class Message:

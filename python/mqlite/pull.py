@@ -342,7 +342,8 @@ class PullConsumer:
                 self._member.join(topic)
             elif self._bcast_lock is None:
                 self._lock_broadcast_id()
-            self._rebalance()
+            # Only this topic's queues change; the others keep the periodic rebalance's pace.
+            self._rebalance([topic])
 
     def _lock_broadcast_id(self) -> None:
         fd = open_lock(self._offsets.path.with_name(f".{self._client_id}.member.lock"))
@@ -394,12 +395,21 @@ class PullConsumer:
         except TopicNotFoundError:
             return 0
 
-    def _rebalance(self) -> None:
-        """Recompute this member's queues (lock held)."""
-        self._next_rebalance = time.monotonic() + self._rebalance_interval
+    def _rebalance(self, topics: Iterable[str] | None = None) -> None:
+        """Recompute this member's queues of ``topics`` (every subscribed topic when None; lock
+        held). The cost is linear in the queues of those topics: queues owned are grouped by
+        topic once, and the queues gained are added in one step (one offsets read)."""
+        if topics is None:
+            self._next_rebalance = time.monotonic() + self._rebalance_interval
+            topics = list(self._subs)
         if self._manual is not False:
             return
-        for topic in list(self._subs):
+        owned_by_topic: dict[str, set[MessageQueue]] = {}
+        for mq in self._queues:
+            owned_by_topic.setdefault(mq.topic, set()).add(mq)
+        lost: list[MessageQueue] = []
+        gained: list[MessageQueue] = []
+        for topic in topics:
             mqs = [MessageQueue(topic, i) for i in range(self._queue_count(topic))]
             if self._member is not None:
                 self._member.check(topic)
@@ -407,20 +417,21 @@ class PullConsumer:
                 mine = set(self._strategy.allocate(self._group, self._client_id, mqs, cids))
             else:
                 mine = set(mqs)
-            owned = {mq for mq in self._queues if mq.topic == topic}
-            self._revoke(sorted(owned - mine))
-            gained = sorted(mine - owned)
-            if self._member is None:
-                self._add(gained, commit_initial=True)
-                continue
-            gained = [mq for mq in gained if self._member.try_acquire(mq)]
-            try:
-                self._add(gained, commit_initial=True)
-            except BaseException:
-                # Not added (a store error): the queues go back to the group, not held idle.
-                for mq in gained:
-                    self._member.release(mq)
-                raise
+            owned = owned_by_topic.get(topic, set())
+            lost += sorted(owned - mine)
+            gained += sorted(mine - owned)
+        self._revoke(lost)
+        if self._member is None:
+            self._add(gained, commit_initial=True)
+            return
+        gained = [mq for mq in gained if self._member.try_acquire(mq)]
+        try:
+            self._add(gained, commit_initial=True)
+        except BaseException:
+            # Not added (a store error): the queues go back to the group, not held idle.
+            for mq in gained:
+                self._member.release(mq)
+            raise
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)

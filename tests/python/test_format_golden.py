@@ -5,6 +5,7 @@ spec, not from mqlite."""
 
 from __future__ import annotations
 
+import hashlib
 import stat
 import types
 from pathlib import Path
@@ -98,18 +99,44 @@ def test_the_consumer_group_lock_files(tmp_path: Path) -> None:
         c.poll(timeout=0)
         assert sorted(c.assignment()) == [MessageQueue("orders", 0), MessageQueue("orders", 1)]
         group = root / "consumer_groups" / "billing"
-        files = {str(p.relative_to(group)): (p.stat().st_size, mode(p)) for p in group.rglob("*.lock")}
-        assert files == {
-            "orders/members/c1.lock": (0, 0o600),
-            "orders/queues/0.lock": (0, 0o600),
-            "orders/queues/1.lock": (0, 0o600),
+        files = {
+            str(p.relative_to(group)): (p.read_bytes(), mode(p))
+            for p in group.rglob("*") if p.is_file()
         }
+        slot = next(name for name in files if name.startswith("slots.d/"))
+        assert files == {
+            "members.d/c1.lock": (b"", 0o600),
+            "orders/members/c1": (b"", 0o600),
+            "queues.lock": (b"", 0o600),
+            slot: (b"orders", 0o600),
+        }
+        # The slot number: linear probing from the name's BLAKE2b-64 hash modulo 2**30.
+        assert slot == "slots.d/" + str(
+            int.from_bytes(hashlib.blake2b(b"orders", digest_size=8).digest(), "big") % (1 << 30)
+        )
+        # The owner's byte locks: queue q of the topic at byte slot * 2**32 + q.
+        first = int(slot.split("/")[1]) << 32
+        held = _ofd_write_locks(group / "queues.lock")
+        assert held == [(first, first + 1)]  # bytes first..first+1: queues 0 and 1, merged
         c.close()
-        # Leaving removes the member file; queue files stay, unlocked, for the next owner.
-        assert sorted(str(p.relative_to(group)) for p in group.rglob("*.lock")) == [
-            "orders/queues/0.lock",
-            "orders/queues/1.lock",
+        # Leaving removes the member's files; the queue-lock and slot files stay for the next.
+        assert sorted(str(p.relative_to(group)) for p in group.rglob("*") if p.is_file()) == [
+            "queues.lock", slot,
         ]
+        assert _ofd_write_locks(group / "queues.lock") == []
+
+
+def _ofd_write_locks(path: Path) -> list[tuple[int, int]]:
+    """The (first, last) byte ranges of the OFD write locks on ``path``, from /proc/locks."""
+    ino = path.stat().st_ino
+    found = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "OFDLCK" in fields and fields[fields.index("OFDLCK") + 2] == "WRITE":
+            dev_ino, start, end = fields[-3:]
+            if int(dev_ino.split(":")[-1]) == ino:
+                found.append((int(start), int(end)))
+    return sorted(found)
 
 
 def test_a_new_store_writes_the_golden_meta_slot(tmp_path: Path) -> None:

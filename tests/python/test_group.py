@@ -19,7 +19,7 @@ from mqlite import (
     MessageQueue,
     PullConsumer,
 )
-from mqlite.group import live_members
+from mqlite.group import GroupMember, live_members
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
@@ -168,3 +168,52 @@ def test_broadcasting_every_consumer_gets_everything(store: mqlite.Store) -> Non
             while batch := c.poll(0.05):
                 got += batch
             assert sorted(int(m.body) for m in got) == list(range(30))
+
+
+def test_subscribing_one_topic_rebalances_that_topic_alone(
+    store: mqlite.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subscribing topic after topic costs in proportion to the topics, not their square: a
+    subscribe looks at the new topic's members only; a periodic rebalance at every topic's once."""
+    topics = [f"t{i}" for i in range(40)]
+    for t in topics:
+        store.create_topic(t, 2)
+    looked_at: list[str] = []
+    real = GroupMember.live_members
+
+    def counting(self: GroupMember, topic: str) -> list[str]:
+        looked_at.append(topic)
+        return real(self, topic)
+
+    monkeypatch.setattr(GroupMember, "live_members", counting)
+    with store.pull_consumer("g", client_id="a", rebalance_interval=3600) as c:
+        for t in topics:
+            c.subscribe(t)
+        assert looked_at == topics
+        assert len(c.assignment()) == 80
+
+
+def test_a_rebalance_reads_the_offsets_table_once_whatever_it_gains(store: mqlite.Store) -> None:
+    topics = [f"t{i}" for i in range(40)]
+    for t in topics:
+        store.create_topic(t, 2)
+    a = store.pull_consumer("g", client_id="a")
+    b = store.pull_consumer("g", client_id="b", rebalance_interval=0.0001)
+    for t in topics:
+        a.subscribe(t)
+    for t in topics:
+        b.subscribe(t)  # its half is still a's: nothing gained yet
+    assert len(a.assignment()) == 80 and b.assignment() == []
+    a.close()  # every queue is free now
+    reads: list[str | None] = []
+    real = b._offsets.load
+
+    def counting(group: str | None = None) -> dict[str, dict[int, int]]:
+        reads.append(group)
+        return real(group)
+
+    b._offsets.load = counting  # type: ignore[method-assign]
+    b.poll(timeout=0)  # one periodic rebalance: 80 queues of 40 topics gained
+    assert len(b.assignment()) == 80
+    assert reads == ["g"]
+    b.close()

@@ -151,12 +151,6 @@ def test_thousands_of_commit_log_files_written_reopened_read_and_expired(scratch
     assert "bad_after_expiry" not in result, result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap 17 (docs/reliability.md): a group member holds one flock descriptor per "
-    "owned queue, so 4,000 queues exhaust ulimit -n 256; strict, so the fix turns this red "
-    "until the mark goes",
-)
 def test_consumer_group_over_thousands_of_queues_reads_everything(scratch: Path) -> None:
     result = run_scenario("group", scratch)
     check_limits(result)

@@ -420,6 +420,36 @@ pub fn ofd_write_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
     Ok(Some(if rc == 0 { probe.l_pid.max(0) } else { 0 }))
 }
 
+/// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`, `F_WRLCK`) on bytes
+/// `start..start + len` of `fd`'s file without waiting, or with `unlock` releases it
+/// (`F_UNLCK`). The lock belongs to the open file description: other descriptors of the same
+/// file closing do not release it, and it goes when the last descriptor of the description
+/// closes (the process's death included). Returns `Ok(false)` when another open file
+/// description holds a conflicting lock on part of the range, `Ok(true)` when done.
+pub fn ofd_range_lock(
+    fd: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+    unlock: bool,
+) -> io::Result<bool> {
+    // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = if unlock { libc::F_UNLCK } else { libc::F_WRLCK } as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = start;
+    lock.l_len = len;
+    // SAFETY: `lock` is a valid, exclusively borrowed `flock` for the duration of the call;
+    // `l_pid` is zero, as F_OFD_SETLK requires.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
 static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static FORK_GUARD: std::sync::Once = std::sync::Once::new();
 
@@ -437,4 +467,40 @@ pub fn fork_generation() -> u64 {
         unsafe { libc::pthread_atfork(None, None, Some(bump_fork_generation)) };
     });
     FORK_GENERATION.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod ofd_range_tests {
+    use std::fs::OpenOptions;
+    use std::os::unix::io::AsRawFd;
+
+    use super::ofd_range_lock;
+
+    #[test]
+    fn byte_locks_conflict_between_descriptions_and_survive_another_descriptor_closing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("queues.lock");
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .expect("open")
+        };
+        let (a, b) = (open(), open());
+        // Far past the end of the (empty) file: a lock does not need the bytes to exist.
+        let byte = (7_i64 << 32) + 3;
+        assert!(ofd_range_lock(a.as_raw_fd(), byte, 1, false).expect("lock a"));
+        assert!(!ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("lock b"));
+        assert!(ofd_range_lock(b.as_raw_fd(), byte + 1, 1, false).expect("next byte"));
+        // A POSIX record lock would be dropped here, with every lock of the process on the file.
+        drop(open());
+        assert!(!ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("still a's"));
+        assert!(ofd_range_lock(a.as_raw_fd(), byte, 1, true).expect("unlock a"));
+        assert!(ofd_range_lock(b.as_raw_fd(), byte, 1, false).expect("now b's"));
+        drop(b);
+        assert!(ofd_range_lock(a.as_raw_fd(), byte + 1, 2, false).expect("b closed"));
+    }
 }

@@ -9,8 +9,9 @@
 //! most 64 KiB), so it costs less than releasing and retaking the GIL; when it declines, the
 //! send releases the GIL and takes the blocking path.
 //!
-//! One helper that is not the store's: `PollToken` (see `token.rs`), the push consumer's poll
-//! leadership, in Rust so that its stall watch runs without the GIL.
+//! Helpers that are not the store's: `PollToken` (see `token.rs`), the push consumer's poll
+//! leadership, in Rust so that its stall watch runs without the GIL; and the consumer group's
+//! byte-range locks (`group_lock.rs`), in Rust for the platform's `struct flock`.
 //!
 //! A call that may wait for long without the GIL (`wait_for`, a poll, the lock wait of `open`,
 //! `wait_durable`, a poll token on the main thread) waits in slices and runs Python's signal
@@ -19,6 +20,7 @@
 mod args;
 mod cursor;
 mod errors;
+mod group_lock;
 mod interrupt;
 mod message;
 mod names;
@@ -35,6 +37,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(names::check_topic, m)?)?;
     m.add_function(wrap_pyfunction!(names::check_group, m)?)?;
+    m.add_function(wrap_pyfunction!(group_lock::ofd_try_lock, m)?)?;
+    m.add_function(wrap_pyfunction!(group_lock::ofd_unlock, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;
