@@ -127,3 +127,17 @@ def test_a_steady_group_rebalances_without_allocating_again(store: mqlite.Store)
         a.poll(0)  # b left
         assert strategy.calls == 3
         assert len(a.assignment()) == 8
+
+
+def test_a_poll_reads_on_through_every_batch_of_queues(store: mqlite.Store) -> None:
+    # A poll reads its queues in growing batches (16, 64, ...): messages in queues of the
+    # second and third batch, under one message bound, come in one poll, in queue order.
+    store.create_topic("far", 120)
+    p = store.producer()
+    for q in (3, 40, 110):
+        p.send(Message("far", f"{q}".encode()), queue_id=q)
+    with store.pull_consumer("g", consume_from=FIRST, auto_commit=False) as c:
+        c.subscribe("far")
+        assert [m.queue_id for m in c.poll(0, max_messages=3)] == [3, 40, 110]
+        p.send(Message("far", b"late"), queue_id=119)
+        assert [m.queue_id for m in c.poll(0)] == [119]
