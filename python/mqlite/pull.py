@@ -12,6 +12,7 @@ and on ``close``. So a message counts as consumed once the next ``poll`` is call
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import sys
@@ -261,8 +262,18 @@ class PullConsumer:
         self._wake = threading.Event()
         self._subs: dict[str, _Subscription] = {}
         self._queues: dict[MessageQueue, _core.QueueCursor] = {}
+        # The assigned queues of each topic (the keys of ``_queues``, grouped): a topic's
+        # rebalance looks at its own queues only.
+        self._by_topic: dict[str, set[MessageQueue]] = {}
+        # Per subscribed topic, the allocation inputs (queue count, live members) whose result
+        # this member holds whole: a rebalance that finds the same inputs has nothing to do
+        # (allocation strategies are deterministic).
+        self._settled: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._paused: set[MessageQueue] = set()
         self._active: list[_core.QueueCursor] = []
+        self._order: list[tuple[MessageQueue, _core.QueueCursor]] = []  # ``_queues``, sorted
+        # Each active queue's index in ``_active``: where the next poll's rotation starts.
+        self._slot: dict[MessageQueue, int] = {}
         self._rr = 0
         self._manual: bool | None = None
         self._member: GroupMember | None = None
@@ -334,7 +345,7 @@ class PullConsumer:
             self._manual = False
             old = self._subs.get(topic)
             if old is not None and old.selector != selector:
-                self._revoke([mq for mq in self._queues if mq.topic == topic])
+                self._revoke(sorted(self._by_topic.get(topic, ())))
             self._subs[topic] = _Subscription(topic, selector, on_assign, on_revoke)
             if self._model is MessageModel.CLUSTERING:
                 if self._member is None:
@@ -362,8 +373,9 @@ class PullConsumer:
             self._check_open()
             if topic not in self._subs:
                 return
-            self._revoke([mq for mq in self._queues if mq.topic == topic])
+            self._revoke(sorted(self._by_topic.get(topic, ())))
             del self._subs[topic]
+            self._settled.pop(topic, None)
             if self._member is not None:
                 self._member.leave(topic)
 
@@ -379,7 +391,8 @@ class PullConsumer:
             if self._manual is False:
                 raise IllegalStateError("assign() after subscribe(): use one or the other")
             self._manual = True
-            self._revoke([mq for mq in self._queues if mq not in wanted])
+            keep = set(wanted)
+            self._revoke([mq for mq in self._queues if mq not in keep])
             self._add([mq for mq in wanted if mq not in self._queues], commit_initial=False)
 
     def assignment(self) -> list[MessageQueue]:
@@ -397,41 +410,56 @@ class PullConsumer:
 
     def _rebalance(self, topics: Iterable[str] | None = None) -> None:
         """Recompute this member's queues of ``topics`` (every subscribed topic when None; lock
-        held). The cost is linear in the queues of those topics: queues owned are grouped by
-        topic once, and the queues gained are added in one step (one offsets read)."""
+        held).
+
+        Per topic, the queue count and the live members are looked up; only when they differ
+        from the inputs of an allocation this member holds whole (``_settled``) are the queues
+        allocated and compared with the owned ones, so a steady group's rebalance costs a few
+        file-system calls per topic, not work per queue. The queues gained are added in one
+        step (one offsets read).
+        """
         if topics is None:
             self._next_rebalance = time.monotonic() + self._rebalance_interval
             topics = list(self._subs)
         if self._manual is not False:
             return
-        owned_by_topic: dict[str, set[MessageQueue]] = {}
-        for mq in self._queues:
-            owned_by_topic.setdefault(mq.topic, set()).add(mq)
         lost: list[MessageQueue] = []
         gained: list[MessageQueue] = []
+        allocated: dict[str, tuple[tuple[int, tuple[str, ...]], set[MessageQueue]]] = {}
         for topic in topics:
-            mqs = [MessageQueue(topic, i) for i in range(self._queue_count(topic))]
+            count = self._queue_count(topic)
+            cids: tuple[str, ...] = ()
             if self._member is not None:
                 self._member.check(topic)
-                cids = self._member.live_members(topic)
-                mine = set(self._strategy.allocate(self._group, self._client_id, mqs, cids))
+                cids = tuple(self._member.live_members(topic))
+            inputs = (count, cids)
+            if self._settled.get(topic) == inputs:
+                continue
+            self._settled.pop(topic, None)
+            mqs = [MessageQueue(topic, i) for i in range(count)]
+            if self._member is not None:
+                mine = set(self._strategy.allocate(self._group, self._client_id, mqs, list(cids)))
             else:
                 mine = set(mqs)
-            owned = owned_by_topic.get(topic, set())
+            owned = self._by_topic.get(topic, set())
             lost += sorted(owned - mine)
             gained += sorted(mine - owned)
+            allocated[topic] = (inputs, mine)
         self._revoke(lost)
-        if self._member is None:
-            self._add(gained, commit_initial=True)
-            return
-        gained = [mq for mq in gained if self._member.try_acquire(mq)]
+        if self._member is not None:
+            gained = [mq for mq in gained if self._member.try_acquire(mq)]
         try:
             self._add(gained, commit_initial=True)
         except BaseException:
             # Not added (a store error): the queues go back to the group, not held idle.
-            for mq in gained:
-                self._member.release(mq)
+            if self._member is not None:
+                for mq in gained:
+                    self._member.release(mq)
             raise
+        for topic, (inputs, mine) in allocated.items():
+            if self._by_topic.get(topic, set()) == mine:
+                # Every allocated queue is held (none still locked by its previous owner).
+                self._settled[topic] = inputs
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)
@@ -466,10 +494,12 @@ class PullConsumer:
             q.committed = stored
             added[mq] = q
         self._queues.update(added)
+        for mq in added:
+            self._by_topic.setdefault(mq.topic, set()).add(mq)
         if commit_initial and fresh:
             # Pin the starting point so a later owner continues from here, not from "last".
             self._write(fresh)
-        self._refresh_active()
+        self._refresh_active(reassigned=True)
         self._callbacks(mqs, assign=True)
 
     def _revoke(self, mqs: list[MessageQueue]) -> None:
@@ -477,7 +507,8 @@ class PullConsumer:
         if not mqs:
             return
         h = self._handout
-        if h is not None and any(m.message_queue in mqs for m in h.batch[h.next :]):
+        gone = set(mqs)
+        if h is not None and any(m.message_queue in gone for m in h.batch[h.next :]):
             # Not handed out and no longer ours: rewound before the commit below, never yielded.
             self._give_back()
         # Commits of these queues still pending are written now: none may land once another
@@ -490,9 +521,16 @@ class PullConsumer:
         for mq in mqs:
             del self._queues[mq]
             self._paused.discard(mq)
+            held = self._by_topic.get(mq.topic)
+            if held is not None:
+                held.discard(mq)
+                if not held:
+                    del self._by_topic[mq.topic]
+                # A topic's allocation is held whole no more: the next rebalance looks again.
+                self._settled.pop(mq.topic, None)
             if self._member is not None:
                 self._member.release(mq)
-        self._refresh_active()
+        self._refresh_active(reassigned=True)
 
     def _callbacks(self, mqs: list[MessageQueue], *, assign: bool) -> None:
         by_topic: dict[str, list[MessageQueue]] = {}
@@ -516,21 +554,33 @@ class PullConsumer:
             except Exception:
                 log.exception("%s callback of consumer %s failed", "on_assign" if assign else "on_revoke", self._client_id)
 
-    def _refresh_active(self) -> None:
+    def _refresh_active(self, *, reassigned: bool = False) -> None:
+        """Rebuilds the cursors a poll reads: the assigned queues in order, the paused ones
+        left out (lock held). ``reassigned``: queues were added or revoked, so the order itself
+        is rebuilt (a pause or resume only filters it). The rotation keeps its place: it starts
+        at the queue it was to start at, or the next one in order if that one is gone."""
+        if reassigned:
+            self._order = sorted(self._queues.items())
         # ``live`` is what a poll in flight checks before it advances a cursor: a revoked or
         # paused queue keeps its position.
-        for q in self._active:
+        old = self._active
+        start = old[self._rr % len(old)].mq if old else None
+        for q in old:
             q.live = False
-        self._active = [q for mq, q in sorted(self._queues.items()) if mq not in self._paused]
+        paused = self._paused
+        mqs = [mq for mq, _ in self._order if mq not in paused]
+        self._active = [q for mq, q in self._order if mq not in paused]
+        self._slot = {mq: i for i, mq in enumerate(mqs)}
         for q in self._active:
             q.live = True
-        self._rr = 0
+        self._rr = bisect.bisect_left(mqs, start) if start is not None else 0
         self._wake.set()
 
     # -- polling --------------------------------------------------------------------------------
 
     def _rotation(self) -> list[_core.QueueCursor]:
-        """The active queues, starting at the round-robin cursor."""
+        """The active queues, starting at the round-robin cursor: after the queue the latest
+        poll took its last message from (see ``_poll``)."""
         active = self._active  # replaced, never mutated: safe to hand out as is
         k = len(active)
         start = self._rr % k if k > 1 else 0
@@ -539,7 +589,9 @@ class PullConsumer:
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin),
         taking at most ``max_poll_bytes`` bytes (whole stored records) together; a single
-        message larger than that is returned alone.
+        message larger than that is returned alone. Each poll starts after the queue the
+        previous one took its last message from, so every queue with data is served within
+        one round of the queues.
 
         Blocks until a message arrives or ``timeout`` seconds pass (``None``: no limit), waking as
         soon as one is stored. Returns ``[]`` on timeout or when the consumer is closed meanwhile.
@@ -622,7 +674,13 @@ class PullConsumer:
                 max_bytes=max_bytes, oversized_first=oversized_first, on_full=on_full,
             )
             if msgs:
-                self._rr += 1
+                # The next poll starts after the last queue this one took messages from (as
+                # Kafka's fetcher moves the partitions that returned data to the back): every
+                # queue with data is served within one round, whatever the others hold, and a
+                # poll does not re-read the queues that earlier polls of the round emptied.
+                slot = self._slot.get(msgs[-1].message_queue)
+                if slot is not None:
+                    self._rr = slot + 1
                 return msgs
             if not oversized_first:
                 # One read (or wait) only: the caller (the push consumer) holds messages and
@@ -921,7 +979,11 @@ class PullConsumer:
                 self._writer.close()
                 self._closed = True
                 self._queues.clear()
+                self._by_topic.clear()
+                self._settled.clear()
                 self._active = []
+                self._order = []
+                self._slot = {}
                 if self._member is not None:
                     self._member.close()
                 if self._bcast_lock is not None:

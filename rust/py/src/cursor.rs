@@ -6,6 +6,10 @@
 //! message list in one native call keeps the consumer's Python work after a wake-up to a
 //! single return, instead of a loop over per-queue results.
 //!
+//! Cost: a poll snapshots and reads its cursors in batches that grow, and stops at its limit,
+//! so it costs in proportion to the queues it reads rather than to the queues assigned; only a
+//! poll that finds nothing anywhere has read (and then waits for) them all.
+//!
 //! Invariant: a cursor's position only moves forward here, and only if the cursor is still
 //! `live` (assigned and not paused) and nobody moved it (seek, rebalance) while the call read
 //! without the GIL. That check and the move run under the consumer's own lock, the lock its
@@ -193,6 +197,23 @@ struct Snapshot {
     filter: Arc<TagFilter>,
 }
 
+impl Snapshot {
+    fn of(c: &PyQueueCursor) -> Self {
+        Snapshot {
+            topic: Arc::clone(&c.topic),
+            queue_id: c.queue_id,
+            position: c.position,
+            filter: Arc::clone(&c.filter),
+        }
+    }
+}
+
+/// How many cursors a poll reads in its first batch, and by what factor each further batch
+/// grows: few GIL hand-offs for a poll that reads every queue, little snapshotting for one
+/// that finds its messages in the first queues.
+const FIRST_BATCH: usize = 16;
+const BATCH_GROWTH: usize = 4;
+
 /// One cursor's read: the store's answer, or the error of that queue.
 type Read = mqlite::Result<GetResult>;
 
@@ -201,50 +222,85 @@ fn store_wide(e: &Error) -> bool {
     matches!(e, Error::Closed | Error::UsedAfterFork)
 }
 
-/// Reads the cursors in order until `limit` (over all of them) is reached; if none had anything,
-/// waits up to `timeout` for data in the queues that read without error, and reads once more.
-/// One result per cursor read, in order, and whether the poll is over: something was read, or
-/// a record did not fit the byte bound, or data arrived (or the store closed) while waiting, or
-/// the timeout is zero, or no queue read without error. Fails only for an error of the store as
-/// a whole.
+/// What the reads of a poll took so far, over all its cursors.
+#[derive(Debug, Default, Clone, Copy)]
+struct Taken {
+    messages: usize,
+    bytes: usize,
+    /// A record did not fit the byte bound: the poll is over.
+    full: bool,
+}
+
+impl Taken {
+    /// The poll has all it may take.
+    fn done(&self, limit: ReadLimit) -> bool {
+        self.full || self.messages >= limit.messages || self.bytes >= limit.bytes
+    }
+}
+
+/// Reads `snaps` in order, appending one result per cursor read to `out`, until `limit` (over
+/// the whole poll, `taken` included) is reached. Fails only for an error of the store as a
+/// whole.
+fn read_into(
+    store: &Store,
+    snaps: &[Snapshot],
+    limit: ReadLimit,
+    taken: &mut Taken,
+    out: &mut Vec<Read>,
+) -> mqlite::Result<()> {
+    for s in snaps {
+        if taken.done(limit) {
+            break;
+        }
+        let left = ReadLimit {
+            messages: limit.messages - taken.messages,
+            bytes: limit.bytes - taken.bytes,
+            oversized_first: limit.oversized_first && taken.messages == 0,
+        };
+        match store.get_messages_within(&s.topic, s.queue_id, s.position, left, &s.filter) {
+            Ok(r) => {
+                taken.messages += r.records.len();
+                taken.bytes += r.buffer.len();
+                taken.full = r.byte_limited;
+                out.push(Ok(r));
+            }
+            Err(e) if store_wide(&e) => return Err(e),
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the cursors in order until `limit` (over all of them) is reached, unless `read` is
+/// false (the caller just read them all and found nothing); if none had anything, waits up to
+/// `timeout` for data in the queues that read without error, and reads once more. One result
+/// per cursor read, in order, and whether the poll is over: something was read, or a record did
+/// not fit the byte bound, or data arrived (or the store closed) while waiting, or the timeout
+/// is zero, or no queue read without error. `previous` are the results of the caller's read
+/// when `read` is false. Fails only for an error of the store as a whole.
 fn read_or_wait(
     store: &Store,
     snaps: &[Snapshot],
     limit: ReadLimit,
     timeout: Duration,
+    previous: Option<Vec<Read>>,
 ) -> mqlite::Result<(Vec<Read>, bool)> {
-    let read_all = || -> mqlite::Result<(Vec<Read>, usize, bool)> {
+    let read_all = || -> mqlite::Result<(Vec<Read>, Taken)> {
         let mut out = Vec::with_capacity(snaps.len());
-        let (mut got, mut bytes) = (0, 0);
-        for s in snaps {
-            if got >= limit.messages || bytes >= limit.bytes {
-                break;
-            }
-            let left = ReadLimit {
-                messages: limit.messages - got,
-                bytes: limit.bytes - bytes,
-                oversized_first: limit.oversized_first && got == 0,
-            };
-            match store.get_messages_within(&s.topic, s.queue_id, s.position, left, &s.filter) {
-                Ok(r) => {
-                    got += r.records.len();
-                    bytes += r.buffer.len();
-                    let full = r.byte_limited;
-                    out.push(Ok(r));
-                    if full {
-                        return Ok((out, got, true));
-                    }
-                }
-                Err(e) if store_wide(&e) => return Err(e),
-                Err(e) => out.push(Err(e)),
-            }
-        }
-        Ok((out, got, false))
+        let mut taken = Taken::default();
+        read_into(store, snaps, limit, &mut taken, &mut out)?;
+        Ok((out, taken))
     };
-    let (out, got, full) = read_all()?;
-    if got > 0 || full || timeout.is_zero() {
-        return Ok((out, true));
-    }
+    let out = match previous {
+        Some(out) => out,
+        None => {
+            let (out, taken) = read_all()?;
+            if taken.messages > 0 || taken.full || timeout.is_zero() {
+                return Ok((out, true));
+            }
+            out
+        }
+    };
     // Not the failed queues: their data is there, unread, and would end the wait at once.
     let waits: Vec<(&str, u32, u64)> = snaps
         .iter()
@@ -302,33 +358,45 @@ pub fn poll_cursors(
         oversized_first: bound.1,
     };
     let timeout = timeout.map(args::timeout).transpose()?;
-    let mut cs = Vec::with_capacity(cursors.len());
-    let mut snaps = Vec::with_capacity(cursors.len());
-    for c in cursors.iter() {
-        let c = c.cast_into::<PyQueueCursor>()?;
-        {
-            let b = c.borrow();
-            snaps.push(Snapshot {
-                topic: Arc::clone(&b.topic),
-                queue_id: b.queue_id,
-                position: b.position,
-                filter: Arc::clone(&b.filter),
-            });
+    let n = cursors.len();
+    let mut cs = Vec::with_capacity(n.min(FIRST_BATCH));
+    let mut snaps = Vec::with_capacity(n.min(FIRST_BATCH));
+    // First a read of the cursors in batches, each snapshotted just before it is read: a poll
+    // whose first queues have data (the rotation starts at the queues not served last) costs
+    // in proportion to the queues it reads, not to the queues assigned.
+    let mut taken = Taken::default();
+    let mut first = Vec::new();
+    let mut batch = FIRST_BATCH;
+    while cs.len() < n && !taken.done(limit) {
+        let from = cs.len();
+        for i in from..n.min(from.saturating_add(batch)) {
+            let c = cursors.get_item(i)?.cast_into::<PyQueueCursor>()?;
+            snaps.push(Snapshot::of(&c.borrow()));
+            cs.push(c);
         }
-        cs.push(c);
-    }
-    // In slices, running signal handlers between two (see `interrupt.rs`); a poll that finds
-    // or wakes to a message still returns from its first release of the GIL.
-    let deadline = crate::interrupt::deadline(timeout);
-    let results = loop {
-        let slice = crate::interrupt::slice(deadline);
-        let (results, done) = py
-            .detach(|| read_or_wait(store, &snaps, limit, slice))
+        py.detach(|| read_into(store, &snaps[from..], limit, &mut taken, &mut first))
             .map_err(PyMqError)?;
-        if done || crate::interrupt::passed(deadline) {
-            break results;
+        batch = batch.saturating_mul(BATCH_GROWTH);
+    }
+    let over = taken.messages > 0 || taken.full || timeout.is_some_and(|t| t.is_zero());
+    let results = if over {
+        first
+    } else {
+        // Every cursor was read and had nothing: wait for them, in slices, running signal
+        // handlers between two (see `interrupt.rs`); a poll that wakes to a message still
+        // returns from its first release of the GIL.
+        let deadline = crate::interrupt::deadline(timeout);
+        let mut previous = Some(first);
+        loop {
+            let slice = crate::interrupt::slice(deadline);
+            let (results, done) = py
+                .detach(|| read_or_wait(store, &snaps, limit, slice, previous.take()))
+                .map_err(PyMqError)?;
+            if done || crate::interrupt::passed(deadline) {
+                break results;
+            }
+            py.check_signals()?;
         }
-        py.check_signals()?;
     };
     lock.call_method0(intern!(py, "acquire"))?;
     let applied = advance(py, &cs, &snaps, results, hooks);
