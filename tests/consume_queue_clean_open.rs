@@ -171,3 +171,59 @@ fn a_queue_that_does_not_end_where_the_record_says_is_reported_on_first_use() {
     assert_eq!(store.queue_offsets("t005", 2).unwrap(), (0, 3));
     store.close().unwrap();
 }
+
+/// After a clean shutdown a queue's units are a prefix of its file (written in order, flushed):
+/// recovery reads up to the first empty slot and not the rest of the file, so its cost follows
+/// the queue's units, not the file size (a queue of one message has a whole file, mostly a
+/// hole). Only after a crash is the rest of the last file searched for units past a damaged
+/// one (and a unit found there cuts the queue short).
+#[test]
+fn clean_recovery_of_a_queue_reads_its_units_not_its_whole_file() {
+    use mqlite::consume_queue::unit::CqUnit;
+    use mqlite::consume_queue::ConsumeQueue;
+    let dir = tempfile::tempdir().unwrap();
+    let qdir = dir.path().join("q");
+    std::fs::create_dir_all(&qdir).unwrap();
+    const UNITS: u64 = 64;
+    let queue = || ConsumeQueue::new("t", 0, Some(qdir.clone()), UNITS * 20, 0o600, false);
+    let cq = queue();
+    for k in 0..3u64 {
+        let unit = CqUnit {
+            offset: k * 100,
+            size: 100,
+            tags_code: 0,
+        };
+        assert!(cq.put(k, unit).unwrap());
+    }
+    cq.flush().unwrap();
+    cq.close_files();
+    drop(cq);
+    // A unit-shaped pattern in the last slot, far past the units: what a clean shutdown never
+    // leaves, and what the crash-time search looks for.
+    let file = qdir.join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = ((UNITS - 1) * 20) as usize;
+    bytes[at..at + 20].copy_from_slice(
+        &CqUnit {
+            offset: 9_000,
+            size: 100,
+            tags_code: 0,
+        }
+        .encode(),
+    );
+    std::fs::write(&file, &bytes).unwrap();
+
+    let clean = queue();
+    assert_eq!(clean.recover(false).unwrap(), 3);
+    assert!(
+        !clean.was_cut_short(),
+        "a clean recovery searched the whole file"
+    );
+    clean.close_files();
+    drop(clean);
+
+    let crashed = queue();
+    assert_eq!(crashed.recover(true).unwrap(), 3);
+    assert!(crashed.was_cut_short());
+    crashed.close_files();
+}
