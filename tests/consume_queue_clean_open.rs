@@ -153,77 +153,41 @@ fn a_record_that_does_not_match_the_store_is_not_trusted() {
 }
 
 #[test]
+fn a_queue_a_damaged_unit_cut_short_is_reindexed_at_first_use() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    build(root);
+    // Media damage while the store was closed: t005:3's second unit reads as zeros, a valid
+    // unit after it.
+    let file = common::cq_file(root, "t005", 3, 0);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[20..40].fill(0);
+    std::fs::write(&file, &bytes).unwrap();
+    let (store, loaded) = open_counting(root);
+    assert_eq!(loaded, 0);
+    assert_eq!(store.queue_offsets("t005", 3).unwrap(), (0, 4));
+    let got: Vec<u64> = read_queue(&store, "t005", 3).iter().map(|m| m.0).collect();
+    assert_eq!(got, vec![0, 1, 2, 3]);
+    let put = store.put(&MessageRef::new("t005", 3, b"next")).unwrap();
+    assert_eq!(put.appended.queue_offset, 4);
+    store.close().unwrap();
+}
+
+#[test]
 fn a_queue_that_does_not_end_where_the_record_says_is_reported_on_first_use() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     build(root);
-    // A queue's files changed behind the closed store's back: its second unit is gone.
-    let file = common::cq_file(root, "t005", 3, 0);
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes[20..40].fill(0);
-    std::fs::write(&file, &bytes).unwrap();
+    // A queue's file deleted behind the closed store's back.
+    std::fs::remove_file(common::cq_file(root, "t005", 3, 0)).unwrap();
     let (store, _) = open_counting(root);
     let err = store.queue_offsets("t005", 3).unwrap_err();
     assert!(matches!(err, mqlite::Error::Corrupted { .. }), "{err:?}");
     assert!(err.to_string().contains("t005:3"), "{err}");
-    // The other queues are unaffected.
+    // Nothing was written for it, and the other queues are served.
+    assert!(!common::cq_file(root, "t005", 3, 0).exists());
     assert_eq!(store.queue_offsets("t005", 2).unwrap(), (0, 3));
     store.close().unwrap();
-}
-
-/// After a clean shutdown a queue's units are a prefix of its file (written in order, flushed):
-/// recovery reads up to the first empty slot and not the rest of the file, so its cost follows
-/// the queue's units, not the file size (a queue of one message has a whole file, mostly a
-/// hole). Only after a crash is the rest of the last file searched for units past a damaged
-/// one (and a unit found there cuts the queue short).
-#[test]
-fn clean_recovery_of_a_queue_reads_its_units_not_its_whole_file() {
-    use mqlite::consume_queue::unit::CqUnit;
-    use mqlite::consume_queue::ConsumeQueue;
-    let dir = tempfile::tempdir().unwrap();
-    let qdir = dir.path().join("q");
-    std::fs::create_dir_all(&qdir).unwrap();
-    const UNITS: u64 = 64;
-    let queue = || ConsumeQueue::new("t", 0, Some(qdir.clone()), UNITS * 20, 0o600, false);
-    let cq = queue();
-    for k in 0..3u64 {
-        let unit = CqUnit {
-            offset: k * 100,
-            size: 100,
-            tags_code: 0,
-        };
-        assert!(cq.put(k, unit).unwrap());
-    }
-    cq.flush().unwrap();
-    cq.close_files();
-    drop(cq);
-    // A unit-shaped pattern in the last slot, far past the units: what a clean shutdown never
-    // leaves, and what the crash-time search looks for.
-    let file = qdir.join(format!("{:020}", 0));
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = ((UNITS - 1) * 20) as usize;
-    bytes[at..at + 20].copy_from_slice(
-        &CqUnit {
-            offset: 9_000,
-            size: 100,
-            tags_code: 0,
-        }
-        .encode(),
-    );
-    std::fs::write(&file, &bytes).unwrap();
-
-    let clean = queue();
-    assert_eq!(clean.recover(false).unwrap(), 3);
-    assert!(
-        !clean.was_cut_short(),
-        "a clean recovery searched the whole file"
-    );
-    clean.close_files();
-    drop(clean);
-
-    let crashed = queue();
-    assert_eq!(crashed.recover(true).unwrap(), 3);
-    assert!(crashed.was_cut_short());
-    crashed.close_files();
 }

@@ -221,21 +221,16 @@ impl ConsumeQueue {
             return Ok(0);
         };
         let end_in_file = first_invalid_unit(&last);
-        // After a crash, valid-looking units after the first invalid one mean a damaged unit
-        // cut the queue short: the records those units indexed must be dispatched again
-        // (`damaged`). After a clean shutdown every unit was written in order and flushed, so
-        // the units are a prefix and the rest of the file is not read: the cost of a clean
-        // recovery follows the queue's units, not its file size (a queue of one message has a
-        // file of `file_size` bytes, almost all of it a hole).
-        if zero_tail {
-            let mut pos = end_in_file + UNIT_SIZE;
-            while pos + UNIT_SIZE <= last.size() {
-                if read_unit(&last, pos).is_some() {
-                    self.damaged.store(true, Ordering::Release);
-                    break;
-                }
-                pos += UNIT_SIZE;
+        // Valid-looking units after the first invalid one mean a damaged unit cut the queue
+        // short: the records those units indexed must be dispatched again (`damaged`). Searched
+        // after a clean shutdown too: media damage can zero a unit whatever the shutdown.
+        let mut pos = end_in_file + UNIT_SIZE;
+        while pos + UNIT_SIZE <= last.size() {
+            if read_unit(&last, pos).is_some() {
+                self.damaged.store(true, Ordering::Release);
+                break;
             }
+            pos += UNIT_SIZE;
         }
         drop(last);
         let mut w = self.files.last_writer()?.ok_or(Error::ReadOnly)?;
@@ -413,6 +408,12 @@ impl ConsumeQueue {
             }
         }
         (last.from_offset() + end) / UNIT_SIZE
+    }
+
+    /// True when recovery set files aside (a short file and every later one) for
+    /// `remove_stale_files`.
+    pub fn has_stale_files(&self) -> bool {
+        self.stale_from.load(Ordering::Acquire) != NO_FILE
     }
 
     /// True when recovery found this queue cut short by a damaged unit or a short file: every

@@ -87,6 +87,9 @@ pub struct ConsumeQueueStore {
     // The commit log's minimum as last applied to the queues' minimums: a pending queue gets
     // it when loaded.
     log_min: AtomicU64,
+    // The store's commit log: a pending queue that a damaged unit cut short is re-indexed from
+    // it when loaded (`reindex`).
+    log: Option<Arc<CommitLog>>,
 }
 
 impl ConsumeQueueStore {
@@ -117,7 +120,14 @@ impl ConsumeQueueStore {
             has_pending: AtomicBool::new(false),
             trusted_end: AtomicU64::new(NO_RECORD),
             log_min: AtomicU64::new(0),
+            log: None,
         }
+    }
+
+    /// Queues whose records are in `log` (the store's).
+    pub fn with_log(mut self, log: Arc<CommitLog>) -> Self {
+        self.log = Some(log);
+        self
     }
 
     /// Keeps the clean-shutdown record at `path` (clean.rs): written at a clean close, read
@@ -202,13 +212,19 @@ impl ConsumeQueueStore {
         // Held through the load: one thread loads a queue, and others wait for it to be in
         // the map rather than see it half recovered.
         let mut pending = self.lock_pending();
-        let Some(&(max_offset, _)) = pending.get(topic).and_then(|m| m.get(&queue_id)) else {
+        let Some(&(max_offset, max_physical)) = pending.get(topic).and_then(|m| m.get(&queue_id))
+        else {
             return Ok(queue_in(&self.read(), topic, queue_id));
         };
         let cq = self.new_queue(topic, queue_id)?;
         cq.recover(false)?;
         QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
-        if cq.was_cut_short() || cq.max_offset() != max_offset {
+        if cq.was_cut_short() && !cq.has_stale_files() {
+            // A damaged unit cut it short (media damage since the close): its units come back
+            // from the log, as recovery's re-dispatch would have restored them.
+            self.reindex(&cq, max_physical)?;
+        }
+        if cq.has_stale_files() || cq.max_offset() != max_offset {
             let (path, _) = LogicalQueue::locate(&cq, cq.max_offset());
             return Err(Error::Corrupted {
                 path,
@@ -217,7 +233,7 @@ impl ConsumeQueueStore {
                     "consume queue {topic}:{queue_id} ends at queue offset {}{}, its clean-shutdown \
                      record says {max_offset}",
                     cq.max_offset(),
-                    if cq.was_cut_short() { " (cut short)" } else { "" },
+                    if cq.has_stale_files() { " (a short file)" } else { "" },
                 ),
                 cause: None,
             });
@@ -233,6 +249,37 @@ impl ConsumeQueueStore {
         self.has_pending
             .store(!pending.is_empty(), Ordering::Release);
         Ok(Some(cq))
+    }
+
+    /// Re-creates `cq`'s units for the records from the end of its last unit up to `to` (the
+    /// end of the last record it indexed at the clean close). Idempotent, like dispatch: a crash
+    /// meanwhile is recovered as any crash is.
+    fn reindex(&self, cq: &ConsumeQueue, to: u64) -> Result<()> {
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        let mut pos = cq.max_physical_offset().max(log.min_offset());
+        while pos < to {
+            // Each record's unit, if it is one of this queue's; then the next record (a blank
+            // or the end of a file's data: the next file).
+            let step = log.read_record(pos, |v| {
+                let r = DispatchRequest::from_record(v);
+                let mine = r.topic == cq.topic()
+                    && r.queue_id == cq.queue_id()
+                    && sysflag::is_dispatched(r.sysflag);
+                (mine.then(|| (r.queue_offset, unit_of(&r))), r.size)
+            });
+            match step {
+                Ok((unit, size)) => {
+                    if let Some((k, unit)) = unit {
+                        cq.put(k, unit)?;
+                    }
+                    pos += u64::from(size.max(1));
+                }
+                Err(_) => pos = log.roll_next_file(pos),
+            }
+        }
+        Ok(())
     }
 
     /// Loads every pending queue (recovery that cannot trust the record; retention, which must

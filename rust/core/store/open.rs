@@ -126,7 +126,8 @@ pub(super) fn open_with(
         !writable,
     )
     .with_cache(map_cache)
-    .with_clock(config.clock.clone());
+    .with_clock(config.clock.clone())
+    .with_log(Arc::clone(&commit_log));
     if let Some(r) = root {
         queues = queues.with_clean_record(r.join(CLEAN_RECORD));
     }
