@@ -440,6 +440,11 @@ impl ConsumeQueueStore {
         Ok(None)
     }
 
+    /// `lookup`, with a failure taken as "no such queue".
+    pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        self.lookup(topic, queue_id).ok().flatten()
+    }
+
     /// The queue, created (directory included) if missing.
     pub fn get_or_create(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
         if let Some(cq) = self.lookup(topic, queue_id)? {
