@@ -6,8 +6,9 @@
 //! close and the next writer open.
 //!
 //! Opening is lazy after a clean close: `load` reads the clean-shutdown record instead of the
-//! queues' files, and a queue it lists is *pending* (known by its next queue offset alone, no
-//! file listed, opened or mapped) until its first use (a read, a dispatch, a topic change, or
+//! queues' files, and a queue it lists is *pending* (known by its next queue offset alone; its
+//! directory is listed and its files `stat`ed for a short file, none opened or mapped) until its
+//! first use (a read, a dispatch, a topic change, or
 //! retention), which loads it exactly as an open without the record would have and checks it
 //! against the record. After a crash, or when the record is missing or does not match the
 //! recovered commit log, every queue is loaded at open, as before.
@@ -194,6 +195,31 @@ impl ConsumeQueueStore {
                 .entry(q.topic)
                 .or_default()
                 .insert(q.queue_id, (q.max_offset, q.max_physical));
+        }
+        // A queue with a short file (truncated, or a creation a crash interrupted) lost units
+        // that only recovery may restore, below the checkpoint (`ConsumeQueue::recover`): it
+        // is loaded now, as without the record. Finding one lists the queue's directory and
+        // `stat`s its files; no file is opened.
+        let mut short = Vec::new();
+        for (topic, m) in pending.iter() {
+            for &queue_id in m.keys() {
+                let cq = self.new_queue(topic, queue_id)?;
+                if !matches!(cq.files().first_short_file(), Ok(None)) {
+                    short.push((topic.clone(), queue_id));
+                }
+            }
+        }
+        for (topic, queue_id) in short {
+            if let Some(m) = pending.get_mut(&topic) {
+                m.remove(&queue_id);
+                if m.is_empty() {
+                    pending.remove(&topic);
+                }
+            }
+            let cq = self.new_queue(&topic, queue_id)?;
+            cq.recover(false)?;
+            QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+            self.insert(&topic, queue_id, cq);
         }
         self.has_pending
             .store(!pending.is_empty(), Ordering::Release);
