@@ -245,6 +245,11 @@ impl ConsumeQueueStore {
         let cq = self.new_queue(topic, queue_id)?;
         cq.recover(false)?;
         QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+        // What recovery checks of every queue's tail after a clean shutdown, here at first
+        // use: its last unit indexes exactly its record, and damage to that record is reported.
+        if let Some(log) = &self.log {
+            check_tail(log, &DurableCheck::new(log), &cq, max_physical)?;
+        }
         if cq.was_cut_short() && !cq.has_stale_files() {
             // A damaged unit cut it short (media damage since the close): its units come back
             // from the log, as recovery's re-dispatch would have restored them.
@@ -641,29 +646,7 @@ impl DerivedStore for ConsumeQueueStore {
         let mut resume = resume_from;
         let durable = DurableCheck::new(log);
         for cq in self.all() {
-            cq.verify_tail(resume_from, |unit, k| {
-                if unit.offset < log_min {
-                    return Ok(true); // the record expired: nothing to check it against
-                }
-                let matches = log
-                    .with_bytes(unit.offset, unit.size, |b| {
-                        RecordView::parse(b, false).is_ok_and(|v| {
-                            v.physical_offset() == unit.offset
-                                && v.queue_offset() == k
-                                && v.queue_id() == cq.queue_id()
-                                && v.topic() == cq.topic()
-                        })
-                    })
-                    .unwrap_or(false);
-                // Every unit left points below `log_end`, where the log is either verified
-                // by the recovery scan or durable but unread: a mismatch is a stale unit only
-                // if the records up to where it points are whole; if not, it is the log that
-                // is damaged, and that is reported, not cut away with the unit.
-                if !matches {
-                    durable.through(unit.offset)?;
-                }
-                Ok(matches)
-            })?;
+            check_tail(log, &durable, &cq, resume_from)?;
             if cq.was_cut_short() {
                 resume = resume.min(cq.max_physical_offset().max(log_min));
             }
@@ -843,6 +826,41 @@ impl Dispatcher for ConsumeQueueStore {
             None => Ok(false),
         }
     }
+}
+
+/// Recovery's check of `cq`'s tail against `log` (`ConsumeQueue::verify_tail` from
+/// `resume_from`): units that do not index exactly their record are cut, unless the log bytes
+/// they point at are damaged, which is reported.
+fn check_tail(
+    log: &CommitLog,
+    durable: &DurableCheck<'_>,
+    cq: &ConsumeQueue,
+    resume_from: u64,
+) -> Result<bool> {
+    let log_min = log.min_offset();
+    cq.verify_tail(resume_from, |unit, k| {
+        if unit.offset < log_min {
+            return Ok(true); // the record expired: nothing to check it against
+        }
+        let matches = log
+            .with_bytes(unit.offset, unit.size, |b| {
+                RecordView::parse(b, false).is_ok_and(|v| {
+                    v.physical_offset() == unit.offset
+                        && v.queue_offset() == k
+                        && v.queue_id() == cq.queue_id()
+                        && v.topic() == cq.topic()
+                })
+            })
+            .unwrap_or(false);
+        // Every unit left points below the log's recovered end, where the log is either
+        // verified by the recovery scan or durable but unread: a mismatch is a stale unit only
+        // if the records up to where it points are whole; if not, it is the log that is
+        // damaged, and that is reported, not cut away with the unit.
+        if !matches {
+            durable.through(unit.offset)?;
+        }
+        Ok(matches)
+    })
 }
 
 fn queue_in(map: &QueueMap, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
