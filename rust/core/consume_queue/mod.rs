@@ -232,6 +232,10 @@ impl ConsumeQueue {
             }
             pos += UNIT_SIZE;
         }
+        // The search touched the whole file past the units (mostly a hole): those pages are
+        // let go of, so that a mapping the store's cache keeps does not hold them resident. A
+        // hint: a failure only leaves them mapped.
+        let _ = last.advise(0, last.size(), Advice::DontNeed);
         drop(last);
         let mut w = self.files.last_writer()?.ok_or(Error::ReadOnly)?;
         let zero_until = if zero_tail {
