@@ -127,12 +127,14 @@ fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
     drop(follower);
 
     let store = Store::open(dir.path(), small_config()).unwrap();
+    // Loaded at its first use (the store closed cleanly: FORMAT.md §4.1), the queue drops the
+    // empty file then.
+    assert_queue_holds(&store, 40);
     assert_eq!(
         queue_dir_files(dir.path(), 0),
         [0],
         "the empty file was deleted"
     );
-    assert_queue_holds(&store, 40);
     put_range(&store, 40, 80);
     assert_queue_holds(&store, 80);
 }

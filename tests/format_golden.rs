@@ -344,3 +344,29 @@ fn topic_journal_writes_and_reads_the_fixture() {
     let reader = TopicTable::load(Some(json), 0o600, false).unwrap();
     assert!(reader.all().is_empty());
 }
+
+/// FORMAT.md §4.1 and its golden vector: the clean-shutdown record's bytes, both ways.
+#[test]
+fn queues_clean_record_matches_the_golden_vector() {
+    use mqlite::consume_queue::clean::{CleanRecord, QueueState};
+    let record = CleanRecord {
+        log_end: 4096,
+        queues: vec![
+            QueueState {
+                topic: "a".into(),
+                queue_id: 0,
+                max_offset: 3,
+                max_physical: 4096,
+            },
+            QueueState {
+                topic: "b_2".into(),
+                queue_id: 7,
+                max_offset: 0,
+                max_physical: 0,
+            },
+        ],
+    };
+    let expected = fixture("queues_clean.hex");
+    assert_eq!(record.encode(), expected);
+    assert_eq!(CleanRecord::decode(&expected), Some(record));
+}

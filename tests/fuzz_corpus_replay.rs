@@ -619,12 +619,15 @@ fn template() -> &'static Template {
         // (`copy_tree`) but not mutated: the saved corpus indexes the list without it, and its
         // damage is a `ConfigFile` error covered by the store_meta tests. The topic journal (an
         // 8-byte header after the clean close) is left out likewise: the corpus predates it,
-        // and its damage is covered by topic_config's journal tests.
+        // and its damage is covered by topic_config's journal tests. So is the consume queues'
+        // clean-shutdown record `queues.clean` (FORMAT.md §4.1; consume_queue/clean.rs and
+        // tests/consume_queue_clean_open.rs cover its damage and a queue that disagrees with it).
         files.retain(|p| {
             p != Path::new("lock")
                 && p != Path::new("wakeup")
                 && p != Path::new(META)
                 && p != Path::new("config/topics.journal")
+                && p != Path::new("queues.clean")
         });
         files.sort();
         assert!(files.len() >= 6, "template store too small: {files:?}");

@@ -1,6 +1,7 @@
 //! 10,000 topics of 4 queues with a message in every queue, under a descriptor limit of 256 (a
 //! common default is 1,024): half the topics are created in one batch, half auto-created by
-//! their first message; the store is reopened and every message read back. The store's
+//! their first message; the store is closed, reopened (a clean open loads no consume queue) and
+//! every message read back. The store's
 //! descriptors stay under the bound docs/design.md documents and the process's mappings far
 //! below `vm.max_map_count`.
 //!
@@ -168,8 +169,16 @@ fn scale_ten_thousand_topics_with_a_message_in_every_queue_under_256_descriptors
     store.close().unwrap();
     drop(store);
 
+    let loads = mqlite::consume_queue::store::queue_loads();
     let store = Store::open(root, config()).unwrap();
     limits.check("after the reopen");
+    // A clean open takes the queues from their clean-shutdown record: it loads no queue's
+    // files (FORMAT.md §4.1); each is loaded at its first read below.
+    assert_eq!(
+        mqlite::consume_queue::store::queue_loads() - loads,
+        0,
+        "queues loaded by the clean reopen"
+    );
     for (i, name) in names.iter().enumerate() {
         for q in 0..QUEUES {
             let got = store

@@ -34,6 +34,7 @@
 //!
 //! Writers: only the dispatcher. Readers: any thread, any process.
 
+pub mod clean;
 pub mod store;
 pub mod unit;
 
@@ -221,7 +222,8 @@ impl ConsumeQueue {
         };
         let end_in_file = first_invalid_unit(&last);
         // Valid-looking units after the first invalid one mean a damaged unit cut the queue
-        // short: the records those units indexed must be dispatched again (`damaged`).
+        // short: the records those units indexed must be dispatched again (`damaged`). Searched
+        // after a clean shutdown too: media damage can zero a unit whatever the shutdown.
         let mut pos = end_in_file + UNIT_SIZE;
         while pos + UNIT_SIZE <= last.size() {
             if read_unit(&last, pos).is_some() {
@@ -230,6 +232,10 @@ impl ConsumeQueue {
             }
             pos += UNIT_SIZE;
         }
+        // The search touched the whole file past the units (mostly a hole): those pages are
+        // let go of, so that a mapping the store's cache keeps does not hold them resident. A
+        // hint: a failure only leaves them mapped.
+        let _ = last.advise(0, last.size(), Advice::DontNeed);
         drop(last);
         let mut w = self.files.last_writer()?.ok_or(Error::ReadOnly)?;
         let zero_until = if zero_tail {
@@ -406,6 +412,12 @@ impl ConsumeQueue {
             }
         }
         (last.from_offset() + end) / UNIT_SIZE
+    }
+
+    /// True when recovery set files aside (a short file and every later one) for
+    /// `remove_stale_files`.
+    pub fn has_stale_files(&self) -> bool {
+        self.stale_from.load(Ordering::Acquire) != NO_FILE
     }
 
     /// True when recovery found this queue cut short by a damaged unit or a short file: every

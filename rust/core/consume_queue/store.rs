@@ -2,7 +2,16 @@
 //! (`DerivedStore`, critical, quick) that feeds them and runs their lifecycle; readers find
 //! queues through it as the store's `QueueIndex`.
 //!
-//! On disk: `consumequeue/<topic>/<queueId>/`.
+//! On disk: `consumequeue/<topic>/<queueId>/`, and `queues.clean` (clean.rs) between a clean
+//! close and the next writer open.
+//!
+//! Opening is lazy after a clean close: `load` reads the clean-shutdown record instead of the
+//! queues' files, and a queue it lists is *pending* (known by its next queue offset alone; its
+//! directory is listed and its files `stat`ed for a short file, none opened or mapped) until its
+//! first use (a read, a dispatch, a topic change, or
+//! retention), which loads it exactly as an open without the record would have and checks it
+//! against the record. After a crash, or when the record is missing or does not match the
+//! recovered commit log, every queue is loaded at open, as before.
 //!
 //! Invariant: a path is built only from a valid topic name (`[A-Za-z0-9_%|-]`, checked in
 //! `dir_of`, the one place names become paths), so a directory can never leave the store root,
@@ -10,7 +19,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+use super::clean::{self, CleanRecord, QueueState};
 
 use super::unit::CqUnit;
 use super::ConsumeQueue;
@@ -29,6 +41,23 @@ use crate::util::fs;
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
 type QueueMap = HashMap<String, ById, crate::util::hash::FastBuild>;
+/// Queues known from the clean-shutdown record and not loaded yet: topic -> queue id -> (next
+/// queue offset, max physical offset).
+type PendingMap = HashMap<String, HashMap<u32, (u64, u64)>, crate::util::hash::FastBuild>;
+
+/// Queues loaded from their files in this process (every store): the scale tier's check that
+/// a clean open loads none (`queue_loads`).
+static QUEUE_LOADS: AtomicU64 = AtomicU64::new(0);
+
+/// How many consume queues this process has loaded from their files (listed, and their last
+/// file read) since it started: a test hook for the cost of opening a store.
+#[doc(hidden)]
+pub fn queue_loads() -> u64 {
+    QUEUE_LOADS.load(Ordering::Relaxed)
+}
+
+/// `trusted_end` while no record is trusted.
+const NO_RECORD: u64 = u64::MAX;
 
 /// All consume queues.
 #[derive(Debug)]
@@ -48,6 +77,20 @@ pub struct ConsumeQueueStore {
     cache: Arc<MapCache>,
     // The store's clock, given to each queue (its pace: `ConsumeQueue::with_clock`).
     clock: Clock,
+    // Where the clean-shutdown record lives (`None`: in memory, or no record kept).
+    clean_path: Option<PathBuf>,
+    // Queues the trusted record lists that are not loaded yet (module doc); `has_pending`
+    // is false once the map is empty, so that lookups of missing queues skip its lock.
+    pending: Mutex<PendingMap>,
+    has_pending: AtomicBool,
+    // The commit-log end the trusted record names (`NO_RECORD`: none trusted).
+    trusted_end: AtomicU64,
+    // The commit log's minimum as last applied to the queues' minimums: a pending queue gets
+    // it when loaded.
+    log_min: AtomicU64,
+    // The store's commit log: a pending queue that a damaged unit cut short is re-indexed from
+    // it when loaded (`reindex`).
+    log: Option<Arc<CommitLog>>,
 }
 
 impl ConsumeQueueStore {
@@ -73,7 +116,26 @@ impl ConsumeQueueStore {
             preparer: Mutex::new(None),
             cache: Arc::new(MapCache::default()),
             clock: Clock::system(),
+            clean_path: None,
+            pending: Mutex::new(PendingMap::default()),
+            has_pending: AtomicBool::new(false),
+            trusted_end: AtomicU64::new(NO_RECORD),
+            log_min: AtomicU64::new(0),
+            log: None,
         }
+    }
+
+    /// Queues whose records are in `log` (the store's).
+    pub fn with_log(mut self, log: Arc<CommitLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Keeps the clean-shutdown record at `path` (clean.rs): written at a clean close, read
+    /// and then deleted by the next writer open.
+    pub fn with_clean_record(mut self, path: PathBuf) -> Self {
+        self.clean_path = Some(path);
+        self
     }
 
     /// Every queue keeps its recently used files mapped in `cache` (the store's).
@@ -109,11 +171,205 @@ impl ConsumeQueueStore {
     pub fn load_all(&self, zero_tail: bool) -> Result<Vec<Arc<ConsumeQueue>>> {
         let mut found = Vec::new();
         for (topic, qid) in self.queue_dirs()? {
-            let cq = self.open_queue(&topic, qid)?;
+            let cq = self.new_queue(&topic, qid)?;
             cq.recover(zero_tail)?;
-            found.push(cq);
+            QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+            found.push(self.insert(&topic, qid, cq));
         }
         Ok(found)
+    }
+
+    /// Writer open after a clean close: takes the queues from the clean-shutdown record
+    /// (pending) and returns true, or returns false when there is no record that verifies.
+    fn load_recorded(&self) -> Result<bool> {
+        let Some(path) = &self.clean_path else {
+            return Ok(false);
+        };
+        let Some(record) = clean::read(path)? else {
+            return Ok(false);
+        };
+        let mut pending = self.lock_pending();
+        pending.clear();
+        for q in record.queues {
+            pending
+                .entry(q.topic)
+                .or_default()
+                .insert(q.queue_id, (q.max_offset, q.max_physical));
+        }
+        // A queue with a short file (truncated, or a creation a crash interrupted) lost units
+        // that only recovery may restore, below the checkpoint (`ConsumeQueue::recover`): it
+        // is loaded now, as without the record. Finding one lists the queue's directory and
+        // `stat`s its files; no file is opened.
+        let mut short = Vec::new();
+        for (topic, m) in pending.iter() {
+            for &queue_id in m.keys() {
+                let cq = self.new_queue(topic, queue_id)?;
+                if !matches!(cq.files().first_short_file(), Ok(None)) {
+                    short.push((topic.clone(), queue_id));
+                }
+            }
+        }
+        for (topic, queue_id) in short {
+            if let Some(m) = pending.get_mut(&topic) {
+                m.remove(&queue_id);
+                if m.is_empty() {
+                    pending.remove(&topic);
+                }
+            }
+            let cq = self.new_queue(&topic, queue_id)?;
+            cq.recover(false)?;
+            QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+            self.insert(&topic, queue_id, cq);
+        }
+        self.has_pending
+            .store(!pending.is_empty(), Ordering::Release);
+        self.trusted_end.store(record.log_end, Ordering::Release);
+        Ok(true)
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, PendingMap> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads the pending queue `topic:queue_id` from its files, as an open after a clean close
+    /// without the record would have, and checks it ends where the record says. `Ok(None)`:
+    /// not pending (unknown, or loaded meanwhile by another thread: then it is in the map).
+    fn load_pending(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<ConsumeQueue>>> {
+        // Held through the load: one thread loads a queue, and others wait for it to be in
+        // the map rather than see it half recovered.
+        let mut pending = self.lock_pending();
+        let Some(&(max_offset, max_physical)) = pending.get(topic).and_then(|m| m.get(&queue_id))
+        else {
+            return Ok(queue_in(&self.read(), topic, queue_id));
+        };
+        let cq = self.new_queue(topic, queue_id)?;
+        cq.recover(false)?;
+        QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+        // What recovery checks of every queue's tail after a clean shutdown, here at first
+        // use: its last unit indexes exactly its record, and damage to that record is reported.
+        if let Some(log) = &self.log {
+            check_tail(log, &DurableCheck::new(log), &cq, max_physical)?;
+        }
+        if cq.was_cut_short() && !cq.has_stale_files() {
+            // A damaged unit cut it short (media damage since the close): its units come back
+            // from the log, as recovery's re-dispatch would have restored them.
+            self.reindex(&cq, max_physical)?;
+        }
+        if cq.has_stale_files() || cq.max_offset() != max_offset {
+            let (path, _) = LogicalQueue::locate(&cq, cq.max_offset());
+            return Err(Error::Corrupted {
+                path,
+                offset: cq.max_offset(),
+                reason: format!(
+                    "consume queue {topic}:{queue_id} ends at queue offset {}{}, its clean-shutdown \
+                     record says {max_offset}",
+                    cq.max_offset(),
+                    if cq.has_stale_files() { " (a short file)" } else { "" },
+                ),
+                cause: None,
+            });
+        }
+        cq.correct_min_offset(self.log_min.load(Ordering::Acquire));
+        let cq = self.insert(topic, queue_id, cq);
+        if let Some(m) = pending.get_mut(topic) {
+            m.remove(&queue_id);
+            if m.is_empty() {
+                pending.remove(topic);
+            }
+        }
+        self.has_pending
+            .store(!pending.is_empty(), Ordering::Release);
+        Ok(Some(cq))
+    }
+
+    /// Re-creates `cq`'s units for the records from the end of its last unit up to `to` (the
+    /// end of the last record it indexed at the clean close). Idempotent, like dispatch: a crash
+    /// meanwhile is recovered as any crash is.
+    fn reindex(&self, cq: &ConsumeQueue, to: u64) -> Result<()> {
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        let mut pos = cq.max_physical_offset().max(log.min_offset());
+        while pos < to {
+            // Each record's unit, if it is one of this queue's; then the next record (a blank
+            // or the end of a file's data: the next file).
+            let step = log.read_record(pos, |v| {
+                let r = DispatchRequest::from_record(v);
+                let mine = r.topic == cq.topic()
+                    && r.queue_id == cq.queue_id()
+                    && sysflag::is_dispatched(r.sysflag);
+                (mine.then(|| (r.queue_offset, unit_of(&r))), r.size)
+            });
+            match step {
+                Ok((unit, size)) => {
+                    if let Some((k, unit)) = unit {
+                        cq.put(k, unit)?;
+                    }
+                    pos += u64::from(size.max(1));
+                }
+                Err(_) => pos = log.roll_next_file(pos),
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads every pending queue (recovery that cannot trust the record; retention, which must
+    /// see every queue's files).
+    fn load_all_pending(&self) -> Result<()> {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let keys: Vec<(String, u32)> = self
+            .lock_pending()
+            .iter()
+            .flat_map(|(t, m)| m.keys().map(move |q| (t.clone(), *q)))
+            .collect();
+        for (topic, qid) in keys {
+            self.load_pending(&topic, qid)?;
+        }
+        Ok(())
+    }
+
+    /// The state of every queue for the clean-shutdown record: the loaded ones as they are,
+    /// the pending ones as the record they came from said (nothing changed them).
+    fn states(&self) -> Vec<QueueState> {
+        let mut out: Vec<QueueState> = self
+            .all()
+            .iter()
+            .map(|cq| QueueState {
+                topic: cq.topic().to_owned(),
+                queue_id: cq.queue_id(),
+                max_offset: cq.max_offset(),
+                max_physical: cq.max_physical_offset(),
+            })
+            .collect();
+        for (topic, m) in self.lock_pending().iter() {
+            for (&queue_id, &(max_offset, max_physical)) in m {
+                out.push(QueueState {
+                    topic: topic.clone(),
+                    queue_id,
+                    max_offset,
+                    max_physical,
+                });
+            }
+        }
+        out
+    }
+
+    /// Writes the clean-shutdown record (store close, clean: after the final flush, every
+    /// record below `log_end` dispatched and durable in the queues).
+    ///
+    /// # Errors
+    /// I/O failures (the close is then not clean).
+    pub fn record_clean(&self, log_end: u64) -> Result<()> {
+        let (Some(path), false) = (&self.clean_path, self.read_only) else {
+            return Ok(());
+        };
+        let record = CleanRecord {
+            log_end,
+            queues: self.states(),
+        };
+        clean::write(path, &record, self.file_mode)
     }
 
     /// The topics that have queue directories, each with its highest queue id plus one, sorted
@@ -152,54 +408,77 @@ impl ConsumeQueueStore {
         Ok(found)
     }
 
-    fn open_queue(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
+    /// A queue object for `topic:queue_id`, not yet in the map, its files not loaded.
+    fn new_queue(&self, topic: &str, queue_id: u32) -> Result<ConsumeQueue> {
         let dir = self.dir_of(topic, queue_id)?;
+        Ok(ConsumeQueue::new(
+            topic,
+            queue_id,
+            dir,
+            self.file_size,
+            self.file_mode,
+            self.read_only,
+        )
+        .with_cache(Arc::clone(&self.cache))
+        .with_clock(self.clock.clone()))
+    }
+
+    /// Puts `cq` into the map, unless the queue is there already: returns the one in the map.
+    fn insert(&self, topic: &str, queue_id: u32, cq: ConsumeQueue) -> Arc<ConsumeQueue> {
         let mut map = self.write();
         let v = map.entry(topic.to_owned()).or_default();
         let i = queue_id as usize;
         if v.len() <= i {
             v.resize(i + 1, None);
         }
-        if let Some(Some(cq)) = v.get(i) {
-            return Ok(Arc::clone(cq));
+        match v.get_mut(i) {
+            Some(Some(found)) => Arc::clone(found),
+            Some(slot) => Arc::clone(slot.insert(Arc::new(cq))),
+            None => Arc::new(cq),
         }
-        let cq = Arc::new(
-            ConsumeQueue::new(
-                topic,
-                queue_id,
-                dir,
-                self.file_size,
-                self.file_mode,
-                self.read_only,
-            )
-            .with_cache(Arc::clone(&self.cache))
-            .with_clock(self.clock.clone()),
-        );
-        if let Some(slot) = v.get_mut(i) {
-            *slot = Some(Arc::clone(&cq));
-        }
-        Ok(cq)
     }
 
-    /// The queue if it exists in memory, or (read-only followers) on disk.
-    pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+    /// The queue if it exists in memory, pending (loaded now), or (read-only followers) on
+    /// disk.
+    ///
+    /// # Errors
+    /// Loading a pending queue failed (it stays pending).
+    pub fn lookup(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<ConsumeQueue>>> {
         if let Some(cq) = queue_in(&self.read(), topic, queue_id) {
-            return Some(cq);
+            return Ok(Some(cq));
         }
-        if self.read_only {
-            let dir = self.dir_of(topic, queue_id).ok().flatten()?;
-            if dir.is_dir() {
-                let cq = self.open_queue(topic, queue_id).ok()?;
-                cq.recover(false).ok()?;
-                return Some(cq);
+        if self.has_pending.load(Ordering::Acquire) {
+            if let Some(cq) = self.load_pending(topic, queue_id)? {
+                return Ok(Some(cq));
             }
         }
-        None
+        if self.read_only {
+            // A follower that cannot load a queue the writer is still making finds it at a
+            // later call: not found until then.
+            let Some(dir) = self.dir_of(topic, queue_id).ok().flatten() else {
+                return Ok(None);
+            };
+            if dir.is_dir() {
+                let Ok(cq) = self.new_queue(topic, queue_id) else {
+                    return Ok(None);
+                };
+                if cq.recover(false).is_err() {
+                    return Ok(None);
+                }
+                return Ok(Some(self.insert(topic, queue_id, cq)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `lookup`, with a failure taken as "no such queue".
+    pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        self.lookup(topic, queue_id).ok().flatten()
     }
 
     /// The queue, created (directory included) if missing.
     pub fn get_or_create(&self, topic: &str, queue_id: u32) -> Result<Arc<ConsumeQueue>> {
-        if let Some(cq) = self.get(topic, queue_id) {
+        if let Some(cq) = self.lookup(topic, queue_id)? {
             return Ok(cq);
         }
         if self.read_only {
@@ -208,7 +487,8 @@ impl ConsumeQueueStore {
         if let Some(dir) = self.dir_of(topic, queue_id)? {
             fs::create_dir_all(&dir, self.dir_mode)?;
         }
-        self.open_queue(topic, queue_id)
+        let cq = self.new_queue(topic, queue_id)?;
+        Ok(self.insert(topic, queue_id, cq))
     }
 
     /// Every open queue.
@@ -303,15 +583,20 @@ impl ConsumeQueueStore {
         Ok(())
     }
 
-    /// Moves every queue's minimum past units whose records are below `phy_min`.
+    /// Moves every queue's minimum past units whose records are below `phy_min` (a pending
+    /// queue's when it is loaded).
     pub fn correct_min_offsets(&self, phy_min: u64) {
+        self.log_min.fetch_max(phy_min, Ordering::AcqRel);
         for cq in self.all() {
             cq.correct_min_offset(phy_min);
         }
     }
 
-    /// Deletes queue files fully below the commit log's `phy_min`.
+    /// Deletes queue files fully below the commit log's `phy_min` (pending queues are loaded
+    /// first: which of their files expired is known only from their units).
     pub fn delete_expired(&self, phy_min: u64) -> Result<usize> {
+        self.log_min.fetch_max(phy_min, Ordering::AcqRel);
+        self.load_all_pending()?;
         let mut n = 0;
         for cq in self.all() {
             n += cq.delete_expired(phy_min)?;
@@ -329,7 +614,12 @@ impl DerivedStore for ConsumeQueueStore {
         true
     }
 
+    /// After a clean shutdown with a clean-shutdown record: the record, no queue file.
+    /// Otherwise every queue's files.
     fn load(&self, abnormal: bool) -> Result<()> {
+        if !abnormal && !self.read_only && self.load_recorded()? {
+            return Ok(());
+        }
         self.load_all(abnormal).map(drop)
     }
 
@@ -337,35 +627,26 @@ impl DerivedStore for ConsumeQueueStore {
     /// each points at exactly the record it claims to index; a queue that a damaged unit or a
     /// short file cut short below that point is re-dispatched from the end of its last good
     /// unit.
+    ///
+    /// Pending queues need nothing when the record is trusted: it names this recovered end,
+    /// and every record below it is durably in the queues, so no unit points at or past the
+    /// end and none was written after `resume_from`. Otherwise the record is dropped and every
+    /// queue loaded first.
     fn recover(&self, log: &CommitLog, log_end: u64, resume_from: u64) -> Result<u64> {
+        let end = self.trusted_end.swap(NO_RECORD, Ordering::AcqRel);
+        if end != NO_RECORD && (end != log_end || resume_from < log_end) {
+            // Not the store the record describes: forget it and load every queue as an open
+            // without it does (`load` took the record only after a clean shutdown).
+            self.lock_pending().clear();
+            self.has_pending.store(false, Ordering::Release);
+            self.load_all(false)?;
+        }
         self.truncate_dirty(log_end)?;
         let log_min = log.min_offset();
         let mut resume = resume_from;
         let durable = DurableCheck::new(log);
         for cq in self.all() {
-            cq.verify_tail(resume_from, |unit, k| {
-                if unit.offset < log_min {
-                    return Ok(true); // the record expired: nothing to check it against
-                }
-                let matches = log
-                    .with_bytes(unit.offset, unit.size, |b| {
-                        RecordView::parse(b, false).is_ok_and(|v| {
-                            v.physical_offset() == unit.offset
-                                && v.queue_offset() == k
-                                && v.queue_id() == cq.queue_id()
-                                && v.topic() == cq.topic()
-                        })
-                    })
-                    .unwrap_or(false);
-                // Every unit left points below `log_end`, where the log is either verified
-                // by the recovery scan or durable but unread: a mismatch is a stale unit only
-                // if the records up to where it points are whole; if not, it is the log that
-                // is damaged, and that is reported, not cut away with the unit.
-                if !matches {
-                    durable.through(unit.offset)?;
-                }
-                Ok(matches)
-            })?;
+            check_tail(log, &durable, &cq, resume_from)?;
             if cq.was_cut_short() {
                 resume = resume.min(cq.max_physical_offset().max(log_min));
             }
@@ -373,17 +654,32 @@ impl DerivedStore for ConsumeQueueStore {
         Ok(resume)
     }
 
+    /// Also deletes the clean-shutdown record, used or not (clean.rs: a record never
+    /// outlives the close that wrote it).
     fn recovered(&self) -> Result<()> {
+        if let (Some(path), false) = (&self.clean_path, self.read_only) {
+            clean::remove(path)?;
+        }
         self.remove_stale_files()
     }
 
-    /// Queues start at the log's minimum, and the appender continues each queue's offsets.
+    /// Queues start at the log's minimum, and the appender continues each queue's offsets
+    /// (a pending queue's from the record).
     fn ready(&self, log: &CommitLog) {
         self.correct_min_offsets(log.min_offset());
         let mut a = log.lock_appender();
         for cq in self.all() {
             a.set_queue_offset(cq.topic(), cq.queue_id(), cq.max_offset());
         }
+        for (topic, m) in self.lock_pending().iter() {
+            for (&queue_id, &(max_offset, _)) in m {
+                a.set_queue_offset(topic, queue_id, max_offset);
+            }
+        }
+    }
+
+    fn record_clean(&self, log_end: u64) -> Result<()> {
+        ConsumeQueueStore::record_clean(self, log_end)
     }
 
     fn use_preparer(&self, preparer: Preparer) {
@@ -419,9 +715,10 @@ impl DerivedStore for ConsumeQueueStore {
 }
 
 impl QueueIndex for ConsumeQueueStore {
-    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<dyn LogicalQueue>> {
-        self.get(topic, queue_id)
-            .map(|cq| cq as Arc<dyn LogicalQueue>)
+    fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<dyn LogicalQueue>>> {
+        Ok(self
+            .lookup(topic, queue_id)?
+            .map(|cq| cq as Arc<dyn LogicalQueue>))
     }
 
     fn discover_topics(&self) -> Result<Vec<(String, u32)>> {
@@ -529,6 +826,41 @@ impl Dispatcher for ConsumeQueueStore {
             None => Ok(false),
         }
     }
+}
+
+/// Recovery's check of `cq`'s tail against `log` (`ConsumeQueue::verify_tail` from
+/// `resume_from`): units that do not index exactly their record are cut, unless the log bytes
+/// they point at are damaged, which is reported.
+fn check_tail(
+    log: &CommitLog,
+    durable: &DurableCheck<'_>,
+    cq: &ConsumeQueue,
+    resume_from: u64,
+) -> Result<bool> {
+    let log_min = log.min_offset();
+    cq.verify_tail(resume_from, |unit, k| {
+        if unit.offset < log_min {
+            return Ok(true); // the record expired: nothing to check it against
+        }
+        let matches = log
+            .with_bytes(unit.offset, unit.size, |b| {
+                RecordView::parse(b, false).is_ok_and(|v| {
+                    v.physical_offset() == unit.offset
+                        && v.queue_offset() == k
+                        && v.queue_id() == cq.queue_id()
+                        && v.topic() == cq.topic()
+                })
+            })
+            .unwrap_or(false);
+        // Every unit left points below the log's recovered end, where the log is either
+        // verified by the recovery scan or durable but unread: a mismatch is a stale unit only
+        // if the records up to where it points are whole; if not, it is the log that is
+        // damaged, and that is reported, not cut away with the unit.
+        if !matches {
+            durable.through(unit.offset)?;
+        }
+        Ok(matches)
+    })
 }
 
 fn queue_in(map: &QueueMap, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {

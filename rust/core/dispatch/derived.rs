@@ -125,6 +125,17 @@ pub trait DerivedStore: Dispatcher {
         Ok(())
     }
 
+    /// The store closes cleanly (after the final flush; every record below `log_end` is
+    /// dispatched and durable in it): record durably whatever lets the next open skip reading
+    /// its files (consume queues: clean.rs). Nothing by default.
+    ///
+    /// # Errors
+    /// I/O failures (the close is then not clean: the next open recovers as after a crash).
+    fn record_clean(&self, log_end: u64) -> Result<()> {
+        let _ = log_end;
+        Ok(())
+    }
+
     /// Drops the preparer and unmaps every file (store close, after the final flush).
     fn close(&self);
 }
@@ -251,6 +262,14 @@ impl DerivedStores {
         self.all
             .iter()
             .try_for_each(|s| s.prepare_topic(topic, queues))
+    }
+
+    /// `record_clean` on each.
+    ///
+    /// # Errors
+    /// The first failure.
+    pub fn record_clean(&self, log_end: u64) -> Result<()> {
+        self.all.iter().try_for_each(|s| s.record_clean(log_end))
     }
 
     /// `close` on each.

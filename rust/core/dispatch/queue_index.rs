@@ -77,7 +77,15 @@ pub trait LogicalQueue: Send + Sync + std::fmt::Debug {
 /// Every queue of the index.
 pub trait QueueIndex: Send + Sync + std::fmt::Debug {
     /// The queue, if it exists (a follower also finds queues the writer created since).
-    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<dyn LogicalQueue>>;
+    ///
+    /// # Errors
+    /// Loading the queue's files at its first use failed (consume_queue/store.rs: a queue
+    /// known from the clean-shutdown record whose files do not match it).
+    fn queue(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> crate::error::Result<Option<Arc<dyn LogicalQueue>>>;
 
     /// The topics that have queues on disk, each with its highest queue id plus one, sorted
     /// by name (a store whose topic table was lost names its topics from these).

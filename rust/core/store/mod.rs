@@ -41,6 +41,7 @@ use crate::recovery::RecoveryReport;
 use crate::retention::Retention;
 use crate::service::Services;
 use crate::topic_config::TopicTable;
+use crate::util::kill_point::kill_point;
 
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
@@ -360,7 +361,15 @@ impl Inner {
             let clean = result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
             if clean {
                 if let Some(root) = &self.root {
-                    result = crate::lock::remove_abort(root);
+                    // The record first: the abort marker, removed last, is what makes it
+                    // trusted (consume_queue/clean.rs).
+                    result = self
+                        .derived
+                        .record_clean(self.commit_log.max_offset())
+                        .and_then(|()| {
+                            kill_point!("store.clean_recorded");
+                            crate::lock::remove_abort(root)
+                        });
                 }
             }
         }

@@ -27,6 +27,9 @@ use crate::topic_config::TopicTable;
 use crate::util::fs;
 use crate::wakeup::WakeWord;
 
+/// The consume queues' clean-shutdown record, at the store's root (FORMAT.md §4.1).
+const CLEAN_RECORD: &str = "queues.clean";
+
 /// `interrupted`: asked while waiting for the writer lock (`StoreLock::acquire`).
 pub(super) fn open(
     root: Option<&Path>,
@@ -115,17 +118,20 @@ pub(super) fn open_with(
     commit_log.set_clock(config.clock.clone());
     // The registration list: every derived store, critical ones first. The consume queues
     // come first and are also the queue index reads go through.
-    let queues = Arc::new(
-        ConsumeQueueStore::new(
-            root.map(|r| r.join("consumequeue")),
-            decided.geometry.consume_queue_file_size(),
-            config.file_mode,
-            config.dir_mode,
-            !writable,
-        )
-        .with_cache(map_cache)
-        .with_clock(config.clock.clone()),
-    );
+    let mut queues = ConsumeQueueStore::new(
+        root.map(|r| r.join("consumequeue")),
+        decided.geometry.consume_queue_file_size(),
+        config.file_mode,
+        config.dir_mode,
+        !writable,
+    )
+    .with_cache(map_cache)
+    .with_clock(config.clock.clone())
+    .with_log(Arc::clone(&commit_log));
+    if let Some(r) = root {
+        queues = queues.with_clean_record(r.join(CLEAN_RECORD));
+    }
+    let queues = Arc::new(queues);
     let index: Arc<dyn QueueIndex> = queues.clone();
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![queues];
     registered.extend(extra);

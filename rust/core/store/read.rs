@@ -188,7 +188,7 @@ impl Store {
     /// by each, and checked only when the lookup misses (every queue in the map has a valid
     /// name).
     fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<dyn LogicalQueue>>> {
-        let Some(cq) = self.inner.index.queue(topic, queue_id) else {
+        let Some(cq) = self.inner.index.queue(topic, queue_id)? else {
             validate::check_topic(topic)?;
             return Ok(None);
         };

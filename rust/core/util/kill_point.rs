@@ -47,6 +47,12 @@ pub const POINTS: &[&str] = &[
     // Topic journal compaction: `topics.json` holds every record of the journal, which is not
     // yet replaced with an empty one.
     "topics.journal_before_reset",
+    // Clean close: the consume queues' clean-shutdown record (`queues.clean`) written to its
+    // temp file and synced, not yet renamed over the record; the abort marker still present.
+    "queues_clean.before_rename",
+    // Clean close: the clean-shutdown record in place and durable, the abort marker not yet
+    // removed.
+    "store.clean_recorded",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro
