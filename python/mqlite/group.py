@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from mqlite import _core
-from mqlite._files import FILE_MODE, ensure_dir, open_lock, store_io, try_flock
+from mqlite._files import FILE_MODE, ensure_dir, open_lock, store_error, store_io, try_flock
 from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupError
 from mqlite.message import MessageQueue
 from mqlite.topic import check_topic
@@ -173,6 +173,10 @@ def _publish(path: Path, content: bytes) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
         os.write(fd, content)
+    except OSError as exc:
+        # A write's error names no file: name the one it was for (a full disk, say).
+        _unlink(tmp)
+        raise store_error(exc, "write", tmp) from exc
     finally:
         os.close(fd)
     try:

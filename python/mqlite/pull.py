@@ -578,13 +578,13 @@ class PullConsumer:
 
     # -- polling --------------------------------------------------------------------------------
 
-    def _rotation(self) -> list[_core.QueueCursor]:
-        """The active queues, starting at the round-robin cursor: after the queue the latest
-        poll took its last message from (see ``_poll``)."""
-        active = self._active  # replaced, never mutated: safe to hand out as is
+    def _rotation(self) -> tuple[list[_core.QueueCursor], int]:
+        """The active queues and the index to start reading them at: after the queue the latest
+        poll took its last message from (see ``_poll``). The list is handed out as is (it is
+        replaced, never mutated), not rotated: a poll over thousands of queues copies nothing."""
+        active = self._active
         k = len(active)
-        start = self._rr % k if k > 1 else 0
-        return active[start:] + active[:start] if start else active
+        return active, (self._rr % k if k > 1 else 0)
 
     def poll(self, timeout: float | None = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """Up to ``max_messages`` messages from the assigned, unpaused queues (round robin),
@@ -652,7 +652,7 @@ class PullConsumer:
                     self._rebalance()
                 if self._auto_commit and now >= self._next_commit:
                     self._commit_positions(wait=False)
-                order = self._rotation()
+                order, start = self._rotation()
                 if not order:
                     # Cleared under the lock the assignment changes under: no lost wake-up.
                     self._wake.clear()
@@ -672,6 +672,7 @@ class PullConsumer:
             msgs = core.poll_cursors(
                 order, n, left, self._lock, self._queue_error_changed, self._expired_skipped,
                 max_bytes=max_bytes, oversized_first=oversized_first, on_full=on_full,
+                start=start,
             )
             if msgs:
                 # The next poll starts after the last queue this one took messages from (as

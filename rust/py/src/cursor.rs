@@ -338,6 +338,8 @@ pub struct Hooks<'a, 'py> {
 /// around the check-and-advance step; `on_error`, if given, is called (lock held) with each
 /// cursor whose `error` changed: a read of it failed, failed differently, or read again.
 /// `bound` is the byte bound and `oversized_first` (see the module doc); None: no byte bound.
+/// The cursors are read in order from the one at index `start` (modulo their number) on, and
+/// round to the one before it: the caller's rotation without a rotated copy of its list.
 #[allow(clippy::too_many_arguments)]
 pub fn poll_cursors(
     py: Python<'_>,
@@ -347,6 +349,7 @@ pub fn poll_cursors(
     timeout: Option<Float>,
     lock: &Bound<'_, PyAny>,
     bound: (Option<Int>, bool),
+    start: usize,
     hooks: Hooks<'_, '_>,
 ) -> PyResult<Py<PyList>> {
     let limit = ReadLimit {
@@ -370,7 +373,9 @@ pub fn poll_cursors(
     while cs.len() < n && !taken.done(limit) {
         let from = cs.len();
         for i in from..n.min(from.saturating_add(batch)) {
-            let c = cursors.get_item(i)?.cast_into::<PyQueueCursor>()?;
+            let c = cursors
+                .get_item(start.wrapping_add(i) % n)?
+                .cast_into::<PyQueueCursor>()?;
             snaps.push(Snapshot::of(&c.borrow()));
             cs.push(c);
         }

@@ -462,10 +462,11 @@ impl PyStore {
     /// Reads the cursors in order (waiting up to `timeout` when none has anything) and advances
     /// them; a cursor whose read fails keeps its position and carries the error, and
     /// `on_error(cursor)` is called when that changes; `on_skip(cursor, from, to)` when a cursor
-    /// moves past expired messages; see `cursor.rs`. Returns the messages.
+    /// moves past expired messages; reading starts at index `start`; see `cursor.rs`. Returns
+    /// the messages.
     #[pyo3(signature = (
         cursors, max_messages, timeout, lock, on_error = None, on_skip = None, *,
-        max_bytes = None, oversized_first = true, on_full = None
+        max_bytes = None, oversized_first = true, on_full = None, start = 0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn poll_cursors(
@@ -480,6 +481,7 @@ impl PyStore {
         max_bytes: Option<Int>,
         oversized_first: bool,
         on_full: Option<&Bound<'_, PyAny>>,
+        start: usize,
     ) -> PyResult<Py<PyList>> {
         crate::cursor::poll_cursors(
             py,
@@ -489,6 +491,7 @@ impl PyStore {
             timeout,
             lock,
             (max_bytes, oversized_first),
+            start,
             crate::cursor::Hooks {
                 on_error,
                 on_skip,
