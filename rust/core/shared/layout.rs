@@ -55,6 +55,26 @@ pub const MIN_QUEUE_SLOTS: u32 = 1 << 16;
 /// See [`MIN_TOPIC_SLOTS`].
 pub const MAX_QUEUE_SLOTS: u32 = 1 << 22;
 
+/// FNV-1a, 64 bits: the topic table's hash of a name.
+pub fn topic_hash(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The queue table's key of (topic id, queue id); never 0, which marks an empty slot.
+pub fn queue_key(topic_id: u32, queue_id: u32) -> u64 {
+    (u64::from(topic_id) + 1) << 32 | u64::from(queue_id)
+}
+
+/// The SplitMix64 finaliser: the queue table's hash of a key.
+pub fn queue_hash(key: u64) -> u64 {
+    let mut z = key;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// The sizes of the two tables, fixed when the mapping is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacity {
@@ -177,7 +197,10 @@ impl Header {
             return Err("not a writer mapping (magic)".into());
         }
         if u32_at(4) != VERSION {
-            return Err(format!("layout version {} (this mqlite: {VERSION})", u32_at(4)));
+            return Err(format!(
+                "layout version {} (this mqlite: {VERSION})",
+                u32_at(4)
+            ));
         }
         if crc32(bytes.get(..CONST_LEN).unwrap_or_default()) != u32_at(CONST_LEN) {
             return Err("header CRC mismatch".into());
@@ -221,13 +244,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hashes_are_the_documented_ones() {
+        // FNV-1a's published test vectors.
+        assert_eq!(topic_hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(topic_hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(queue_key(0, 3), 0x0000_0001_0000_0003);
+        assert_ne!(queue_hash(queue_key(0, 0)), queue_hash(queue_key(0, 1)));
+    }
+
+    #[test]
     fn capacities_are_powers_of_two_within_bounds() {
         let small = Capacity::for_counts(1, 4);
         assert_eq!((small.topic_slots, small.queue_slots), (1 << 12, 1 << 16));
         let scale = Capacity::for_counts(10_000, 40_000);
         assert_eq!((scale.topic_slots, scale.queue_slots), (1 << 16, 1 << 18));
         let huge = Capacity::for_counts(usize::MAX, usize::MAX);
-        assert_eq!((huge.topic_slots, huge.queue_slots), (MAX_TOPIC_SLOTS, MAX_QUEUE_SLOTS));
+        assert_eq!(
+            (huge.topic_slots, huge.queue_slots),
+            (MAX_TOPIC_SLOTS, MAX_QUEUE_SLOTS)
+        );
         assert!(small.valid() && scale.valid() && huge.valid());
         assert_eq!(Capacity::limit(4096), 3072);
     }
@@ -252,10 +287,14 @@ mod tests {
         assert!(Header::check(&h.encode(), &h, len - 1).is_err());
         let mut bad = h.encode();
         bad[7] = 2;
-        assert!(Header::check(&bad, &h, len).unwrap_err().contains("version"));
+        assert!(Header::check(&bad, &h, len)
+            .unwrap_err()
+            .contains("version"));
         let mut flipped = h.encode();
         flipped[20] ^= 1;
-        assert!(Header::check(&flipped, &h, len).unwrap_err().contains("CRC"));
+        assert!(Header::check(&flipped, &h, len)
+            .unwrap_err()
+            .contains("CRC"));
         assert!(Header::check(&[0; 64], &h, len).is_err());
     }
 }

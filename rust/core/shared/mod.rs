@@ -119,8 +119,8 @@ impl WriterShm {
         // Sparse: the tables' pages cost memory only once used.
         file.set_len(len as u64)
             .map_err(|e| Error::io("ftruncate", &tmp, e))?;
-        let region =
-            MmapRegion::map_file(&file, len, true, false).map_err(|e| Error::io("mmap", &tmp, e))?;
+        let region = MmapRegion::map_file(&file, len, true, false)
+            .map_err(|e| Error::io("mmap", &tmp, e))?;
         drop(file);
         let shm = WriterShm {
             path: tmp.clone(),
@@ -134,7 +134,8 @@ impl WriterShm {
     }
 
     fn fill(&self, header: Header, initial: &Initial) -> Result<()> {
-        robust::init(&self.region, at::MUTEX).map_err(|e| Error::io("init mutex", &self.path, e))?;
+        robust::init(&self.region, at::MUTEX)
+            .map_err(|e| Error::io("init mutex", &self.path, e))?;
         let t = self.tables();
         t.word(at::LOG_END)?
             .store(initial.log_end.to_be(), StdOrdering::Relaxed);
@@ -142,8 +143,10 @@ impl WriterShm {
             .store(initial.dispatched.to_be(), StdOrdering::Relaxed);
         t.word(at::FLUSHED)?
             .store(initial.flushed.to_be(), StdOrdering::Relaxed);
-        t.word(at::LAST_STORE_TS)?
-            .store((initial.last_store_timestamp as u64).to_be(), StdOrdering::Relaxed);
+        t.word(at::LAST_STORE_TS)?.store(
+            (initial.last_store_timestamp as u64).to_be(),
+            StdOrdering::Relaxed,
+        );
         for (topic, queue_id, next) in &initial.queues {
             let id = t.topic_id(topic)?;
             let slot = t.queue_slot(id, *queue_id, *next)?;
@@ -194,8 +197,8 @@ impl WriterShm {
             Err(reason) => return Ok(Attached::Rebuild(reason)),
         };
         let len = header.capacity.file_len();
-        let region =
-            MmapRegion::map_file(&file, len, true, false).map_err(|e| Error::io("mmap", &path, e))?;
+        let region = MmapRegion::map_file(&file, len, true, false)
+            .map_err(|e| Error::io("mmap", &path, e))?;
         Ok(Attached::Valid(WriterShm {
             path,
             region,
@@ -324,6 +327,16 @@ impl Writer<'_> {
     /// Step 3 of an append: once every byte of `r` is written.
     pub fn publish(&self, r: &Reserved) {
         protocol::publish(&self.shm.view(), r)
+    }
+
+    /// Step 3a alone (`publish` makes all three): the queue's new next offset.
+    pub fn commit_offset(&self, r: &Reserved) {
+        protocol::commit_offset(&self.shm.view(), r)
+    }
+
+    /// Step 3b alone: publishes `r`'s bytes.
+    pub fn commit_end(&self, r: &Reserved) {
+        protocol::commit_end(&self.shm.view(), r)
     }
 
     /// Unlocks (as dropping does).

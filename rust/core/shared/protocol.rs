@@ -300,7 +300,11 @@ mod loom_model {
                     // Every cell below the published end belongs to a complete record.
                     let end = m.load(Word::LogEnd, Ordering::Acquire);
                     for c in 0..end as usize {
-                        assert_ne!(m.log[c].load(Ordering::Relaxed), 0, "torn cell {c} below {end}");
+                        assert_ne!(
+                            m.log[c].load(Ordering::Relaxed),
+                            0,
+                            "torn cell {c} below {end}"
+                        );
                     }
                 })
             };
@@ -328,7 +332,11 @@ mod loom_model {
             for qo in 0..published {
                 let id = m.log[2 * qo as usize].load(Ordering::Relaxed);
                 assert_eq!(m.log[2 * qo as usize + 1].load(Ordering::Relaxed), 10 + qo);
-                assert_eq!(m.units[qo as usize].load(Ordering::Relaxed), id, "unit {qo}");
+                assert_eq!(
+                    m.units[qo as usize].load(Ordering::Relaxed),
+                    id,
+                    "unit {qo}"
+                );
             }
         });
     }
