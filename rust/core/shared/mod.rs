@@ -380,3 +380,117 @@ impl State for View<'_> {
         let _ = self.0.set_next_offset(slot, next);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn held(lock: AppendLock<'_>) -> Writer<'_> {
+        match lock {
+            AppendLock::Held(w) => w,
+            AppendLock::OwnerDied(_) => panic!("no holder died"),
+        }
+    }
+
+    fn build(root: &Path, queues: Vec<(String, u32, u64)>) -> WriterShm {
+        let initial = Initial {
+            log_end: 500,
+            queues,
+            ..Initial::default()
+        };
+        WriterShm::create(root, Capacity::for_counts(0, 0), &initial, 0o700, 0o600).unwrap()
+    }
+
+    #[test]
+    fn a_mapping_is_attached_only_by_its_own_store() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            WriterShm::attach(a.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("no writer mapping")
+        ));
+        drop(build(a.path(), vec![("T".into(), 1, 7)]));
+        let shm = match WriterShm::attach(a.path()).unwrap() {
+            Attached::Valid(s) => s,
+            Attached::Rebuild(why) => panic!("{why}"),
+        };
+        assert_eq!(shm.log_end(), 500);
+        let w = held(shm.lock().unwrap());
+        let slot = w.find_queue("T", 1).unwrap().unwrap();
+        assert_eq!(w.next_offset(slot).unwrap(), 7);
+        assert_eq!(w.find_queue("T", 2).unwrap(), None);
+        assert_eq!(w.find_queue("U", 1).unwrap(), None);
+        drop(w);
+
+        // A copy in another store's directory is that store's no more.
+        std::fs::create_dir_all(b.path().join("run")).unwrap();
+        std::fs::copy(path_of(a.path()), path_of(b.path())).unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("another store")
+        ));
+        // Another layout version, or a damaged header, is rebuilt too.
+        let mut bytes = std::fs::read(path_of(a.path())).unwrap();
+        bytes[7] = 9;
+        std::fs::write(path_of(b.path()), &bytes).unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("version 9")
+        ));
+        std::fs::write(path_of(b.path()), b"short").unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(_)
+        ));
+        // Rebuilt: a fresh mapping from what recovery found.
+        let rebuilt = build(b.path(), Vec::new());
+        assert_eq!(rebuilt.log_end(), 500);
+        assert!(!fs::entry_exists(&b.path().join("run/.writer.shm.tmp")));
+    }
+
+    #[test]
+    fn a_full_table_is_a_typed_error_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), Vec::new());
+        let w = held(shm.lock().unwrap());
+        let limit = Capacity::limit(shm.capacity().topic_slots);
+        for i in 0..limit {
+            w.queue_slot(&format!("T{i}"), 0).unwrap();
+        }
+        let err = w.queue_slot("OneTooMany", 0).unwrap_err();
+        assert!(
+            matches!(err, Error::SharedTableFull { table: "topic", limit: l } if l == limit),
+            "{err}"
+        );
+        assert_eq!(err.kind(), "SHARED_TABLE_FULL");
+        assert_eq!(w.find_queue("OneTooMany", 0).unwrap(), None);
+        // Known topics still resolve, to the same slots.
+        let again = w.queue_slot("T0", 0).unwrap();
+        assert_eq!(w.find_queue("T0", 0).unwrap(), Some(again));
+        // A topic name the table cannot hold is refused before anything is written.
+        assert!(matches!(
+            w.queue_slot(&"x".repeat(256), 0),
+            Err(Error::InvalidTopic { .. })
+        ));
+    }
+
+    #[test]
+    fn appends_advance_the_queue_and_the_log_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), vec![("T".into(), 0, 3)]);
+        let w = held(shm.lock().unwrap());
+        let slot = w.queue_slot("T", 0).unwrap();
+        let r = w.reserve(Some(slot), 100, 4);
+        assert_eq!((r.start, r.end, r.queue_offset), (500, 600, 3));
+        assert_eq!(shm.intent_end(), 600);
+        assert_eq!(shm.log_end(), 500, "nothing published before `publish`");
+        w.publish(&r);
+        assert_eq!((shm.log_end(), shm.intent_end()), (600, 0));
+        assert_eq!(w.next_offset(slot).unwrap(), 7);
+        // A record outside any queue (a prepared transaction) takes no offset.
+        let r = w.reserve(None, 10, 1);
+        w.publish(&r);
+        assert_eq!((shm.log_end(), w.next_offset(slot).unwrap()), (610, 7));
+    }
+}
