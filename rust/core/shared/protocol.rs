@@ -25,9 +25,9 @@
 use crate::error::Result;
 use crate::util::loom_sync::atomic::Ordering;
 
-/// A queue slot of the offset table (its index).
+/// A queue slot of the offset table (its index), as the mapping handed it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct QueueSlot(pub u32);
+pub struct QueueSlot(pub(crate) u32);
 
 /// The shared write state the protocol reads and writes. Loads of `log_end` and
 /// `intent_end` acquire and their stores release; the others are only touched under the lock.
