@@ -370,3 +370,66 @@ fn queues_clean_record_matches_the_golden_vector() {
     assert_eq!(record.encode(), expected);
     assert_eq!(CleanRecord::decode(&expected), Some(record));
 }
+
+#[test]
+fn writer_shm_header_and_slots_match_fixture() {
+    use mqlite::shared::layout::{
+        queue_hash, queue_key, topic_hash, Capacity, Header, StoreIdentity,
+    };
+    use mqlite::shared::{Initial, WriterShm};
+    let expected = fixture("writer_shm_header.hex");
+    let capacity = Capacity {
+        topic_slots: 4096,
+        queue_slots: 65536,
+    };
+    let header = Header {
+        mutex_bytes: 40,
+        pointer_bytes: 8,
+        identity: StoreIdentity {
+            device: 2049,
+            inode: 0x0102_0304_0506_0708,
+        },
+        capacity,
+    };
+    assert_eq!(header.encode().as_slice(), expected.as_slice());
+    // The slots FORMAT.md §14 names.
+    assert_eq!(topic_hash(b"TopicTest"), 0x6761_5f70_5443_9920);
+    assert_eq!(topic_hash(b"TopicTest") % 4096, 2336);
+    assert_eq!(queue_hash(queue_key(0, 3)), 0x6e28_b15e_c054_4b0e);
+
+    // A mapping built for TopicTest/3 at next offset 42 after 4,096 bytes of log.
+    let dir = tempfile::tempdir().unwrap();
+    let initial = Initial {
+        log_end: 4096,
+        dispatched: 4096,
+        flushed: 4096,
+        last_store_timestamp: 1_700_000_000_001,
+        queues: vec![("TopicTest".to_owned(), 3, 42)],
+    };
+    drop(WriterShm::create(dir.path(), capacity, &initial, 0o700, 0o600).unwrap());
+    let file = std::fs::read(dir.path().join("run/writer.shm")).unwrap();
+    assert_eq!(file.len(), 4096 + 4096 * 256 + 65536 * 16);
+    assert_eq!(&file[..4], b"MQLW");
+    assert_eq!(be_u64(&file, 128), 4096, "log_end");
+    assert_eq!(be_u64(&file, 136), 0, "intent_end");
+    assert_eq!(
+        be_u64(&file, 160),
+        1_700_000_000_001,
+        "last store timestamp"
+    );
+    assert_eq!(be_u64(&file, 168), 1, "topics used");
+    assert_eq!(be_u64(&file, 176), 1, "queues used");
+    assert_eq!(be_u64(&file, 192), 4096, "dispatched");
+    assert_eq!(be_u64(&file, 256), 4096, "flushed");
+    // Topic id 2336: its slot holds the length, then the name.
+    let topic = 4096 + 2336 * 256;
+    assert_eq!(file[topic], 9);
+    assert_eq!(&file[topic + 1..topic + 10], b"TopicTest");
+    let key = queue_key(2336, 3);
+    assert_eq!(key, 0x0000_0921_0000_0003);
+    let slot = (queue_hash(key) % 65536) as usize;
+    assert_eq!(slot, 61887);
+    let queue = 4096 + 4096 * 256 + slot * 16;
+    assert_eq!(be_u64(&file, queue), key);
+    assert_eq!(be_u64(&file, queue + 8), 42);
+}

@@ -369,3 +369,41 @@ fn the_binding_reads_records_only_through_the_view_api() {
         bad.join("\n")
     );
 }
+
+/// The files of the crate allowed `unsafe` code: the mmap fence (mapped_file/mmap.rs, whose
+/// contract names both) and the robust mutex it hands its bytes to.
+const UNSAFE_FENCE: &[&str] = &["mapped_file/mmap.rs", "mapped_file/robust.rs"];
+
+/// The files of rust/core that allow `unsafe_code` (the crate denies it everywhere else).
+fn unsafe_allowed(files: &[(PathBuf, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(_, s)| {
+            s.lines().any(|l| {
+                l.split("//")
+                    .next()
+                    .unwrap_or("")
+                    .contains("allow(unsafe_code)")
+            })
+        })
+        .map(|(p, _)| {
+            let rel = p.strip_prefix(CORE).expect("under rust/core");
+            rel.to_string_lossy().replace('\\', "/")
+        })
+        .collect()
+}
+
+#[test]
+fn unsafe_code_lives_only_in_the_mmap_fence() {
+    let mut found = unsafe_allowed(&core_sources());
+    found.sort();
+    assert_eq!(
+        found, UNSAFE_FENCE,
+        "only the mmap fence may allow unsafe code"
+    );
+    let lib = std::fs::read_to_string(Path::new(CORE).join("lib.rs")).expect("read lib.rs");
+    assert!(
+        lib.contains("#![deny(unsafe_code)]"),
+        "the crate denies unsafe code"
+    );
+}

@@ -99,6 +99,10 @@ pub enum Error {
     /// A body flagged compressed does not decompress (damaged, an unknown codec, or larger
     /// than the decompression limit), or a body could not be compressed.
     Compression { codec: &'static str, reason: String },
+    /// A table of the shared writer mapping (`run/writer.shm`: topics, or queues) holds as
+    /// many entries as it may (`limit`). Its size is chosen when the first process opens the
+    /// store, from the topics and queues it has then.
+    SharedTableFull { table: &'static str, limit: u32 },
     /// The caller's interruption hook ended a wait (the Python binding: a signal handler
     /// raised, such as Ctrl-C's KeyboardInterrupt). Nothing was changed.
     Interrupted,
@@ -132,6 +136,7 @@ impl Error {
             Error::UsedAfterFork => "USED_AFTER_FORK",
             Error::Compression { .. } => "COMPRESSION",
             Error::Interrupted => "INTERRUPTED",
+            Error::SharedTableFull { .. } => "SHARED_TABLE_FULL",
         }
     }
 
@@ -334,6 +339,11 @@ impl fmt::Display for Error {
                 write!(f, "{codec} body compression: {reason}")
             }
             Error::Interrupted => write!(f, "the wait was interrupted"),
+            Error::SharedTableFull { table, limit } => write!(
+                f,
+                "the shared {table} table of run/writer.shm is full ({limit} entries); it is \
+                 built larger when the store is next opened by a first process"
+            ),
         }
     }
 }

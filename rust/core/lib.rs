@@ -15,9 +15,9 @@
 //! config                        (StoreConfig and its limits)
 //! topic_config                  (topics.json, topics.journal)
 //! message                       (record codec, builder, properties, tags code, ids, validation)
-//! checkpoint, lock, wakeup      (small files shared with other processes)
+//! checkpoint, lock, wakeup, shared (small files shared with other processes; the writer mapping)
 //! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)
-//! mapped_file                   (mmap and syscalls: the only unsafe code; fallocate)
+//! mapped_file                   (mmap, the robust mutex, syscalls: the only unsafe code)
 //! prepare                       (preparer thread; knows its writers only as Preparable)
 //! service                       (background-thread trait)
 //! util                          (fs protocol and every durability call, crc, clock, hashing)
@@ -54,6 +54,7 @@ pub mod prepare;
 pub mod recovery;
 pub mod retention;
 pub mod service;
+pub mod shared;
 pub mod store;
 pub mod store_meta;
 #[cfg(feature = "fault-injection")]

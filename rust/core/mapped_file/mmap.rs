@@ -1,4 +1,4 @@
-//! The mmap fence: the only `unsafe` code in the crate.
+//! The mmap fence: with robust.rs, the only `unsafe` code in the crate.
 //!
 //! `MmapRegion` owns one `mmap` of a file (or of anonymous memory) and exposes bounds-checked
 //! primitives only. Its safety contract, relied on by every `// SAFETY:` comment below, names
@@ -42,13 +42,22 @@
 //!    makes it itself, past its position. The page cache is shared, so those zeros appear in
 //!    the mapping; they only ever land on zeros (the bytes are fallocated and unwritten), so
 //!    no reader, in this process or another, can tell them from the bytes before.
+//! 5. The shared writer mapping (`<store>/run/writer.shm`, crate::shared) is read and written
+//!    by every writing process at once. Its words are accessed only as atomics (`atomic_u64`,
+//!    `atomic_u8`), its byte strings (topic names) are written only by the holder of its robust
+//!    mutex (`copy_in`) and read with `copy_out`, and no `&[u8]` of it is ever handed out. The
+//!    mutex's bytes are handed only to the C library (robust.rs). Its creator initialises it
+//!    before the file is renamed into place, so no other process maps it half-built.
+//!
+//! The fence is this file and robust.rs (the process-shared robust mutex): the only two files
+//! of the crate allowed `unsafe` code (tests/layering.rs checks it).
 #![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 /// One memory mapping, unmapped on drop.
@@ -238,6 +247,52 @@ impl MmapRegion {
         // SAFETY: in bounds, 4-byte aligned (the mapping is page aligned), and AtomicU32 has the
         // layout of u32; all concurrent access to this word is atomic (contract 3).
         Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(pos).cast::<u32>()) })
+    }
+
+    /// The 8-byte aligned word at `pos` as an atomic, for the shared writer mapping (item 5),
+    /// whose words are only ever accessed atomically.
+    pub fn atomic_u64(&self, pos: usize) -> Option<&AtomicU64> {
+        if !pos.is_multiple_of(8) || !self.check(pos, 8) {
+            return None;
+        }
+        // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned), and AtomicU64 has the
+        // layout of u64; all concurrent access to this word is atomic (contract 5).
+        Some(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(pos).cast::<u64>()) })
+    }
+
+    /// The byte at `pos` as an atomic (a flag of the shared writer mapping, item 5).
+    pub fn atomic_u8(&self, pos: usize) -> Option<&AtomicU8> {
+        if !self.check(pos, 1) {
+            return None;
+        }
+        // SAFETY: in bounds; AtomicU8 has the layout and alignment of u8; all concurrent access
+        // to this byte is atomic (contract 5).
+        Some(unsafe { AtomicU8::from_ptr(self.ptr.as_ptr().add(pos)) })
+    }
+
+    /// Copies `src` into the mapping at `pos` with a raw copy: bytes of the shared writer
+    /// mapping that only the holder of its mutex writes (contract 5). False when out of bounds
+    /// or read-only.
+    pub fn copy_in(&self, pos: usize, src: &[u8]) -> bool {
+        if !self.writable || !self.check(pos, src.len()) {
+            return false;
+        }
+        // SAFETY: destination in bounds (checked) and mapped writable; the source is a distinct
+        // Rust buffer; per contract 5 no reference to these bytes exists in this process.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(pos), src.len())
+        };
+        true
+    }
+
+    /// The address of `[pos, pos + n)` for the robust mutex (robust.rs), which hands it only to
+    /// the C library: `None` when out of bounds, misaligned for `align` or read-only.
+    pub(super) fn raw_at(&self, pos: usize, n: usize, align: usize) -> Option<NonNull<u8>> {
+        if !self.writable || !self.check(pos, n) || align == 0 || !pos.is_multiple_of(align) {
+            return None;
+        }
+        // SAFETY: in bounds (checked), so the pointer stays inside this mapping and is non-null.
+        NonNull::new(unsafe { self.ptr.as_ptr().add(pos) })
     }
 
     /// Acquire-load of the big-endian u32 at an aligned `pos`.

@@ -48,6 +48,7 @@
 
 pub mod alloc;
 pub mod mmap;
+pub mod robust;
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;

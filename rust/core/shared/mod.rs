@@ -1,0 +1,498 @@
+//! The shared writer mapping `<store>/run/writer.shm` (FORMAT.md §14): the state every
+//! process writing one store shares, mapped by each of them: the append lock (a robust,
+//! process-shared mutex), the log end, the append in progress, the dispatch and flush
+//! progress, the topics generation, and the queue-offset table. docs/design-many-writers.md
+//! says how the store uses it; this module is the mapping and its protocol, not yet the
+//! store's write path.
+//!
+//! Invariants
+//! - The file is a runtime file, never a source of truth: it is built from what recovery
+//!   found (`create`) by the first process to open the store, into a temporary file renamed
+//!   over `writer.shm` once whole, so no process maps it half-built. A later process maps it
+//!   (`attach`) only if its header names this layout version, this process's ABI and this
+//!   store (the device and inode of its directory); anything else is rebuilt, never trusted.
+//! - Every word is big-endian and accessed atomically; the tables and the append state are
+//!   written only by the holder of the append lock (protocol.rs, table.rs), `log_end` is
+//!   loaded with acquire by anyone.
+//! - A holder that dies leaves the lock reporting it ([`AppendLock::OwnerDied`]); the next
+//!   holder repairs (`protocol::repair`) before anything else, then marks the lock consistent.
+//!
+//! Crash behaviour: the file needs no durability (never fsynced) and no recovery of its own:
+//! after a crash of every process, or a reboot, the next first opener builds it again from the
+//! log. A process killed inside the critical section is repaired by the next holder.
+
+pub mod layout;
+pub mod protocol;
+mod table;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering as StdOrdering;
+
+use self::layout::{at, Capacity, Header, StoreIdentity};
+use self::protocol::{QueueSlot, Repair, Repaired, Reserved, State, Word};
+use self::table::Tables;
+use crate::error::{Error, Result};
+use crate::mapped_file::mmap::MmapRegion;
+use crate::mapped_file::robust::{self, DeadOwner, Locked, MutexGuard};
+use crate::util::fs;
+use crate::util::loom_sync::atomic::Ordering;
+
+/// The file's name under `<store>/run/`.
+pub const FILE_NAME: &str = "writer.shm";
+
+/// What recovery found: the state a new mapping starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Initial {
+    /// End of the last complete record.
+    pub log_end: u64,
+    /// Everything below it has its consume-queue units.
+    pub dispatched: u64,
+    /// Everything below it is durable.
+    pub flushed: u64,
+    /// The latest store timestamp in the log.
+    pub last_store_timestamp: i64,
+    /// Every queue with its next offset: (topic, queue id, next offset).
+    pub queues: Vec<(String, u32, u64)>,
+}
+
+/// One process's mapping of `run/writer.shm`.
+#[derive(Debug)]
+pub struct WriterShm {
+    path: PathBuf,
+    region: MmapRegion,
+    capacity: Capacity,
+}
+
+/// The outcome of [`WriterShm::attach`].
+#[derive(Debug)]
+pub enum Attached {
+    /// The mapping is this store's, of this layout and ABI.
+    Valid(WriterShm),
+    /// It must be rebuilt: the reason (missing, another store, version or ABI, damaged).
+    Rebuild(String),
+}
+
+/// The identity of the store at `root` (its directory's device and inode).
+pub fn store_identity(root: &Path) -> Result<StoreIdentity> {
+    let meta = std::fs::metadata(root).map_err(|e| Error::io("stat", root, e))?;
+    Ok(StoreIdentity {
+        device: meta.dev(),
+        inode: meta.ino(),
+    })
+}
+
+/// `<root>/run/writer.shm`.
+pub fn path_of(root: &Path) -> PathBuf {
+    root.join("run").join(FILE_NAME)
+}
+
+impl WriterShm {
+    /// Builds the mapping from `initial` with the capacity `capacity`, replacing any file
+    /// there. Only a process that knows no other process has the store open may call it (the
+    /// first opener, after recovery): a process still mapping the old file would keep using it.
+    pub fn create(
+        root: &Path,
+        capacity: Capacity,
+        initial: &Initial,
+        dir_mode: u32,
+        file_mode: u32,
+    ) -> Result<WriterShm> {
+        let identity = store_identity(root)?;
+        let dir = root.join("run");
+        fs::create_dir_all(&dir, dir_mode)?;
+        let path = dir.join(FILE_NAME);
+        let tmp = dir.join(format!(".{FILE_NAME}.tmp"));
+        if fs::entry_exists(&tmp) {
+            fs::remove_file(&tmp)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(file_mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        let len = capacity.file_len();
+        // Sparse: the tables' pages cost memory only once used.
+        file.set_len(len as u64)
+            .map_err(|e| Error::io("ftruncate", &tmp, e))?;
+        let region = MmapRegion::map_file(&file, len, true, false)
+            .map_err(|e| Error::io("mmap", &tmp, e))?;
+        drop(file);
+        let shm = WriterShm {
+            path: tmp.clone(),
+            region,
+            capacity,
+        };
+        shm.fill(Header::native(identity, capacity), initial)?;
+        // A runtime file: renamed into place whole, never synced (module doc).
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        Ok(WriterShm { path, ..shm })
+    }
+
+    fn fill(&self, header: Header, initial: &Initial) -> Result<()> {
+        robust::init(&self.region, at::MUTEX)
+            .map_err(|e| Error::io("init mutex", &self.path, e))?;
+        let t = self.tables();
+        t.word(at::LOG_END)?
+            .store(initial.log_end.to_be(), StdOrdering::Relaxed);
+        t.word(at::DISPATCHED)?
+            .store(initial.dispatched.to_be(), StdOrdering::Relaxed);
+        t.word(at::FLUSHED)?
+            .store(initial.flushed.to_be(), StdOrdering::Relaxed);
+        t.word(at::LAST_STORE_TS)?.store(
+            (initial.last_store_timestamp as u64).to_be(),
+            StdOrdering::Relaxed,
+        );
+        for (topic, queue_id, next) in &initial.queues {
+            let id = t.topic_id(topic)?;
+            let slot = t.queue_slot(id, *queue_id, *next)?;
+            t.set_next_offset(slot, *next)?;
+        }
+        // The header last: a file without it is never attached.
+        if !self.region.copy_in(0, &header.encode()) {
+            return Err(Error::io(
+                "write header",
+                &self.path,
+                std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Maps the store's existing file if it is valid for this store and process (module doc).
+    pub fn attach(root: &Path) -> Result<Attached> {
+        let identity = store_identity(root)?;
+        let path = path_of(root);
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Attached::Rebuild("no writer mapping".into()))
+            }
+            Err(e) => return Err(Error::io("open", &path, e)),
+        };
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len();
+        if file_len < layout::HEADER_LEN as u64 {
+            return Ok(Attached::Rebuild(format!("file is {file_len} bytes")));
+        }
+        let head_map = MmapRegion::map_file(&file, layout::HEADER_LEN, true, false)
+            .map_err(|e| Error::io("mmap", &path, e))?;
+        let mut head = [0u8; 64];
+        head_map.copy_out(0, &mut head);
+        drop(head_map);
+        let expect = Header::native(identity, Capacity::for_counts(0, 0));
+        let header = match Header::check(&head, &expect, file_len) {
+            Ok(h) => h,
+            Err(reason) => return Ok(Attached::Rebuild(reason)),
+        };
+        let len = header.capacity.file_len();
+        let region = MmapRegion::map_file(&file, len, true, false)
+            .map_err(|e| Error::io("mmap", &path, e))?;
+        Ok(Attached::Valid(WriterShm {
+            path,
+            region,
+            capacity: header.capacity,
+        }))
+    }
+
+    fn tables(&self) -> Tables<'_> {
+        Tables {
+            region: &self.region,
+            capacity: self.capacity,
+            path: &self.path,
+        }
+    }
+
+    /// The table sizes.
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    /// End of the last published record (acquire: every byte below it is written).
+    pub fn log_end(&self) -> u64 {
+        self.view().load(Word::LogEnd, Ordering::Acquire)
+    }
+
+    /// Everything below it has its consume-queue units.
+    pub fn dispatched(&self) -> u64 {
+        self.view().load(Word::Dispatched, Ordering::Acquire)
+    }
+
+    /// The end of the append in progress, 0 when none.
+    pub fn intent_end(&self) -> u64 {
+        self.view().load(Word::IntentEnd, Ordering::Acquire)
+    }
+
+    /// Takes the append lock, waiting for it.
+    pub fn lock(&self) -> Result<AppendLock<'_>> {
+        let locked = robust::lock(&self.region, at::MUTEX)
+            .map_err(|e| Error::io("lock the append lock", &self.path, e))?;
+        Ok(match locked {
+            Locked::Clean(guard) => AppendLock::Held(Writer { shm: self, guard }),
+            Locked::OwnerDied(dead) => AppendLock::OwnerDied(Dead { shm: self, dead }),
+        })
+    }
+
+    fn view(&self) -> View<'_> {
+        View(self.tables())
+    }
+}
+
+/// The append lock, taken.
+#[derive(Debug)]
+pub enum AppendLock<'a> {
+    /// Held; the previous holder unlocked it.
+    Held(Writer<'a>),
+    /// Held; the previous holder died holding it: [`Dead::repair`] before anything else.
+    OwnerDied(Dead<'a>),
+}
+
+/// The append lock after its holder died, not yet repaired. Dropped unrepaired, the lock
+/// becomes unusable for every process (every `lock` fails) until the mapping is rebuilt.
+#[derive(Debug)]
+pub struct Dead<'a> {
+    shm: &'a WriterShm,
+    dead: DeadOwner<'a>,
+}
+
+impl<'a> Dead<'a> {
+    /// Repairs what the dead holder left (`protocol::repair`), then marks the lock consistent.
+    pub fn repair(self, log: &mut impl Repair) -> Result<(Writer<'a>, Repaired)> {
+        let done = protocol::repair(&self.shm.view(), log)?;
+        let guard = self
+            .dead
+            .consistent()
+            .map_err(|e| Error::io("mark the append lock consistent", &self.shm.path, e))?;
+        Ok((
+            Writer {
+                shm: self.shm,
+                guard,
+            },
+            done,
+        ))
+    }
+}
+
+/// The holder of the append lock: what only it may do. Unlocks when dropped.
+#[derive(Debug)]
+pub struct Writer<'a> {
+    shm: &'a WriterShm,
+    guard: MutexGuard<'a>,
+}
+
+impl Writer<'_> {
+    /// The slot of (topic, queue id), added at offset 0 when new. A slot is stable for the
+    /// mapping's life: callers may keep it.
+    pub fn queue_slot(&self, topic: &str, queue_id: u32) -> Result<QueueSlot> {
+        let t = self.shm.tables();
+        t.queue_slot(t.topic_id(topic)?, queue_id, 0)
+    }
+
+    /// The slot of (topic, queue id) if the table has it.
+    pub fn find_queue(&self, topic: &str, queue_id: u32) -> Result<Option<QueueSlot>> {
+        let t = self.shm.tables();
+        match t.topic(topic, false)? {
+            None => Ok(None),
+            Some(id) => t.queue(id, queue_id, None),
+        }
+    }
+
+    /// The next offset of `slot`'s queue.
+    pub fn next_offset(&self, slot: QueueSlot) -> Result<u64> {
+        self.shm.tables().next_offset(slot)
+    }
+
+    /// End of the last published record.
+    pub fn log_end(&self) -> u64 {
+        self.shm.log_end()
+    }
+
+    /// Step 1 of an append (protocol.rs): `len` bytes at the log end, `count` offsets of
+    /// `slot`'s queue.
+    pub fn reserve(&self, slot: Option<QueueSlot>, len: u64, count: u64) -> Reserved {
+        protocol::reserve(&self.shm.view(), slot, len, count)
+    }
+
+    /// Step 3 of an append: once every byte of `r` is written.
+    pub fn publish(&self, r: &Reserved) {
+        protocol::publish(&self.shm.view(), r)
+    }
+
+    /// Step 3a alone (`publish` makes all three): the queue's new next offset.
+    pub fn commit_offset(&self, r: &Reserved) {
+        protocol::commit_offset(&self.shm.view(), r)
+    }
+
+    /// Step 3b alone: publishes `r`'s bytes.
+    pub fn commit_end(&self, r: &Reserved) {
+        protocol::commit_end(&self.shm.view(), r)
+    }
+
+    /// Unlocks (as dropping does).
+    pub fn unlock(self) {
+        drop(self.guard);
+    }
+}
+
+/// The mapping seen through the protocol's [`State`].
+struct View<'a>(Tables<'a>);
+
+fn word_at(w: Word) -> usize {
+    match w {
+        Word::LogEnd => at::LOG_END,
+        Word::IntentEnd => at::INTENT_END,
+        Word::IntentSlot => at::INTENT_SLOT,
+        Word::IntentPrev => at::INTENT_PREV,
+        Word::Dispatched => at::DISPATCHED,
+    }
+}
+
+// The words are in the header page and the slots come from this mapping's own table, so every
+// access is in bounds of a mapping that `create` built or `attach` validated: the fallbacks
+// below (0, no store) are never taken.
+impl State for View<'_> {
+    fn load(&self, word: Word, order: Ordering) -> u64 {
+        self.0
+            .word(word_at(word))
+            .map_or(0, |a| u64::from_be(a.load(order)))
+    }
+
+    fn store(&self, word: Word, value: u64, order: Ordering) {
+        if let Ok(a) = self.0.word(word_at(word)) {
+            a.store(value.to_be(), order);
+        }
+    }
+
+    fn next_offset(&self, slot: QueueSlot) -> u64 {
+        self.0.next_offset(slot).unwrap_or(0)
+    }
+
+    fn set_next_offset(&self, slot: QueueSlot, next: u64) {
+        let _ = self.0.set_next_offset(slot, next);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn held(lock: AppendLock<'_>) -> Writer<'_> {
+        match lock {
+            AppendLock::Held(w) => w,
+            AppendLock::OwnerDied(_) => panic!("no holder died"),
+        }
+    }
+
+    fn build(root: &Path, queues: Vec<(String, u32, u64)>) -> WriterShm {
+        let initial = Initial {
+            log_end: 500,
+            queues,
+            ..Initial::default()
+        };
+        WriterShm::create(root, Capacity::for_counts(0, 0), &initial, 0o700, 0o600).unwrap()
+    }
+
+    #[test]
+    fn a_mapping_is_attached_only_by_its_own_store() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            WriterShm::attach(a.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("no writer mapping")
+        ));
+        drop(build(a.path(), vec![("T".into(), 1, 7)]));
+        let shm = match WriterShm::attach(a.path()).unwrap() {
+            Attached::Valid(s) => s,
+            Attached::Rebuild(why) => panic!("{why}"),
+        };
+        assert_eq!(shm.log_end(), 500);
+        let w = held(shm.lock().unwrap());
+        let slot = w.find_queue("T", 1).unwrap().unwrap();
+        assert_eq!(w.next_offset(slot).unwrap(), 7);
+        assert_eq!(w.find_queue("T", 2).unwrap(), None);
+        assert_eq!(w.find_queue("U", 1).unwrap(), None);
+        drop(w);
+
+        // A copy in another store's directory is that store's no more.
+        std::fs::create_dir_all(b.path().join("run")).unwrap();
+        std::fs::copy(path_of(a.path()), path_of(b.path())).unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("another store")
+        ));
+        // Another layout version, or a damaged header, is rebuilt too.
+        let mut bytes = std::fs::read(path_of(a.path())).unwrap();
+        bytes[7] = 9;
+        std::fs::write(path_of(b.path()), &bytes).unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(why) if why.contains("version 9")
+        ));
+        std::fs::write(path_of(b.path()), b"short").unwrap();
+        assert!(matches!(
+            WriterShm::attach(b.path()).unwrap(),
+            Attached::Rebuild(_)
+        ));
+        // Rebuilt: a fresh mapping from what recovery found.
+        let rebuilt = build(b.path(), Vec::new());
+        assert_eq!(rebuilt.log_end(), 500);
+        assert!(!fs::entry_exists(&b.path().join("run/.writer.shm.tmp")));
+    }
+
+    #[test]
+    fn a_full_table_is_a_typed_error_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), Vec::new());
+        let w = held(shm.lock().unwrap());
+        let limit = Capacity::limit(shm.capacity().topic_slots);
+        for i in 0..limit {
+            w.queue_slot(&format!("T{i}"), 0).unwrap();
+        }
+        let err = w.queue_slot("OneTooMany", 0).unwrap_err();
+        assert!(
+            matches!(err, Error::SharedTableFull { table: "topic", limit: l } if l == limit),
+            "{err}"
+        );
+        assert_eq!(err.kind(), "SHARED_TABLE_FULL");
+        assert_eq!(w.find_queue("OneTooMany", 0).unwrap(), None);
+        // Known topics still resolve, to the same slots.
+        let again = w.queue_slot("T0", 0).unwrap();
+        assert_eq!(w.find_queue("T0", 0).unwrap(), Some(again));
+        // A topic name the table cannot hold is refused before anything is written.
+        assert!(matches!(
+            w.queue_slot(&"x".repeat(256), 0),
+            Err(Error::InvalidTopic { .. })
+        ));
+    }
+
+    #[test]
+    fn appends_advance_the_queue_and_the_log_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), vec![("T".into(), 0, 3)]);
+        let w = held(shm.lock().unwrap());
+        let slot = w.queue_slot("T", 0).unwrap();
+        let r = w.reserve(Some(slot), 100, 4);
+        assert_eq!((r.start, r.end, r.queue_offset), (500, 600, 3));
+        assert_eq!(shm.intent_end(), 600);
+        assert_eq!(shm.log_end(), 500, "nothing published before `publish`");
+        w.publish(&r);
+        assert_eq!((shm.log_end(), shm.intent_end()), (600, 0));
+        assert_eq!(w.next_offset(slot).unwrap(), 7);
+        // A record outside any queue (a prepared transaction) takes no offset.
+        let r = w.reserve(None, 10, 1);
+        w.publish(&r);
+        assert_eq!((shm.log_end(), w.next_offset(slot).unwrap()), (610, 7));
+    }
+}
