@@ -406,6 +406,13 @@ impl Reput {
                 break;
             }
             self.try_dispatch();
+            if self.main.has_error.load(Ordering::Relaxed) {
+                // The failure kicked this thread (`record_error`, for a producer's failed
+                // inline dispatch): not a reason to retry at once, or a store stuck on an
+                // error would keep a CPU busy. The next retry comes with new data (a
+                // producer's kick), or after `idle`.
+                *self.wake.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            }
         }
     }
 
