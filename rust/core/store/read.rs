@@ -10,7 +10,7 @@ use super::Store;
 use crate::dispatch::queue_index::{LogicalQueue, QueueEntry};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::message::codec::{DecodeError, RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
+use crate::message::codec::{DecodeError, RecordView, STORE_HOST};
 use crate::message::{msg_id, properties, validate};
 
 /// RocketMQ's `GetMessageStatus` values that mqlite returns.
@@ -571,7 +571,7 @@ impl Store {
 }
 
 fn store_timestamp(b: &[u8]) -> Option<i64> {
-    crate::util::bytes::be_i64(b, STORE_TIMESTAMP_POS)
+    crate::message::codec::store_timestamp_of(b)
 }
 
 /// `Corrupted` naming the index file and byte position of entry `k` of `(topic, queue_id)`.
