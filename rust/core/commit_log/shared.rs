@@ -115,7 +115,7 @@ impl CommitLog {
         a.writer = None;
         let writer = match self.files.writer_at(end)? {
             Some(w) => Some(w),
-            None if create && end % size == 0 => Some(self.files.roll(end)?),
+            None if create && end.is_multiple_of(size) => Some(self.files.roll(end)?),
             None if create => {
                 return Err(Error::Corrupted {
                     path: "commitlog".into(),
