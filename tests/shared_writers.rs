@@ -7,8 +7,8 @@
 //!
 //! - An exclusive open and shared opens refuse each other (`StoreLocked`), both ways.
 //! - Three children send concurrently through rolls of small commit-log files.
-//! - (`fault-injection`) A child aborts at a kill point inside its append, holding the append
-//!   lock; two others, held on their stdin until it is dead (a cause, not a timer), go on
+//! - (`fault-injection`) A child aborts at a kill point inside its append (record written, or
+//!   the log just rolled), holding the append lock; two others, held on their stdin until it is dead (a cause, not a timer), go on
 //!   sending without reopening, and the next one to lock repairs what it left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -294,6 +294,20 @@ fn processes_sending_to_one_store_each_have_every_message_once_in_order() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_writer_killed_holding_the_append_lock_leaves_the_others_sending() {
+    killed_holding_the_lock("append.unpublished:40");
+}
+
+/// The same, the child aborted right after it rolled the log (the full file ended with its
+/// blank, the next one created, nothing published): the next holder undoes the roll, and a
+/// later roll takes the file the dead one created.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_writer_killed_after_rolling_leaves_the_others_sending() {
+    killed_holding_the_lock("commit_log.rolled:1");
+}
+
+#[cfg(feature = "fault-injection")]
+fn killed_holding_the_lock(kill_at: &str) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let store = Store::open(root, shared()).unwrap();
@@ -309,10 +323,13 @@ fn a_writer_killed_holding_the_append_lock_leaves_the_others_sending() {
             assert_ne!(r.read_line(&mut line).unwrap(), 0, "a survivor ended early");
         }
     }
-    // The victim dies at its 40th append (a single put or a batch), holding the lock.
-    let victim = spawn(root, 2, &[("MQLITE_KILL_AT", "append.unpublished:40")]);
+    // The victim dies at the kill point, holding the lock.
+    let victim = spawn(root, 2, &[("MQLITE_KILL_AT", kill_at)]);
     let out = victim.wait_with_output().unwrap();
-    assert!(!out.status.success(), "the victim should have been aborted");
+    assert!(
+        !out.status.success(),
+        "the victim should have been aborted at {kill_at}"
+    );
     let victim_acked = acks(&out.stdout);
     assert!(!victim_acked.is_empty() && victim_acked.len() < PER_CHILD as usize);
     // The survivors go on; the first of them to lock repairs what the victim left.

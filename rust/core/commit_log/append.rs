@@ -227,9 +227,9 @@ impl Appender {
     /// Appends one record and publishes it, announcing its bytes to `fence` first.
     /// `now`: a clock reading (ms) the caller took just before the append, or `None` to read
     /// the clock here; the store timestamp is the later of it and the previous record's.
-    /// Always inlined: with two callers (the single writer's and the shared writers' appends)
-    /// the compiler stopped inlining it into the single writer's, which then ran 28 more
-    /// instructions per send (callgrind).
+    /// Always inlined: it has two callers (the single writer's append and the shared
+    /// writers'), for which the compiler would call it instead, and the single writer's send
+    /// must not pay for the call.
     #[inline(always)]
     pub fn append_one(
         &mut self,
