@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use common::small_config;
 use mqlite::{Error, MessageRef, Store, StoreConfig, TagFilter};
@@ -35,10 +36,23 @@ const QUEUES: u32 = 3;
 const PER_CHILD: u64 = 1200;
 const GROUP: u64 = 5;
 
+/// Opens that must succeed wait for the store's locks: a child another test of this binary
+/// forks holds a copy of every descriptor until it execs, and with it their locks.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
 fn shared() -> StoreConfig {
     StoreConfig {
         shared_writers: true,
+        lock_wait: Some(LOCK_WAIT),
         ..small_config()
+    }
+}
+
+/// `shared()` failing at once: for opens that must be refused.
+fn shared_now() -> StoreConfig {
+    StoreConfig {
+        lock_wait: None,
+        ..shared()
     }
 }
 
@@ -168,6 +182,14 @@ fn all() -> BTreeSet<u64> {
 }
 
 fn exclusive() -> StoreConfig {
+    StoreConfig {
+        lock_wait: Some(LOCK_WAIT),
+        ..small_config()
+    }
+}
+
+/// `exclusive()` failing at once: for opens that must be refused.
+fn exclusive_now() -> StoreConfig {
     small_config()
 }
 
@@ -175,7 +197,7 @@ fn exclusive() -> StoreConfig {
 fn an_exclusive_writer_refuses_shared_writers() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), exclusive()).unwrap();
-    let err = Store::open(dir.path(), shared()).unwrap_err();
+    let err = Store::open(dir.path(), shared_now()).unwrap_err();
     assert!(matches!(err, Error::StoreLocked { .. }), "{err}");
     drop(store);
     // Released with the exclusive writer: a shared writer opens (first), then another.
@@ -189,11 +211,11 @@ fn shared_writers_refuse_an_exclusive_writer() {
     let dir = tempfile::tempdir().unwrap();
     let a = Store::open(dir.path(), shared()).unwrap();
     let b = Store::open(dir.path(), shared()).unwrap();
-    let err = Store::open(dir.path(), exclusive()).unwrap_err();
+    let err = Store::open(dir.path(), exclusive_now()).unwrap_err();
     assert!(matches!(err, Error::StoreLocked { .. }), "{err}");
     a.close().unwrap();
     // One shared writer is enough to refuse it.
-    let err = Store::open(dir.path(), exclusive()).unwrap_err();
+    let err = Store::open(dir.path(), exclusive_now()).unwrap_err();
     assert!(matches!(err, Error::StoreLocked { .. }), "{err}");
     b.close().unwrap();
     Store::open(dir.path(), exclusive()).unwrap();
