@@ -405,6 +405,10 @@ impl Reput {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
+            // Shared writers: the records other processes published, found every `idle` at
+            // the latest (commit_log/shared.rs). A failure leaves the view as it was; the next
+            // wake-up and every read try again.
+            let _ = self.commit_log.follow_shared();
             self.try_dispatch();
             if self.main.has_error.load(Ordering::Relaxed) {
                 // The failure kicked this thread (`record_error`, for a producer's failed

@@ -176,6 +176,9 @@ impl Store {
     /// when dispatch is caught up.
     fn catch_up(&self) {
         if let Some(r) = &self.inner.reput {
+            // Shared writers: what the other processes published (commit_log/shared.rs); a
+            // failure leaves the view as it was, for the next read to retry.
+            let _ = self.inner.commit_log.follow_shared();
             if r.dispatched_offset() < r.confirm_offset() {
                 // A failure stays recorded in the reput service, which retries it.
                 let _ = r.dispatch_all();
