@@ -46,6 +46,7 @@ pub mod consume_queue;
 pub mod dispatch;
 pub mod error;
 pub mod flush;
+pub mod leader;
 pub mod lock;
 pub mod mapped_file;
 pub mod mapped_file_queue;

@@ -87,6 +87,9 @@ struct Inner {
     reput: Option<Arc<Reput>>,
     flush: Option<Arc<FlushService>>,
     retention: Option<Arc<Retention>>,
+    /// A shared writer's place in the leader election (leader.rs); `None` for other stores,
+    /// which are their own leaders.
+    leader: Option<Arc<crate::leader::Seat>>,
     /// The preparer's job queue (writable stores).
     preparer: Option<crate::prepare::Preparer>,
     notifier: Arc<Notifier>,
@@ -324,12 +327,35 @@ impl Store {
     /// Deletes expired commit-log files now (the retention service also does it every 10 s)
     /// and the derived-store files that only point into them. Returns how many commit-log
     /// files went. A file is expired once the store's clock (`StoreConfig::clock`) reads at
-    /// least its modification time plus `file_reserved_time`.
+    /// least its modification time plus `file_reserved_time`. A shared writer that is not
+    /// the leader deletes nothing (0): retention is the leader's.
     pub fn delete_expired_files(&self) -> Result<usize> {
         self.check_usable()?;
+        if !self.is_leader() {
+            return Ok(0);
+        }
         match &self.inner.retention {
             Some(r) => r.delete_expired(),
             None => Ok(0),
+        }
+    }
+
+    /// Whether this store runs the background duties (flush, checkpoint, retention): always
+    /// for a writer of its own; among shared writers, the one elected (leader.rs). False for a
+    /// read-only store.
+    pub fn is_leader(&self) -> bool {
+        if self.inner.config.read_only {
+            return false;
+        }
+        self.inner.leader.as_ref().is_none_or(|s| s.is_leader())
+    }
+
+    /// Waits until this store leads (`is_leader`), or `timeout` passes, or it closes. A shared
+    /// writer takes over at once when the leader's process closes its store or dies.
+    pub fn wait_leader(&self, timeout: std::time::Duration) -> bool {
+        match &self.inner.leader {
+            Some(seat) => seat.wait_leader(timeout),
+            None => self.is_leader(),
         }
     }
 
@@ -370,6 +396,10 @@ impl Inner {
         // A shared writer closes under `open.lock`; only the last one records the clean state
         // and compacts the topic journal (lock.rs): the others' appends go on meanwhile.
         let (_closing, last) = self.closing_shared();
+        if let (Some(f), true) = (&self.flush, last) {
+            // The last one alone: its checkpoint is the store's, whoever led.
+            f.set_leading();
+        }
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
             // The last shared writer first indexes what the others appended since it last
             // looked: its flush and clean record then cover the whole log.
@@ -423,6 +453,10 @@ impl Inner {
         }
         if let Some(w) = &self.wake {
             w.release();
+        }
+        // After the last flush and checkpoint: the next leader takes over from here.
+        if let Some(seat) = &self.leader {
+            seat.resign();
         }
         *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result
