@@ -321,11 +321,13 @@ pub(super) fn open_with(
         match root.filter(|_| shared) {
             Some(root) => {
                 let seat = Seat::open(root, config.file_mode)?;
-                let (f, keep) = (Arc::clone(&f), keep.clone());
+                let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
                 let take_over = Box::new(move || {
                     f.set_leading();
                     // What a dead leader left unflushed, and its sync senders' requests.
                     let _ = f.flush_commit_log();
+                    // The whole log indexed here (retention never deletes what is not).
+                    let _ = r.dispatch_all();
                     if let Some(k) = &keep {
                         let _ = k.delete_expired();
                     }
