@@ -68,8 +68,11 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "shared", "bool", "bool", False,
         "Open as one of several writer processes of the store (a preview of many writers, "
         "docs/design-many-writers.md): every process opened with shared=True sends to the same "
-        "log, each sees the others' messages. Not given: this process is the only writer. An "
-        "exclusive open and shared ones refuse each other with StoreLockedError.",
+        "log, each sees the others' messages. One of them, the leader, flushes, checkpoints and "
+        "deletes expired files for all (another takes over at once when it closes or dies); "
+        "with flush=\"sync\" the senders of every process share its group commits. Not given: "
+        "this process is the only writer. An exclusive open and shared ones refuse each other "
+        "with StoreLockedError.",
         "Maps the shared writer state `<store>/run/writer.shm` (one page plus sparse tables). "
         "Create topics before other processes open the store: topic changes are not yet shared "
         "between running processes.",

@@ -14,6 +14,14 @@
 //!   registers (`on_release_pages`; no data changes). A non-critical store that fails to
 //!   flush keeps its last recorded progress and poisons nothing.
 //!
+//! - Shared writers (docs/design-many-writers.md): the thread runs in the leader only
+//!   (leader.rs). Its flush covers the whole shared log, up to the mapping's `log_end` (files
+//!   other processes created included: an msync or fsync of a file writes every process's
+//!   dirty pages of it), then raises the mapping's `flushed` word and wakes the sync senders of
+//!   every process waiting on it (shared/group_commit.rs). Sync senders of any process ask for
+//!   a flush through the mapping and wait on that word, so they share group commits. Only the
+//!   leader (or the last closer) writes the checkpoint; any process may flush.
+//!
 //! Invariant: a failed msync/fsync poisons the store (every later put fails, waiting puts fail)
 //! and is never retried as if it had worked: Linux may mark the failed pages clean.
 
@@ -27,6 +35,10 @@ use crate::config::FlushMode;
 use crate::dispatch::reput::Reput;
 use crate::error::{Error, Result};
 use crate::service::Service;
+
+/// A shared writer's sync sender looks at the mapping's `flushed` word at least this often
+/// while it waits (a safety net: the leader's flush wakes it).
+const SHARED_NAP: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Default)]
 struct State {
@@ -48,6 +60,9 @@ pub struct FlushService {
     done: Condvar,
     stop: AtomicBool,
     poisoned_flag: AtomicBool,
+    /// Writes the checkpoint: always for an exclusive writer; for a shared writer once it
+    /// leads, or closes last.
+    leading: AtomicBool,
     last_physic_ts: Mutex<i64>,
     // Drops old files' mappings after each periodic flush; registered by the store, which
     // knows every mapped file queue (none by default).
@@ -73,6 +88,7 @@ impl FlushService {
         interval: Duration,
     ) -> Self {
         let flushed = commit_log.flushed_offset();
+        let leading = AtomicBool::new(commit_log.shared().is_none());
         FlushService {
             commit_log,
             reput,
@@ -88,6 +104,7 @@ impl FlushService {
             done: Condvar::new(),
             stop: AtomicBool::new(false),
             poisoned_flag: AtomicBool::new(false),
+            leading,
             last_physic_ts: Mutex::new(0),
             release_pages: Box::new(|| {}),
         }
@@ -104,10 +121,26 @@ impl FlushService {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A shared writer that took over as leader, or closes last: writes the checkpoint from
+    /// now on.
+    pub fn set_leading(&self) {
+        self.leading.store(true, Ordering::Release);
+    }
+
     /// Sync mode: waits until `offset` is durable. `Ok(true)` when confirmed, `Ok(false)` on
-    /// timeout (FLUSH_DISK_TIMEOUT), `Err(Poisoned)` if the flush failed.
+    /// timeout (FLUSH_DISK_TIMEOUT), `Err(Poisoned)` if the flush failed. A shared writer
+    /// waits for the leader's flush (module doc).
     pub fn wait_flushed(&self, offset: u64, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
+        if let Some(shm) = self.commit_log.shared() {
+            shm.request_flush(offset);
+            let poisoned = || self.poisoned_flag.load(Ordering::Acquire);
+            let done = shm.wait_flushed(offset, deadline, SHARED_NAP, poisoned);
+            if let Some(cause) = self.poisoned() {
+                return Err(Error::Poisoned { cause });
+            }
+            return Ok(done);
+        }
         let mut s = self.lock();
         if s.flushed >= offset {
             return Ok(true);
@@ -137,6 +170,10 @@ impl FlushService {
 
     /// Sync mode: asks the flush thread to make `offset` durable, without waiting.
     pub fn request_flush(&self, offset: u64) {
+        if let Some(shm) = self.commit_log.shared() {
+            shm.request_flush(offset);
+            return;
+        }
         let mut s = self.lock();
         if s.flushed < offset && s.requested < offset {
             s.requested = offset;
@@ -144,11 +181,32 @@ impl FlushService {
         }
     }
 
-    /// Flushes the commit log now; poisons the store on failure.
+    /// Flushes the commit log now; poisons the store on failure. A shared writer flushes the
+    /// whole shared log (module doc).
     pub fn flush_commit_log(&self) -> Result<u64> {
         let ts = self.commit_log.last_store_timestamp();
-        match self.commit_log.files().flush() {
+        let shared = match self.commit_log.shared() {
+            Some(shm) => {
+                let end = shm.log_end();
+                // Every file up to `end` listed and the one holding it pinned (its flush
+                // below covers it). Without that, the flush covers the files in view and
+                // `flushed` stays where it is.
+                let followed = self.commit_log.follow_shared().is_ok();
+                Some((shm, shm.flushed().min(end), end, followed))
+            }
+            None => None,
+        };
+        let flushed = self.commit_log.files().flush().and_then(|flushed| {
+            if let Some((_, from, end, true)) = shared {
+                self.commit_log.files().sync_files(from, end)?;
+            }
+            Ok(flushed)
+        });
+        match flushed {
             Ok(flushed) => {
+                if let Some((shm, _, end, true)) = shared {
+                    shm.advance_flushed(flushed.min(end));
+                }
                 self.commit_log.set_flushed_offset(flushed);
                 let mut s = self.lock();
                 s.flushed = s.flushed.max(flushed);
@@ -212,7 +270,11 @@ impl FlushService {
                 Err(_) => {}
             }
         }
-        let Some(cp) = &self.checkpoint else {
+        let Some(cp) = self
+            .checkpoint
+            .as_ref()
+            .filter(|_| self.leading.load(Ordering::Acquire))
+        else {
             return Ok(());
         };
         let confirm = self.commit_log.flushed_offset();
@@ -249,7 +311,11 @@ impl FlushService {
                     FlushMode::Async => self.interval,
                 };
                 let pending = |s: &State| s.requested > s.flushed && s.poisoned.is_none();
-                if !(self.mode == FlushMode::Sync && pending(&s)) {
+                if let (Some(shm), FlushMode::Sync) = (self.commit_log.shared(), self.mode) {
+                    // Requests come from every process, through the mapping.
+                    drop(s);
+                    shm.wait_for_request(wait, || self.stop.load(Ordering::Acquire));
+                } else if !(self.mode == FlushMode::Sync && pending(&s)) {
                     let r = self.requested.wait_timeout_while(s, wait, |s| {
                         !(self.stop.load(Ordering::Acquire)
                             || (self.mode == FlushMode::Sync && pending(s)))
@@ -277,6 +343,9 @@ impl FlushService {
     /// Asks the thread to exit.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(shm) = self.commit_log.shared() {
+            shm.wake_flush_thread();
+        }
         let _g = self.lock();
         self.requested.notify_all();
     }

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! store                         (facade, services, write pipeline and put hooks, topic admin)
-//! recovery, flush, retention    (startup scan; flush thread and checkpoint; expiry)
+//! recovery, flush, retention, leader (startup scan; flush and checkpoint; expiry; shared writers' leader)
 //! store_meta                    (the meta file: format version and geometry)
 //! consume_queue                 (implements dispatch's DerivedStore and QueueIndex)
 //! dispatch                      (DerivedStore, QueueIndex; reput: feeds the derived stores)
@@ -15,7 +15,8 @@
 //! config                        (StoreConfig and its limits)
 //! topic_config                  (topics.json, topics.journal)
 //! message                       (record codec, builder, properties, tags code, ids, validation)
-//! checkpoint, lock, wakeup, shared (small files shared with other processes; the writer mapping)
+//! checkpoint, lock, shared      (small files shared with other processes; the writer mapping)
+//! wakeup                        (the wake-up word; its protocol also serves the writer mapping)
 //! mapped_file_queue             (a run of mapped files; warm-ahead, fill fence, pace)
 //! mapped_file                   (mmap, the robust mutex, syscalls: the only unsafe code)
 //! prepare                       (preparer thread; knows its writers only as Preparable)
@@ -46,6 +47,7 @@ pub mod consume_queue;
 pub mod dispatch;
 pub mod error;
 pub mod flush;
+pub mod leader;
 pub mod lock;
 pub mod mapped_file;
 pub mod mapped_file_queue;

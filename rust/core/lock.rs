@@ -9,7 +9,8 @@
 //! Its content (`lock pid=<pid>`) is information only, written once the open succeeded.
 //!
 //! Shared writers (`StoreConfig::shared_writers`, docs/design-many-writers.md) hold both locks
-//! shared instead (`flock(LOCK_SH)` and an OFD read lock), so that they admit each other and
+//! shared instead (`flock(LOCK_SH)` and an OFD read lock over every byte below
+//! [`LEADER_BYTE`], the byte whose write lock elects their leader), so that they admit each other and
 //! refuse an exclusive writer (and a broker), which refuses them in turn. They open and close
 //! under `open.lock` (an exclusive `flock`, [`OpenLock`]): an opener that takes `lock`
 //! exclusively there is the first (no other process has the store open) and recovers, then
@@ -30,7 +31,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::mapped_file::mmap;
 use crate::util::fs;
+
+/// The byte of `lock` whose OFD write lock makes its holder the shared writers' leader
+/// (leader.rs). Shared writers' read locks cover `[0, LEADER_BYTE)` only, so that it stays
+/// free for the election; an exclusive writer's and a broker's whole-file locks cover it too.
+pub const LEADER_BYTE: libc::off_t = 1 << 32;
 
 /// Holds the writer lock (exclusive, or shared among shared writers) until dropped.
 #[derive(Debug)]
@@ -150,7 +157,12 @@ impl StoreLock {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", &self.path, e)),
         }
-        match crate::mapped_file::mmap::ofd_read_lock(self.file.as_raw_fd()) {
+        // The read lock stops short of the leader byte, which the write lock covered: it is
+        // then let go of, for the leader election (leader.rs).
+        let fd = self.file.as_raw_fd();
+        let converted = mmap::ofd_range_read_lock(fd, 0, LEADER_BYTE)
+            .and_then(|_| mmap::ofd_range_lock(fd, LEADER_BYTE, 0, true));
+        match converted {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(()),
             Err(e) => Err(Error::io("fcntl(F_OFD_SETLK)", &self.path, e)),
@@ -234,13 +246,13 @@ fn try_shared(file: &File, path: &Path) -> Result<Option<String>> {
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", path, e)),
     }
-    match crate::mapped_file::mmap::ofd_read_lock(file.as_raw_fd()) {
-        Ok(None) => Ok(None),
-        Ok(Some(pid)) => {
+    match mmap::ofd_range_read_lock(file.as_raw_fd(), 0, LEADER_BYTE) {
+        Ok(true) => Ok(None),
+        Ok(false) => {
             let _ = file.unlock();
-            Ok(Some(format!(
-                "an fcntl lock of pid {pid}, as an Apache RocketMQ broker takes"
-            )))
+            Ok(Some(
+                "an fcntl lock, as an Apache RocketMQ broker takes".to_owned(),
+            ))
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(None),
         Err(e) => {

@@ -9,6 +9,9 @@
 //!   until no expired file is left, so the store is reclaimed as fast as the file system
 //!   deletes files and the thread still stops promptly.
 //!
+//! Shared writers run retention in their leader only (leader.rs); a file already deleted by a
+//! previous leader counts as deleted.
+//!
 //! Invariants: files go from the head only, oldest first, up to the first that is not
 //! expired; never the file being written, and never one holding records the critical derived
 //! stores have not been given (a lagging non-critical store loses them: it is best effort).

@@ -160,7 +160,13 @@ impl CommitLog {
 
     /// Bytes below this offset are on disk.
     pub fn flushed_offset(&self) -> u64 {
-        self.flushed.load(Ordering::Acquire)
+        let own = self.flushed.load(Ordering::Acquire);
+        // Shared writers: whatever any process flushed (the leader, usually) and this one
+        // has in view.
+        match self.shared.get() {
+            Some(shm) => own.max(shm.flushed().min(self.max_offset())),
+            None => own,
+        }
     }
 
     pub(crate) fn set_flushed_offset(&self, v: u64) {

@@ -498,20 +498,56 @@ pub fn ofd_range_lock(
     len: libc::off_t,
     unlock: bool,
 ) -> io::Result<bool> {
+    let kind = if unlock { libc::F_UNLCK } else { libc::F_WRLCK };
+    ofd_range(fd, kind, start, len, false)
+}
+
+/// `ofd_range_lock` taking a read (shared) lock on `start..start + len` (`len` 0: to the end of
+/// any file). On a description that holds a write lock there, converts it atomically.
+pub fn ofd_range_read_lock(
+    fd: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+) -> io::Result<bool> {
+    ofd_range(fd, libc::F_RDLCK, start, len, false)
+}
+
+/// Takes an exclusive open-file-description record lock on `start..start + len`, waiting for
+/// it (`F_OFD_SETLKW`): returns once it is held. A signal interrupts the wait (`EINTR`).
+pub fn ofd_range_lock_wait(
+    fd: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+) -> io::Result<()> {
+    ofd_range(fd, libc::F_WRLCK, start, len, true).map(drop)
+}
+
+fn ofd_range(
+    fd: libc::c_int,
+    kind: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+    wait: bool,
+) -> io::Result<bool> {
     // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = if unlock { libc::F_UNLCK } else { libc::F_WRLCK } as libc::c_short;
+    lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = start;
     lock.l_len = len;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
     // SAFETY: `lock` is a valid, exclusively borrowed `flock` for the duration of the call;
-    // `l_pid` is zero, as F_OFD_SETLK requires.
-    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock) } == 0 {
+    // `l_pid` is zero, as the F_OFD_* commands require.
+    if unsafe { libc::fcntl(fd, cmd, &mut lock) } == 0 {
         return Ok(true);
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        Some(libc::EAGAIN | libc::EACCES) if !wait => Ok(false),
         _ => Err(e),
     }
 }

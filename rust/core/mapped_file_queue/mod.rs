@@ -767,7 +767,13 @@ impl MappedFileQueue {
         self.release(&victims);
         if let Backing::Dir { dir, .. } = &self.backing {
             for s in &victims {
-                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
+                match fs::remove_file(&dir.join(fs::offset_file_name(s.start))) {
+                    // Already gone: another process of a shared store deleted it (its
+                    // leader, before this one took over).
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound => {}
+                    r => r?,
+                }
             }
         }
         Ok(victims.len())
@@ -807,6 +813,32 @@ impl MappedFileQueue {
             // Not pinned: every byte of the last file is flushed.
             _ => self.max_offset(),
         })
+    }
+
+    /// Makes `[from, to)` durable in files this process may never have written (shared
+    /// writers: other processes wrote them, or created them): when the range spans more than
+    /// one file, each file it touches is fsynced (its bytes and size), then the directory
+    /// (their names). Within one file it does nothing: the caller's `flush` covers the file
+    /// being written. A file no longer listed (deleted by retention) is skipped.
+    ///
+    /// # Errors
+    /// The first failed sync.
+    pub fn sync_files(&self, from: u64, to: u64) -> Result<()> {
+        let size = self.file_size;
+        if to <= from || from / size == (to - 1) / size {
+            return Ok(());
+        }
+        let slots = self.read_files().clone();
+        for slot in slots
+            .iter()
+            .filter(|s| s.start + size > from && s.start < to)
+        {
+            self.map(slot)?.sync_metadata()?;
+        }
+        if let Backing::Dir { dir, .. } = &self.backing {
+            fs::fsync_dir(dir)?;
+        }
+        Ok(())
     }
 
     /// The fsyncs owed by files created with their sync deferred (among `files` or in the

@@ -35,8 +35,14 @@ pub mod at {
     pub const QUEUES_USED: usize = 176;
     /// Everything below it has its consume-queue units written (its own cache line).
     pub const DISPATCHED: usize = 192;
-    /// Everything below it is durable (its own cache line).
+    /// Everything below it is durable (its own cache line, with the group commit's words).
     pub const FLUSHED: usize = 256;
+    /// `u32` wake word (wakeup/protocol.rs) of the sync senders waiting on `FLUSHED`.
+    pub const FLUSHED_WAKE: usize = 264;
+    /// The highest end a sync sender asked the leader to make durable.
+    pub const FLUSH_REQUESTED: usize = 272;
+    /// `u32` wake word of the leader's flush thread waiting on `FLUSH_REQUESTED`.
+    pub const REQUEST_WAKE: usize = 280;
     /// Bumped by every topic change.
     pub const TOPICS_GENERATION: usize = 320;
 }

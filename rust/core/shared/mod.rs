@@ -2,8 +2,8 @@
 //! process writing one store shares, mapped by each of them: the append lock (a robust,
 //! process-shared mutex), the log end, the append in progress, the dispatch and flush
 //! progress, the topics generation, and the queue-offset table. docs/design-many-writers.md
-//! says how the store uses it; this module is the mapping and its protocol, not yet the
-//! store's write path.
+//! says how the store uses it; this module is the mapping and its protocols (the append,
+//! protocol.rs; the group commit across processes, group_commit.rs).
 //!
 //! Invariants
 //! - The file is a runtime file, never a source of truth: it is built from what recovery
@@ -21,6 +21,7 @@
 //! after a crash of every process, or a reboot, the next first opener builds it again from the
 //! log. A process killed inside the critical section is repaired by the next holder.
 
+mod group_commit;
 pub mod layout;
 pub mod protocol;
 mod table;

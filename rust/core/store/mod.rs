@@ -2,7 +2,9 @@
 //!
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
 //! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
-//! registered), flush, the preparer, retention (stores with a directory). A
+//! registered), the preparer, then the leader's duties: flush and retention (stores with a
+//! directory). A shared writer runs those duties only while it is the elected leader of the
+//! store's writer processes (leader.rs): its `leader` service starts and stops them. A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
 //! registered in one list (`DerivedStores`) that recovery, flush, retention, page release,
@@ -87,6 +89,9 @@ struct Inner {
     reput: Option<Arc<Reput>>,
     flush: Option<Arc<FlushService>>,
     retention: Option<Arc<Retention>>,
+    /// A shared writer's place in the leader election (leader.rs); `None` for other stores,
+    /// which are their own leaders.
+    leader: Option<Arc<crate::leader::Seat>>,
     /// The preparer's job queue (writable stores).
     preparer: Option<crate::prepare::Preparer>,
     notifier: Arc<Notifier>,
@@ -324,12 +329,35 @@ impl Store {
     /// Deletes expired commit-log files now (the retention service also does it every 10 s)
     /// and the derived-store files that only point into them. Returns how many commit-log
     /// files went. A file is expired once the store's clock (`StoreConfig::clock`) reads at
-    /// least its modification time plus `file_reserved_time`.
+    /// least its modification time plus `file_reserved_time`. A shared writer that is not
+    /// the leader deletes nothing (0): retention is the leader's.
     pub fn delete_expired_files(&self) -> Result<usize> {
         self.check_usable()?;
+        if !self.is_leader() {
+            return Ok(0);
+        }
         match &self.inner.retention {
             Some(r) => r.delete_expired(),
             None => Ok(0),
+        }
+    }
+
+    /// Whether this store runs the background duties (flush, checkpoint, retention): always
+    /// for a writer of its own; among shared writers, the one elected (leader.rs). False for a
+    /// read-only store.
+    pub fn is_leader(&self) -> bool {
+        if self.inner.config.read_only {
+            return false;
+        }
+        self.inner.leader.as_ref().is_none_or(|s| s.is_leader())
+    }
+
+    /// Waits until this store leads (`is_leader`), or `timeout` passes, or it closes. A shared
+    /// writer takes over at once when the leader's process closes its store or dies.
+    pub fn wait_leader(&self, timeout: std::time::Duration) -> bool {
+        match &self.inner.leader {
+            Some(seat) => seat.wait_leader(timeout),
+            None => self.is_leader(),
         }
     }
 
@@ -370,6 +398,10 @@ impl Inner {
         // A shared writer closes under `open.lock`; only the last one records the clean state
         // and compacts the topic journal (lock.rs): the others' appends go on meanwhile.
         let (_closing, last) = self.closing_shared();
+        if let (Some(f), true) = (&self.flush, last) {
+            // The last one alone: its checkpoint is the store's, whoever led.
+            f.set_leading();
+        }
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
             // The last shared writer first indexes what the others appended since it last
             // looked: its flush and clean record then cover the whole log.
@@ -423,6 +455,10 @@ impl Inner {
         }
         if let Some(w) = &self.wake {
             w.release();
+        }
+        // After the last flush and checkpoint: the next leader takes over from here.
+        if let Some(seat) = &self.leader {
+            seat.resign();
         }
         *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result

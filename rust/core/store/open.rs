@@ -15,6 +15,7 @@ use crate::dispatch::queue_index::QueueIndex;
 use crate::dispatch::reput::{FollowerService, Reput, REPUT_IDLE};
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
+use crate::leader::{LeaderRole, Seat};
 use crate::lock::{self, OpenLock, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
 use crate::mapped_file_queue::{Backing, MapCache, MappedFileQueue};
@@ -184,6 +185,7 @@ pub(super) fn open_with(
     let mut reput = None;
     let mut flush = None;
     let mut retention = None;
+    let mut leader = None;
     let mut services: Vec<Arc<dyn Service>> = Vec::new();
     let mut preparer = None;
     if writable {
@@ -302,19 +304,44 @@ pub(super) fn open_with(
         if r.has_followers() {
             services.push(Arc::new(FollowerService::new(Arc::clone(&r), REPUT_IDLE)));
         }
-        services.push(f.clone());
         services.push(p);
-        if root.is_some() {
-            let keep = Arc::new(Retention::new(
+        let keep = root.map(|_| {
+            Arc::new(Retention::new(
                 Arc::clone(&commit_log),
                 derived.clone(),
                 Arc::clone(&r),
                 config.file_reserved_time,
                 config.clock.clone(),
-            ));
-            services.push(keep.clone());
-            retention = Some(keep);
+            ))
+        });
+        // The leader's duties: an exclusive writer runs them; shared writers elect the one
+        // process that does (leader.rs).
+        let mut duties: Vec<Arc<dyn Service>> = vec![f.clone()];
+        duties.extend(keep.clone().map(|k| k as Arc<dyn Service>));
+        match root.filter(|_| shared) {
+            Some(root) => {
+                let seat = Seat::open(root, config.file_mode)?;
+                let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
+                let take_over = Box::new(move || {
+                    f.set_leading();
+                    // What a dead leader left unflushed, and its sync senders' requests.
+                    let _ = f.flush_commit_log();
+                    // The whole log indexed here (retention never deletes what is not).
+                    let _ = r.dispatch_all();
+                    if let Some(k) = &keep {
+                        let _ = k.delete_expired();
+                    }
+                });
+                services.push(Arc::new(LeaderRole::new(
+                    Arc::clone(&seat),
+                    take_over,
+                    duties,
+                )));
+                leader = Some(seat);
+            }
+            None => services.extend(duties),
         }
+        retention = keep;
         flush = Some(f);
         reput = Some(r);
         if let Some(root) = root {
@@ -354,6 +381,7 @@ pub(super) fn open_with(
         reput,
         flush,
         retention,
+        leader,
         preparer,
         notifier,
         wake,

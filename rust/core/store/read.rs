@@ -533,8 +533,10 @@ impl Store {
     }
 
     /// Blocks until any of `queues` (topic, queue id, offset) has a message at or after its
-    /// offset, or `timeout` passes. Writers wake waiters by notification; read-only stores
-    /// poll the files every few milliseconds.
+    /// offset, or `timeout` passes. Writers wake waiters by notification; shared writers and
+    /// read-only followers sleep on the store's wake-up word, which every writer process
+    /// changes after dispatching (so an append in any process wakes them); followers without
+    /// the word poll the files every few milliseconds.
     pub fn wait_for_messages(
         &self,
         queues: &[(&str, u32, u64)],
@@ -554,6 +556,18 @@ impl Store {
                     .is_some_and(|cq| cq.max_offset() > off)
             }) || self.is_closed()
         };
+        let shared = self.inner.commit_log.shared().is_some();
+        if let (Some(w), true) = (&self.inner.wake, shared) {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            // Each look first takes in what the other processes appended.
+            let ready = || {
+                if !self.is_closed() {
+                    self.catch_up();
+                }
+                ready()
+            };
+            return Ok(w.wait(deadline, crate::wakeup::FOLLOWER_NAP, ready));
+        }
         if self.inner.config.read_only {
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
             if let Some(w) = &self.inner.wake {

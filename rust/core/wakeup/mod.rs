@@ -16,7 +16,9 @@
 //! - While no follower sleeps the writer only reads the word: no store, no system call.
 //!
 //! The two sides' steps on the word are `protocol.rs`, model-checked with loom there; this
-//! module adds the file, the mapping and the deadlines.
+//! module adds the file, the mapping and the deadlines. The same steps serve the shared writer
+//! mapping's words (group commit across processes, shared/mod.rs) through [`WordAt`],
+//! [`wait_on`] and [`announce`].
 //!
 //! Crash behaviour: nothing to recover. A follower that dies asleep leaves bit 0 set, which costs
 //! the writer one needless wake-up call. A writer that dies leaves a word as valid as any other.
@@ -102,14 +104,16 @@ impl WakeWord {
     /// others wait for).
     pub fn publish(&self) -> bool {
         let guard = self.map.read().unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().is_some_and(protocol::publish)
+        guard
+            .as_ref()
+            .is_some_and(|map| protocol::publish(&WordAt::new(map, 0)))
     }
 
     /// Wakes every thread, of any process, asleep on the word. A failure leaves them to their
     /// naps.
     pub fn wake(&self) {
         if let Some(map) = self.map.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            map.wake();
+            WordAt::new(map, 0).wake();
         }
     }
 
@@ -138,7 +142,7 @@ impl WakeWord {
             };
             // The read guard is held while asleep: `release` (store close) wakes the sleepers
             // before it waits for the guard.
-            match protocol::look(map, left.min(nap), &mut ready) {
+            match protocol::look(&WordAt::new(map, 0), left.min(nap), &mut ready) {
                 Look::Done(r) => return r,
                 Look::Again => {}
             }
@@ -146,22 +150,69 @@ impl WakeWord {
     }
 }
 
-/// The word is the first four bytes of the mapped page, big-endian.
-impl Word for MmapRegion {
+/// A wake word: the big-endian u32 at the aligned byte `pos` of a shared file mapping (the
+/// wake-up file's word is at 0).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WordAt<'a> {
+    region: &'a MmapRegion,
+    pos: usize,
+}
+
+impl<'a> WordAt<'a> {
+    pub(crate) fn new(region: &'a MmapRegion, pos: usize) -> Self {
+        WordAt { region, pos }
+    }
+}
+
+impl Word for WordAt<'_> {
     fn load(&self) -> Option<u32> {
-        self.load_u32_be_acquire(0)
+        self.region.load_u32_be_acquire(self.pos)
     }
 
     fn compare_exchange(&self, current: u32, new: u32) -> Option<std::result::Result<u32, u32>> {
-        self.compare_exchange_u32_be(0, current, new)
+        self.region.compare_exchange_u32_be(self.pos, current, new)
     }
 
     fn sleep(&self, expected: u32, timeout: Duration) -> io::Result<()> {
-        self.futex_wait_be(0, expected, timeout)
+        self.region.futex_wait_be(self.pos, expected, timeout)
     }
 
     fn wake(&self) {
-        let _ = self.futex_wake(0);
+        let _ = self.region.futex_wake(self.pos);
+    }
+}
+
+/// The waiting side on `word`: blocks until `ready()` is true or `deadline` passes (`None`:
+/// never), sleeping on the word between looks, `nap` at most at a time. Returns `ready()`.
+pub(crate) fn wait_on(
+    word: &WordAt<'_>,
+    deadline: Option<Instant>,
+    nap: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        if ready() {
+            return true;
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return false,
+            },
+            None => nap,
+        };
+        if let Look::Done(r) = protocol::look(word, left.min(nap), &mut ready) {
+            return r;
+        }
+    }
+}
+
+/// The publishing side on `word`, after the data a waiter's `ready()` looks for was stored:
+/// a SeqCst fence, then a wake-up of every sleeper when one said it sleeps.
+pub(crate) fn announce(word: &WordAt<'_>) {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    if protocol::publish(word) {
+        word.wake();
     }
 }
 
