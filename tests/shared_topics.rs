@@ -12,6 +12,8 @@
 //!   single process gives, and after every process has closed, the compacted table keeps every
 //!   topic with its last settings.
 //! - A process opening beside running ones does not compact the journal they append to.
+//! - (`fault-injection`) A process aborted inside a topic change, holding the journal lock,
+//!   leaves the others changing topics.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -161,20 +163,27 @@ impl Peer {
 
     /// Starts a child without waiting for its open.
     fn start(root: &Path) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "topics_child_obeys",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR, root)
-            .env_remove("MQLITE_KILL_AT")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        Peer::start_with(root, &[])
+    }
+
+    /// `start`, with `env` set in the child.
+    fn start_with(root: &Path, env: &[(&str, &str)]) -> Peer {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "topics_child_obeys",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, root)
+        .env_remove("MQLITE_KILL_AT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
         let to = child.stdin.take().unwrap();
         let from = BufReader::new(child.stdout.take().unwrap());
         Peer { child, to, from }
@@ -418,4 +427,34 @@ fn an_auto_create_never_replaces_a_topic_another_writer_made() {
     b.close().unwrap();
     let reopened = Store::open(dir.path(), exclusive()).unwrap();
     assert_eq!(reopened.topic("T").unwrap().unwrap().write_queue_nums, 8);
+}
+
+/// A process aborted inside a topic change, holding the journal lock (its record written, not
+/// synced): the kernel releases the lock, and the others go on changing topics without
+/// reopening, every process reading the same table.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_writer_killed_inside_a_topic_change_leaves_the_others_changing_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root, shared()).unwrap();
+    store.create_topic("First", 1, 6, false, false).unwrap();
+    let mut other = Peer::open(root);
+    let mut victim = Peer::start_with(root, &[("MQLITE_KILL_AT", "topics.journal_unsynced:1")]);
+    assert_eq!(victim.line(), "OPEN");
+    victim.tell("create Dead 1 6 0 0");
+    let status = victim.child.wait().unwrap();
+    assert!(!status.success(), "the victim should have been aborted");
+    store.create_topic("Alive", 2, 6, false, false).unwrap();
+    assert_eq!(other.ask("create There 3 6 0 0"), "OK");
+    // The dead change's record is whole or absent; every process agrees on which.
+    let here = names(&store);
+    assert_eq!(other.ask("topics"), format!("TOPICS {}", here.join(",")));
+    for t in ["Alive", "First", "There"] {
+        assert!(here.iter().any(|n| n == t), "{t} in {here:?}");
+    }
+    other.close();
+    store.close().unwrap();
+    let reopened = Store::open(root, exclusive()).unwrap();
+    assert_eq!(names(&reopened), here);
 }
