@@ -236,7 +236,8 @@ impl WriterShm {
     }
 
     /// The topics generation: how many topic changes every process has made since the mapping
-    /// was built (acquire: the journal records it counts are written).
+    /// was built. Inlined: every lookup of a shared writer's topic table loads it.
+    #[inline]
     pub fn topics_generation(&self) -> u64 {
         self.tables()
             .word(at::TOPICS_GENERATION)
