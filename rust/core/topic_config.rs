@@ -377,13 +377,17 @@ impl TopicTable {
     pub fn close(&self, last: bool) -> Result<()> {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         if let Some(shared) = self.shared.get() {
-            if !last {
+            let read = match last {
+                true => shared.lock().and_then(|held| catch_up(&mut g, &held)),
+                false => Ok(()),
+            };
+            shared.close();
+            if !last || read.is_err() {
                 if let Some(j) = g.journal.as_mut() {
                     j.close_file();
                 }
-                return Ok(());
+                return read;
             }
-            catch_up(&mut g, &shared.lock()?)?;
         }
         match &g.journal {
             Some(j) if j.record_bytes() > 0 || j.broken() => self.compact(&mut g)?,

@@ -21,7 +21,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::shared::WriterShm;
@@ -34,7 +34,9 @@ const LOCK_NAME: &str = "topics.lock";
 #[derive(Debug)]
 pub(super) struct SharedTopics {
     shm: Arc<WriterShm>,
-    lock: File,
+    /// The lock file; `None` once the store closed (a closed store holds no descriptor of
+    /// its topic table). Taken only by holders of the table's write lock: never contended.
+    lock: Mutex<Option<File>>,
     lock_path: PathBuf,
     /// The generation this process's table reflects.
     seen: AtomicU64,
@@ -47,7 +49,7 @@ impl SharedTopics {
         let lock = fs::open_rw(&lock_path, mode)?;
         Ok(SharedTopics {
             shm,
-            lock,
+            lock: Mutex::new(Some(lock)),
             lock_path,
             seen: AtomicU64::new(0),
         })
@@ -61,11 +63,22 @@ impl SharedTopics {
     }
 
     /// Takes the journal lock, waiting for the process that holds it (for one append).
+    ///
+    /// # Errors
+    /// `Closed` after `close`; an I/O error taking the lock.
     pub(super) fn lock(&self) -> Result<Held<'_>> {
-        self.lock
-            .lock()
+        let file = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(f) = file.as_ref() else {
+            return Err(Error::Closed);
+        };
+        f.lock()
             .map_err(|e| Error::io("flock", &self.lock_path, e))?;
-        Ok(Held { shared: self })
+        Ok(Held { shared: self, file })
+    }
+
+    /// Closes the lock file (the store's close).
+    pub(super) fn close(&self) {
+        *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -73,6 +86,7 @@ impl SharedTopics {
 #[derive(Debug)]
 pub(super) struct Held<'a> {
     shared: &'a SharedTopics,
+    file: MutexGuard<'a, Option<File>>,
 }
 
 impl Held<'_> {
@@ -96,6 +110,8 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        let _ = self.shared.lock.unlock();
+        if let Some(f) = self.file.as_ref() {
+            let _ = f.unlock();
+        }
     }
 }
