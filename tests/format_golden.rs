@@ -320,11 +320,11 @@ fn meta_slot_encode_matches_fixture() {
 
 #[test]
 fn topic_journal_writes_and_reads_the_fixture() {
-    use mqlite::topic_config::{TopicConfig, TopicTable};
+    use mqlite::topic_config::{Access, TopicConfig, TopicTable};
     let expected = fixture("topics_journal.hex");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("topics.json");
-    let table = TopicTable::load(Some(json.clone()), 0o600, true).unwrap();
+    let table = TopicTable::load(Some(json.clone()), 0o600, Access::Own).unwrap();
     table
         .put(TopicConfig::new("TopicTest", 4, 6, false))
         .unwrap();
@@ -335,13 +335,13 @@ fn topic_journal_writes_and_reads_the_fixture() {
     // Read back: the fixture's first record alone creates the topic, both leave none.
     let put_only = &expected[..expected.len() - (8 + r#"{"remove":"TopicTest"}"#.len())];
     std::fs::write(dir.path().join("topics.journal"), put_only).unwrap();
-    let reader = TopicTable::load(Some(json.clone()), 0o600, false).unwrap();
+    let reader = TopicTable::load(Some(json.clone()), 0o600, Access::Read).unwrap();
     assert_eq!(
         reader.get("TopicTest"),
         Some(TopicConfig::new("TopicTest", 4, 6, false))
     );
     std::fs::write(dir.path().join("topics.journal"), &expected).unwrap();
-    let reader = TopicTable::load(Some(json), 0o600, false).unwrap();
+    let reader = TopicTable::load(Some(json), 0o600, Access::Read).unwrap();
     assert!(reader.all().is_empty());
 }
 

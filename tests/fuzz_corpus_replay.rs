@@ -60,7 +60,7 @@ use mqlite::message::codec::{
     RECORD_CRC_NAME, STORE_HOST,
 };
 use mqlite::message::sysflag;
-use mqlite::topic_config::{TopicConfig, TopicTable};
+use mqlite::topic_config::{Access, TopicConfig, TopicTable};
 use mqlite::{Error, MessageRef, RecordView, Store, StoreConfig, TagFilter};
 
 /// A fuzz target's name and check.
@@ -480,7 +480,7 @@ pub fn check_topics_json(data: &[u8]) {
     let dir = fresh_dir("topics");
     let main = dir.join("topics.json");
     std::fs::write(&main, data).unwrap();
-    let direct = match TopicTable::load(Some(main.clone()), 0o600, false) {
+    let direct = match TopicTable::load(Some(main.clone()), 0o600, Access::Read) {
         Ok(t) => t,
         Err(e) => {
             assert_config_file_error(&e, &main);
@@ -488,7 +488,7 @@ pub fn check_topics_json(data: &[u8]) {
             // main file's error is reported.
             std::fs::write(&main, b"{\"topicConfigTable\": [").unwrap();
             std::fs::write(dir.join("topics.json.bak"), data).unwrap();
-            let e = TopicTable::load(Some(main.clone()), 0o600, false).unwrap_err();
+            let e = TopicTable::load(Some(main.clone()), 0o600, Access::Read).unwrap_err();
             assert_config_file_error(&e, &main);
             std::fs::remove_dir_all(&dir).unwrap();
             return;
@@ -531,7 +531,7 @@ pub fn check_topics_json(data: &[u8]) {
     // bytes hold no table: the main file's error stands).
     std::fs::write(&main, b"{\"topicConfigTable\": [").unwrap();
     std::fs::write(dir.join("topics.json.bak"), data).unwrap();
-    match TopicTable::load(Some(main.clone()), 0o600, false) {
+    match TopicTable::load(Some(main.clone()), 0o600, Access::Read) {
         Ok(fallback) => assert_eq!(fallback.all(), table),
         Err(e) if data.is_empty() => assert_config_file_error(&e, &main),
         Err(e) => panic!("a loadable .bak did not load: {e:?}"),

@@ -74,8 +74,7 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "this process is the only writer. An exclusive open and shared ones refuse each other "
         "with StoreLockedError.",
         "Maps the shared writer state `<store>/run/writer.shm` (one page plus sparse tables). "
-        "Create topics before other processes open the store: topic changes are not yet shared "
-        "between running processes.",
+        "Topics created or grown in any process are seen by every other at its next call.",
     ),
     Option(
         "wait", "number", "float | None", None,

@@ -5,6 +5,7 @@ Children are fresh interpreters (``subprocess`` with ``sys.executable``), never 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -91,3 +92,128 @@ def test_shared_and_read_only_conflict(store_path: Path) -> None:
     with mqlite.open(store_path, shared=True) as store:
         store.create_topic("shared", 1)
         store.producer().send(Message("shared", b"0:0"), queue_id=0)
+
+
+# A shared writer that obeys one JSON command per line on stdin and answers one JSON line:
+# the parent orders both processes' steps by these answers, never by time.
+PEER = """
+import json, sys
+import mqlite
+from mqlite import ConsumeFromWhere, Message
+
+def obey(store, producer, cmd, args):
+    if cmd == "topic":
+        found = [t for t in store.topics() if t.name == args[0]]
+        return [[t.read_queues, t.write_queues, t.perm, t.order] for t in found]
+    if cmd == "send":
+        return producer.send(Message(args[0], args[1].encode()), queue_id=args[2]).queue_offset
+    if cmd == "auto":
+        return producer.send(Message(args[0], args[1].encode())).queue_offset
+    if cmd == "consume":
+        group, topic, count = args
+        store.queues(topic)  # an unknown topic is an error here, not an endless poll
+        consumer = store.pull_consumer(
+            group, client_id="peer", consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        )
+        consumer.subscribe(topic)
+        got = []
+        while len(got) < count:
+            got += [(m.queue_id, m.queue_offset, m.body.decode()) for m in consumer.poll(5)]
+        consumer.commit()
+        consumer.close()
+        return sorted(got)
+    if cmd == "progress":
+        return [[p.queue_id, p.committed, p.max_offset] for p in store.consumer_progress(args[0])]
+    raise ValueError(cmd)
+
+with mqlite.open(sys.argv[1], shared=True) as store:
+    producer = store.producer()
+    print(json.dumps("open"))
+    for line in sys.stdin:
+        cmd, *args = json.loads(line)
+        if cmd == "quit":
+            break
+        try:
+            out = obey(store, producer, cmd, args)
+        except mqlite.MQError as e:
+            out = {"error": type(e).__name__}
+        print(json.dumps(out))
+"""
+
+
+class Peer:
+    """A shared-writer child process and its command pipe."""
+
+    def __init__(self, spawn_py: SpawnPy, path: Path) -> None:
+        self.proc = spawn_py(PEER, path)
+        assert self.ask_line() == "open"
+
+    def ask_line(self) -> object:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read() if self.proc.stderr else "the peer ended"
+        return json.loads(line)
+
+    def ask(self, *cmd: object) -> object:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.ask_line()
+
+    def close(self) -> None:
+        _, err = self.proc.communicate(json.dumps(["quit"]) + "\n", timeout=60)
+        assert self.proc.returncode == 0, err
+
+
+def test_a_topic_made_in_one_process_is_used_at_once_in_another(
+    store_path: Path, spawn_py: SpawnPy
+) -> None:
+    with mqlite.open(store_path, shared=True) as store:
+        peer = Peer(spawn_py, store_path)
+        # Created here after the peer opened: it sends to the last queue and reads it.
+        store.create_topic("made", 6, order=True)
+        assert peer.ask("topic", "made") == [[6, 6, 6, True]]
+        assert peer.ask("send", "made", "there", 5) == 0
+        store.producer().send(Message("made", b"here"), queue_id=5)
+        assert peer.ask("consume", "g", "made", 2) == [[5, 0, "there"], [5, 1, "here"]]
+        # Grown here: the peer sends to a new queue at once.
+        store.update_topic("made", queues=8)
+        assert peer.ask("send", "made", "grown", 7) == 0
+        # Auto-created there by a send: known, listed and read here at once.
+        assert peer.ask("auto", "auto", "first") == 0
+        assert [t.name for t in store.topics()] == ["auto", "made"]
+        auto = [q for q in store.queues("auto") if store.offsets(q)[1] == 1]
+        assert [m.body for m in store.read(auto[0], 0)] == [b"first"]
+        peer.close()
+    with mqlite.open(store_path) as reopened:
+        made = {t.name: t for t in reopened.topics()}["made"]
+        assert (made.read_queues, made.write_queues, made.order) == (8, 8, True)
+
+
+def test_a_consumer_group_commits_across_shared_writer_processes(
+    store_path: Path, spawn_py: SpawnPy
+) -> None:
+    with mqlite.open(store_path, shared=True) as store:
+        peer = Peer(spawn_py, store_path)
+        store.create_topic("jobs", 2)
+        producer = store.producer()
+        for i in range(6):
+            producer.send(Message("jobs", f"{i}".encode()), queue_id=i % 2)
+        # The peer's member takes both queues, consumes and commits, then leaves the group.
+        got = peer.ask("consume", "workers", "jobs", 6)
+        assert isinstance(got, list), got
+        assert sorted(b for _, _, b in got) == [str(i) for i in range(6)]
+        # This process's member resumes from the peer's commits: only what was sent since.
+        producer.send(Message("jobs", b"later"), queue_id=1)
+        consumer = store.pull_consumer("workers", client_id="here")
+        consumer.subscribe("jobs")
+        seen: list[bytes] = []
+        while not seen:
+            seen += [m.body for m in consumer.poll(5)]
+        assert seen == [b"later"]
+        consumer.commit()
+        consumer.close()
+        # And the peer reads this process's commit.
+        assert peer.ask("progress", "workers") == [[0, 3, 3], [1, 4, 4]]
+        assert store.consumer_groups() == ["workers"]
+        peer.close()

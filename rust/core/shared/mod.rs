@@ -13,7 +13,8 @@
 //!   store (the device and inode of its directory); anything else is rebuilt, never trusted.
 //! - Every word is big-endian and accessed atomically; the tables and the append state are
 //!   written only by the holder of the append lock (protocol.rs, table.rs), `log_end` is
-//!   loaded with acquire by anyone.
+//!   loaded with acquire by anyone. The topics generation is written only by the holder of the
+//!   topic journal's lock (topic_config/shared.rs), after the records it counts are written.
 //! - A holder that dies leaves the lock reporting it ([`AppendLock::OwnerDied`]); the next
 //!   holder repairs (`protocol::repair`) before anything else, then marks the lock consistent.
 //!
@@ -233,6 +234,27 @@ impl WriterShm {
     /// The end of the append in progress, 0 when none.
     pub fn intent_end(&self) -> u64 {
         self.view().load(Word::IntentEnd, Ordering::Acquire)
+    }
+
+    /// The topics generation: how many topic changes every process has made since the mapping
+    /// was built. Inlined: every lookup of a shared writer's topic table loads it.
+    #[inline]
+    pub fn topics_generation(&self) -> u64 {
+        self.tables()
+            .word(at::TOPICS_GENERATION)
+            .map_or(0, |a| u64::from_be(a.load(StdOrdering::Acquire)))
+    }
+
+    /// Counts one more topic change (its journal record about to be appended) and returns the
+    /// new generation. Callers serialise it with the topic journal's lock
+    /// (`config/topics.lock`, FORMAT.md §14), not the append lock: a load and a store, never
+    /// two at once.
+    pub fn bump_topics_generation(&self) -> u64 {
+        let next = self.topics_generation().wrapping_add(1);
+        if let Ok(a) = self.tables().word(at::TOPICS_GENERATION) {
+            a.store(next.to_be(), StdOrdering::Release);
+        }
+        next
     }
 
     /// Takes the append lock, waiting for it.

@@ -35,19 +35,12 @@ impl Store {
     ) -> Result<()> {
         self.check_topic_change(topic, queues)?;
         check_perm(perm)?;
-        if self.inner.topics.get(topic).is_some() {
-            if exist_ok {
-                // Like `mkdir -p`: an existing topic is left exactly as it is.
-                return Ok(());
-            }
-            return Err(Error::InvalidArgument {
-                field: "topic",
-                reason: format!("{topic:?} exists already"),
-            });
+        // Like `mkdir -p`: an existing topic (one another process created meanwhile included)
+        // is left exactly as it is.
+        let config = TopicConfig::new(topic, queues, perm, order);
+        if self.inner.topics.create(vec![config], exist_ok)?.is_empty() {
+            return Ok(());
         }
-        self.inner
-            .topics
-            .put(TopicConfig::new(topic, queues, perm, order))?;
         self.inner.derived.prepare_topic(topic, queues)
     }
 
@@ -68,19 +61,11 @@ impl Store {
             self.check_topic_change(topic, queues)?;
         }
         check_perm(perm)?;
-        if !exist_ok {
-            if let Some(topic) = topics.iter().find(|t| self.inner.topics.get(t).is_some()) {
-                return Err(Error::InvalidArgument {
-                    field: "topic",
-                    reason: format!("{topic:?} exists already"),
-                });
-            }
-        }
         let configs = topics
             .iter()
             .map(|t| TopicConfig::new(t, queues, perm, order))
             .collect();
-        let created = self.inner.topics.put_new(configs)?;
+        let created = self.inner.topics.create(configs, exist_ok)?;
         for topic in &created {
             self.inner.derived.prepare_topic(topic, queues)?;
         }
@@ -129,12 +114,14 @@ impl Store {
         if self.inner.config.read_only {
             self.inner.topics.reload()?;
         }
+        self.inner.topics.sync()?;
         Ok(self.inner.topics.all())
     }
 
     /// One topic's configuration; `InvalidTopic` for a name no topic can have.
     pub fn topic(&self, topic: &str) -> Result<Option<TopicConfig>> {
         self.check_usable()?;
+        self.inner.topics.sync()?;
         if let Some(config) = self.inner.topics.get(topic) {
             return Ok(Some(config));
         }
@@ -152,6 +139,7 @@ impl Store {
     /// # Errors
     /// `InvalidArgument` for a queue beyond `MAX_QUEUES`; an I/O error writing the table.
     pub(super) fn ensure_system_queue(&self, topic: &str, queue_id: u32) -> Result<()> {
+        self.inner.topics.sync()?;
         if let Some((queues, true)) = self.inner.topics.write_info(topic) {
             if queue_id < queues {
                 return Ok(());
@@ -159,41 +147,49 @@ impl Store {
         }
         let queues = queue_id.saturating_add(1);
         check_queue_count(queues)?;
-        let grow = |config: &mut TopicConfig| {
+        // Grown or created in one step: a process creating it meanwhile is grown, not replaced.
+        let ensure = |old: Option<&TopicConfig>| {
+            let mut config = match old {
+                Some(c) => c.clone(),
+                None => TopicConfig::new(topic, queues, PERM_READ | PERM_WRITE, false),
+            };
             config.read_queue_nums = config.read_queue_nums.max(queues);
             config.write_queue_nums = config.write_queue_nums.max(queues);
             config.perm |= PERM_READ | PERM_WRITE;
-            Ok(())
+            Ok(Some(config))
         };
-        let config = match self.inner.topics.update(topic, grow)? {
-            Some(config) => config,
-            None => {
-                let config = TopicConfig::new(topic, queues, PERM_READ | PERM_WRITE, false);
-                self.inner.topics.put(config.clone())?;
-                config
-            }
-        };
+        let config =
+            self.inner
+                .topics
+                .upsert(topic, ensure)?
+                .ok_or_else(|| Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                })?;
         self.inner
             .derived
             .prepare_topic(topic, config.read_queue_nums.max(config.write_queue_nums))
     }
 
     /// Creates `topic` on its first send, with the store's default queue count, when the store
-    /// allows it (`auto_create_topics`); returns the write queue count.
+    /// allows it (`auto_create_topics`); returns its write queue count and writability. A topic
+    /// another thread or process created meanwhile is left as it is, and its settings returned.
     ///
     /// # Errors
     /// `TopicNotFound` when auto-creation is off; an I/O error writing the topic table.
-    pub(super) fn auto_create_topic(&self, topic: &str) -> Result<u32> {
+    pub(super) fn auto_create_topic(&self, topic: &str) -> Result<(u32, bool)> {
         if !self.inner.config.auto_create_topics {
             return Err(Error::TopicNotFound {
                 topic: topic.to_owned(),
             });
         }
         let q = self.inner.config.default_queues;
-        self.inner
-            .topics
-            .put(TopicConfig::new(topic, q, PERM_READ | PERM_WRITE, false))?;
-        Ok(q)
+        let config = self.inner.topics.get_or_put(TopicConfig::new(
+            topic,
+            q,
+            PERM_READ | PERM_WRITE,
+            false,
+        ))?;
+        Ok((config.write_queue_nums, config.writable()))
     }
 }
 

@@ -435,12 +435,11 @@ impl Inner {
             }
         }
         // The whole topic table into topics.json, the file RocketMQ reads (a no-op without
-        // journal records, and for a read-only store, which has no journal).
-        if last {
-            let topics = self.topics.close();
-            if result.is_ok() {
-                result = topics;
-            }
+        // journal records, and for a read-only store, which has no journal); only the last of
+        // shared writers, the others' appends going on meanwhile.
+        let topics = self.topics.close(last);
+        if result.is_ok() {
+            result = topics;
         }
         // Unmap and close every file now rather than when the last handle to the store goes
         // (a closed store must not keep hundreds of MiB mapped and descriptors open).

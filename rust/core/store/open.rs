@@ -26,7 +26,7 @@ use crate::retention::Retention;
 use crate::service::Service;
 use crate::shared::layout::Capacity;
 use crate::shared::{Attached, Initial, WriterShm};
-use crate::topic_config::TopicTable;
+use crate::topic_config::{Access, TopicTable};
 use crate::util::fs;
 use crate::wakeup::WakeWord;
 
@@ -175,7 +175,13 @@ pub(super) fn open_with(
     let table_missing = topics_path
         .as_ref()
         .is_some_and(|p| !fs::entry_exists(p) && !fs::entry_exists(&fs::backup_path(p)));
-    let topics = TopicTable::load(topics_path, config.file_mode, writable)?;
+    // A later shared opener leaves the journal to the running writers (topic_config/shared.rs).
+    let access = match (writable, attach_to.is_some()) {
+        (false, _) => Access::Read,
+        (true, false) => Access::Own,
+        (true, true) => Access::Join,
+    };
+    let topics = TopicTable::load(topics_path, config.file_mode, access)?;
     if table_missing && !writable {
         topics.adopt_discovered(&index.discover_topics()?, false)?;
     }
@@ -239,7 +245,8 @@ pub(super) fn open_with(
         if settle {
             derived.recovered()?;
         }
-        if table_missing {
+        // Running shared writers: the first of them adopted what the queues on disk name.
+        if table_missing && settle {
             topics.adopt_discovered(&index.discover_topics()?, true)?;
         }
         let r = Arc::new(Reput::new(
@@ -258,6 +265,7 @@ pub(super) fn open_with(
                 Some(shm) => shm,
                 None => Arc::new(build_shared(root, &commit_log, &config)?),
             };
+            topics.share(Arc::clone(&shm))?;
             commit_log.set_shared(shm);
         }
         let f = Arc::new(

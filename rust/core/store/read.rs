@@ -238,6 +238,7 @@ impl Store {
         let max = limit.messages;
         self.check_usable()?;
         self.catch_up();
+        self.inner.topics.sync()?;
         if !self.inner.topics.readable(topic) {
             return Err(Error::TopicNotReadable {
                 topic: topic.to_owned(),

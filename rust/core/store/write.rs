@@ -634,6 +634,7 @@ impl Store {
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
     fn writable_queues(&self, topic: &str) -> Result<u32> {
+        self.inner.topics.sync()?;
         let info = match self.inner.topics.write_info(topic) {
             Some(info) => info,
             None => {
@@ -641,7 +642,7 @@ impl Store {
                 if is_system_topic(topic) {
                     return Err(system_topic(topic));
                 }
-                (self.auto_create_topic(topic)?, true)
+                self.auto_create_topic(topic)?
             }
         };
         check_send_allowed(topic, info)

@@ -4,8 +4,11 @@
 //! Invariants:
 //! - A change is durable when `append` returns: its record is written with one `write` and
 //!   made durable with `fdatasync`. Appends are serialised by the caller (the topic table's
-//!   write lock), so at most the last record of the file can be unsynced, and a crash can tear
-//!   only the tail.
+//!   write lock, and between shared writer processes the journal lock, topic_config/shared.rs),
+//!   so at most the last record of the file can be unsynced, and a crash can tear only the tail.
+//! - While shared writers have the store open, the file is only appended to (never replaced):
+//!   each of them reads the records the others appended from where it last read (`read_new`),
+//!   and cuts a dead appender's torn tail before its own append (`prepare_append`).
 //! - Records are idempotent: a put carries the topic's whole config, a remove its name. The
 //!   table is `topics.json` (or its `.bak`) with every record replayed in order, so replaying
 //!   a record `topics.json` already holds changes nothing.
@@ -18,12 +21,13 @@
 //!   `Error::ConfigFile` naming the file and the byte offset, never a table taken in part.
 //!
 //! Crash behaviour: a crash between a record's `write` and its `fdatasync` leaves it whole, torn
-//! or absent; the call that made it had not returned. The writer compacts at open, so a torn
-//! tail is never followed by new records.
+//! or absent; the call that made it had not returned. The writer compacts at open (a shared
+//! writer cuts the tail under the journal lock), so a torn tail is never followed by new
+//! records.
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -76,6 +80,9 @@ pub(super) struct Replay {
     pub changes: Vec<Change>,
     /// True when bytes after the last whole record were ignored (a torn tail).
     pub torn: bool,
+    /// Where the last whole record ends in the file (the header's end when there is none; 0
+    /// when the file has no header).
+    pub end: u64,
 }
 
 /// Reads the journal at `path`; `None` when there is none. Changes nothing on disk.
@@ -97,8 +104,6 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Replay> {
         field: format!("byte {at}"),
         reason,
     };
-    let all_zero = |from: usize| bytes.get(from..).is_none_or(|r| r.iter().all(|&b| b == 0));
-    let mut replay = Replay::default();
     // The header is written with the file's creation (temp, fsync, rename), so it is whole
     // unless the file is a creation the power cut undid in part: nothing but zeros.
     match (be_u32(bytes, 0), be_u32(bytes, 4)) {
@@ -106,13 +111,32 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Replay> {
         (Some(MAGIC), Some(v)) => {
             return Err(damaged(4, format!("journal version {v} is not {VERSION}")))
         }
-        _ if all_zero(0) => {
-            replay.torn = !bytes.is_empty();
-            return Ok(replay);
+        _ if bytes.iter().all(|&b| b == 0) => {
+            return Ok(Replay {
+                torn: !bytes.is_empty(),
+                ..Replay::default()
+            });
         }
         _ => return Err(damaged(0, "not a topic journal (bad magic)".to_owned())),
     }
-    let mut at = HEADER as usize;
+    records(
+        path,
+        bytes.get(HEADER as usize..).unwrap_or_default(),
+        HEADER,
+    )
+}
+
+/// The records of `bytes`, the journal's bytes from offset `base` (where a record starts, or
+/// the header ends) to the end of the file; errors name offsets in the file.
+pub(super) fn records(path: &Path, bytes: &[u8], base: u64) -> Result<Replay> {
+    let damaged = |at: usize, reason: String| Error::ConfigFile {
+        path: path.to_path_buf(),
+        field: format!("byte {}", base + at as u64),
+        reason,
+    };
+    let all_zero = |from: usize| bytes.get(from..).is_none_or(|r| r.iter().all(|&b| b == 0));
+    let mut replay = Replay::default();
+    let mut at = 0;
     while at < bytes.len() {
         let rest = bytes.len() - at;
         let (Some(len), Some(crc)) = (be_u32(bytes, at), be_u32(bytes, at + 4)) else {
@@ -149,14 +173,18 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Replay> {
                 ),
             ));
         }
-        replay.changes.push(decode_change(path, at, payload)?);
+        replay
+            .changes
+            .push(decode_change(path, base + at as u64, payload)?);
         at = end;
     }
+    // Every `break` above leaves `at` at the start of the torn tail.
+    replay.end = base + at as u64;
     Ok(replay)
 }
 
 /// A whole record's payload: `{"put": <topic config>}` or `{"remove": "<topic>"}`.
-fn decode_change(path: &Path, at: usize, payload: &[u8]) -> Result<Change> {
+fn decode_change(path: &Path, at: u64, payload: &[u8]) -> Result<Change> {
     let damaged = |reason: String| Error::ConfigFile {
         path: path.to_path_buf(),
         field: format!("byte {at}"),
@@ -279,6 +307,89 @@ impl Journal {
         }
     }
 
+    /// Shared writers: where the records this writer knows end (what a joining writer's load
+    /// read), so that `read_new` reads only the records after them.
+    pub(super) fn known(&mut self, end: u64) {
+        self.len = end;
+    }
+
+    /// Shared writers, holding the journal lock: the whole records other processes appended
+    /// since this writer last read or wrote. A torn tail (an appender that died mid-record) is
+    /// left to `prepare_append`.
+    ///
+    /// # Errors
+    /// `ConfigFile` for a damaged record, or a file shorter than the records already read (it
+    /// was replaced while writers had it open); an I/O error reading.
+    pub(super) fn read_new(&mut self) -> Result<Replay> {
+        if self.file.is_none() {
+            match open_append(&self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Replay {
+                        end: self.len,
+                        ..Replay::default()
+                    })
+                }
+                Err(e) => return Err(Error::io("open", &self.path, e)),
+            }
+        }
+        let Some(file) = self.file.as_ref() else {
+            return Ok(Replay::default());
+        };
+        let size = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &self.path, e))?
+            .len();
+        if size < self.len {
+            return Err(Error::ConfigFile {
+                path: self.path.clone(),
+                field: format!("byte {size}"),
+                reason: format!(
+                    "ends before the {} bytes of records already read: replaced while writers \
+                     had it open",
+                    self.len
+                ),
+            });
+        }
+        let from = if self.len < HEADER { 0 } else { self.len };
+        let mut bytes = vec![0; (size - from) as usize];
+        file.read_exact_at(&mut bytes, from)
+            .map_err(|e| Error::io("read", &self.path, e))?;
+        let replay = match from {
+            0 => parse(&self.path, &bytes)?,
+            _ => records(&self.path, &bytes, from)?,
+        };
+        self.len = replay.end;
+        Ok(replay)
+    }
+
+    /// Shared writers, holding the journal lock, after `read_new`: cuts a torn tail so that
+    /// the next record follows whole ones, or creates the journal when there is none (or one
+    /// without a header, which holds no record).
+    pub(super) fn prepare_append(&mut self) -> Result<()> {
+        self.broken = false;
+        match &self.file {
+            Some(f) if self.len >= HEADER => {
+                let size = f
+                    .metadata()
+                    .map_err(|e| Error::io("stat", &self.path, e))?
+                    .len();
+                if size > self.len {
+                    // Made durable by the next append's `fdatasync`.
+                    f.set_len(self.len)
+                        .map_err(|e| Error::io("truncate", &self.path, e))?;
+                }
+                Ok(())
+            }
+            _ => self.reset(),
+        }
+    }
+
+    /// Closes the file without compacting (a shared writer that is not the last to close).
+    pub(super) fn close_file(&mut self) {
+        self.file = None;
+    }
+
     /// Closes the file (a store's close). Only when every record is in `topics.json`: the next
     /// append starts a fresh journal.
     pub(super) fn release(&mut self) {
@@ -295,16 +406,21 @@ impl Journal {
         header.extend_from_slice(&MAGIC.to_be_bytes());
         header.extend_from_slice(&VERSION.to_be_bytes());
         fs::stage(&self.path, &header, self.mode)?.replace(false)?;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&self.path)
-            .map_err(|e| Error::io("open", &self.path, e))?;
+        let file = open_append(&self.path).map_err(|e| Error::io("open", &self.path, e))?;
         self.file = Some(file);
         self.len = HEADER;
         self.broken = false;
         Ok(())
     }
+}
+
+/// The journal at `path`, open for reading and appending.
+fn open_append(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 #[cfg(test)]
@@ -344,7 +460,14 @@ mod tests {
             let r = parse(Path::new("j"), &both[..cut]).unwrap();
             assert_eq!(r.changes, whole, "cut at {cut}");
             assert!(r.torn, "cut at {cut}");
+            assert_eq!(r.end, first_end as u64, "cut at {cut}");
+            // Read from the first record's end, as a shared writer reads new records.
+            let r = records(Path::new("j"), &both[first_end..cut], first_end as u64).unwrap();
+            assert!(r.changes.is_empty() && r.torn && r.end == first_end as u64);
         }
+        let r = records(Path::new("j"), &both[first_end..], first_end as u64).unwrap();
+        assert_eq!(r.changes, vec![Change::Put(config("B", 8))]);
+        assert_eq!((r.torn, r.end), (false, both.len() as u64));
         // A last record with a flipped byte, or zeros where it should be: torn, cut off.
         for damage in [
             |b: &mut Vec<u8>| *b.last_mut().unwrap() ^= 1,
@@ -373,6 +496,11 @@ mod tests {
                 assert_eq!(path, Path::new("/s/config/topics.journal"));
                 assert_eq!(field, "byte 8");
             }
+            other => panic!("{other:?}"),
+        }
+        // Read from a record past the header, the offset named is still the file's.
+        match records(Path::new("j"), &bad[HEADER as usize..], HEADER) {
+            Err(Error::ConfigFile { field, .. }) => assert_eq!(field, "byte 8"),
             other => panic!("{other:?}"),
         }
         // A CRC-valid record that does not decode is damage too (here: a path-like name).
