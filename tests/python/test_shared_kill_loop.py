@@ -13,7 +13,14 @@ of them with SIGKILL, then starts a replacement and waits for its open:
   killed inside the append's critical section, possibly in the middle of a record, a batch or
   a roll, or of the repair of an earlier death;
 - **a producer** or **a consumer** at a random moment;
-- **an opener**: the replacement itself, at a random moment of its start or open.
+- **an opener**: the replacement itself, at a random moment of its start or open;
+- **a producer at a kill point** (when ``MQLITE_FI_CORE`` names the extension built with
+  ``--features fault-injection``, as scripts/test.sh does for the reliability tier; 30 % of the
+  cycles): an extra producer armed with ``MQLITE_KILL_AT`` aborts at the n-th hit of
+  ``append.unsealed`` (a record written but for its CRC), ``append.unpublished`` (records whole,
+  not published), ``commit_log.rolled`` (a roll done under the lock, nothing written to the
+  new file) or ``mapped_file.empty`` (a commit-log or consume-queue file just created, empty),
+  each in turn, n drawn from the seed; every point must be reached.
 
 After every cycle the test process sends one message itself (a survivor goes on without
 reopening, repairing after a dead holder) and every other child must still be running.
@@ -43,6 +50,7 @@ import json
 import mmap
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -74,15 +82,39 @@ TID_MASK = 0x3FFF_FFFF
 HOLDER_TRIES = 200
 WATCH_READS = 20_000
 PARENT_INCARNATION = 0
+# The core's kill points a producer reaches inside the append's critical section (rolls
+# included: a shared writer creates commit-log files inline, under the lock), with the largest
+# hit number drawn for each (rust/core/util/kill_point.rs; MQLITE_KILL_AT arms one).
+KILL_AT = "MQLITE_KILL_AT"
+POINT_SHARE = 0.3  # of the cycles, when the fault-injection build is there
+KILL_POINTS = {"append.unsealed": 60, "append.unpublished": 60, "commit_log.rolled": 2,
+               "mapped_file.empty": 3}
 
 Ident = tuple[int, int]  # (incarnation, seq)
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(pkg_root: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    pkg = str(Path(mqlite.__file__).resolve().parent.parent)
+    env.pop(KILL_AT, None)
+    pkg = str(pkg_root or Path(mqlite.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, str(HERE), env.get("PYTHONPATH")) if p)
     return env
+
+
+def fault_injection_package(tmp_path: Path) -> Path | None:
+    """A copy of the mqlite package whose extension is the fault-injection build named by
+    ``MQLITE_FI_CORE`` (scripts/test.sh builds it for the reliability tier); None without it."""
+    core = os.environ.get("MQLITE_FI_CORE")
+    if not core:
+        return None
+    root = tmp_path / "fi"
+    pkg = root / "mqlite"
+    pkg.mkdir(parents=True)
+    for f in Path(mqlite.__file__).resolve().parent.iterdir():
+        if f.suffix in (".py", ".pyi") or f.name == "py.typed":
+            shutil.copy2(f, pkg / f.name)
+    shutil.copy2(core, pkg / "_core.abi3.so")
+    return root
 
 
 def _glibc() -> bool:
@@ -96,15 +128,21 @@ class Child:
     """One producer or consumer process; ``ready`` is set once its open returned."""
 
     def __init__(self, role: str, store: Path, incarnation: int, seed: int, out: Path,
-                 stop: Path, flush: str) -> None:
+                 stop: Path, flush: str, armed: tuple[Path, str, int] | None = None) -> None:
         self.role = role
+        env = _child_env()
+        self.armed: tuple[str, int] | None = None
+        if armed is not None:
+            pkg_root, point, n = armed
+            env = {**_child_env(pkg_root), KILL_AT: f"{point}:{n}"}
+            self.armed = (point, n)
         self.incarnation = incarnation
         self.out = out
         self.flush = flush
         self.proc = subprocess.Popen(
             [sys.executable, "-u", str(CHILD), role, str(store), str(incarnation), str(seed),
              str(out), str(stop), flush],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )
         self.ready = threading.Event()
         self.rc: int | None = None
@@ -198,6 +236,8 @@ class Figures:
     not_consumed: int = 0
     consumer_mismatch: int = 0
     survivors_died: int = 0
+    point_kills: dict[str, int] = field(default_factory=dict)
+    points_not_reached: int = 0
     bad_exits: int = 0
     problems: list[str] = field(default_factory=list)
 
@@ -298,7 +338,9 @@ def check_store(stored: dict[tuple[str, int, int], tuple[Ident, int]], acks: lis
                 fig.problem(f"{where}: {ident} stored but never acknowledged by a clean producer")
 
 
-def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
+def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) -> Figures:
+    """The loop (module doc); with ``fi`` (a package with the fault-injection extension) a
+    share of the cycles start a producer armed at a kill point instead."""
     rng = random.Random(seed)
     fig = Figures(seed=seed)
     path = tmp_path / "store"
@@ -309,12 +351,25 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
     children: list[Child] = []  # every child ever started
     parent_acks: list[Ack] = []
     holder_kills_possible = _glibc()
+    live: dict[str, list[Child]] = {"producer": [], "consumer": []}
 
     def start(role: str) -> Child:
         inc = next(incarnations)
         flush = "sync" if role == "producer" and rng.random() < 0.25 else "async"
         stop = stop_producers if role == "producer" else stop_consumers
         child = Child(role, path, inc, rng.randrange(1 << 30), files / f"{role}-{inc}", stop, flush)
+        children.append(child)
+        fig.children_started += 1
+        return child
+
+    armed_turn = iter(range(1 << 30))
+
+    def start_armed() -> Child:
+        assert fi is not None
+        point = list(KILL_POINTS)[next(armed_turn) % len(KILL_POINTS)]
+        inc = next(incarnations)
+        child = Child("producer", path, inc, rng.randrange(1 << 30), files / f"producer-{inc}",
+                      stop_producers, "async", (fi, point, rng.randint(1, KILL_POINTS[point])))
         children.append(child)
         fig.children_started += 1
         return child
@@ -337,23 +392,61 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
         live[role].append(child)
         return child
 
+    def kill_and_replace(cycle: int, what: str, role: str, victim: Child) -> str:
+        """Kills ``victim`` (it may be stopped), starts its replacement and waits for its open;
+        sometimes kills the replacement inside its open first. Returns a note for the log."""
+        note = ""
+        rc = victim.kill()
+        if rc != -signal.SIGKILL:
+            fig.bad_exits += 1
+            fig.problem(f"cycle {cycle}: {what} {victim.incarnation} rc {rc}: {victim.err[-2000:]}")
+        live[role].remove(victim)
+        replacement = replace(role)
+        if rng.random() < 0.15:
+            note = "+opener"
+            time.sleep(rng.uniform(0, 0.02))
+            fig.open_kills += not replacement.ready.is_set()
+            replacement.kill()
+            live[role].remove(replacement)
+            replacement = replace(role)
+        await_ready(replacement)
+        return note
+
     with mqlite.open(path, **CONFIG) as store:
         for topic in TOPICS:
             store.create_topic(topic, QUEUES)
         producer = store.producer()
-        live: dict[str, list[Child]] = {"producer": [], "consumer": []}
         for role, n in (("producer", PRODUCERS), ("consumer", CONSUMERS)):
             spares[role] = [start(role) for _ in range(n + 2)]
             for _ in range(n):
                 replace(role)
         for child in live["producer"] + live["consumer"]:
             await_ready(child)
+        armed = start_armed() if fi is not None else None
         shm_file = open(path / "run" / "writer.shm", "rb")  # noqa: SIM115 - closed below
         shm = mmap.mmap(shm_file.fileno(), 4096, prot=mmap.PROT_READ)
         try:
             for cycle in range(cycles):
                 roll = rng.random()
-                if roll < 0.40 and holder_kills_possible:
+                if armed is not None and rng.random() < POINT_SHARE:
+                    # an extra producer that aborts at its kill point (no replacement needed)
+                    victim, armed = armed, start_armed()
+                    assert victim.armed is not None
+                    point, n = victim.armed
+                    what = f"kill point {point}:{n}"
+                    victim.activate()
+                    live["producer"].append(victim)
+                    try:
+                        rc = victim.reap(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        rc = victim.kill()
+                    live["producer"].remove(victim)
+                    if rc == -signal.SIGABRT and f"kill point {point}:{n} reached" in victim.err:
+                        fig.point_kills[point] = fig.point_kills.get(point, 0) + 1
+                    else:
+                        fig.points_not_reached += 1
+                        fig.problem(f"cycle {cycle}: {what} not reached (rc {rc}): {victim.err[-2000:]}")
+                elif roll < 0.40 and holder_kills_possible:
                     what, role = "holder", "producer"
                     victim = rng.choice(live[role])
                     time.sleep(rng.uniform(0, 0.01))
@@ -361,6 +454,7 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
                         fig.holder_kills += 1
                     else:
                         fig.holder_misses += 1
+                    what += kill_and_replace(cycle, what, role, victim)
                 else:
                     role = "producer" if roll < 0.70 else "consumer"
                     what = role
@@ -368,21 +462,7 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
                     time.sleep(rng.uniform(0, 0.03))
                     fig.producer_kills += role == "producer"
                     fig.consumer_kills += role == "consumer"
-                rc = victim.kill()
-                if rc != -signal.SIGKILL:
-                    fig.bad_exits += 1
-                    fig.problem(f"cycle {cycle}: {what} {victim.incarnation} rc {rc}: {victim.err[-2000:]}")
-                live[role].remove(victim)
-                replacement = replace(role)
-                if rng.random() < 0.15:
-                    # the replacement dies too, at a random moment of its open
-                    what += "+opener"
-                    time.sleep(rng.uniform(0, 0.02))
-                    fig.open_kills += not replacement.ready.is_set()
-                    replacement.kill()
-                    live[role].remove(replacement)
-                    replacement = replace(role)
-                await_ready(replacement)
+                    what += kill_and_replace(cycle, what, role, victim)
                 # a survivor goes on without reopening (after a dead holder: repairs first)
                 q = cycle % QUEUES
                 body = make_body(PARENT_INCARNATION, cycle, random.Random(cycle))
@@ -403,7 +483,7 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
         finally:
             shm.close()
             shm_file.close()
-            for child in spares["producer"] + spares["consumer"]:
+            for child in spares["producer"] + spares["consumer"] + ([armed] if armed else []):
                 child.kill()  # never activated: it opened nothing
             stop_producers.touch()
             for child in live["producer"]:
@@ -480,7 +560,7 @@ def report(name: str, fig: Figures) -> dict[str, Any]:
     return summary
 
 
-def check(fig: Figures, cycles: int) -> None:
+def check(fig: Figures, cycles: int, fi: Path | None) -> None:
     assert fig.cycles == cycles, f"seed {fig.seed}: {fig.problems[:10]}"
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt", "key_split", "clean_unacked",
                 "not_consumed", "consumer_mismatch", "survivors_died", "bad_exits"):
@@ -488,16 +568,24 @@ def check(fig: Figures, cycles: int) -> None:
     assert fig.acked > 0 and fig.stored >= fig.acked
     if _glibc():
         assert fig.holder_kills > 0, f"no kill landed inside the append lock (seed {fig.seed})"
+    if fi is not None:
+        assert fig.points_not_reached == 0, f"seed {fig.seed}: {fig.problems[:10]}"
+        assert sorted(fig.point_kills) == sorted(KILL_POINTS), f"aborted at {fig.point_kills} (seed {fig.seed})"
+
+
+def run(tmp_path: Path, name: str, cycles: int, seed: int) -> None:
+    fi = fault_injection_package(tmp_path)
+    print(f"seed {seed} (MQLITE_SHARED_KILL_SEED), {cycles} cycles, kill points "
+          + (f"from {os.environ['MQLITE_FI_CORE']}" if fi else "not armed (MQLITE_FI_CORE unset)"))
+    fig = shared_kill_loop(tmp_path, cycles, seed, fi)
+    report(name, fig)
+    check(fig, cycles, fi)
 
 
 @pytest.mark.timeout(300)
 def test_shared_kill_loop(tmp_path: Path) -> None:
     cycles = int(os.environ.get("MQLITE_SHARED_KILL_CYCLES", "100"))
-    seed = int(os.environ.get("MQLITE_SHARED_KILL_SEED", "20260135"))
-    print(f"seed {seed} (MQLITE_SHARED_KILL_SEED), {cycles} cycles")
-    fig = shared_kill_loop(tmp_path, cycles, seed)
-    report("shared_kill_loop", fig)
-    check(fig, cycles)
+    run(tmp_path, "shared_kill_loop", cycles, int(os.environ.get("MQLITE_SHARED_KILL_SEED", "20260135")))
 
 
 @pytest.mark.soak
@@ -505,7 +593,4 @@ def test_shared_kill_loop(tmp_path: Path) -> None:
 def test_shared_kill_loop_soak(tmp_path: Path) -> None:
     cycles = int(os.environ.get("MQLITE_SOAK_SHARED_KILL_CYCLES", "1000"))
     seed = int(os.environ.get("MQLITE_SHARED_KILL_SEED", str(int(time.time()))))
-    print(f"seed {seed} (MQLITE_SHARED_KILL_SEED), {cycles} cycles")
-    fig = shared_kill_loop(tmp_path, cycles, seed)
-    report("shared_kill_loop_soak", fig)
-    check(fig, cycles)
+    run(tmp_path, "shared_kill_loop_soak", cycles, seed)
