@@ -45,7 +45,8 @@ QUEUES = 4
 KEYS = tuple(f"key-{k}" for k in range(6))
 GROUP = "kill-group"
 DIGEST = 8
-PAUSE = 0.003  # seconds between a producer's operations
+# Seconds between a producer's operations (MQLITE_SHARED_KILL_PAUSE; 0: as fast as it can).
+PAUSE = float(os.environ.get("MQLITE_SHARED_KILL_PAUSE", "0.003"))
 
 
 def make_body(incarnation: int, seq: int, rng: random.Random) -> bytes:

@@ -519,11 +519,12 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
         for child in children:
             for parts in read_lines(child.out):
                 if parts[0] == "A":
-                    t, q, qo, clo, inc, seq, key = parts[1:]
-                    acks.append(Ack(t, int(q), int(qo), int(clo), (int(inc), int(seq)), None if key == "-" else key))
+                    t, sq, sqo, sclo, sinc, sseq, key = parts[1:]
+                    acks.append(Ack(t, int(sq), int(sqo), int(sclo), (int(sinc), int(sseq)),
+                                    None if key == "-" else key))
                 elif parts[0] == "S":
-                    t, q, qo, inc, seq = parts[1:]
-                    consumed.setdefault((t, int(q), int(qo)), set()).add((int(inc), int(seq)))
+                    t, sq, sqo, sinc, sseq = parts[1:]
+                    consumed.setdefault((t, int(sq), int(sqo)), set()).add((int(sinc), int(sseq)))
                     fig.consumed_lines += 1
                 elif parts[0] == "C":
                     fig.corrupt += 1
