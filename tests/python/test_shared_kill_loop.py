@@ -1,10 +1,10 @@
 """Kill -9 loop over several writer processes of one store (``shared=True``,
 docs/design-many-writers.md; reliability plan B.a with many processes).
 
-The test process opens the store as a shared writer and keeps it open throughout. Beside it run
-``PRODUCERS`` producer processes and ``CONSUMERS`` consumer processes of one consumer group
-(``shared_kill_child.py``: fresh interpreters, never forks), on two topics of four queues with
-64 KiB commit-log files, so rolls are frequent. Each cycle, drawn from a printed seed, kills one
+The test process creates the topics and closes the store, then opens it as a shared writer and
+keeps it open throughout. Beside it run ``PRODUCERS`` producer processes and ``CONSUMERS``
+consumer processes of one consumer group (``shared_kill_child.py``: fresh interpreters, never
+forks), on two topics of four queues with 64 KiB commit-log files, so rolls are frequent. Each cycle, drawn from a printed seed, kills one
 of them with SIGKILL, then starts a replacement and waits for its open:
 
 - **the append lock's holder**: a producer is stopped (SIGSTOP) at a random moment until it is
@@ -412,9 +412,10 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
         await_ready(replacement)
         return note
 
-    with mqlite.open(path, **CONFIG) as store:
+    with mqlite.open(path, **{k: v for k, v in CONFIG.items() if k != "shared"}) as store:
         for topic in TOPICS:
             store.create_topic(topic, QUEUES)
+    with mqlite.open(path, **CONFIG) as store:
         producer = store.producer()
         for role, n in (("producer", PRODUCERS), ("consumer", CONSUMERS)):
             spares[role] = [start(role) for _ in range(n + 2)]

@@ -1,8 +1,8 @@
 """Stateful property test of several writer processes on one store (``shared=True``), against
 an in-memory model (reliability plan B.c over processes; docs/design-many-writers.md).
 
-The test process opens a fresh store as a shared writer in each example (it creates the topics,
-and its reads are the model's check); up to ``SLOTS`` worker processes (``shared_worker.py``,
+Each example makes a fresh store with its topics and closes it, then the test process opens it
+as a shared writer (its reads are the model's check); up to ``SLOTS`` worker processes (``shared_worker.py``,
 fresh interpreters driven by JSON commands) open, send, send batches, read, close and are
 killed. The model is, per (topic, queue), the list of bodies. Rules:
 
@@ -146,9 +146,12 @@ class SharedWriters(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="mqlite-ssm-")
         self.path = os.path.join(self.dir, "store")
         self.model: dict[tuple[str, int], list[bytes]] = {(t, q): [] for t in TOPICS for q in range(QUEUES)}
+        # topics made and the store closed cleanly first: the first shared opener then starts
+        # from the close's record of the queues
+        with mqlite.open(self.path, **CONFIG) as first:
+            for topic in TOPICS:
+                first.create_topic(topic, QUEUES)
         self.store = mqlite.open(self.path, shared=True, **CONFIG)
-        for topic in TOPICS:
-            self.store.create_topic(topic, QUEUES)
         self.workers: list[Worker | None] = [None] * SLOTS
         self.loops = 0
 
