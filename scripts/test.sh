@@ -73,6 +73,15 @@ py_tests() {
     fi
 }
 
+# The extension built with the core's kill points, for the armed producers of the shared
+# writers' kill loop (tests/python/test_shared_kill_loop.py finds it through MQLITE_FI_CORE).
+# Its own target directory: the feature changes the core crate's build.
+fi_extension() {
+    mq_step "cargo build -p mqlite-py --features fault-injection (target/fi)"
+    PYO3_PYTHON="$MQ_PY" CARGO_TARGET_DIR="$PWD/target/fi" cargo build -p mqlite-py --features fault-injection
+    export MQLITE_FI_CORE="$PWD/target/fi/debug/lib_core.so"
+}
+
 for t in "${tiers[@]}"; do
     mq_step "tier: $t"
     case "$t" in
@@ -92,6 +101,7 @@ for t in "${tiers[@]}"; do
                 mq_step "cargo test --features fault-injection ${fi_tests[*]}"
                 cargo test --features fault-injection "${fi_tests[@]}"
             fi
+            fi_extension
             py_tests "reliability and not soak and not perf" "$@"
             # Every fuzz target for MQLITE_FUZZ_SECONDS (30 s) each. The stable driver unless
             # MQLITE_FUZZ_ENGINE says otherwise: libFuzzer's sanitizer build of the fuzz crate
@@ -112,6 +122,7 @@ for t in "${tiers[@]}"; do
         soak)
             export MQLITE_SOAK=1
             rust_tests reliability
+            fi_extension
             py_tests "soak or reliability" "$@"
             mq_step "fuzz smoke, 120 s per target, a seed from the clock (printed)"
             MQLITE_FUZZ_ENGINE="${MQLITE_FUZZ_ENGINE:-stable}" ./scripts/fuzz-smoke.sh 120

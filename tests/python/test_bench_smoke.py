@@ -184,3 +184,26 @@ def test_scale_benchmark_quick_run_measures_every_row(tmp_path: Path) -> None:
     spec.loader.exec_module(scale)
     for section in scale.sections(data):
         assert all(len(row) == len(section["columns"]) for row in section["rows"]), section
+
+
+def test_writers_benchmark_smoke_measures_every_row(tmp_path: Path) -> None:
+    """``benches/python/writers.py --smoke``: every row (exclusive and shared, 1/2/4 producer
+    processes, 4 with sync) measured with a rate and send latencies, nothing left behind."""
+    out, work = tmp_path / "writers.json", tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "writers.py"), "--smoke", "--json", str(out),
+         "--workdir", str(work)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted(rows) == sorted(["exclusive x1", "shared x1", "shared x2", "shared x4", "shared x4 sync"])
+    for name, row in rows.items():
+        for figure in ("rate", "ratio", "p50_us", "p99_us"):
+            assert _positive(row[figure]), (name, figure, row)
+    assert "| shared x4 |" in done.stdout
+    assert list(work.iterdir()) == [], "writers.py left stores behind"

@@ -217,3 +217,22 @@ def test_a_consumer_group_commits_across_shared_writer_processes(
         assert peer.ask("progress", "workers") == [[0, 3, 3], [1, 4, 4]]
         assert store.consumer_groups() == ["workers"]
         peer.close()
+
+
+def test_first_opener_after_a_clean_close_sees_what_another_wrote(store_path: Path) -> None:
+    """After a clean close the consume queues are known by the close's record until first use;
+    a queue the first shared opener has not used yet may meanwhile be written by another
+    process, and must then load with the other process's messages (it was refused as
+    corrupted: the record said it ended at 0)."""
+    with mqlite.open(store_path) as store:
+        store.create_topic("shared", 2)
+    with mqlite.open(store_path, shared=True) as first, mqlite.open(store_path, shared=True) as second:
+        producer = second.producer()
+        for i in range(3):
+            producer.send(Message("shared", f"1:{i}".encode()), queue_id=0)
+        want = [f"1:{i}".encode() for i in range(3)]
+        assert [m.body for m in second.read(MessageQueue("shared", 0), 0, 10)] == want
+        assert [m.body for m in first.read(MessageQueue("shared", 0), 0, 10)] == want
+        first.producer().send(Message("shared", b"0:0"), queue_id=0)
+    with mqlite.open(store_path) as again:
+        assert [m.body for m in again.read(MessageQueue("shared", 0), 0, 10)] == [*want, b"0:0"]

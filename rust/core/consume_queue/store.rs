@@ -11,7 +11,8 @@
 //! first use (a read, a dispatch, a topic change, or
 //! retention), which loads it exactly as an open without the record would have and checks it
 //! against the record. After a crash, or when the record is missing or does not match the
-//! recovered commit log, every queue is loaded at open, as before.
+//! recovered commit log, every queue is loaded at open, as before. A shared writer keeps no
+//! queue pending (`share_files`): other processes append to the queues past the record's ends.
 //!
 //! Invariant: a path is built only from a valid topic name (`[A-Za-z0-9_%|-]`, checked in
 //! `dir_of`, the one place names become paths), so a directory can never leave the store root,
@@ -428,10 +429,27 @@ impl ConsumeQueueStore {
     }
 
     /// From now on other processes write the queues' files too (shared writers): a queue
-    /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`). Set by a
-    /// later shared opener before its recovery, and by the first one after its own.
-    pub fn share_files(&self) {
+    /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`), and no
+    /// queue stays pending. A pending queue is checked at its first use against the end the
+    /// clean-shutdown record gives it, which holds only until another process appends to it,
+    /// so every pending queue is loaded and checked now, while no other process writes. Set by
+    /// a later shared opener before its recovery (it has nothing pending: the first opener's
+    /// recovery removed the record), and by the first one after its own, before the others
+    /// may open.
+    ///
+    /// # Errors
+    /// Loading a pending queue failed (as its first use would have).
+    pub fn share_files(&self) -> Result<()> {
+        let pending: Vec<(String, u32)> = self
+            .lock_pending()
+            .iter()
+            .flat_map(|(topic, m)| m.keys().map(move |&q| (topic.clone(), q)))
+            .collect();
+        for (topic, queue_id) in pending {
+            self.load_pending(&topic, queue_id)?;
+        }
         self.shared_files.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Puts `cq` into the map, unless the queue is there already: returns the one in the map.

@@ -163,7 +163,7 @@ pub(super) fn open_with(
     // A later shared opener recovers beside running writers (the first one, after its
     // recovery, below).
     if attach_to.is_some() {
-        queues.share_files();
+        queues.share_files()?;
     }
     let shared_queues = Arc::clone(&queues);
     let index: Arc<dyn QueueIndex> = queues.clone();
@@ -260,7 +260,7 @@ pub(super) fn open_with(
         r.dispatch_all()?;
         derived.ready(&commit_log);
         if let (Some(root), true) = (root, config.shared_writers) {
-            shared_queues.share_files();
+            shared_queues.share_files()?;
             let shm = match attach_to.take() {
                 Some(shm) => shm,
                 None => Arc::new(build_shared(root, &commit_log, &config)?),
