@@ -183,6 +183,7 @@ fn all() -> BTreeSet<u64> {
 
 fn exclusive() -> StoreConfig {
     StoreConfig {
+        shared_writers: false,
         lock_wait: Some(LOCK_WAIT),
         ..small_config()
     }
@@ -190,7 +191,10 @@ fn exclusive() -> StoreConfig {
 
 /// `exclusive()` failing at once: for opens that must be refused.
 fn exclusive_now() -> StoreConfig {
-    small_config()
+    StoreConfig {
+        lock_wait: None,
+        ..exclusive()
+    }
 }
 
 #[test]
@@ -221,35 +225,35 @@ fn shared_writers_refuse_an_exclusive_writer() {
     Store::open(dir.path(), exclusive()).unwrap();
 }
 
+/// The default open is shared; a store in memory, or a read-only open, has no other writer
+/// to share with and opens as it always did.
 #[test]
-fn a_shared_store_in_memory_or_read_only_is_refused() {
-    let err = Store::open_in_memory(shared()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig {
-                field: "shared_writers",
-                ..
-            }
-        ),
-        "{err}"
-    );
+fn the_default_open_is_shared_and_memory_or_read_only_opens_are_unaffected() {
+    assert!(StoreConfig::default().shared_writers);
+    let mem = Store::open_in_memory(shared()).unwrap();
+    mem.put(&MessageRef::new(TOPIC, 0, b"m")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        read_only: true,
-        ..shared()
+    // `shared_writers` left at its default.
+    let default = StoreConfig {
+        lock_wait: Some(LOCK_WAIT),
+        ..small_config()
     };
-    let err = Store::open(dir.path(), cfg).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig {
-                field: "shared_writers",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let a = Store::open(dir.path(), default).unwrap();
+    let b = Store::open(dir.path(), shared()).unwrap();
+    a.put(&MessageRef::new(TOPIC, 0, b"a")).unwrap();
+    b.put(&MessageRef::new(TOPIC, 0, b"b")).unwrap();
+    let ro = Store::open(
+        dir.path(),
+        StoreConfig {
+            read_only: true,
+            ..shared()
+        },
+    )
+    .unwrap();
+    drop(ro);
+    // Neither a shared writer: the exclusive open is still refused.
+    let err = Store::open(dir.path(), exclusive_now()).unwrap_err();
+    assert!(matches!(err, Error::StoreLocked { .. }), "{err}");
 }
 
 /// Two shared writers in one process (each open has its own locks): appends interleave in

@@ -60,12 +60,8 @@ pub(super) fn open_with(
     )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
-    if config.shared_writers && root.is_none() {
-        return Err(Error::InvalidConfig {
-            field: "shared_writers",
-            reason: "a store in memory has no other process to share it with".into(),
-        });
-    }
+    // In memory, or read-only: no other writer to share the store with (the field's doc).
+    config.shared_writers &= root.is_some() && writable;
     let mut store_lock = None;
     let mut abnormal = false;
     // Shared writers: `open.lock`, held until the open returns, and the mapping a later
