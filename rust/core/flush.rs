@@ -147,7 +147,14 @@ impl FlushService {
     /// Flushes the commit log now; poisons the store on failure.
     pub fn flush_commit_log(&self) -> Result<u64> {
         let ts = self.commit_log.last_store_timestamp();
-        match self.commit_log.files().flush() {
+        // Capped at the log's end: a shared writer lists files other processes (or its own
+        // preparer) published ahead of the end, whose bytes count as flushed in their mappings.
+        let flushed = self
+            .commit_log
+            .files()
+            .flush()
+            .map(|f| f.min(self.commit_log.max_offset()));
+        match flushed {
             Ok(flushed) => {
                 self.commit_log.set_flushed_offset(flushed);
                 let mut s = self.lock();

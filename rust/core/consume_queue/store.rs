@@ -432,6 +432,11 @@ impl ConsumeQueueStore {
     /// later shared opener before its recovery, and by the first one after its own.
     pub fn share_files(&self) {
         self.shared_files.store(true, Ordering::Release);
+        // Queues loaded before: their files are created and published as shared ones from
+        // now on (mapped_file_queue/mod.rs).
+        for cq in self.all() {
+            cq.share_files();
+        }
     }
 
     /// Puts `cq` into the map, unless the queue is there already: returns the one in the map.
