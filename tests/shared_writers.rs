@@ -451,7 +451,7 @@ fn a_later_opener_deletes_no_zero_length_file_beside_running_writers() {
     // Both send through the roll into that file; every message is there once.
     let mut sent = 1u64;
     while b.commit_log_range().1 < size + 4096 {
-        let s = if sent % 2 == 0 { &a } else { &b };
+        let s = if sent.is_multiple_of(2) { &a } else { &b };
         s.put(&MessageRef::new(TOPIC, 0, &body_of(0, sent)))
             .unwrap();
         sent += 1;

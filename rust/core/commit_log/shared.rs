@@ -18,9 +18,11 @@
 //! - Each process dispatches every record of the log into the consume queues (a unit's place
 //!   follows from its record's queue offset, so the processes write the same bytes there):
 //!   the repair therefore has nothing to dispatch again.
-//! - Files are created only by a roll under the append lock (shared writers prepare no file
-//!   ahead and warm no page ahead: a zero fill past one process's writer would overwrite
-//!   another's records).
+//! - Files are created by a roll under the append lock or ahead of it by any process's
+//!   preparer, always published whole under their name by a no-replace link
+//!   (mapped_file_queue/mod.rs), so a roll in any process finds a prepared file. Pages ahead of
+//!   the writer are faulted in without writing (`WarmAhead::Fault`): a zero fill past one
+//!   process's writer could overwrite another's records.
 //!
 //! Crash behaviour: a process killed holding the append lock leaves at most one unpublished
 //! append; the next locker, in any process, zeroes its bytes and gives its queue its offset
