@@ -83,11 +83,20 @@ fn wait_for_file(path: &Path) {
     }
 }
 
+/// An exclusive writer: shared writers publish a prepared file at once and leave it at close
+/// (another process may roll to it); the next first opener's recovery removes it.
+fn exclusive(config: StoreConfig) -> StoreConfig {
+    StoreConfig {
+        shared_writers: false,
+        ..config
+    }
+}
+
 #[test]
 fn the_next_file_is_prepared_before_the_roll_and_deleted_at_close_if_unused() {
     let dir = tempfile::tempdir().unwrap();
     // The clock never moves: the queue fills every half file at once, as fast as it gets.
-    let store = Store::open(dir.path(), clocked().0).unwrap();
+    let store = Store::open(dir.path(), exclusive(clocked().0)).unwrap();
     // Past half of the first file: the second is created before any unit goes into it.
     put_range(&store, 0, 40);
     wait_for_file(&cq_file(dir.path(), FILE_BYTES));
@@ -126,7 +135,9 @@ fn a_prepared_file_left_by_a_crash_moves_neither_the_writer_nor_a_follower() {
     assert_queue_holds(&follower, 40);
     drop(follower);
 
-    let store = Store::open(dir.path(), small_config()).unwrap();
+    // Exclusive: a shared writer loads a queue at its first use beside other writers, and
+    // keeps an all-zero last file (another process may have just rolled to it).
+    let store = Store::open(dir.path(), exclusive(small_config())).unwrap();
     // Loaded at its first use (the store closed cleanly: FORMAT.md §4.1), the queue drops the
     // empty file then.
     assert_queue_holds(&store, 40);

@@ -615,7 +615,8 @@ fn template() -> &'static Template {
         store.close().unwrap();
         let mut files = Vec::new();
         walk(&root, &root, &mut files);
-        // `lock` and `wakeup` hold no data recovery reads (FORMAT.md §6). `meta` is copied
+        // `lock`, `open.lock`, `wakeup` and the writer mapping `run/writer.shm` hold no data
+        // recovery reads (FORMAT.md §6, §14). `meta` is copied
         // (`copy_tree`) but not mutated: the saved corpus indexes the list without it, and its
         // damage is a `ConfigFile` error covered by the store_meta tests. The topic journal (an
         // 8-byte header after the clean close) is left out likewise: the corpus predates it,
@@ -624,6 +625,8 @@ fn template() -> &'static Template {
         // tests/consume_queue_clean_open.rs cover its damage and a queue that disagrees with it).
         files.retain(|p| {
             p != Path::new("lock")
+                && p != Path::new("open.lock")
+                && p != Path::new("run/writer.shm")
                 && p != Path::new("wakeup")
                 && p != Path::new(META)
                 && p != Path::new("config/topics.journal")

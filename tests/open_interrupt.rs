@@ -14,7 +14,12 @@ use mqlite::{Error, Store, StoreConfig};
 #[test]
 fn a_hook_ends_the_wait_for_the_writer_lock() {
     let dir = tempfile::tempdir().unwrap();
-    let holder = Store::open(dir.path(), small_config()).unwrap();
+    // An exclusive holder: shared writers (the default) admit each other.
+    let exclusive = StoreConfig {
+        shared_writers: false,
+        ..small_config()
+    };
+    let holder = Store::open(dir.path(), exclusive.clone()).unwrap();
     let waiting = StoreConfig {
         lock_wait: Some(Duration::from_secs(3600)),
         ..small_config()

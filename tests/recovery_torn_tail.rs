@@ -278,13 +278,17 @@ fn clean_close_then_reopen_sees_everything() {
 #[test]
 fn forgotten_store_keeps_its_lock_in_this_process() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), config()).unwrap();
+    let exclusive = StoreConfig {
+        shared_writers: false,
+        ..config()
+    };
+    let store = Store::open(dir.path(), exclusive.clone()).unwrap();
     let b = body(0);
     store.put(&MessageRef::new(TOPIC, 0, &b)).unwrap();
     store.flush().unwrap();
     // Dropping would close; forgetting leaks the open lock file description (and its flock).
     std::mem::forget(store);
-    let err = Store::open(dir.path(), config()).unwrap_err();
+    let err = Store::open(dir.path(), exclusive).unwrap_err();
     assert!(matches!(err, Error::StoreLocked { .. }), "{err:?}");
     // A read-only open takes no lock and sees the flushed data.
     let ro = Store::open(

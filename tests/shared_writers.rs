@@ -183,6 +183,7 @@ fn all() -> BTreeSet<u64> {
 
 fn exclusive() -> StoreConfig {
     StoreConfig {
+        shared_writers: false,
         lock_wait: Some(LOCK_WAIT),
         ..small_config()
     }
@@ -190,7 +191,10 @@ fn exclusive() -> StoreConfig {
 
 /// `exclusive()` failing at once: for opens that must be refused.
 fn exclusive_now() -> StoreConfig {
-    small_config()
+    StoreConfig {
+        lock_wait: None,
+        ..exclusive()
+    }
 }
 
 #[test]
@@ -221,35 +225,35 @@ fn shared_writers_refuse_an_exclusive_writer() {
     Store::open(dir.path(), exclusive()).unwrap();
 }
 
+/// The default open is shared; a store in memory, or a read-only open, has no other writer
+/// to share with and opens as it always did.
 #[test]
-fn a_shared_store_in_memory_or_read_only_is_refused() {
-    let err = Store::open_in_memory(shared()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig {
-                field: "shared_writers",
-                ..
-            }
-        ),
-        "{err}"
-    );
+fn the_default_open_is_shared_and_memory_or_read_only_opens_are_unaffected() {
+    assert!(StoreConfig::default().shared_writers);
+    let mem = Store::open_in_memory(shared()).unwrap();
+    mem.put(&MessageRef::new(TOPIC, 0, b"m")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        read_only: true,
-        ..shared()
+    // `shared_writers` left at its default.
+    let default = StoreConfig {
+        lock_wait: Some(LOCK_WAIT),
+        ..small_config()
     };
-    let err = Store::open(dir.path(), cfg).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig {
-                field: "shared_writers",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let a = Store::open(dir.path(), default).unwrap();
+    let b = Store::open(dir.path(), shared()).unwrap();
+    a.put(&MessageRef::new(TOPIC, 0, b"a")).unwrap();
+    b.put(&MessageRef::new(TOPIC, 0, b"b")).unwrap();
+    let ro = Store::open(
+        dir.path(),
+        StoreConfig {
+            read_only: true,
+            ..shared()
+        },
+    )
+    .unwrap();
+    drop(ro);
+    // Neither a shared writer: the exclusive open is still refused.
+    let err = Store::open(dir.path(), exclusive_now()).unwrap_err();
+    assert!(matches!(err, Error::StoreLocked { .. }), "{err}");
 }
 
 /// Two shared writers in one process (each open has its own locks): appends interleave in
@@ -368,4 +372,102 @@ fn killed_holding_the_lock(kill_at: &str) {
     store.close().unwrap();
     let reopened = Store::open(root, exclusive()).unwrap();
     assert_eq!(contents(&reopened), want);
+}
+
+/// A later opener checks every queue's tail beside running writers: units it finds not
+/// indexing their records are ones another process is writing at that moment (here: units
+/// 63 to 99 of a queue, across its two files, shifted by one as a writer in the middle of
+/// them would leave them). It must change nothing on disk: a cut used to zero them and delete
+/// the queue's later file, which the running writer kept writing (unlinked), so that it read
+/// its own queue wrong from then on.
+#[test]
+fn a_later_opener_cuts_no_unit_another_writer_is_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let a = Store::open(root, shared()).unwrap();
+    a.create_topic(TOPIC, 1, 6, false, false).unwrap();
+    let n = 100u64;
+    for i in 0..n {
+        a.put(&MessageRef::new(TOPIC, 0, &body_of(0, i))).unwrap();
+    }
+    common::settle(&a);
+    let second = common::cq_file(root, TOPIC, 0, 64 * 20);
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let second_inode = inode(&second);
+    // Units 63..100, each holding its predecessor's bytes: `a` "writing" them right now.
+    let unit_path = |k: u64| common::cq_file(root, TOPIC, 0, k / 64 * 64 * 20);
+    let read_unit = |k: u64| {
+        let f = std::fs::File::open(unit_path(k)).unwrap();
+        let mut b = [0u8; 20];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, k % 64 * 20).unwrap();
+        b
+    };
+    let originals: Vec<[u8; 20]> = (62..n).map(read_unit).collect();
+    for k in 63..n {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(unit_path(k))
+            .unwrap();
+        let prev = originals[(k - 63) as usize];
+        std::os::unix::fs::FileExt::write_all_at(&f, &prev, k % 64 * 20).unwrap();
+    }
+    let b = Store::open(root, shared()).unwrap();
+    assert_eq!(inode(&second), second_inode, "the later file was replaced");
+    // `b`'s own dispatch wrote the units again, in the files `a` writes.
+    for k in 62..n {
+        assert_eq!(read_unit(k), originals[(k - 62) as usize], "unit {k}");
+    }
+    for store in [&a, &b] {
+        let got = common::read_queue(store, TOPIC, 0);
+        assert_eq!(got.len() as u64, n);
+        for (i, (off, body)) in got.into_iter().enumerate() {
+            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
+        }
+    }
+}
+
+/// A commit-log or consume-queue file appears under its name only whole: a later opener
+/// loading the store never sees (and so never deletes) a zero-length file another process is
+/// creating. Even a zero-length last file (what such a creation looked like) is left alone by
+/// a later opener, and the roll to it uses it.
+#[test]
+fn a_later_opener_deletes_no_zero_length_file_beside_running_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let a = Store::open(root, shared()).unwrap();
+    a.create_topic(TOPIC, 1, 6, false, false).unwrap();
+    a.put(&MessageRef::new(TOPIC, 0, &body_of(0, 0))).unwrap();
+    common::settle(&a);
+    let size = 128 << 10;
+    let next = common::commit_log_file(root, size);
+    // The next commit-log file as `a`'s preparer (or a roll) may have it.
+    std::fs::remove_file(&next).ok();
+    std::fs::File::create(&next).unwrap();
+    let b = Store::open(root, shared()).unwrap();
+    assert!(
+        next.exists(),
+        "a later opener deleted a file another writer creates"
+    );
+    // Both send through the roll into that file; every message is there once.
+    let mut sent = 1u64;
+    while b.commit_log_range().1 < size + 4096 {
+        let s = if sent.is_multiple_of(2) { &a } else { &b };
+        s.put(&MessageRef::new(TOPIC, 0, &body_of(0, sent)))
+            .unwrap();
+        sent += 1;
+    }
+    for store in [&a, &b] {
+        let got = common::read_queue(store, TOPIC, 0);
+        assert_eq!(got.len() as u64, sent);
+        for (i, (off, body)) in got.into_iter().enumerate() {
+            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
+        }
+    }
+    assert!(
+        !std::fs::read_dir(root.join("commitlog")).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".tmp"))
+    );
 }

@@ -65,16 +65,26 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "next call (checked at most every 200 ms).",
     ),
     Option(
-        "shared", "bool", "bool", False,
-        "Open as one of several writer processes of the store (a preview of many writers, "
-        "docs/design-many-writers.md): every process opened with shared=True sends to the same "
-        "log, each sees the others' messages. One of them, the leader, flushes, checkpoints and "
-        "deletes expired files for all (another takes over at once when it closes or dies); "
-        "with flush=\"sync\" the senders of every process share its group commits. Not given: "
-        "this process is the only writer. An exclusive open and shared ones refuse each other "
-        "with StoreLockedError.",
-        "Maps the shared writer state `<store>/run/writer.shm` (one page plus sparse tables). "
-        "Topics created or grown in any process are seen by every other at its next call.",
+        "exclusive", "bool", "bool", False,
+        "Open as the store's only writer: while it is open, every other writable open, in any "
+        "process, raises StoreLockedError (or waits up to wait), and it is refused in turn while "
+        "other writers have the store open. Not given: one of any number of writer processes "
+        "(docs/processes.md), each sending to the same log and seeing the others' messages; one "
+        "of them, the leader, flushes, checkpoints and deletes expired files for all (another "
+        "takes over at once when it closes or dies), and with flush=\"sync\" the senders of "
+        "every process share its group commits. "
+        "Stores in memory are always exclusive; read_only=True with exclusive=True raises "
+        "InvalidConfigError.",
+        "Shared (the default) maps the writer state `<store>/run/writer.shm` (one page plus "
+        "sparse tables). Topics created or grown in any process are seen by every other at its "
+        "next call.",
+    ),
+    Option(
+        "shared", "bool", "bool", None,
+        "Deprecated alias of exclusive from the preview of many writers: shared=True is the "
+        "default, shared=False is exclusive=True; giving both and contradicting raises "
+        "InvalidConfigError.",
+        default_note="the default, shared",
     ),
     Option(
         "wait", "number", "float | None", None,

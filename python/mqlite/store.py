@@ -35,6 +35,22 @@ __all__ = ["Store", "open"]
 
 log = logging.getLogger("mqlite.store")
 
+def _exclusive(exclusive: object, shared: object) -> bool:
+    """``exclusive`` with the deprecated ``shared`` folded in (``shared=False`` is
+    ``exclusive=True``); both given and contradicting is an InvalidConfigError."""
+    checked = store_options({"exclusive": exclusive, "shared": shared})
+    wanted = bool(checked.get("exclusive", False))
+    if "shared" not in checked:
+        return wanted
+    if checked["shared"] and wanted:
+        raise InvalidConfigError(
+            "exclusive=True contradicts shared=True (shared is a deprecated alias of "
+            "exclusive=False: leave it out)",
+            field="exclusive",
+        )
+    return not checked["shared"]
+
+
 def _queue(mq: object) -> MessageQueue:
     if not isinstance(mq, MessageQueue):
         raise TypeError(f"expected a MessageQueue, not {type(mq).__name__}")
@@ -42,8 +58,11 @@ def _queue(mq: object) -> MessageQueue:
 
 
 class Store:
-    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path, or several
-    processes that each open it with ``shared=True`` (docs/processes.md).
+    """An open store: a directory, or ``":memory:"``. Thread-safe; any number of processes may open
+    the same path and write it at once (docs/processes.md), unless one opens it with
+    ``exclusive=True``, which keeps every other writer out while it is open (a second writable
+    open raises StoreLockedError, or waits up to ``wait`` seconds). ``read_only=True`` opens
+    follow the writers and write nothing.
 
     Options left ``None`` take the core's defaults; ``mqlite.config.OPEN_OPTIONS`` lists every
     option with its type, default, meaning and footprint (docs/configuration.md is generated from
@@ -58,7 +77,8 @@ class Store:
         path: str | os.PathLike[str],
         *,
         read_only: bool = False,
-        shared: bool = False,
+        exclusive: bool = False,
+        shared: bool | None = None,
         wait: float | None = None,
         flush: Literal["async", "sync"] | None = None,
         flush_interval_ms: int | None = None,
@@ -73,10 +93,11 @@ class Store:
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
     ) -> None:
+        exclusive = _exclusive(exclusive, shared)
         options = store_options(
             {
                 "read_only": read_only,
-                "shared": shared,
+                "exclusive": exclusive,
                 "wait": wait,
                 "flush": flush,
                 "flush_interval_ms": flush_interval_ms,

@@ -196,11 +196,13 @@ impl FlushService {
             }
             None => None,
         };
+        // Capped at the log's end: a shared writer lists files other processes (or its own
+        // preparer) published ahead of the end, whose bytes count as flushed in their mappings.
         let flushed = self.commit_log.files().flush().and_then(|flushed| {
             if let Some((_, from, end, true)) = shared {
                 self.commit_log.files().sync_files(from, end)?;
             }
-            Ok(flushed)
+            Ok(flushed.min(self.commit_log.max_offset()))
         });
         match flushed {
             Ok(flushed) => {

@@ -22,6 +22,9 @@
 //! `Preparer`, which counts the file jobs not yet done: `Store::flush` waits for those
 //! (`Preparer::wait_for_files`), so that after a flush nothing is being created on disk.
 //!
+//! Shared writers publish a prepared file under its name at once and never delete it at
+//! close (another process may roll to it); see mapped_file_queue/mod.rs.
+//!
 //! Crash behaviour: a prepared file not yet rolled to is all zeros. Recovery never reads past
 //! the end of the valid data before it (commit log: the scan stops at the first zero header;
 //! consume queue: `ConsumeQueue::recover` deletes empty files at the end, and read-only

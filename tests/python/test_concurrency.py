@@ -6,7 +6,8 @@
 - (b) the test process writes (rolling commit-log and consume-queue files and expiring old
   ones) while 2 read-only processes tail every queue: each reader sees every message that still
   exists, in order, intact, and exits 0.
-- (c) a second writer process is refused with ``StoreLockedError`` before it touches a file.
+- (c) a second writer process is refused by an ``exclusive=True`` writer with ``StoreLockedError``
+  before it touches a file.
 - (d) after a real ``os.fork()`` every store call in the child raises
   ``StoreUsedAfterForkError`` and the child exits 0; the parent keeps working. So do the calls
   that would wait for the parent's threads (pending futures, flush, poll token, push shutdown).
@@ -353,7 +354,7 @@ def test_second_writer_process_is_refused_before_touching_a_file(store_path: Pat
     # A long flush interval keeps the writer's own flush thread from rewriting the checkpoint
     # while the snapshots are compared.
     with mqlite.open(store_path, commit_log_file_size=256 << 10, max_message_size=16 << 10,
-                     flush_interval_ms=60_000) as writer:
+                     flush_interval_ms=60_000, exclusive=True) as writer:
         writer.create_topic("t", 2)
         for i in range(50):
             writer.producer().send(Message("t", b"x%d" % i))
@@ -523,7 +524,7 @@ def _content(root: Path) -> dict[str, tuple[int, str]]:
 
 
 def test_second_writer_in_this_process_is_refused(store_path: Path) -> None:
-    with mqlite.open(store_path, flush_interval_ms=60_000) as first:
+    with mqlite.open(store_path, flush_interval_ms=60_000, exclusive=True) as first:
         first.producer().send(Message("t", b"x"))
         first.flush()
         before = _content(store_path)

@@ -220,7 +220,7 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.TopicNotReadableError, lambda p: _with_topic(p, perm=2).read(MessageQueue("t", 0), 0)),
     (E.TopicNotWritableError, lambda p: _with_topic(p, perm=4).producer().send(Message("t", b"x"))),
     (E.MessageNotFoundError, lambda p: mqlite.open(p).get_by_offset(1 << 40)),
-    (E.StoreLockedError, lambda p: (mqlite.open(p), mqlite.open(p))),
+    (E.StoreLockedError, lambda p: (mqlite.open(p, exclusive=True), mqlite.open(p))),
     (E.StoreFullError, _store_full),
     (E.StorePoisonedError, _poisoned),
     (E.CorruptedLogError, _corrupted),

@@ -155,7 +155,7 @@ def test_a_follower_process_sleeps_on_the_wake_up_word_until_the_writer_wakes_it
 
 
 def test_second_writer_in_same_process_is_locked(store_path: Path) -> None:
-    with mqlite.open(store_path) as first:
+    with mqlite.open(store_path, exclusive=True) as first:
         first.producer().send(Message("t", b"x"))
         with pytest.raises(mqlite.StoreLockedError) as info:
             mqlite.open(store_path)
@@ -178,7 +178,7 @@ except mqlite.MQError as exc:
 
 
 def test_second_writer_in_other_process_is_locked(store_path: Path, run_py: RunPy) -> None:
-    with mqlite.open(store_path) as first:
+    with mqlite.open(store_path, exclusive=True) as first:
         first.create_topic("t", 1)
         first.producer().send(Message("t", b"x"))
         done = run_py(LOCK_PROBE, store_path)
@@ -193,7 +193,7 @@ def test_second_writer_in_other_process_is_locked(store_path: Path, run_py: RunP
 
 HOLDER = """
 import sys, time, mqlite
-store = mqlite.open(sys.argv[1])
+store = mqlite.open(sys.argv[1], exclusive=True)
 store.producer().send(mqlite.Message("held", b"by child"))
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -249,7 +249,7 @@ def test_close_returns_a_thread_blocked_in_wait_for(store_path: Path, read_only:
 def test_a_second_writer_is_refused_at_once(store_path: Path) -> None:
     """The timing bar of ``test_second_writer_in_same_process_is_locked``: without ``wait=`` the
     second open raises at once (well under 5 s), it does not wait for the lock."""
-    with mqlite.open(store_path) as first:
+    with mqlite.open(store_path, exclusive=True) as first:
         first.producer().send(Message("t", b"x"))
         start = time.monotonic()
         with pytest.raises(mqlite.StoreLockedError):

@@ -45,10 +45,12 @@ def extract(version: str, into: Path) -> Path:
 
 
 def digest(root: Path) -> dict[str, str]:
-    """Every regular file under ``root`` and the SHA-256 of its bytes."""
+    """Every regular file under ``root`` and the SHA-256 of its bytes, but ``open.lock``: the
+    empty file every writable open takes a lock on before it reads anything (FORMAT.md §6), left
+    in place because another opener may be waiting on it."""
     out: dict[str, str] = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file():
+        if p.is_file() and p.relative_to(root) != Path("open.lock"):
             h = hashlib.sha256()
             with open(p, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):

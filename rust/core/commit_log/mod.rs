@@ -189,9 +189,8 @@ impl CommitLog {
     /// clock reading, taken just before (the lock was free, so it is current): one clock call
     /// fewer per send.
     pub fn try_put(&self, p: &Prepared<'_>, now_ms: i64) -> Result<Option<Appended>> {
-        // A shared writer's append may wait for another process.
-        if self.shared.get().is_some() {
-            return Ok(None);
+        if let Some(shm) = self.shared.get() {
+            return self.try_put_shared(shm, p, now_ms);
         }
         let Some(a) = crate::util::sync::try_lock(&self.appender) else {
             return Ok(None);
@@ -252,7 +251,7 @@ impl CommitLog {
     }
 
     #[inline]
-    fn maybe_prepare_next(&self, a: &Appender) {
+    pub(super) fn maybe_prepare_next(&self, a: &Appender) {
         if let Some(w) = a.writer.as_ref() {
             self.warm.maybe_prepare_next(w.file(), w.pos());
         }

@@ -18,9 +18,11 @@
 //! - Each process dispatches every record of the log into the consume queues (a unit's place
 //!   follows from its record's queue offset, so the processes write the same bytes there):
 //!   the repair therefore has nothing to dispatch again.
-//! - Files are created only by a roll under the append lock (shared writers prepare no file
-//!   ahead and warm no page ahead: a zero fill past one process's writer would overwrite
-//!   another's records).
+//! - Files are created by a roll under the append lock or ahead of it by any process's
+//!   preparer, always published whole under their name by a no-replace link
+//!   (mapped_file_queue/mod.rs), so a roll in any process finds a prepared file. Pages ahead of
+//!   the writer are faulted in without writing (`WarmAhead::Fault`): a zero fill past one
+//!   process's writer could overwrite another's records.
 //!
 //! Crash behaviour: a process killed holding the append lock leaves at most one unpublished
 //! append; the next locker, in any process, zeroes its bytes and gives its queue its offset
@@ -221,11 +223,82 @@ impl CommitLog {
             Err(_) => w.abandon(&mut LogRepair::new(self))?,
         }
         drop(w);
-        drop(a);
         let out = out?;
+        self.after_shared_write(&a, out.physical_offset + u64::from(out.size), true);
+        drop(a);
         self.last_store_ts
             .store(out.store_timestamp, Ordering::Relaxed);
         Ok(out)
+    }
+
+    /// `try_put` of a shared writer: declines (`Ok(None)`, nothing written) whenever the
+    /// append could wait: this process's appender or the append lock held elsewhere, the log
+    /// end in another file than this process's writer, a roll, or pages not known to be
+    /// faulted in. A dead holder's repair, found on taking the lock, is done here (it cannot be
+    /// handed back undone).
+    pub(super) fn try_put_shared(
+        &self,
+        shm: &WriterShm,
+        p: &Prepared<'_>,
+        now_ms: i64,
+    ) -> Result<Option<Appended>> {
+        let Some(mut a) = crate::util::sync::try_lock(&self.appender) else {
+            return Ok(None);
+        };
+        if a.poisoned.is_some() {
+            return Ok(None);
+        }
+        let w = match shm.try_lock()? {
+            Some(AppendLock::Held(w)) => w,
+            Some(AppendLock::OwnerDied(dead)) => dead.repair(&mut LogRepair::new(self))?.0,
+            None => return Ok(None),
+        };
+        let end = w.log_end();
+        let size = self.files.file_size();
+        let in_file = a.writer.as_ref().is_some_and(|fw| {
+            let base = fw.file().from_offset();
+            (base..base + size).contains(&end)
+        });
+        if !in_file {
+            return Ok(None);
+        }
+        self.follow_to(&mut a, end, false)?;
+        let len = p.len as u64;
+        match a.fits(len) {
+            Some(to) if self.warm.is_warm(to - len, to) && self.warm.fence().try_announce(to) => {}
+            _ => return Ok(None),
+        }
+        let m = &p.msg;
+        let dispatched = sysflag::is_dispatched(m.sysflag);
+        let r = self.reserve_shared(&mut a, &w, m.topic, m.queue_id, dispatched, len, 1)?;
+        let out = a.append_one(&self.files, self.warm.fence(), p, Some(now_ms));
+        match &out {
+            Ok(x) => self.settle(
+                &w,
+                &r,
+                x.physical_offset + u64::from(x.size),
+                x.store_timestamp,
+            )?,
+            Err(_) => w.abandon(&mut LogRepair::new(self))?,
+        }
+        drop(w);
+        let out = out?;
+        self.after_shared_write(&a, out.physical_offset + u64::from(out.size), true);
+        drop(a);
+        self.last_store_ts
+            .store(out.store_timestamp, Ordering::Relaxed);
+        Ok(Some(out))
+    }
+
+    /// After a published append ending at `end` (this process's appender lock held, the
+    /// append lock released): the next file and warm-ahead asked for as the single writer
+    /// asks (`warm`: the append went through the mapping).
+    fn after_shared_write(&self, a: &Appender, end: u64, warm: bool) {
+        self.maybe_prepare_next(a);
+        self.warm.set_wanted(warm);
+        if warm {
+            self.warm.after_write(end);
+        }
     }
 
     /// `put_batch` of a shared writer (module doc).
@@ -258,8 +331,13 @@ impl CommitLog {
             batch.len() as u64,
         )?;
         let start = out.len();
-        // Written with `pwrite`s, never through pages a warm-ahead readied (module doc).
-        let written = a.append_batch(&self.files, self.warm.fence(), batch, |_, _| false, out);
+        // Called once the batch's place is known and announced, before any of it is written.
+        let warm = |start: u64, end: u64| self.warm.is_warm(start, end);
+        let written = a.append_batch(&self.files, self.warm.fence(), batch, warm, out);
+        let gathered = match &written {
+            Ok(total) => super::append::written_by_gathering(*total, batch.len()),
+            Err(_) => false,
+        };
         let settled = match (written, out.get(start..).and_then(<[Appended]>::last)) {
             (Ok(_), Some(last)) => self.settle(
                 &w,
@@ -275,6 +353,9 @@ impl CommitLog {
             return Err(e);
         }
         drop(w);
+        if let Some(last) = out.get(start..).and_then(<[Appended]>::last) {
+            self.after_shared_write(&a, last.physical_offset + u64::from(last.size), !gathered);
+        }
         drop(a);
         if let Some(last) = out.last() {
             self.last_store_ts

@@ -161,7 +161,16 @@ impl ConsumeQueue {
     /// all-zero last file.
     pub fn with_shared_files(mut self, shared: bool) -> Self {
         self.shared_files = shared;
+        if shared {
+            self.files.share();
+        }
         self
+    }
+
+    /// Other processes create and write this queue's files from now on (a queue recovered by
+    /// the first shared opener): they are created and published as shared files.
+    pub fn share_files(&self) {
+        self.files.share();
     }
 
     /// This queue keeps its recently used files mapped in `cache` (the store's).
@@ -382,18 +391,34 @@ impl ConsumeQueue {
     }
 
     /// Removes every unit at logical offset `cut` and after.
+    ///
+    /// A shared queue's cut is this process's view only: another process may be writing the
+    /// units from `cut` on at this moment (a later opener checks its tails beside running
+    /// writers), so nothing on disk changes; the queue ends at `cut` here and this process's
+    /// dispatch writes those units again, the same bytes at the same places (a unit's place
+    /// follows from its queue offset).
     fn cut_at(&self, cut: u64) -> Result<()> {
         let byte = cut * UNIT_SIZE;
         let mut guard = self.lock_writer();
         let file_size = self.files.file_size();
         let file_start = byte - byte % file_size;
+        let shared = self.files.is_shared();
         // Dropped first: the writer of the file kept is taken again below.
         drop(guard.take());
         // Keep the file holding `byte` (even when the cut is at its first unit).
-        self.files.drop_files_from(file_start + 1)?;
+        if shared {
+            self.files.forget_files_from(file_start + 1);
+        } else {
+            self.files.drop_files_from(file_start + 1)?;
+        }
         if let Some(mut w) = self.files.last_writer()? {
             let (from, size) = (w.file().from_offset(), w.file().size());
-            w.truncate_to(byte.saturating_sub(from), size)?;
+            let at = byte.saturating_sub(from);
+            if shared {
+                w.reposition(at);
+            } else {
+                w.truncate_to(at, size)?;
+            }
             *guard = Some(w);
         }
         drop(guard);

@@ -449,6 +449,11 @@ impl ConsumeQueueStore {
             self.load_pending(&topic, queue_id)?;
         }
         self.shared_files.store(true, Ordering::Release);
+        // Queues loaded before: their files are created and published as shared ones from
+        // now on (mapped_file_queue/mod.rs).
+        for cq in self.all() {
+            cq.share_files();
+        }
         Ok(())
     }
 

@@ -169,6 +169,13 @@ impl MappedFile {
         Ok(mapped)
     }
 
+    /// The same mapping, known by `path` from now on (a file created under a temporary name
+    /// and published under its own by a link).
+    pub(crate) fn known_as(mut self, path: PathBuf) -> Self {
+        self.path = path;
+        self
+    }
+
     /// Maps an existing file of exactly `size` bytes. Every position starts at `size`, as in
     /// RocketMQ; recovery then sets the real end through the writer.
     pub fn open_existing(path: &Path, from_offset: u64, size: u64, writable: bool) -> Result<Self> {

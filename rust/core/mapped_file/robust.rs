@@ -119,6 +119,30 @@ pub fn lock(region: &MmapRegion, pos: usize) -> io::Result<Locked<'_>> {
     }
 }
 
+/// [`lock`] without waiting: `Ok(None)` when another thread or process holds the mutex.
+pub fn try_lock(region: &MmapRegion, pos: usize) -> io::Result<Option<Locked<'_>>> {
+    let mutex = mutex_at(region, pos)?;
+    // SAFETY: as in `lock`.
+    let rc = unsafe { libc::pthread_mutex_trylock(mutex.as_ptr()) };
+    let guard = MutexGuard {
+        mutex,
+        _region: PhantomData,
+    };
+    match rc {
+        0 => Ok(Some(Locked::Clean(guard))),
+        libc::EOWNERDEAD => Ok(Some(Locked::OwnerDied(DeadOwner(guard)))),
+        e => {
+            // Not locked: the guard must not unlock.
+            std::mem::forget(guard);
+            if e == libc::EBUSY {
+                Ok(None)
+            } else {
+                Err(io::Error::from_raw_os_error(e))
+            }
+        }
+    }
+}
+
 impl<'r> DeadOwner<'r> {
     /// Marks the mutex consistent again, once the caller repaired what the dead holder left.
     pub fn consistent(self) -> io::Result<MutexGuard<'r>> {

@@ -35,6 +35,16 @@
 //! - No mapping holds a descriptor (mapped_file/mod.rs): the number of files and queues
 //!   costs no descriptor, and mappings only up to the cache's budget plus the pinned files.
 //!
+//! Shared queues (`share`: other processes of the store create and write these files too):
+//! - A file is created under a temporary name (`fs::segment_temp_name`), sized, and
+//!   published under its own name with a link, which never replaces a name another process
+//!   published first (that file is used instead). So no process ever sees a file of the queue
+//!   by its name before it has its full length.
+//! - `load` never deletes a file (a zero-length last file is skipped: it can only be what a
+//!   crash left, which the store's next first opener removes), and a file prepared ahead of a
+//!   roll (`prepare`) is published at once and never deleted at close: another process may
+//!   roll to it.
+//!
 //! Crash behaviour: `load` repairs a zero-length or short last file (a roll interrupted by a
 //! kill): deleted if empty, re-preallocated if short (extended sparsely for a queue whose files
 //! grow their reservation, `with_reserve`); a gap between files is reported as
@@ -97,7 +107,12 @@ pub struct MappedFileQueue {
     reserve: Reserve,
     // Held by `refresh` (followers) for its whole run.
     refreshing: Mutex<()>,
+    // Other processes create and write these files too (`share`, module doc).
+    shared: std::sync::atomic::AtomicBool,
 }
+
+/// Distinguishes the temporary names of files one process creates (`fs::segment_temp_name`).
+static TEMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl MappedFileQueue {
     /// An empty queue (no file loaded yet).
@@ -112,7 +127,18 @@ impl MappedFileQueue {
             defer_create_sync: false,
             reserve: Reserve::Whole,
             refreshing: Mutex::new(()),
+            shared: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on other processes create and write this queue's files too (module doc).
+    pub fn share(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
+    /// Whether other processes create and write this queue's files too.
+    pub fn is_shared(&self) -> bool {
+        self.shared.load(Ordering::Acquire)
     }
 
     /// This queue keeps its recently used files mapped in `cache` (the store's, shared by
@@ -148,7 +174,21 @@ impl MappedFileQueue {
         let Backing::Dir { dir, .. } = &self.backing else {
             return Ok(());
         };
-        let mut names = list_offsets(dir)?;
+        let shared = self.is_shared();
+        let entries = fs::dir_entries(dir)?;
+        if self.writable && !shared {
+            // A creation a crash interrupted (module doc); no other process has the store
+            // open, so no temporary name is in use.
+            for (name, path) in &entries {
+                if fs::is_segment_temp_name(name) {
+                    fs::remove_file(path)?;
+                }
+            }
+        }
+        let mut names: Vec<u64> = entries
+            .iter()
+            .filter_map(|(name, _)| fs::parse_offset_file_name(name))
+            .collect();
         names.retain(|&start| start < end);
         names.sort_unstable();
         let mut loaded: Vec<Arc<Slot>> = Vec::with_capacity(names.len());
@@ -168,7 +208,10 @@ impl MappedFileQueue {
             let is_last = i + 1 == n;
             if len.len() != self.file_size {
                 if is_last && self.writable && len.len() == 0 {
-                    fs::remove_file(&path)?;
+                    // Shared: never deleted (module doc), only not listed.
+                    if !shared {
+                        fs::remove_file(&path)?;
+                    }
                     continue;
                 }
                 if !(is_last && (len.len() < self.file_size)) {
@@ -310,7 +353,8 @@ impl MappedFileQueue {
             return;
         }
         let listed = self.read_files().iter().any(|g| g.start == f.from_offset());
-        if !listed {
+        // Published under its name: another process may roll to it (module doc).
+        if !listed && !self.is_shared() {
             let _ = fs::remove_file(f.path());
         }
     }
@@ -339,6 +383,16 @@ impl MappedFileQueue {
                         let Backing::Dir { dir, .. } = &self.backing else {
                             return Err(Error::Closed);
                         };
+                        // Shared: the file this process prepared, listed from the directory
+                        // (`writer_at`), is the mapping whose pages the preparer readied.
+                        // It starts as any new mapping does (`open_reserved`, module doc).
+                        if let Some(f) = self.take_ready(slot.start) {
+                            let end = slot.end.load(Ordering::Acquire);
+                            f.resume_at(if end == NO_END { self.file_size } else { end });
+                            *mapped = Arc::downgrade(&f);
+                            self.cache.touch(&f);
+                            return Ok(f);
+                        }
                         let path = dir.join(fs::offset_file_name(slot.start));
                         let f = Arc::new(MappedFile::open_reserved(
                             &path,
@@ -482,6 +536,11 @@ impl MappedFileQueue {
                 populate,
             } => {
                 let path = dir.join(fs::offset_file_name(start));
+                if self.is_shared() {
+                    return Ok(self
+                        .make_shared_file(dir, &path, start, *mode, *populate)?
+                        .0);
+                }
                 let f = MappedFile::create_reserved(
                     &path,
                     start,
@@ -490,17 +549,58 @@ impl MappedFileQueue {
                     *populate,
                     self.reserve,
                 )?;
-                // The file's size and allocation must be durable before any checkpoint or
-                // record points into it.
-                if self.defer_create_sync {
-                    f.defer_create_sync();
-                } else {
-                    f.sync_metadata()?;
-                    fs::fsync_dir(dir)?;
-                }
-                Ok(f)
+                self.sync_new(dir, f)
             }
             Backing::Memory => MappedFile::anonymous(start, self.file_size),
+        }
+    }
+
+    /// The file's size and allocation must be durable before any checkpoint or record points
+    /// into it: synced now, or at the next flush (`with_deferred_create_sync`).
+    fn sync_new(&self, dir: &Path, f: MappedFile) -> Result<MappedFile> {
+        if self.defer_create_sync {
+            f.defer_create_sync();
+        } else {
+            f.sync_metadata()?;
+            fs::fsync_dir(dir)?;
+        }
+        Ok(f)
+    }
+
+    /// `make_file` of a shared queue (module doc): created and sized under a temporary name,
+    /// then linked to `path`. When another process published `path` first, its file is mapped
+    /// instead, from its start (nothing of it is published in this process yet). The flag
+    /// says whether this call published the file.
+    fn make_shared_file(
+        &self,
+        dir: &Path,
+        path: &Path,
+        start: u64,
+        mode: u32,
+        populate: bool,
+    ) -> Result<(MappedFile, bool)> {
+        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let temp = dir.join(fs::segment_temp_name(start, seq));
+        let made =
+            MappedFile::create_reserved(&temp, start, self.file_size, mode, populate, self.reserve);
+        let linked = match made {
+            Ok(f) => match fs::hard_link(&temp, path) {
+                Ok(()) => Ok(Some(f)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+                Err(e) => Err(Error::io("link", path, e)),
+            },
+            Err(e) => Err(e),
+        };
+        // The temporary name goes whatever happened (a failed unlink only leaves a hidden
+        // file the next first opener removes).
+        let _ = fs::remove_file(&temp);
+        match linked? {
+            Some(f) => Ok((self.sync_new(dir, f.known_as(path.to_path_buf()))?, true)),
+            None => {
+                let f = MappedFile::open_reserved(path, start, self.file_size, true, self.reserve)?;
+                f.resume_at(0);
+                Ok((f, false))
+            }
         }
     }
 
@@ -526,7 +626,21 @@ impl MappedFileQueue {
         if self.path_for(start).is_some_and(|p| p.exists()) {
             return Ok(false);
         }
-        let f = Arc::new(self.make_file(start)?);
+        let f = match &self.backing {
+            // Another process may publish the file first: then there is nothing to prepare.
+            Backing::Dir {
+                dir,
+                mode,
+                populate,
+            } if self.is_shared() => {
+                let path = dir.join(fs::offset_file_name(start));
+                match self.make_shared_file(dir, &path, start, *mode, *populate)? {
+                    (f, true) => Arc::new(f),
+                    (_, false) => return Ok(false),
+                }
+            }
+            _ => Arc::new(self.make_file(start)?),
+        };
         *self.lock_ready() = Some(Arc::clone(&f));
         // The first pages are written right after the roll: reserve them (a file that grows
         // its reservation) and fault them in here, off the appender's path. Optional (old
@@ -610,6 +724,16 @@ impl MappedFileQueue {
             .as_ref()
             .filter(|f| (f.from_offset()..f.from_offset() + f.size()).contains(&offset))
             .cloned()
+    }
+
+    /// The prepared file, taken from the ready slot, if it starts at `start`.
+    fn take_ready(&self, start: u64) -> Option<Arc<MappedFile>> {
+        let mut ready = self.lock_ready();
+        if ready.as_ref().is_some_and(|f| f.from_offset() == start) {
+            ready.take()
+        } else {
+            None
+        }
     }
 
     fn lock_ready(&self) -> std::sync::MutexGuard<'_, Option<Arc<MappedFile>>> {
@@ -722,6 +846,20 @@ impl MappedFileQueue {
     /// Removes every file that starts at or after `offset` (recovery truncation). The caller
     /// truncates the file containing `offset` through its writer.
     pub fn drop_files_from(&self, offset: u64) -> Result<()> {
+        let removed = self.forget_files_from(offset);
+        if let Backing::Dir { dir, .. } = &self.backing {
+            for start in &removed {
+                fs::remove_file(&dir.join(fs::offset_file_name(*start)))?;
+            }
+            fs::fsync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Unlists every file that starts at or after `offset`, leaving them on disk (a shared
+    /// queue whose later files other processes write); returns their starts. A later roll,
+    /// or `writer_at`, lists them again.
+    pub fn forget_files_from(&self, offset: u64) -> Vec<u64> {
         let removed: Vec<Arc<Slot>> = {
             let mut files = self.write_files();
             let keep = files
@@ -731,13 +869,7 @@ impl MappedFileQueue {
             files.split_off(keep)
         };
         self.release(&removed);
-        if let Backing::Dir { dir, .. } = &self.backing {
-            for s in &removed {
-                fs::remove_file(&dir.join(fs::offset_file_name(s.start)))?;
-            }
-            fs::fsync_dir(dir)?;
-        }
-        Ok(())
+        removed.iter().map(|s| s.start).collect()
     }
 
     /// Deletes head files for which `expired` says yes, stopping at the first that is not (or

@@ -61,6 +61,14 @@ pub const MIN_QUEUE_SLOTS: u32 = 1 << 16;
 /// See [`MIN_TOPIC_SLOTS`].
 pub const MAX_QUEUE_SLOTS: u32 = 1 << 22;
 
+/// Fewest slots of each table a first opener builds: the mapping is sparse, so slots no
+/// entry uses cost neither disk nor memory, and a store used as the default (shared) open
+/// must take the topics and queues one process could create alone (tens of thousands)
+/// without `SharedTableFull`.
+pub const FLOOR_TOPIC_SLOTS: u32 = 1 << 16;
+/// See [`FLOOR_TOPIC_SLOTS`].
+pub const FLOOR_QUEUE_SLOTS: u32 = 1 << 20;
+
 /// FNV-1a, 64 bits: the topic table's hash of a name.
 pub fn topic_hash(name: &[u8]) -> u64 {
     name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -101,8 +109,8 @@ impl Capacity {
             u32::try_from(want.next_power_of_two()).map_or(max, |s| s.clamp(min, max))
         };
         Capacity {
-            topic_slots: slots(topics, MIN_TOPIC_SLOTS, MAX_TOPIC_SLOTS),
-            queue_slots: slots(queues, MIN_QUEUE_SLOTS, MAX_QUEUE_SLOTS),
+            topic_slots: slots(topics, FLOOR_TOPIC_SLOTS, MAX_TOPIC_SLOTS),
+            queue_slots: slots(queues, FLOOR_QUEUE_SLOTS, MAX_QUEUE_SLOTS),
         }
     }
 
@@ -261,9 +269,9 @@ mod tests {
     #[test]
     fn capacities_are_powers_of_two_within_bounds() {
         let small = Capacity::for_counts(1, 4);
-        assert_eq!((small.topic_slots, small.queue_slots), (1 << 12, 1 << 16));
-        let scale = Capacity::for_counts(10_000, 40_000);
-        assert_eq!((scale.topic_slots, scale.queue_slots), (1 << 16, 1 << 18));
+        assert_eq!((small.topic_slots, small.queue_slots), (1 << 16, 1 << 20));
+        let scale = Capacity::for_counts(100_000, 400_000);
+        assert_eq!((scale.topic_slots, scale.queue_slots), (1 << 18, 1 << 21));
         let huge = Capacity::for_counts(usize::MAX, usize::MAX);
         assert_eq!(
             (huge.topic_slots, huge.queue_slots),

@@ -267,6 +267,16 @@ impl WriterShm {
         })
     }
 
+    /// `lock` without waiting: `Ok(None)` while another thread or process holds it.
+    pub fn try_lock(&self) -> Result<Option<AppendLock<'_>>> {
+        let locked = robust::try_lock(&self.region, at::MUTEX)
+            .map_err(|e| Error::io("lock the append lock", &self.path, e))?;
+        Ok(locked.map(|l| match l {
+            Locked::Clean(guard) => AppendLock::Held(Writer { shm: self, guard }),
+            Locked::OwnerDied(dead) => AppendLock::OwnerDied(Dead { shm: self, dead }),
+        }))
+    }
+
     fn view(&self) -> View<'_> {
         View(self.tables())
     }

@@ -61,12 +61,8 @@ pub(super) fn open_with(
     )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
-    if config.shared_writers && root.is_none() {
-        return Err(Error::InvalidConfig {
-            field: "shared_writers",
-            reason: "a store in memory has no other process to share it with".into(),
-        });
-    }
+    // In memory, or read-only: no other writer to share the store with (the field's doc).
+    config.shared_writers &= root.is_some() && writable;
     let mut store_lock = None;
     let mut abnormal = false;
     // Shared writers: `open.lock`, held until the open returns, and the mapping a later
@@ -91,6 +87,9 @@ pub(super) fn open_with(
                     attach_to = Some(Arc::new(attach_shared(root)?));
                 }
             } else {
+                // `open.lock` made to exist (not taken: a shared writer closes under it while
+                // this one may wait), so that a shared opener refused meanwhile creates no file.
+                drop(fs::open_rw(&root.join("open.lock"), config.file_mode)?);
                 store_lock = Some(StoreLock::acquire(
                     root,
                     config.lock_wait,
@@ -139,6 +138,11 @@ pub(super) fn open_with(
     let map_cache = Arc::new(MapCache::new(config.max_mapped_files));
     let files = MappedFileQueue::new(backing, decided.geometry.commit_log_file_size, writable)
         .with_cache(Arc::clone(&map_cache));
+    // A later shared opener loads beside running writers (the first one shares its files
+    // after its recovery, below).
+    if attach_to.is_some() {
+        files.share();
+    }
     // Lists and stats the files; recovery maps the ones it reads (the tail from the
     // checkpoint).
     files.load()?;
@@ -266,6 +270,7 @@ pub(super) fn open_with(
                 None => Arc::new(build_shared(root, &commit_log, &config)?),
             };
             topics.share(Arc::clone(&shm))?;
+            commit_log.files().share();
             commit_log.set_shared(shm);
         }
         let f = Arc::new(
@@ -285,27 +290,23 @@ pub(super) fn open_with(
         let p = Arc::new(PreparerService::new());
         let tx = p.preparer();
         let shared = commit_log.shared().is_some();
-        if commit_log.files().is_empty() && root.is_some() && !shared {
+        if commit_log.files().is_empty() && root.is_some() {
             // A new store: have the first file ready before the first send needs it.
             let _ = tx.send(Prepare::file(&commit_log, commit_log.max_offset()));
         }
-        // Shared writers prepare no derived-store file ahead either: a file one process
-        // prepared and did not use is deleted at its close, while another may write it.
-        if !shared {
-            derived.use_preparer(&tx);
-        }
+        // Shared writers' prepared files are published under their names at once, never
+        // deleted by their preparer (mapped_file_queue/mod.rs).
+        derived.use_preparer(&tx);
         // Pages are readied ahead of the writer unless whole files are populated anyway; by
-        // zero fill (large folios) in async mode only (commit_log::WarmAhead).
-        let warm = match (config.warm_mapped_files, config.flush_mode) {
-            (true, _) => WarmAhead::Off,
-            (false, FlushMode::Async) => WarmAhead::ZeroFill,
-            (false, FlushMode::Sync) => WarmAhead::Fault,
+        // zero fill (large folios) in async mode only (commit_log::WarmAhead). Shared writers
+        // fault pages in without writing: a zero fill past this process's writer could land
+        // on another process's records (mapped_file_queue/fence.rs fences one process only).
+        let warm = match (config.warm_mapped_files, config.flush_mode, shared) {
+            (true, _, _) => WarmAhead::Off,
+            (false, FlushMode::Async, false) => WarmAhead::ZeroFill,
+            (false, _, _) => WarmAhead::Fault,
         };
-        // Shared writers create commit-log files only by a roll under the append lock, and
-        // warm no pages ahead (commit_log/shared.rs).
-        if !shared {
-            commit_log.set_preallocator(tx.clone(), warm);
-        }
+        commit_log.set_preallocator(tx.clone(), warm);
         preparer = Some(tx);
         // Services start in this order and stop in reverse (service.rs).
         services.push(r.clone());

@@ -46,6 +46,8 @@ pub enum Event<'a> {
     SyncDir(&'a Path),
     /// rename(from, to).
     Rename(&'a Path, &'a Path),
+    /// link(from, to): `to` names `from`'s file too (failing when `to` exists).
+    Link(&'a Path, &'a Path),
     /// unlink.
     Remove(&'a Path),
 }
@@ -92,7 +94,8 @@ fn event_path<'a>(e: &Event<'a>) -> &'a Path {
         | Event::Sync(p, _)
         | Event::SyncDir(p)
         | Event::Remove(p)
-        | Event::Rename(_, p) => p,
+        | Event::Rename(_, p)
+        | Event::Link(_, p) => p,
     }
 }
 
@@ -105,6 +108,7 @@ fn describe(e: &Event<'_>, root: &Path) -> String {
         Event::Sync(p, Some((a, b))) => format!("msync {} [{a}, {b})", rel(p)),
         Event::SyncDir(p) => format!("fsync dir {}", rel(p)),
         Event::Rename(a, b) => format!("rename {} -> {}", rel(a), rel(b)),
+        Event::Link(a, b) => format!("link {} -> {}", rel(a), rel(b)),
         Event::Remove(p) => format!("unlink {}", rel(p)),
     }
 }
@@ -269,6 +273,14 @@ impl Recorder {
                 };
                 if let Some(node) = self.live.remove(&from) {
                     self.live.insert(to, node);
+                }
+            }
+            Event::Link(from, to) => {
+                let (Some(from), Some(to)) = (self.rel(from), self.rel(to)) else {
+                    return;
+                };
+                if let Some(node) = self.live.get(&from).copied() {
+                    self.live.entry(to).or_insert(node);
                 }
             }
             Event::Remove(path) => {

@@ -171,6 +171,12 @@ pub fn remove_file(path: &Path) -> Result<()> {
     durable!(Remove(path), || std::fs::remove_file(path)).map_err(|e| Error::io("unlink", path, e))
 }
 
+/// Gives `from`'s file the name `to` as well, never replacing an existing `to`: the
+/// `AlreadyExists` error then says another creator published that name first.
+pub fn hard_link(from: &Path, to: &Path) -> std::io::Result<()> {
+    durable!(Link(from, to), || std::fs::hard_link(from, to))
+}
+
 /// A temp file written and synced next to the file it will replace ([`stage`]); nothing is
 /// replaced until [`Staged::replace`].
 #[derive(Debug)]
@@ -343,6 +349,22 @@ pub fn is_symlink(path: &Path) -> bool {
 /// The 20-digit zero-padded file name RocketMQ gives a file starting at `offset`.
 pub fn offset_file_name(offset: u64) -> String {
     format!("{offset:020}")
+}
+
+/// The name a segment file starting at `offset` is created under before it is published
+/// with [`hard_link`]: hidden, unique to this process and call (`seq`), never parsed as a
+/// segment by [`parse_offset_file_name`].
+pub fn segment_temp_name(offset: u64, seq: u64) -> String {
+    format!(".{offset:020}.{}.{seq}.tmp", std::process::id())
+}
+
+/// Whether `name` is a segment's temporary name ([`segment_temp_name`]).
+pub fn is_segment_temp_name(name: &str) -> bool {
+    name.starts_with('.')
+        && name.ends_with(".tmp")
+        && name
+            .get(1..21)
+            .is_some_and(|d| parse_offset_file_name(d).is_some())
 }
 
 /// The start offset a segment file's name gives: exactly 20 decimal digits, else `None`.

@@ -147,7 +147,7 @@ impl PyStore {
     /// file sizes the store's own.
     #[new]
     #[pyo3(signature = (
-        path, *, read_only = false, shared = false, wait = None, flush = None,
+        path, *, read_only = false, exclusive = false, wait = None, flush = None,
         flush_interval_ms = None,
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
@@ -158,7 +158,7 @@ impl PyStore {
         py: Python<'_>,
         path: Str<'_, StorePath>,
         read_only: bool,
-        shared: bool,
+        exclusive: bool,
         wait: Option<Float>,
         flush: Option<Str<'_, FlushOption>>,
         flush_interval_ms: Option<Int>,
@@ -178,6 +178,12 @@ impl PyStore {
         // option's range. The file sizes stay unset unless given: the store's meta file, or its
         // files, decide them.
         let defaults = StoreConfig::default();
+        if exclusive && read_only {
+            return Err(InvalidConfigError::new_err(
+                "exclusive=True and read_only=True contradict each other: a read-only open \
+                 writes nothing and takes no writer lock",
+            ));
+        }
         let flush_interval_ms = args::option(
             flush_interval_ms,
             "flush_interval_ms",
@@ -207,7 +213,7 @@ impl PyStore {
         };
         let config = StoreConfig {
             read_only,
-            shared_writers: shared,
+            shared_writers: !exclusive,
             lock_wait: wait.map(|w| duration_arg(w.0, "wait")).transpose()?,
             flush_mode,
             flush_interval: Duration::from_millis(flush_interval_ms),
