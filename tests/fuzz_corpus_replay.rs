@@ -615,7 +615,8 @@ fn template() -> &'static Template {
         store.close().unwrap();
         let mut files = Vec::new();
         walk(&root, &root, &mut files);
-        // `lock`, `open.lock`, `wakeup` and the writer mapping `run/writer.shm` hold no data
+        // `lock`, `open.lock`, `config/topics.lock`, `wakeup` and the writer mapping
+        // `run/writer.shm` hold no data
         // recovery reads (FORMAT.md §6, §14). `meta` is copied
         // (`copy_tree`) but not mutated: the saved corpus indexes the list without it, and its
         // damage is a `ConfigFile` error covered by the store_meta tests. The topic journal (an
@@ -626,6 +627,7 @@ fn template() -> &'static Template {
         files.retain(|p| {
             p != Path::new("lock")
                 && p != Path::new("open.lock")
+                && p != Path::new("config/topics.lock")
                 && p != Path::new("run/writer.shm")
                 && p != Path::new("wakeup")
                 && p != Path::new(META)

@@ -107,7 +107,13 @@ fn quick_puts_store_what_put_stores() {
 #[test]
 fn quick_put_declines_whenever_it_could_wait_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), config()).unwrap();
+    // The exclusive writer: it creates its first file at the first append (a shared writer
+    // prepares it at open, so there is no such append to decline).
+    let exclusive = StoreConfig {
+        shared_writers: false,
+        ..config()
+    };
+    let store = Store::open(dir.path(), exclusive).unwrap();
     store.create_topic("T", 2, 6, false, false).unwrap();
     let rr = RoundRobin::new(5);
 

@@ -48,6 +48,14 @@ fn shared() -> StoreConfig {
     }
 }
 
+/// `shared()` with whole files faulted in at creation (prepared files included).
+fn warm() -> StoreConfig {
+    StoreConfig {
+        warm_mapped_files: true,
+        ..shared()
+    }
+}
+
 /// `shared()` failing at once: for opens that must be refused.
 fn shared_now() -> StoreConfig {
     StoreConfig {
@@ -470,4 +478,89 @@ fn a_later_opener_deletes_no_zero_length_file_beside_running_writers() {
             .to_string_lossy()
             .ends_with(".tmp"))
     );
+}
+
+/// A consume-queue file prepared ahead of a roll (all zeros, by any process) is not where the
+/// queue ends: a later opener loads the queue up to its last unit, in the file before, reads
+/// every message, and its sends roll into the prepared file. (It took the prepared file for
+/// the end, and its reads failed with a zero unit below the queue's end.)
+#[test]
+fn a_later_opener_takes_no_prepared_queue_file_for_the_queue_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let a = Store::open(root, shared()).unwrap();
+    a.create_topic(TOPIC, 1, 6, false, false).unwrap();
+    let n = 100u64;
+    for i in 0..n {
+        a.put(&MessageRef::new(TOPIC, 0, &body_of(0, i))).unwrap();
+    }
+    common::settle(&a);
+    // Units 64..127 are in the second file; the third one, as a preparer makes it.
+    let third = common::cq_file(root, TOPIC, 0, 2 * 64 * 20);
+    if !third.exists() {
+        std::fs::write(&third, vec![0u8; 64 * 20]).unwrap();
+    }
+    let b = Store::open(root, shared()).unwrap();
+    let mut sent = n;
+    for store in [&a, &b] {
+        let got = common::read_queue(store, TOPIC, 0);
+        assert_eq!(got.len() as u64, sent);
+    }
+    while sent < 150 {
+        let s = if sent.is_multiple_of(2) { &a } else { &b };
+        s.put(&MessageRef::new(TOPIC, 0, &body_of(0, sent)))
+            .unwrap();
+        sent += 1;
+    }
+    for store in [&a, &b] {
+        common::settle(store);
+        let got = common::read_queue(store, TOPIC, 0);
+        assert_eq!(got.len() as u64, sent);
+        for (i, (off, body)) in got.into_iter().enumerate() {
+            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
+        }
+    }
+}
+
+/// After a clean close, the first shared opener loads a queue at its first use; another
+/// process appending to that queue before then (through a roll into a prepared file) leaves
+/// it longer than the clean-shutdown record says: the first use checks the part the record
+/// vouches for and serves every message. (It was refused as corrupted, or every queue had to
+/// be loaded at the first open.)
+#[test]
+fn a_queue_another_writer_grew_before_its_first_use_here_is_served_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    {
+        let s = Store::open(root, warm()).unwrap();
+        s.create_topic(TOPIC, 2, 6, false, false).unwrap();
+        for i in 0..100 {
+            for q in 0..2 {
+                s.put(&MessageRef::new(TOPIC, q, &body_of(0, i))).unwrap();
+            }
+        }
+        s.close().unwrap();
+    }
+    // Queue 1's third file as a preparer leaves it (a shared writer's stays at its close).
+    let third = common::cq_file(root, TOPIC, 1, 2 * 64 * 20);
+    if !third.exists() {
+        std::fs::write(&third, vec![0u8; 64 * 20]).unwrap();
+    }
+    // Lazy: tests/consume_queue_clean_open.rs counts the loads (this binary's tests run in
+    // parallel, so a count here would see theirs).
+    let a = Store::open(root, warm()).unwrap();
+    let b = Store::open(root, warm()).unwrap();
+    for i in 100..150 {
+        b.put(&MessageRef::new(TOPIC, 0, &body_of(0, i))).unwrap();
+    }
+    common::settle(&b);
+    for (q, n) in [(0, 150), (1, 100)] {
+        for store in [&b, &a] {
+            let got = common::read_queue(store, TOPIC, q);
+            assert_eq!(got.len(), n, "queue {q}");
+            for (i, (off, body)) in got.into_iter().enumerate() {
+                assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
+            }
+        }
+    }
 }

@@ -232,12 +232,19 @@ impl ConsumeQueue {
             }
             None => {
                 // Files prepared ahead of a roll that never came (prepare.rs) are all zeros:
-                // the queue ends where its units do. Shared writers prepare none, and another
-                // process may have just rolled to an all-zero last file.
-                if !self.shared_files {
+                // the queue ends where its units do. A shared writer's are left on disk
+                // (another process may have just rolled to one, or prepared it for its own
+                // roll) and loaded only when the file before them is full, which the end
+                // found in that file then says; a roll of this process takes the file again.
+                if self.shared_files {
+                    match self.files.unused_tail_start(fs::is_all_zero)? {
+                        Some(start) => self.files.load_below(start)?,
+                        None => self.files.load()?,
+                    }
+                } else {
                     self.files.discard_unused_tail(fs::is_all_zero)?;
+                    self.files.load()?;
                 }
-                self.files.load()?;
             }
         }
         let Some(last) = self.files.try_last_file()? else {

@@ -11,8 +11,9 @@
 //! first use (a read, a dispatch, a topic change, or
 //! retention), which loads it exactly as an open without the record would have and checks it
 //! against the record. After a crash, or when the record is missing or does not match the
-//! recovered commit log, every queue is loaded at open, as before. A shared writer keeps no
-//! queue pending (`share_files`): other processes append to the queues past the record's ends.
+//! recovered commit log, every queue is loaded at open, as before. With shared writers, other
+//! processes may append to a pending queue before its first use here: the check then covers
+//! the units up to the record's end, and the units past it are theirs (`load_pending`).
 //!
 //! Invariant: a path is built only from a valid topic name (`[A-Za-z0-9_%|-]`, checked in
 //! `dir_of`, the one place names become paths), so a directory can never leave the store root,
@@ -249,6 +250,34 @@ impl ConsumeQueueStore {
         let cq = self.new_queue(topic, queue_id)?;
         cq.recover(false)?;
         QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+        if self.shared_files.load(Ordering::Acquire)
+            && cq.max_offset() > max_offset
+            && !cq.has_stale_files()
+        {
+            // Other writer processes appended to it past the clean-shutdown end since the
+            // first opener shared the files: the part the record vouches for is checked (its
+            // last unit indexes exactly its record, below the clean end, where the log is
+            // whole); the units past it are theirs, and this process's dispatch writes the
+            // same bytes at the same places again.
+            let vouched = match (max_offset.checked_sub(1), &self.log) {
+                (Some(k), Some(log)) => cq.unit(k).is_some_and(|u| indexes_record(log, &cq, &u, k)),
+                _ => true,
+            };
+            if !vouched {
+                let (path, _) = LogicalQueue::locate(&cq, max_offset.saturating_sub(1));
+                return Err(Error::Corrupted {
+                    path,
+                    offset: max_offset.saturating_sub(1),
+                    reason: format!(
+                        "consume queue {topic}:{queue_id}: the unit at queue offset {} does not \
+                         index its record, its clean-shutdown record says the queue ended there",
+                        max_offset.saturating_sub(1)
+                    ),
+                    cause: None,
+                });
+            }
+            return Ok(Some(self.finish_load(&mut pending, topic, queue_id, cq)));
+        }
         // What recovery checks of every queue's tail after a clean shutdown, here at first
         // use: its last unit indexes exactly its record, and damage to that record is reported.
         if let Some(log) = &self.log {
@@ -273,6 +302,17 @@ impl ConsumeQueueStore {
                 cause: None,
             });
         }
+        Ok(Some(self.finish_load(&mut pending, topic, queue_id, cq)))
+    }
+
+    /// A pending queue loaded and checked: into the map, out of `pending`.
+    fn finish_load(
+        &self,
+        pending: &mut PendingMap,
+        topic: &str,
+        queue_id: u32,
+        cq: ConsumeQueue,
+    ) -> Arc<ConsumeQueue> {
         cq.correct_min_offset(self.log_min.load(Ordering::Acquire));
         let cq = self.insert(topic, queue_id, cq);
         if let Some(m) = pending.get_mut(topic) {
@@ -283,7 +323,7 @@ impl ConsumeQueueStore {
         }
         self.has_pending
             .store(!pending.is_empty(), Ordering::Release);
-        Ok(Some(cq))
+        cq
     }
 
     /// Re-creates `cq`'s units for the records from the end of its last unit up to `to` (the
@@ -429,25 +469,15 @@ impl ConsumeQueueStore {
     }
 
     /// From now on other processes write the queues' files too (shared writers): a queue
-    /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`), and no
-    /// queue stays pending. A pending queue is checked at its first use against the end the
-    /// clean-shutdown record gives it, which holds only until another process appends to it,
-    /// so every pending queue is loaded and checked now, while no other process writes. Set by
-    /// a later shared opener before its recovery (it has nothing pending: the first opener's
-    /// recovery removed the record), and by the first one after its own, before the others
-    /// may open.
+    /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`), and a
+    /// pending queue other processes appended to is checked at its first use up to the end the
+    /// clean-shutdown record gives it (`load_pending`). Set by a later shared opener before its
+    /// recovery (it has nothing pending: the first opener's recovery removed the record), and
+    /// by the first one after its own, before the others may open.
     ///
     /// # Errors
-    /// Loading a pending queue failed (as its first use would have).
+    /// None today; kept for the open's error path.
     pub fn share_files(&self) -> Result<()> {
-        let pending: Vec<(String, u32)> = self
-            .lock_pending()
-            .iter()
-            .flat_map(|(topic, m)| m.keys().map(move |&q| (topic.clone(), q)))
-            .collect();
-        for (topic, queue_id) in pending {
-            self.load_pending(&topic, queue_id)?;
-        }
         self.shared_files.store(true, Ordering::Release);
         // Queues loaded before: their files are created and published as shared ones from
         // now on (mapped_file_queue/mod.rs).
@@ -876,16 +906,7 @@ fn check_tail(
         if unit.offset < log_min {
             return Ok(true); // the record expired: nothing to check it against
         }
-        let matches = log
-            .with_bytes(unit.offset, unit.size, |b| {
-                RecordView::parse(b, false).is_ok_and(|v| {
-                    v.physical_offset() == unit.offset
-                        && v.queue_offset() == k
-                        && v.queue_id() == cq.queue_id()
-                        && v.topic() == cq.topic()
-                })
-            })
-            .unwrap_or(false);
+        let matches = indexes_record(log, cq, unit, k);
         // Every unit left points below the log's recovered end, where the log is either
         // verified by the recovery scan or durable but unread: a mismatch is a stale unit only
         // if the records up to where it points are whole; if not, it is the log that is
@@ -895,6 +916,19 @@ fn check_tail(
         }
         Ok(matches)
     })
+}
+
+/// Whether `unit` points exactly at the record of `cq` whose queue offset is `k`.
+fn indexes_record(log: &CommitLog, cq: &ConsumeQueue, unit: &CqUnit, k: u64) -> bool {
+    log.with_bytes(unit.offset, unit.size, |b| {
+        RecordView::parse(b, false).is_ok_and(|v| {
+            v.physical_offset() == unit.offset
+                && v.queue_offset() == k
+                && v.queue_id() == cq.queue_id()
+                && v.topic() == cq.topic()
+        })
+    })
+    .unwrap_or(false)
 }
 
 fn queue_in(map: &QueueMap, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {

@@ -344,6 +344,28 @@ impl MappedFileQueue {
         Ok(removed)
     }
 
+    /// Shared writers, before loading: the start of the run of files at the end of the queue
+    /// for which `unused` says yes (prepared ahead of a roll, by any process), never the first
+    /// file; `None` when the last file is in use. Nothing is deleted: another process may roll
+    /// to those files at any moment.
+    pub fn unused_tail_start(&self, unused: impl Fn(&Path) -> Result<bool>) -> Result<Option<u64>> {
+        let Backing::Dir { dir, .. } = &self.backing else {
+            return Ok(None);
+        };
+        let mut names = list_offsets(dir)?;
+        names.sort_unstable();
+        let mut from = None;
+        while names.len() > 1 {
+            let Some(start) = names.pop() else { break };
+            let path = dir.join(fs::offset_file_name(start));
+            if fs::is_symlink(&path) || !unused(&path)? {
+                break;
+            }
+            from = Some(start);
+        }
+        Ok(from)
+    }
+
     /// Deletes the file prepared ahead of a roll, if one waits (store close).
     pub fn discard_prepared(&self) {
         let Some(f) = self.lock_ready().take() else {
