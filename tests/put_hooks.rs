@@ -1,7 +1,9 @@
 //! Put hooks (store/hooks.rs) registered at open: a hook rewrites a message between validation
 //! and append, and is the only way into a system topic. The test hook stores a message with a
 //! DELAY level as RocketMQ does: in `SCHEDULE_TOPIC_XXXX`, queue level - 1, with REAL_TOPIC
-//! and REAL_QID, and its consume-queue tags code is the delivery time.
+//! and REAL_QID, and its consume-queue tags code is the delivery time. It runs before the
+//! store's own delay-level hook (store/schedule/), which leaves a message already in the
+//! schedule topic alone; tests/delay_levels.rs tests that one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -90,8 +92,13 @@ fn open(root: &std::path::Path, hooks: Vec<Arc<dyn PutHook>>) -> Store {
     .unwrap()
 }
 
+/// A clock that never moves: the store's schedule service never finds the messages these
+/// tests delay due, so they stay in the schedule topic.
 fn config() -> StoreConfig {
-    small_config()
+    StoreConfig {
+        clock: mqlite::util::clock::ManualClock::new(mqlite::util::clock::now_ms()).into(),
+        ..small_config()
+    }
 }
 
 /// The tags code of unit `index` of a consume-queue file (FORMAT.md §3: 20-byte units, the

@@ -6,7 +6,7 @@
 //! every `crate::` path of the crate, and fails on an import against it.
 //!
 //! ```text
-//! store                         (facade, services, write pipeline and put hooks, topic admin)
+//! store                         (facade, services, write pipeline and put hooks, topic admin, delay levels)
 //! recovery, flush, retention    (startup scan; flush thread and checkpoint; expiry)
 //! store_meta                    (the meta file: format version and geometry)
 //! consume_queue                 (implements dispatch's DerivedStore and QueueIndex)

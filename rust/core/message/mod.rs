@@ -3,6 +3,7 @@
 pub mod builder;
 pub mod codec;
 pub mod compression;
+pub mod delay_levels;
 pub mod msg_id;
 pub mod properties;
 pub mod tags;

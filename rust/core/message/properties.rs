@@ -20,6 +20,9 @@ pub const UNIQ_KEY: &str = "UNIQ_KEY";
 pub const WAIT: &str = "WAIT";
 /// Delay level.
 pub const DELAY: &str = "DELAY";
+/// The delay in ms the store gave a delayed message from its level table (mqlite's own: the
+/// record then states its delivery time whatever table a later open uses).
+pub const DELAY_MS: &str = "MQLITE_DELAY_MS";
 /// Original topic of a delayed / timer / half message.
 pub const REAL_TOPIC: &str = "REAL_TOPIC";
 /// Original queue id of a delayed / timer / half message.
@@ -35,6 +38,7 @@ pub const RESERVED: &[&str] = &[
     "TAGS",
     "WAIT",
     "DELAY",
+    "MQLITE_DELAY_MS",
     "RETRY_TOPIC",
     "REAL_TOPIC",
     "REAL_QID",

@@ -11,7 +11,11 @@
 //!   gets a typed error, never a bad record.
 //! - A hook changes the record (topic, queue, properties, sysflag), never the tags code alone:
 //!   the code follows from the record (`message::tags`), so a rebuilt consume queue agrees.
-//! - With no hook registered the write path runs no hook code beyond one length check.
+//! - A hook that refuses a message on its fields alone does so in `check`, which runs with the
+//!   caller's validation: a refused message then neither auto-creates its topic nor takes a
+//!   round-robin turn.
+//! - With no hook registered the write path runs no hook code beyond one length check. The
+//!   store always registers one, the delay-level hook (store/schedule/), last.
 
 use crate::error::Result;
 use crate::message::MessageRef;
@@ -20,6 +24,16 @@ use crate::message::MessageRef;
 pub trait PutHook: Send + Sync + std::fmt::Debug {
     /// Short name for errors and logs.
     fn name(&self) -> &'static str;
+
+    /// Refuses a message on its own fields, before its topic is looked up or created (a
+    /// refusal here writes nothing at all). Accepts by default.
+    ///
+    /// # Errors
+    /// The message's typed error.
+    fn check(&self, msg: &MessageRef<'_>) -> Result<()> {
+        let _ = msg;
+        Ok(())
+    }
 
     /// Looks at `msg` (validated, routed to `msg.queue_id`) and returns how to store it
     /// instead, or `None` to leave it as it is.

@@ -2,8 +2,8 @@
 //!
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
 //! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
-//! registered), flush, the preparer, retention (stores with a directory). A
-//! read-only store starts none: it maps files read-only and follows the writer by re-reading
+//! registered), flush, the preparer, retention (stores with a directory), schedule (delay
+//! levels, schedule/). A read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
 //! registered in one list (`DerivedStores`) that recovery, flush, retention, page release,
 //! topic preparation and close iterate; reads, followers and topic discovery go through the
@@ -20,6 +20,7 @@ pub mod hooks;
 mod open;
 mod read;
 mod round_robin;
+pub mod schedule;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -52,7 +53,7 @@ pub use write::{PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_
 pub struct Extensions {
     /// Derived stores, after the consume queues (dispatch/derived.rs).
     pub derived: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
-    /// Put hooks, in the order they run.
+    /// Put hooks, in the order they run (the store's own delay-level hook runs after them).
     pub put_hooks: Vec<Arc<dyn hooks::PutHook>>,
 }
 
@@ -60,6 +61,9 @@ pub struct Extensions {
 #[derive(Debug)]
 pub struct Store {
     inner: Arc<Inner>,
+    /// Closes the store when dropped: the handle `open` returned. The store's own services
+    /// use handles that do not (`Store::handle`).
+    owner: bool,
 }
 
 #[derive(Debug)]
@@ -77,8 +81,10 @@ struct Inner {
     index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
-    /// The put hooks, in the order they run (empty unless registered at open).
+    /// The put hooks, in the order they run (the delay-level hook last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
+    /// Delivers delayed messages (writable stores).
+    schedule: Option<Arc<schedule::ScheduleService>>,
     topics: TopicTable,
     checkpoint: Option<Arc<Checkpoint>>,
     reput: Option<Arc<Reput>>,
@@ -206,6 +212,42 @@ impl Store {
             },
             &mut || false,
         )
+    }
+
+    /// A handle on `inner` that does not close the store when dropped (the store's services
+    /// hold the store weakly and act on it through one).
+    pub(in crate::store) fn handle(inner: Arc<Inner>) -> Store {
+        Store {
+            inner,
+            owner: false,
+        }
+    }
+
+    /// Delivers every delayed message due by the store's clock to its real topic, makes the
+    /// commit log durable and records the delay offsets (`config/delayOffset.json`); returns
+    /// how many messages this call delivered. The schedule service does the same on its own
+    /// thread; this call is for a caller that moved a manual clock (`StoreConfig::clock`),
+    /// which wakes no thread. A read-only store delivers nothing.
+    ///
+    /// # Errors
+    /// `Closed`, and the first failed read, re-put, flush or offsets write (the messages
+    /// delivered before it keep their offsets).
+    pub fn deliver_due(&self) -> Result<usize> {
+        self.check_writable()?;
+        match &self.inner.schedule {
+            Some(s) => s.deliver_due(self),
+            None => Ok(0),
+        }
+    }
+
+    /// The schedule service's delay offsets: level -> next offset of its queue in
+    /// `SCHEDULE_TOPIC_XXXX` to deliver (as `config/delayOffset.json` records them).
+    pub fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
+        self.inner
+            .schedule
+            .as_ref()
+            .map(|s| s.offsets())
+            .unwrap_or_default()
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -353,6 +395,10 @@ impl Inner {
         let mut result = Ok(());
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
             result = f.flush_all();
+            if let (Ok(()), Some(s)) = (&result, &self.schedule) {
+                // The log is durable through every delivery: the offsets may say so.
+                result = s.persist_after_flush();
+            }
             if result.is_ok() && r.has_followers() {
                 // The non-critical stores get what their stopped thread had not given them.
                 r.follow();
@@ -400,7 +446,9 @@ impl Inner {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        let _ = self.close();
+        if self.owner {
+            let _ = self.close();
+        }
     }
 }
 

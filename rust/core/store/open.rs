@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use super::schedule::{DelayLevelHook, ScheduleService};
 use super::{geometry, Inner, Store};
 use crate::checkpoint::{Checkpoint, StoreProgress};
 use crate::commit_log::{CommitLog, WarmAhead};
@@ -49,7 +50,7 @@ pub(super) fn open_with(
 ) -> Result<Store> {
     let super::Extensions {
         derived: extra,
-        put_hooks,
+        mut put_hooks,
     } = ext;
     config.validate()?;
     // Checked before anything is created: the checkpoint must be able to record every store.
@@ -146,6 +147,19 @@ pub(super) fn open_with(
         topics.adopt_discovered(&index.discover_topics()?, false)?;
     }
     let notifier = Arc::new(Notifier::default());
+    // Delay levels: the hook runs after the registered ones (one of them may give a message a
+    // level); the service delivers (store/schedule/).
+    let schedule = Arc::new(ScheduleService::new(
+        config.clock.clone(),
+        root.filter(|_| writable).map(|r| r.join("config")),
+        config.file_mode,
+        config.flush_interval,
+    )?);
+    put_hooks.push(Arc::new(DelayLevelHook::new(
+        config.delay_levels.clone(),
+        config.clock.clone(),
+        schedule.wake(),
+    )));
 
     let mut report = RecoveryReport::default();
     let mut reput = None;
@@ -242,16 +256,23 @@ pub(super) fn open_with(
         services.push(f.clone());
         services.push(p);
         if root.is_some() {
-            let keep = Arc::new(Retention::new(
-                Arc::clone(&commit_log),
-                derived.clone(),
-                Arc::clone(&r),
-                config.file_reserved_time,
-                config.clock.clone(),
-            ));
+            let keep = Arc::new(
+                Retention::new(
+                    Arc::clone(&commit_log),
+                    derived.clone(),
+                    Arc::clone(&r),
+                    config.file_reserved_time,
+                    config.clock.clone(),
+                )
+                .keeping({
+                    let s = Arc::clone(&schedule);
+                    move || s.pending_floor()
+                }),
+            );
             services.push(keep.clone());
             retention = Some(keep);
         }
+        services.push(schedule.clone());
         flush = Some(f);
         reput = Some(r);
         if let Some(root) = root {
@@ -282,6 +303,7 @@ pub(super) fn open_with(
         index,
         derived,
         hooks: put_hooks,
+        schedule: writable.then_some(Arc::clone(&schedule)),
         topics,
         checkpoint,
         reput,
@@ -302,8 +324,9 @@ pub(super) fn open_with(
         last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
         follow_end: std::sync::atomic::AtomicU64::new(0),
     });
+    schedule.attach(Arc::downgrade(&inner));
     inner.services.start(services)?;
-    Ok(Store { inner })
+    Ok(Store { inner, owner: true })
 }
 
 fn seed() -> u32 {

@@ -622,14 +622,16 @@ impl Store {
         Ok(())
     }
 
-    /// Validates sizes and properties; returns the TAGS value.
+    /// Validates sizes, properties and what the hooks check (hooks.rs); returns the TAGS value.
     fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<Option<&'m str>> {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
             self.inner.max_message_size,
         )?;
-        properties::check_encoded(m.properties)
+        let tags = properties::check_encoded(m.properties)?;
+        self.inner.hooks.iter().try_for_each(|h| h.check(m))?;
+        Ok(tags)
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
