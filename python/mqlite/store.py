@@ -70,6 +70,7 @@ class Store:
         dir_mode: int | None = None,
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
+        delay_levels: str | None = None,
     ) -> None:
         options = store_options(
             {
@@ -87,6 +88,7 @@ class Store:
                 "dir_mode": dir_mode,
                 "retention_hours": retention_hours,
                 "max_mapped_files": max_mapped_files,
+                "delay_levels": delay_levels,
             }
         )
         where = os.fsdecode(os.fspath(path))

@@ -66,6 +66,7 @@ pub fn read_message<'py>(
             f.keys.bind(py),
             properties.bind(py),
             f.flag.bind(py),
+            Some(f.delay_level.bind(py)),
             props,
             uniq,
         );
@@ -91,6 +92,8 @@ pub fn read_message<'py>(
         &attr(intern!(py, "keys"))?,
         &attr(intern!(py, "properties"))?,
         &attr(intern!(py, "flag"))?,
+        // Optional: message-like objects written before delay levels have none.
+        msg.getattr_opt(intern!(py, "delay_level"))?.as_ref(),
         props,
         uniq,
     )
@@ -104,6 +107,7 @@ fn held_from<'py>(
     keys: &Bound<'py, PyAny>,
     user: &Bound<'py, PyAny>,
     flag_obj: &Bound<'py, PyAny>,
+    delay_level: Option<&Bound<'py, PyAny>>,
     props: &mut Vec<u8>,
     uniq: &str,
 ) -> PyResult<Held<'py>> {
@@ -148,6 +152,9 @@ fn held_from<'py>(
             push_property(&k, &v, &mut builder)?;
         }
     }
+    if let Some(d) = delay_level {
+        builder.delay_level(delay_level_of(d)?);
+    }
     // An exact int in range (a bool is not one) takes the short way: this runs once per send.
     let exact = flag_obj
         .is_exact_instance_of::<PyInt>()
@@ -166,6 +173,25 @@ fn held_from<'py>(
         flag,
         props: builder.finish(),
     })
+}
+
+/// The level of a message's `delay_level` (an int, not a bool; 0 is none). Whether the store
+/// has the level is checked by the store (`InvalidMessageError`).
+fn delay_level_of(d: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if d.is_exact_instance_of::<PyInt>() {
+        if let Ok(0) = d.extract::<i64>() {
+            return Ok(0);
+        }
+    }
+    if d.is_instance_of::<pyo3::types::PyBool>() || !d.is_instance_of::<PyInt>() {
+        return Err(type_error(format!(
+            "delay_level must be an int, not {}",
+            type_name(d)
+        )));
+    }
+    d.extract::<Int>()
+        .map_err(|_| type_error("delay_level must be an int"))?
+        .to(|v| invalid_message(format!("delay_level must be a level from 0, got {v}")))
 }
 
 fn push_property(
