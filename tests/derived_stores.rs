@@ -31,6 +31,8 @@ struct Probe {
     /// `dispatch_quick` calls.
     quick_calls: std::sync::atomic::AtomicUsize,
     fail: AtomicBool,
+    /// `dispatch` calls that failed (`fail` set).
+    failures: std::sync::atomic::AtomicUsize,
     state: Mutex<ProbeState>,
     changed: Condvar,
 }
@@ -74,6 +76,9 @@ impl Dispatcher for Probe {
 
     fn dispatch(&self, req: &DispatchRequest<'_>) -> Result<()> {
         if self.fail.load(Ordering::Acquire) {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            let _guard = self.lock();
+            self.changed.notify_all();
             return Err(Error::io(
                 "write",
                 "probe",
@@ -318,5 +323,41 @@ fn a_critical_store_without_the_quick_capability_is_never_asked_on_the_producer_
     assert_eq!(read_queue(&store, "Derived", 0).len(), 20);
     assert_eq!(probe.lock().seen.len(), 20);
     assert_eq!(probe.quick_calls.load(Ordering::Relaxed), 0);
+    store.close().unwrap();
+}
+
+/// A critical store stuck on an error is retried with new data or every `REPUT_IDLE`, not in a
+/// loop: the failure's own kick of the reput thread (meant for a producer's failed inline
+/// dispatch) made the thread retry at once, keeping a CPU busy for as long as the error lasted.
+#[test]
+fn a_critical_store_stuck_on_an_error_is_not_retried_in_a_busy_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Arc::new(Probe {
+        critical: true,
+        ..Probe::default()
+    });
+    probe.fail.store(true, Ordering::Release);
+    let store = open(dir.path(), small_config(), &probe);
+    let body = common::body(0);
+    let msg = MessageRef::new("Derived", 0, &body);
+    if common::put_nowait(&store, &msg, None, |wake| wake())
+        .unwrap()
+        .is_none()
+    {
+        store.put(&msg).unwrap();
+    }
+    probe.wait_for(|_| probe.failures.load(Ordering::Relaxed) > 0);
+    // An observation window, not synchronisation: nothing else happens in it, and a thread
+    // retrying in a loop fails thousands of times where one on its idle period fails a few.
+    let window = Duration::from_millis(500);
+    let before = probe.failures.load(Ordering::Relaxed);
+    std::thread::sleep(window);
+    let during = probe.failures.load(Ordering::Relaxed) - before;
+    let idle_periods =
+        (window.as_millis() / mqlite::dispatch::reput::REPUT_IDLE.as_millis()) as usize;
+    assert!(during <= idle_periods + 2, "{during} retries in {window:?}");
+    probe.fail.store(false, Ordering::Release);
+    probe.wait_for(|s| s.seen.len() == 1);
+    assert_eq!(read_queue(&store, "Derived", 0).len(), 1);
     store.close().unwrap();
 }

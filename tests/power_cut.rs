@@ -663,3 +663,33 @@ fn the_recorder_keeps_only_what_a_sync_made_durable() {
         }
     }
 }
+
+/// A config file's `.bak` (the reader's fallback when the main file is damaged) holds the
+/// previous version whole after a power cut that follows the replace: the copy is made
+/// durable before the rename. Before, its bytes were never synced, and an image could keep
+/// the `.bak`'s name with none of its content.
+#[test]
+fn a_config_files_bak_survives_a_power_cut_after_the_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let old = b"{\"version\":\"old\"}".repeat(300);
+    std::fs::write(root.join("topics.json"), &old).unwrap();
+    let recording = Recording::start(&root, 1, 0).unwrap();
+    mqlite::util::fs::stage(&root.join("topics.json"), b"{\"version\":\"new\"}", 0o600)
+        .unwrap()
+        .replace(true)
+        .unwrap();
+    recording.capture("after the replace");
+    let snaps = recording.take();
+    assert_eq!(snaps.len(), 1);
+    for image_seed in 0..32 {
+        let image = tempfile::tempdir().unwrap();
+        snaps[0].build(image.path(), image_seed).unwrap();
+        let bak = std::fs::read(image.path().join("topics.json.bak")).unwrap();
+        assert_eq!(
+            bak, old,
+            "image seed {image_seed}: the .bak lost its content"
+        );
+    }
+}

@@ -7,8 +7,9 @@
 //! `RLIMIT_NOFILE` is 256 (`ulimit -Sn`), so no other test runs under that limit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use std::time::Duration;
 
@@ -40,38 +41,6 @@ const QUEUES: u64 = 2_100;
 /// Two messages per queue: 4,200 records, 2,100 commit-log files.
 const MESSAGES: u64 = 2 * QUEUES;
 const FILES: u64 = MESSAGES / 2;
-
-/// Set in the child that runs a test's body.
-const CHILD: &str = "MQLITE_SCALE_CHILD";
-
-/// In the parent: runs `test` again in a child under `ulimit -Sn 256` and asserts it passed.
-/// In the child: checks the limit is in force and returns true (run the body).
-fn under_descriptor_limit(test: &str) -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with("Max open files"))
-            .unwrap();
-        let soft: u64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
-        assert_eq!(soft, NOFILE, "{line}");
-        return true;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -Sn {NOFILE} && exec \"$0\" \"$@\""))
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "the child under ulimit -n {NOFILE} failed"
-    );
-    false
-}
 
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -134,8 +103,9 @@ fn message(i: u64) -> (&'static str, u32, Vec<u8>) {
 
 #[test]
 fn thousands_of_log_files_and_queues_are_written_reopened_and_read_under_256_descriptors() {
-    if !under_descriptor_limit(
+    if !common::under_descriptor_limit(
         "thousands_of_log_files_and_queues_are_written_reopened_and_read_under_256_descriptors",
+        NOFILE,
     ) {
         return;
     }
@@ -201,8 +171,9 @@ fn thousands_of_log_files_and_queues_are_written_reopened_and_read_under_256_des
 #[test]
 fn a_log_of_thousands_of_files_opens_mapping_its_tail_and_is_read_and_expired_under_256_descriptors(
 ) {
-    if !under_descriptor_limit(
+    if !common::under_descriptor_limit(
         "a_log_of_thousands_of_files_opens_mapping_its_tail_and_is_read_and_expired_under_256_descriptors",
+        NOFILE,
     ) {
         return;
     }

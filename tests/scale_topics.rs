@@ -10,8 +10,9 @@
 //! (CONTRIBUTING.md, "Test tiers"): `cargo nextest run --profile scale`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use mqlite::{MessageRef, Store, StoreConfig, TagFilter};
 
@@ -19,38 +20,8 @@ use mqlite::{MessageRef, Store, StoreConfig, TagFilter};
 const NOFILE: u64 = 256;
 const TOPICS: usize = 10_000;
 const QUEUES: u32 = 4;
-/// Set in the child that runs the body.
-const CHILD: &str = "MQLITE_SCALE_CHILD";
+/// This test's name: the child runs it alone.
 const TEST: &str = "scale_ten_thousand_topics_with_a_message_in_every_queue_under_256_descriptors";
-
-/// In the parent: runs the test again in a child under `ulimit -Sn 256` and asserts it passed.
-/// In the child: checks the limit is in force and returns true (run the body).
-fn under_descriptor_limit() -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with("Max open files"))
-            .unwrap();
-        let soft: u64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
-        assert_eq!(soft, NOFILE, "{line}");
-        return true;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -Sn {NOFILE} && exec \"$0\" \"$@\""))
-        .arg(exe)
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "the child under ulimit -n {NOFILE} failed"
-    );
-    false
-}
 
 /// The most descriptors an open store holds, as docs/design.md states it ("File descriptors:
 /// at most N per open store"); without such a sentence, the limit itself.
@@ -132,7 +103,7 @@ impl Limits {
 
 #[test]
 fn scale_ten_thousand_topics_with_a_message_in_every_queue_under_256_descriptors() {
-    if !under_descriptor_limit() {
+    if !common::under_descriptor_limit(TEST, NOFILE) {
         return;
     }
     let dir = scratch_dir();

@@ -247,6 +247,7 @@ class Store:
         path: str,
         *,
         read_only: bool = False,
+        shared: bool = False,
         wait: float | None = None,
         flush: str | None = None,
         flush_interval_ms: int | None = None,

@@ -65,6 +65,16 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "next call (checked at most every 200 ms).",
     ),
     Option(
+        "shared", "bool", "bool", False,
+        "Open as one of several writer processes of the store (a preview of many writers, "
+        "docs/design-many-writers.md): every process opened with shared=True sends to the same "
+        "log, each sees the others' messages. Not given: this process is the only writer. An "
+        "exclusive open and shared ones refuse each other with StoreLockedError.",
+        "Maps the shared writer state `<store>/run/writer.shm` (one page plus sparse tables). "
+        "Create topics before other processes open the store: topic changes are not yet shared "
+        "between running processes.",
+    ),
+    Option(
         "wait", "number", "float | None", None,
         "Seconds to wait for another writer to release the store's lock. Not given: fail at "
         "once with StoreLockedError. Ctrl-C interrupts the wait.",

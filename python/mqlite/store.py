@@ -42,7 +42,8 @@ def _queue(mq: object) -> MessageQueue:
 
 
 class Store:
-    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path.
+    """An open store: a directory, or ``":memory:"``. Thread-safe; one writer per path, or several
+    processes that each open it with ``shared=True`` (docs/processes.md).
 
     Options left ``None`` take the core's defaults; ``mqlite.config.OPEN_OPTIONS`` lists every
     option with its type, default, meaning and footprint (docs/configuration.md is generated from
@@ -57,6 +58,7 @@ class Store:
         path: str | os.PathLike[str],
         *,
         read_only: bool = False,
+        shared: bool = False,
         wait: float | None = None,
         flush: Literal["async", "sync"] | None = None,
         flush_interval_ms: int | None = None,
@@ -75,6 +77,7 @@ class Store:
         options = store_options(
             {
                 "read_only": read_only,
+                "shared": shared,
                 "wait": wait,
                 "flush": flush,
                 "flush_interval_ms": flush_interval_ms,

@@ -33,6 +33,12 @@ pub struct StoreConfig {
     pub read_only: bool,
     /// How long to wait for another writer to release the lock (`None`: fail at once).
     pub lock_wait: Option<Duration>,
+    /// Open as one of several writer processes of the store (docs/design-many-writers.md):
+    /// the store's `lock` is held shared, appends take the append lock of the shared writer
+    /// mapping `run/writer.shm` (FORMAT.md §14). `false` (the default): this process is the
+    /// store's only writer, and an open while shared writers have it fails with
+    /// `StoreLocked`, as a shared open does while an exclusive writer has it.
+    pub shared_writers: bool,
     /// Durability mode.
     pub flush_mode: FlushMode,
     /// Interval of the async flush (and of consume-queue / checkpoint flushes in both modes).
@@ -95,6 +101,7 @@ impl Default for StoreConfig {
         StoreConfig {
             read_only: false,
             lock_wait: None,
+            shared_writers: false,
             flush_mode: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
             sync_flush_timeout: Duration::from_millis(5000),
@@ -170,6 +177,12 @@ impl StoreConfig {
         }
         if self.sync_flush_timeout.is_zero() {
             return bad("sync_flush_timeout", "must be positive".into());
+        }
+        if self.shared_writers && self.read_only {
+            return bad(
+                "shared_writers",
+                "a read-only open writes nothing: it cannot be a shared writer".into(),
+            );
         }
         if self.file_mode & !0o777 != 0 || self.dir_mode & !0o777 != 0 {
             return bad("file_mode", "permission bits only (0o000..=0o777)".into());

@@ -8,8 +8,19 @@
 //! SIGKILL), so there are no stale locks; both conflict between two opens in one process too.
 //! Its content (`lock pid=<pid>`) is information only, written once the open succeeded.
 //!
+//! Shared writers (`StoreConfig::shared_writers`, docs/design-many-writers.md) hold both locks
+//! shared instead (`flock(LOCK_SH)` and an OFD read lock), so that they admit each other and
+//! refuse an exclusive writer (and a broker), which refuses them in turn. They open and close
+//! under `open.lock` (an exclusive `flock`, [`OpenLock`]): an opener that takes `lock`
+//! exclusively there is the first (no other process has the store open) and recovers, then
+//! converts to shared before it lets the next opener in; a closer that can convert its shared
+//! lock to an exclusive one there is the last. A `flock` conversion is not atomic in Linux (the
+//! old lock goes first), which only matters against an exclusive opener, which does not take
+//! `open.lock`: one slipping in between makes the conversion fail with `StoreLocked`.
+//!
 //! `abort`: created by the writer at open, removed at clean close; finding it at open means the
-//! previous writer did not close cleanly and recovery must be abnormal.
+//! previous writer did not close cleanly and recovery must be abnormal. Shared writers leave
+//! it to the last closer.
 
 use std::fs::File;
 use std::io::Write;
@@ -21,11 +32,38 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::util::fs;
 
-/// Holds the exclusive writer lock until dropped.
+/// Holds the writer lock (exclusive, or shared among shared writers) until dropped.
 #[derive(Debug)]
 pub struct StoreLock {
     file: File,
     path: PathBuf,
+}
+
+/// `open.lock`, held exclusively while a shared writer opens or closes; released when dropped.
+#[derive(Debug)]
+pub struct OpenLock {
+    _file: File,
+}
+
+impl OpenLock {
+    /// Takes `<root>/open.lock`, waiting for another opener or closer (they hold it for the
+    /// length of an open or a close). `interrupted` as for `StoreLock::acquire`.
+    pub fn acquire(root: &Path, mode: u32, interrupted: &mut dyn FnMut() -> bool) -> Result<Self> {
+        let path = root.join("open.lock");
+        let file = fs::open_rw(&path, mode)?;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(OpenLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if interrupted() {
+                        return Err(Error::Interrupted);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", &path, e)),
+            }
+        }
+    }
 }
 
 impl StoreLock {
@@ -59,6 +97,75 @@ impl StoreLock {
             });
         }
         Ok(StoreLock { file, path })
+    }
+
+    /// Takes the locks of the store at `root` as a shared writer, under `open.lock` (the caller
+    /// holds it). Returns the lock and whether this opener is the first: it then holds both
+    /// locks exclusively, and converts them with [`StoreLock::share`] once it has recovered.
+    /// Waits as `acquire` does while an exclusive writer (or a broker) holds the store.
+    pub fn acquire_shared(
+        root: &Path,
+        wait: Option<Duration>,
+        mode: u32,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Result<(Self, bool)> {
+        let path = root.join("lock");
+        let file = fs::open_rw(&path, mode)?;
+        let deadline = wait.map(|w| Instant::now() + w);
+        loop {
+            if try_both(&file, &path)?.is_none() {
+                return Ok((StoreLock { file, path }, true));
+            }
+            let held_by = match try_shared(&file, &path)? {
+                None => return Ok((StoreLock { file, path }, false)),
+                Some(h) => h,
+            };
+            if deadline.is_some_and(|d| Instant::now() < d) {
+                if interrupted() {
+                    return Err(Error::Interrupted);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            return Err(Error::StoreLocked {
+                path: root.to_path_buf(),
+                holder: Some(held_by).filter(|h| !h.is_empty()),
+            });
+        }
+    }
+
+    /// The first shared opener, recovered: converts both locks to shared ones (module doc).
+    pub fn share(&self) -> Result<()> {
+        match self.file.try_lock_shared() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::StoreLocked {
+                    path: self
+                        .path
+                        .parent()
+                        .unwrap_or(self.path.as_path())
+                        .to_path_buf(),
+                    holder: Some("an exclusive writer that opened meanwhile".into()),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", &self.path, e)),
+        }
+        match crate::mapped_file::mmap::ofd_read_lock(self.file.as_raw_fd()) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(()),
+            Err(e) => Err(Error::io("fcntl(F_OFD_SETLK)", &self.path, e)),
+        }
+    }
+
+    /// A shared writer closing, under `open.lock`: whether it is the last one (its lock then
+    /// becomes exclusive). Not the last, it may have lost its shared `flock` (a failed
+    /// conversion drops it in Linux), which a closing writer no longer needs.
+    pub fn is_last(&self) -> Result<bool> {
+        match self.file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::io("flock", &self.path, e)),
+        }
     }
 
     /// Writes `lock pid=<pid>` into the file (once the open has succeeded, so a failed open
@@ -105,6 +212,36 @@ fn try_both(file: &File, path: &Path) -> Result<Option<String>> {
             Ok(Some(who))
         }
         // A file system without record locks: the flock alone still excludes mqlite writers.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(None),
+        Err(e) => {
+            let _ = file.unlock();
+            Err(Error::io("fcntl(F_OFD_SETLK)", path, e))
+        }
+    }
+}
+
+/// `try_both` taking both locks shared: `Ok(Some(who))` while an exclusive writer or a broker
+/// holds one.
+fn try_shared(file: &File, path: &Path) -> Result<Option<String>> {
+    match file.try_lock_shared() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(path)
+                .ok()
+                .map(|s| format!("{} (an exclusive writer)", s.trim()))
+                .unwrap_or_default();
+            return Ok(Some(holder));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", path, e)),
+    }
+    match crate::mapped_file::mmap::ofd_read_lock(file.as_raw_fd()) {
+        Ok(None) => Ok(None),
+        Ok(Some(pid)) => {
+            let _ = file.unlock();
+            Ok(Some(format!(
+                "an fcntl lock of pid {pid}, as an Apache RocketMQ broker takes"
+            )))
+        }
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(None),
         Err(e) => {
             let _ = file.unlock();

@@ -215,3 +215,52 @@ pub fn recover(
         starts,
     })
 }
+
+/// Recovery of a later shared writer (`StoreConfig::shared_writers`), holding the shared
+/// append lock: another process recovered the log when it opened first, and every append
+/// since published whole records up to the mapping's `log_end`, so nothing is scanned or cut.
+/// The writer continues at `log_end`, and each derived store is loaded and recovers from its
+/// durable progress against that end, as step 4 above says.
+///
+/// # Errors
+/// As `recover`'s step 4.
+pub fn attach(
+    commit_log: &CommitLog,
+    stores: &DerivedStores,
+    checkpointed: &Checkpointed,
+    log_end: u64,
+) -> Result<Recovered> {
+    let min = commit_log.min_offset();
+    {
+        let mut a = commit_log.lock_appender();
+        commit_log.follow_to(&mut a, log_end, true)?;
+    }
+    // Durable is what the checkpoint proves, never more (other processes' bytes may not be).
+    let durable = checkpointed
+        .mqlite
+        .map_or(0, |c| c.confirm_phy_offset)
+        .min(log_end);
+    commit_log.set_flushed_offset(durable);
+    stores.load(false)?;
+    let mut starts = Vec::with_capacity(stores.len());
+    let mut reput_from: Option<u64> = None;
+    for s in stores.iter() {
+        let from = checkpointed.progress_of(s.name()).unwrap_or(min);
+        let start = s.recover(commit_log, log_end, from.clamp(min, log_end))?;
+        if s.critical() {
+            reput_from = Some(reput_from.map_or(start, |r| r.min(start)));
+        }
+        starts.push(start);
+    }
+    Ok(Recovered {
+        report: RecoveryReport {
+            abnormal: false,
+            scanned_from: log_end,
+            end: log_end,
+            records_scanned: 0,
+            torn_tail: false,
+            reput_from: reput_from.unwrap_or(log_end),
+        },
+        starts,
+    })
+}

@@ -206,3 +206,33 @@ pub fn put_pipelined(
 ) -> mqlite::Result<mqlite::PutResult> {
     put_waiting(store, m, rr, mqlite::Wait::Pipelined)
 }
+
+/// Scale tests under a low descriptor limit. In the parent: runs `test` again in a child under
+/// `ulimit -Sn nofile` and asserts it passed, returning false. In the child (`MQLITE_SCALE_CHILD`
+/// set): checks the limit is in force and returns true (run the body).
+pub fn under_descriptor_limit(test: &str, nofile: u64) -> bool {
+    if std::env::var_os("MQLITE_SCALE_CHILD").is_some() {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let soft: u64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert_eq!(soft, nofile, "{line}");
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -Sn {nofile} && exec \"$0\" \"$@\""))
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("MQLITE_SCALE_CHILD", "1")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the child under ulimit -n {nofile} failed"
+    );
+    false
+}

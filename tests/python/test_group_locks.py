@@ -6,11 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
+from typing import Callable
 
-import mqlite
 from mqlite import MessageQueue
 from mqlite.group import GroupMember, live_members
 
@@ -39,11 +37,12 @@ def test_a_member_holds_two_descriptors_whatever_it_owns(tmp_path: Path) -> None
     assert open_fds() == before
 
 
-def test_a_consumer_of_thousands_of_queues_under_a_low_descriptor_limit(tmp_path: Path) -> None:
+def test_a_consumer_of_thousands_of_queues_under_a_low_descriptor_limit(
+    tmp_path: Path, run_py: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """The user-level symptom: a clustering consumer of 300 queues subscribes and reads under
     ``ulimit -n 64`` (a child process, so only it runs under the limit)."""
-    script = textwrap.dedent(
-        """
+    script = """
         import resource, sys
         import mqlite
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -62,11 +61,7 @@ def test_a_consumer_of_thousands_of_queues_under_a_low_descriptor_limit(tmp_path
             print(len(c.assignment()), got)
             c.close()
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "s")],
-        capture_output=True, text=True, timeout=120, env=child_env(), check=False,
-    )
+    done = run_py(script, tmp_path / "s", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["300", "20"]
 
@@ -125,13 +120,6 @@ def test_topics_of_one_group_never_share_a_queue_byte(tmp_path: Path) -> None:
     second.close()
 
 
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    return env
-
-
 HOLDER = """
 import resource, sys
 from pathlib import Path
@@ -149,11 +137,10 @@ sys.stdin.read()  # until killed
 """
 
 
-def test_a_killed_member_loses_its_queues_and_membership_at_once(tmp_path: Path) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
-    )
+def test_a_killed_member_loses_its_queues_and_membership_at_once(
+    tmp_path: Path, spawn_py: Callable[..., subprocess.Popen[str]]
+) -> None:
+    holder = spawn_py(HOLDER, tmp_path)
     try:
         assert holder.stdout is not None
         line = holder.stdout.readline()  # printed once every lock is held

@@ -153,6 +153,37 @@ impl Appender {
         }
     }
 
+    /// Shared writers: continues from the shared mapping's state: the latest store timestamp
+    /// any process wrote, and, when given, the next offset of (topic, queue id).
+    pub(crate) fn adopt(&mut self, last_store_ts: i64, queue: Option<(&str, u32, u64)>) {
+        self.last_store_ts = self.last_store_ts.max(last_store_ts);
+        if let Some((topic, queue_id, next)) = queue {
+            if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {
+                *slot = next;
+            }
+        }
+    }
+
+    /// The latest store timestamp written.
+    pub(crate) fn last_store_ts(&self) -> i64 {
+        self.last_store_ts
+    }
+
+    /// Every queue with its next offset: (topic, queue id, next offset).
+    pub(crate) fn queue_entries(&self) -> Vec<(String, u32, u64)> {
+        let t = &self.queue_offsets;
+        t.names
+            .iter()
+            .zip(&t.next)
+            .flat_map(|(name, next)| {
+                next.iter()
+                    .enumerate()
+                    .filter(|&(_, &n)| n > 0)
+                    .map(move |(q, &n)| (name.clone(), q as u32, n))
+            })
+            .collect()
+    }
+
     /// The commit-log offset a record of `len` bytes would end at if appended to the current
     /// file now; `None` when it would roll (or no file is open).
     pub fn fits(&self, len: u64) -> Option<u64> {
@@ -196,6 +227,10 @@ impl Appender {
     /// Appends one record and publishes it, announcing its bytes to `fence` first.
     /// `now`: a clock reading (ms) the caller took just before the append, or `None` to read
     /// the clock here; the store timestamp is the later of it and the previous record's.
+    /// Always inlined: it has two callers (the single writer's append and the shared
+    /// writers'), for which the compiler would call it instead, and the single writer's send
+    /// must not pay for the call.
+    #[inline(always)]
     pub fn append_one(
         &mut self,
         files: &MappedFileQueue,

@@ -5,7 +5,9 @@
 //!
 //! Invariants
 //! - Appends (single and batch) happen under one lock, which also assigns queue offsets, so
-//!   queue offsets of a (topic, queue) increase by one along the log.
+//!   queue offsets of a (topic, queue) increase by one along the log. With several writer
+//!   processes that lock is the shared mapping's append lock, taken inside this process's
+//!   (shared.rs).
 //! - A record, and a batch, lies within one file; `published` of the last file only ever moves
 //!   forward by whole records, so `max_offset()` is always a record boundary.
 //! - `flushed_offset() <= max_offset()`, and bytes below `flushed_offset()` reached the disk.
@@ -29,11 +31,12 @@
 
 pub mod append;
 pub mod recovery;
+pub mod shared;
 #[cfg(test)]
 mod warm_tests;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::error::{Error, Result};
 use crate::mapped_file::MappedFile;
@@ -58,6 +61,8 @@ pub struct CommitLog {
     // One past the last appended record, kept by the writer so readers need no file lookup;
     // `u64::MAX` until recovery sets it (read-only stores read the files instead).
     max: AtomicU64,
+    // Set when the store is one of several writer processes' (shared.rs).
+    shared: OnceLock<Arc<crate::shared::WriterShm>>,
 }
 
 impl CommitLog {
@@ -70,6 +75,7 @@ impl CommitLog {
             warm: PageWarmer::default(),
             last_store_ts: AtomicI64::new(0),
             max: AtomicU64::new(u64::MAX),
+            shared: OnceLock::new(),
         }
     }
 
@@ -163,6 +169,9 @@ impl CommitLog {
 
     /// Appends one prepared record.
     pub fn put(&self, p: &Prepared<'_>) -> Result<Appended> {
+        if let Some(shm) = self.shared.get() {
+            return self.put_shared(shm, p);
+        }
         let a = self.lock_appender();
         self.put_locked(a, p, None)
     }
@@ -174,6 +183,10 @@ impl CommitLog {
     /// clock reading, taken just before (the lock was free, so it is current): one clock call
     /// fewer per send.
     pub fn try_put(&self, p: &Prepared<'_>, now_ms: i64) -> Result<Option<Appended>> {
+        // A shared writer's append may wait for another process.
+        if self.shared.get().is_some() {
+            return Ok(None);
+        }
         let Some(a) = crate::util::sync::try_lock(&self.appender) else {
             return Ok(None);
         };
@@ -207,6 +220,9 @@ impl CommitLog {
 
     /// Appends a batch for one (topic, queue) into one file.
     pub fn put_batch(&self, batch: &[Prepared<'_>], out: &mut Vec<Appended>) -> Result<()> {
+        if let Some(shm) = self.shared.get() {
+            return self.put_batch_shared(shm, batch, out);
+        }
         let mut a = self.lock_appender();
         // Called once the batch's place is known and announced, before any of it is written.
         let warm = |start: u64, end: u64| self.warm.is_warm(start, end);

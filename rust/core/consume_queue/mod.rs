@@ -106,6 +106,9 @@ pub struct ConsumeQueue {
     pace: Pace,
     // A unit was published since the last `flush` (an idle queue lets go of its writer).
     written: std::sync::atomic::AtomicBool,
+    // Other processes write this queue's files too (shared writers): an all-zero last file is
+    // one another process has just rolled to, never a file prepared ahead and left unused.
+    shared_files: bool,
 }
 
 /// `next_due` when no file is due.
@@ -150,7 +153,15 @@ impl ConsumeQueue {
             clock: Clock::system(),
             pace: Pace::default(),
             written: std::sync::atomic::AtomicBool::new(false),
+            shared_files: false,
         }
+    }
+
+    /// A queue whose files other processes write too (`shared_files`): `recover` keeps an
+    /// all-zero last file.
+    pub fn with_shared_files(mut self, shared: bool) -> Self {
+        self.shared_files = shared;
+        self
     }
 
     /// This queue keeps its recently used files mapped in `cache` (the store's).
@@ -212,8 +223,11 @@ impl ConsumeQueue {
             }
             None => {
                 // Files prepared ahead of a roll that never came (prepare.rs) are all zeros:
-                // the queue ends where its units do.
-                self.files.discard_unused_tail(fs::is_all_zero)?;
+                // the queue ends where its units do. Shared writers prepare none, and another
+                // process may have just rolled to an all-zero last file.
+                if !self.shared_files {
+                    self.files.discard_unused_tail(fs::is_all_zero)?;
+                }
                 self.files.load()?;
             }
         }

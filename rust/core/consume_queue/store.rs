@@ -91,6 +91,8 @@ pub struct ConsumeQueueStore {
     // The store's commit log: a pending queue that a damaged unit cut short is re-indexed from
     // it when loaded (`reindex`).
     log: Option<Arc<CommitLog>>,
+    // Other processes write the queues' files too (`share_files`).
+    shared_files: AtomicBool,
 }
 
 impl ConsumeQueueStore {
@@ -122,6 +124,7 @@ impl ConsumeQueueStore {
             trusted_end: AtomicU64::new(NO_RECORD),
             log_min: AtomicU64::new(0),
             log: None,
+            shared_files: AtomicBool::new(false),
         }
     }
 
@@ -420,7 +423,15 @@ impl ConsumeQueueStore {
             self.read_only,
         )
         .with_cache(Arc::clone(&self.cache))
-        .with_clock(self.clock.clone()))
+        .with_clock(self.clock.clone())
+        .with_shared_files(self.shared_files.load(Ordering::Acquire)))
+    }
+
+    /// From now on other processes write the queues' files too (shared writers): a queue
+    /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`). Set by a
+    /// later shared opener before its recovery, and by the first one after its own.
+    pub fn share_files(&self) {
+        self.shared_files.store(true, Ordering::Release);
     }
 
     /// Puts `cq` into the map, unless the queue is there already: returns the one in the map.

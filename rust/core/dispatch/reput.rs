@@ -405,7 +405,18 @@ impl Reput {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
+            // Shared writers: the records other processes published, found every `idle` at
+            // the latest (commit_log/shared.rs). A failure leaves the view as it was; the next
+            // wake-up and every read try again.
+            let _ = self.commit_log.follow_shared();
             self.try_dispatch();
+            if self.main.has_error.load(Ordering::Relaxed) {
+                // The failure kicked this thread (`record_error`, for a producer's failed
+                // inline dispatch): not a reason to retry at once, or a store stuck on an
+                // error would keep a CPU busy. The next retry comes with new data (a
+                // producer's kick), or after `idle`.
+                *self.wake.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            }
         }
     }
 

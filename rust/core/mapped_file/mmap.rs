@@ -454,9 +454,20 @@ pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
 /// `Ok(None)` when taken, `Ok(Some(pid))` when another process holds a conflicting lock (its
 /// pid, or 0 when the holder is an open file description), else the error.
 pub fn ofd_write_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
+    ofd_whole_lock(fd, libc::F_WRLCK as libc::c_short)
+}
+
+/// `ofd_write_lock` taking a read (shared) lock: it conflicts with a write lock only, so the
+/// processes sharing a store each hold one while a broker's `tryLock` is refused. On a
+/// descriptor that holds the write lock, converts it (atomically, unlike `flock`).
+pub fn ofd_read_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
+    ofd_whole_lock(fd, libc::F_RDLCK as libc::c_short)
+}
+
+fn ofd_whole_lock(fd: libc::c_int, kind: libc::c_short) -> io::Result<Option<libc::pid_t>> {
     // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_type = kind;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     // SAFETY: `lock` is a valid, exclusively borrowed `flock` for the duration of the call.
     if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut lock) } == 0 {
@@ -468,7 +479,7 @@ pub fn ofd_write_lock(fd: libc::c_int) -> io::Result<Option<libc::pid_t>> {
     }
     // SAFETY: as for `lock`.
     let mut probe: libc::flock = unsafe { std::mem::zeroed() };
-    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_type = kind;
     probe.l_whence = libc::SEEK_SET as libc::c_short;
     // SAFETY: as above; F_OFD_GETLK only writes into `probe`.
     let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut probe) };

@@ -707,6 +707,20 @@ impl FileWriter {
         }
     }
 
+    /// Shared writers (commit_log/shared.rs): continues at `pos`, where the records the store's
+    /// processes published end in this file (whole records below it, never written again),
+    /// and shows this mapping's readers everything below it. A mapping that counted more than
+    /// that as flushed (one mapped from disk counts all of it) counts nothing flushed from
+    /// now on, so its next flush covers every byte below `pos`.
+    pub(crate) fn reposition(&mut self, pos: u64) {
+        let pos = pos.min(self.file.size);
+        self.pos = pos;
+        if self.file.flushed.load(Ordering::Acquire) > pos {
+            self.file.flushed.store(0, Ordering::Release);
+        }
+        self.file.published.store(pos, Ordering::Release);
+    }
+
     /// Makes everything appended so far visible to readers.
     pub fn publish(&mut self) {
         self.file.published.store(self.pos, Ordering::Release);

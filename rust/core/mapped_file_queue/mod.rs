@@ -452,23 +452,18 @@ impl MappedFileQueue {
     /// `find`, with the error when the file exists but mapping it failed: for callers that
     /// must not take a file they could not map for a file that is not there (recovery).
     pub fn try_find(&self, offset: u64) -> Result<Option<Arc<MappedFile>>> {
-        let slot = {
-            let files = self.read_files();
-            let Some(first) = files.first().map(|s| s.start) else {
-                return Ok(None);
-            };
-            if offset < first {
-                return Ok(None);
-            }
-            let Ok(idx) = usize::try_from((offset - first) / self.file_size) else {
-                return Ok(None);
-            };
-            match files.get(idx) {
-                Some(s) => Arc::clone(s),
-                None => return Ok(None),
-            }
+        let Some(slot) = self.slot_at(offset) else {
+            return Ok(None);
         };
         self.map(&slot).map(Some)
+    }
+
+    /// The listed slot of the file holding `offset` (files are contiguous: by arithmetic).
+    fn slot_at(&self, offset: u64) -> Option<Arc<Slot>> {
+        let files = self.read_files();
+        let first = files.first()?.start;
+        let idx = usize::try_from(offset.checked_sub(first)? / self.file_size).ok()?;
+        files.get(idx).cloned()
     }
 
     /// Path of the file that starts at `start`.
@@ -624,6 +619,18 @@ impl MappedFileQueue {
     /// Appends a new last file starting at `start` (using a prepared one if present) and
     /// returns its writer. The file is pinned (see the module doc).
     pub fn roll(&self, start: u64) -> Result<FileWriter> {
+        // Shared writers: another process may have created the file, and this one listed it
+        // (`writer_at`); nothing past the roll point was published, so it is written from 0.
+        let listed = self
+            .read_files()
+            .last()
+            .filter(|s| s.start == start)
+            .cloned();
+        if let Some(slot) = listed {
+            let mut w = self.writer_of(&slot)?.ok_or(Error::ReadOnly)?;
+            w.reposition(0);
+            return Ok(w);
+        }
         let prepared = self
             .lock_ready()
             .take()
@@ -644,7 +651,30 @@ impl MappedFileQueue {
         let Some(slot) = self.read_files().last().cloned() else {
             return Ok(None);
         };
-        let file = self.map(&slot)?;
+        self.writer_of(&slot)
+    }
+
+    /// Shared writers: the writer of the file holding `offset`, which another process may
+    /// have created (the directory is listed again when no listed file holds it), pinned as
+    /// `last_writer`'s. `Ok(None)` when no file holds it, or while its writer exists elsewhere
+    /// in this process. The writer starts where this mapping's published data ends: the caller
+    /// moves it (`FileWriter::reposition`).
+    pub fn writer_at(&self, offset: u64) -> Result<Option<FileWriter>> {
+        let slot = match self.slot_at(offset) {
+            Some(s) => s,
+            None => {
+                self.refresh(false)?;
+                match self.slot_at(offset) {
+                    Some(s) => s,
+                    None => return Ok(None),
+                }
+            }
+        };
+        self.writer_of(&slot)
+    }
+
+    fn writer_of(&self, slot: &Arc<Slot>) -> Result<Option<FileWriter>> {
+        let file = self.map(slot)?;
         let Some(writer) = file.writer() else {
             return Ok(None);
         };

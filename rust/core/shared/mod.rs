@@ -339,6 +339,27 @@ impl Writer<'_> {
         protocol::commit_end(&self.shm.view(), r)
     }
 
+    /// Gives up the append reserved last, which did not publish (its write failed): its
+    /// bytes are zeroed and its queue gets its offset back, as a repair after a death does.
+    pub fn abandon(&self, log: &mut impl Repair) -> Result<()> {
+        protocol::repair(&self.shm.view(), log).map(|_| ())
+    }
+
+    /// The latest store timestamp any process wrote into the log (ms).
+    pub fn last_store_timestamp(&self) -> i64 {
+        self.shm
+            .tables()
+            .word(at::LAST_STORE_TS)
+            .map_or(0, |a| u64::from_be(a.load(StdOrdering::Relaxed)) as i64)
+    }
+
+    /// Records the store timestamp of the record just appended.
+    pub fn set_last_store_timestamp(&self, ts: i64) {
+        if let Ok(a) = self.shm.tables().word(at::LAST_STORE_TS) {
+            a.store((ts as u64).to_be(), StdOrdering::Relaxed);
+        }
+    }
+
     /// Unlocks (as dropping does).
     pub fn unlock(self) {
         drop(self.guard);

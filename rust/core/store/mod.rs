@@ -10,8 +10,11 @@
 //! queue index (`dispatch::queue_index`). Only the registration in open.rs names the consume
 //! queues (tests/layering.rs).
 //!
-//! Invariants: one writer per store directory (the `lock` file, taken before recovery); a store
-//! used in a forked child refuses every call; after `close` every call fails with `Closed`.
+//! Invariants: one writer per store directory (the `lock` file, taken before recovery), or
+//! any number of shared writers (`StoreConfig::shared_writers`: the `lock` file shared, the
+//! first opener alone recovering, the last closer alone recording the clean state; lock.rs,
+//! commit_log/shared.rs); a store used in a forked child refuses every call; after `close`
+//! every call fails with `Closed`.
 
 mod admin;
 mod follow;
@@ -387,14 +390,39 @@ impl Store {
 }
 
 impl Inner {
+    /// A shared writer closing: `open.lock` (held until the close ends) and whether this is
+    /// the last writer. Any other store: nothing, and it is the last.
+    fn closing_shared(&self) -> (Option<crate::lock::OpenLock>, bool) {
+        let (Some(root), true) = (&self.root, self.config.shared_writers) else {
+            return (None, true);
+        };
+        let closing = crate::lock::OpenLock::acquire(root, self.config.file_mode, &mut || false);
+        let held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Unsure whether others write (the lock could not be asked): not the last.
+        let last = closing.is_ok() && held.as_ref().is_some_and(|l| l.is_last().unwrap_or(false));
+        (closing.ok(), last)
+    }
+
     fn shutdown(&self) -> Result<()> {
         // Threads blocked waiting for messages return (`closed` is set); a follower's sleepers
         // on the wake-up word are woken when it is released below.
         self.notifier.notify();
         self.services.stop_all();
         let mut result = Ok(());
+        // A shared writer closes under `open.lock`; only the last one records the clean state
+        // and compacts the topic journal (lock.rs): the others' appends go on meanwhile.
+        let (_closing, last) = self.closing_shared();
         if let (Some(f), Some(r)) = (&self.flush, &self.reput) {
-            result = f.flush_all();
+            // The last shared writer first indexes what the others appended since it last
+            // looked: its flush and clean record then cover the whole log.
+            let followed = match self.commit_log.shared() {
+                Some(_) if last => self
+                    .commit_log
+                    .follow_shared()
+                    .and_then(|()| r.dispatch_all()),
+                _ => Ok(()),
+            };
+            result = followed.and_then(|()| f.flush_all());
             if let (Ok(()), Some(s)) = (&result, &self.schedule) {
                 // The log is durable through every delivery: the offsets may say so.
                 result = s.persist_after_flush();
@@ -404,7 +432,8 @@ impl Inner {
                 r.follow();
                 result = f.flush_logics_and_checkpoint();
             }
-            let clean = result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
+            let clean =
+                last && result.is_ok() && r.behind() == 0 && self.commit_log.poisoned().is_none();
             if clean {
                 if let Some(root) = &self.root {
                     // The record first: the abort marker, removed last, is what makes it
@@ -421,9 +450,11 @@ impl Inner {
         }
         // The whole topic table into topics.json, the file RocketMQ reads (a no-op without
         // journal records, and for a read-only store, which has no journal).
-        let topics = self.topics.close();
-        if result.is_ok() {
-            result = topics;
+        if last {
+            let topics = self.topics.close();
+            if result.is_ok() {
+                result = topics;
+            }
         }
         // Unmap and close every file now rather than when the last handle to the store goes
         // (a closed store must not keep hundreds of MiB mapped and descriptors open).

@@ -16,7 +16,7 @@ use crate::dispatch::queue_index::QueueIndex;
 use crate::dispatch::reput::{FollowerService, Reput, REPUT_IDLE};
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
-use crate::lock::{self, StoreLock};
+use crate::lock::{self, OpenLock, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
 use crate::mapped_file_queue::{Backing, MapCache, MappedFileQueue};
 use crate::message::msg_id::UniqueIdGenerator;
@@ -24,6 +24,8 @@ use crate::prepare::{Prepare, PreparerService};
 use crate::recovery::{self, RecoveryReport};
 use crate::retention::Retention;
 use crate::service::Service;
+use crate::shared::layout::Capacity;
+use crate::shared::{Attached, Initial, WriterShm};
 use crate::topic_config::TopicTable;
 use crate::util::fs;
 use crate::wakeup::WakeWord;
@@ -59,20 +61,45 @@ pub(super) fn open_with(
     )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
+    if config.shared_writers && root.is_none() {
+        return Err(Error::InvalidConfig {
+            field: "shared_writers",
+            reason: "a store in memory has no other process to share it with".into(),
+        });
+    }
     let mut store_lock = None;
     let mut abnormal = false;
+    // Shared writers: `open.lock`, held until the open returns, and the mapping a later
+    // opener attaches to (lock.rs; `None` for the first opener, which builds it).
+    let mut opening = None;
+    let mut attach_to = None;
     if let Some(root) = root {
         if writable {
             geometry::check_new(root, &config)?;
             fs::create_dir_all(root, config.dir_mode)?;
             // The lock comes first: nothing below may touch a file without it.
-            store_lock = Some(StoreLock::acquire(
-                root,
-                config.lock_wait,
-                config.file_mode,
-                interrupted,
-            )?);
-            abnormal = lock::abort_exists(root);
+            if config.shared_writers {
+                opening = Some(OpenLock::acquire(root, config.file_mode, interrupted)?);
+                let (held, first) = StoreLock::acquire_shared(
+                    root,
+                    config.lock_wait,
+                    config.file_mode,
+                    interrupted,
+                )?;
+                store_lock = Some(held);
+                if !first {
+                    attach_to = Some(Arc::new(attach_shared(root)?));
+                }
+            } else {
+                store_lock = Some(StoreLock::acquire(
+                    root,
+                    config.lock_wait,
+                    config.file_mode,
+                    interrupted,
+                )?);
+            }
+            // A later shared opener: the abort marker is the running writers'.
+            abnormal = lock::abort_exists(root) && attach_to.is_none();
             for sub in ["commitlog", "consumequeue", "config"] {
                 fs::create_dir_all(&root.join(sub), config.dir_mode)?;
             }
@@ -133,6 +160,12 @@ pub(super) fn open_with(
         queues = queues.with_clean_record(r.join(CLEAN_RECORD));
     }
     let queues = Arc::new(queues);
+    // A later shared opener recovers beside running writers (the first one, after its
+    // recovery, below).
+    if attach_to.is_some() {
+        queues.share_files();
+    }
+    let shared_queues = Arc::clone(&queues);
     let index: Arc<dyn QueueIndex> = queues.clone();
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![queues];
     registered.extend(extra);
@@ -176,15 +209,26 @@ pub(super) fn open_with(
                 .unwrap_or_default(),
             rocketmq: checkpoint.as_ref().and_then(|c| c.rocketmq()),
         };
-        let recovered = recovery::recover(
-            &commit_log,
-            &derived,
-            &checkpointed,
-            abnormal,
-            config.check_crc_on_recover,
-        )?;
+        // A later shared opener recovers holding the append lock: the log is still meanwhile.
+        let appending = match &attach_to {
+            Some(shm) => Some(commit_log.lock_shared(shm)?),
+            None => None,
+        };
+        let recovered = match &appending {
+            Some(w) => recovery::attach(&commit_log, &derived, &checkpointed, w.log_end())?,
+            None => recovery::recover(
+                &commit_log,
+                &derived,
+                &checkpointed,
+                abnormal,
+                config.check_crc_on_recover,
+            )?,
+        };
+        drop(appending);
         report = recovered.report;
-        if let Some(cp) = &checkpoint {
+        // The checkpoint and what recovery cut off are the first opener's to settle.
+        let settle = attach_to.is_none();
+        if let Some(cp) = checkpoint.as_ref().filter(|_| settle) {
             let mut d = cp.get();
             d.confirm_phy_offset = report.end;
             d.logics_dispatched_offset = report.reput_from;
@@ -204,7 +248,9 @@ pub(super) fn open_with(
             cp.reset(d, progress)?;
         }
         // Only now, with the re-dispatch points durable, may files recovery cut off go.
-        derived.recovered()?;
+        if settle {
+            derived.recovered()?;
+        }
         if table_missing {
             topics.adopt_discovered(&index.discover_topics()?, true)?;
         }
@@ -218,6 +264,14 @@ pub(super) fn open_with(
         // Consumers must see every recovered record as soon as open returns.
         r.dispatch_all()?;
         derived.ready(&commit_log);
+        if let (Some(root), true) = (root, config.shared_writers) {
+            shared_queues.share_files();
+            let shm = match attach_to.take() {
+                Some(shm) => shm,
+                None => Arc::new(build_shared(root, &commit_log, &config)?),
+            };
+            commit_log.set_shared(shm);
+        }
         let f = Arc::new(
             FlushService::new(
                 Arc::clone(&commit_log),
@@ -234,11 +288,16 @@ pub(super) fn open_with(
         // The preparer (prepare.rs) of the next commit-log and derived-store files.
         let p = Arc::new(PreparerService::new());
         let tx = p.preparer();
-        if commit_log.files().is_empty() && root.is_some() {
+        let shared = commit_log.shared().is_some();
+        if commit_log.files().is_empty() && root.is_some() && !shared {
             // A new store: have the first file ready before the first send needs it.
             let _ = tx.send(Prepare::file(&commit_log, commit_log.max_offset()));
         }
-        derived.use_preparer(&tx);
+        // Shared writers prepare no derived-store file ahead either: a file one process
+        // prepared and did not use is deleted at its close, while another may write it.
+        if !shared {
+            derived.use_preparer(&tx);
+        }
         // Pages are readied ahead of the writer unless whole files are populated anyway; by
         // zero fill (large folios) in async mode only (commit_log::WarmAhead).
         let warm = match (config.warm_mapped_files, config.flush_mode) {
@@ -246,7 +305,11 @@ pub(super) fn open_with(
             (false, FlushMode::Async) => WarmAhead::ZeroFill,
             (false, FlushMode::Sync) => WarmAhead::Fault,
         };
-        commit_log.set_preallocator(tx.clone(), warm);
+        // Shared writers create commit-log files only by a roll under the append lock, and
+        // warm no pages ahead (commit_log/shared.rs).
+        if !shared {
+            commit_log.set_preallocator(tx.clone(), warm);
+        }
         preparer = Some(tx);
         // Services start in this order and stop in reverse (service.rs).
         services.push(r.clone());
@@ -281,6 +344,10 @@ pub(super) fn open_with(
         }
         if let Some(l) = &store_lock {
             l.record_holder()?;
+            // The first shared opener, recovered and mapped: others may attach now.
+            if shared && settle {
+                l.share()?;
+            }
         }
     }
 
@@ -326,7 +393,50 @@ pub(super) fn open_with(
     });
     schedule.attach(Arc::downgrade(&inner));
     inner.services.start(services)?;
+    drop(opening);
     Ok(Store { inner, owner: true })
+}
+
+/// A later shared opener's mapping: the first opener's, which must be valid for this process.
+fn attach_shared(root: &Path) -> Result<WriterShm> {
+    match WriterShm::attach(root)? {
+        Attached::Valid(shm) => Ok(shm),
+        // Only the first opener builds it, and it is open: this process cannot share it.
+        Attached::Rebuild(why) => Err(Error::StoreLocked {
+            path: root.to_path_buf(),
+            holder: Some(format!(
+                "writer processes whose shared mapping this process cannot use ({why})"
+            )),
+        }),
+    }
+}
+
+/// The first shared opener's mapping, built from what recovery and dispatch left.
+fn build_shared(root: &Path, log: &CommitLog, config: &StoreConfig) -> Result<WriterShm> {
+    let (queues, last_ts) = {
+        let a = log.lock_appender();
+        (a.queue_entries(), a.last_store_ts())
+    };
+    let topics = queues
+        .iter()
+        .map(|(t, _, _)| t.as_str())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let end = log.max_offset();
+    let initial = Initial {
+        log_end: end,
+        dispatched: end,
+        flushed: log.flushed_offset().min(end),
+        last_store_timestamp: last_ts.max(log.last_store_timestamp()),
+        queues,
+    };
+    WriterShm::create(
+        root,
+        Capacity::for_counts(topics, initial.queues.len()),
+        &initial,
+        config.dir_mode,
+        config.file_mode,
+    )
 }
 
 fn seed() -> u32 {

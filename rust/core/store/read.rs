@@ -10,7 +10,7 @@ use super::Store;
 use crate::dispatch::queue_index::{LogicalQueue, QueueEntry};
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::Advice;
-use crate::message::codec::{DecodeError, RecordView, STORE_HOST, STORE_TIMESTAMP_POS};
+use crate::message::codec::{DecodeError, RecordView, STORE_HOST};
 use crate::message::{msg_id, properties, validate};
 
 /// RocketMQ's `GetMessageStatus` values that mqlite returns.
@@ -176,6 +176,9 @@ impl Store {
     /// when dispatch is caught up.
     fn catch_up(&self) {
         if let Some(r) = &self.inner.reput {
+            // Shared writers: what the other processes published (commit_log/shared.rs); a
+            // failure leaves the view as it was, for the next read to retry.
+            let _ = self.inner.commit_log.follow_shared();
             if r.dispatched_offset() < r.confirm_offset() {
                 // A failure stays recorded in the reput service, which retries it.
                 let _ = r.dispatch_all();
@@ -571,7 +574,7 @@ impl Store {
 }
 
 fn store_timestamp(b: &[u8]) -> Option<i64> {
-    crate::util::bytes::be_i64(b, STORE_TIMESTAMP_POS)
+    crate::message::codec::store_timestamp_of(b)
 }
 
 /// `Corrupted` naming the index file and byte position of entry `k` of `(topic, queue_id)`.

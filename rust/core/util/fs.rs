@@ -217,6 +217,9 @@ impl Staged {
             let bak = backup_path(&self.path);
             durable!(Create(&bak), || std::fs::copy(&self.path, &bak))
                 .map_err(|e| Error::io("backup", &bak, e))?;
+            // Durable before the rename: a power cut after it must not leave a `.bak` that
+            // is empty or short (the reader's fallback when the main file is damaged).
+            sync_file(&open_ro(&bak)?, &bak)?;
         }
         durable!(Rename(&self.tmp, &self.path), || std::fs::rename(
             &self.tmp, &self.path

@@ -148,7 +148,8 @@ impl PyStore {
     /// file sizes the store's own.
     #[new]
     #[pyo3(signature = (
-        path, *, read_only = false, wait = None, flush = None, flush_interval_ms = None,
+        path, *, read_only = false, shared = false, wait = None, flush = None,
+        flush_interval_ms = None,
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
@@ -159,6 +160,7 @@ impl PyStore {
         py: Python<'_>,
         path: Str<'_, StorePath>,
         read_only: bool,
+        shared: bool,
         wait: Option<Float>,
         flush: Option<Str<'_, FlushOption>>,
         flush_interval_ms: Option<Int>,
@@ -208,6 +210,7 @@ impl PyStore {
         };
         let config = StoreConfig {
             read_only,
+            shared_writers: shared,
             lock_wait: wait.map(|w| duration_arg(w.0, "wait")).transpose()?,
             flush_mode,
             flush_interval: Duration::from_millis(flush_interval_ms),

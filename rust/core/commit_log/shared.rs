@@ -1,0 +1,285 @@
+//! The commit log's appends as one of several writer processes of a store
+//! (`StoreConfig::shared_writers`, docs/design-many-writers.md): each append takes the append
+//! lock of the shared writer mapping (`shared::WriterShm`, FORMAT.md §14) inside this
+//! process's own appender lock, and runs the intent/publish protocol (shared/protocol.rs)
+//! around the single writer's append code (append.rs).
+//!
+//! Invariants
+//! - Under the append lock the log end and each queue's next offset are the mapping's: before
+//!   it writes, a process moves its writer to the mapping's log end ([`CommitLog::follow_to`]),
+//!   mapping the files other processes created, and takes the queue's next offset from the
+//!   mapping's table.
+//! - The reservation covers every byte the append writes: when it rolls, the END_OF_FILE blank
+//!   and the rest of the full file, then the records. It is published only once whole, and an
+//!   append that fails after reserving is undone as a repair undoes a dead holder's.
+//! - Bytes below the mapping's log end are whole records and never change, so any process
+//!   publishes them in its own mappings without the append lock ([`CommitLog::follow_shared`])
+//!   for its readers and its dispatch.
+//! - Each process dispatches every record of the log into the consume queues (a unit's place
+//!   follows from its record's queue offset, so the processes write the same bytes there):
+//!   the repair therefore has nothing to dispatch again.
+//! - Files are created only by a roll under the append lock (shared writers prepare no file
+//!   ahead and warm no page ahead: a zero fill past one process's writer would overwrite
+//!   another's records).
+//!
+//! Crash behaviour: a process killed holding the append lock leaves at most one unpublished
+//! append; the next locker, in any process, zeroes its bytes and gives its queue its offset
+//! back ([`LogRepair`]) before its own append. Nothing published is touched, so nothing
+//! acknowledged is lost.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::append::{Appended, Appender, Prepared};
+use super::CommitLog;
+use crate::error::{Error, Result};
+use crate::message::sysflag;
+use crate::shared::protocol::{Repair, Reserved};
+use crate::shared::{AppendLock, Writer, WriterShm};
+
+/// What a repair (or an abandoned append) does to the log through this process's mappings.
+#[derive(Debug)]
+pub struct LogRepair<'a> {
+    log: &'a CommitLog,
+}
+
+impl<'a> LogRepair<'a> {
+    /// The repair of `log`.
+    pub fn new(log: &'a CommitLog) -> Self {
+        LogRepair { log }
+    }
+}
+
+impl Repair for LogRepair<'_> {
+    fn zero(&mut self, from: u64, to: u64) -> Result<()> {
+        let files = self.log.files();
+        // The dead append may have rolled into a file this process has not listed yet.
+        files.refresh(false)?;
+        let reached = files.zero_fill(from, to);
+        // Stopping at a file that does not exist is fine: nothing was written there.
+        match files.find(reached) {
+            Some(f) if reached < to => Err(Error::io(
+                "zero an unpublished append",
+                f.path(),
+                std::io::Error::other(format!("stopped at {reached} of [{from}, {to})")),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn redispatch(&mut self, _from: u64, _to: u64) -> Result<()> {
+        // Every process dispatches every record below the log end itself (module doc).
+        Ok(())
+    }
+}
+
+impl CommitLog {
+    /// Makes this log one of several writer processes' from now on (module doc); set once, at
+    /// open, after recovery.
+    pub fn set_shared(&self, shm: Arc<WriterShm>) {
+        let _ = self.shared.set(shm);
+    }
+
+    /// The shared writer mapping, when this log is a shared writer's.
+    pub fn shared(&self) -> Option<&Arc<WriterShm>> {
+        self.shared.get()
+    }
+
+    /// Takes `shm`'s append lock, first repairing what a holder that died left.
+    pub fn lock_shared<'s>(&self, shm: &'s WriterShm) -> Result<Writer<'s>> {
+        match shm.lock()? {
+            AppendLock::Held(w) => Ok(w),
+            AppendLock::OwnerDied(dead) => Ok(dead.repair(&mut LogRepair::new(self))?.0),
+        }
+    }
+
+    /// Moves this process's writer to `end`, the mapping's log end: within its file, or to the
+    /// file holding `end` (mapped from the directory when another process created it), the
+    /// file it leaves published whole (another process ended it with its blank). With
+    /// `create`, a log end at a file boundary with no file there (a new store) creates it.
+    pub(crate) fn follow_to(&self, a: &mut Appender, end: u64, create: bool) -> Result<()> {
+        let size = self.files.file_size();
+        if let Some(w) = a.writer.as_mut() {
+            let base = w.file().from_offset();
+            if (base..base + size).contains(&end) {
+                if base + w.pos() != end {
+                    w.reposition(end - base);
+                }
+                self.max.store(end, Ordering::Release);
+                return Ok(());
+            }
+            if end > base {
+                w.fill_to_end();
+            }
+        }
+        a.writer = None;
+        let writer = match self.files.writer_at(end)? {
+            Some(w) => Some(w),
+            None if create && end.is_multiple_of(size) => Some(self.files.roll(end)?),
+            None if create => {
+                return Err(Error::Corrupted {
+                    path: "commitlog".into(),
+                    offset: end,
+                    reason: "no commit-log file holds the shared log end".into(),
+                    cause: None,
+                })
+            }
+            None => None,
+        };
+        if let Some(mut w) = writer {
+            w.reposition(end - w.file().from_offset());
+            a.writer = Some(w);
+            self.max.store(end, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Shared writers: shows this process's readers and dispatch every record the store's
+    /// processes published (module doc). Cheap when nothing is new.
+    pub fn follow_shared(&self) -> Result<()> {
+        let Some(shm) = self.shared.get() else {
+            return Ok(());
+        };
+        let end = shm.log_end();
+        if self.max.load(Ordering::Acquire) == end {
+            return Ok(());
+        }
+        let mut a = self.lock_appender();
+        self.follow_to(&mut a, end, false)
+    }
+
+    /// Under the append lock: moves the writer to the log end, adopts the mapping's state and
+    /// reserves `len` record bytes (and `count` offsets of the queue when `dispatched`).
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_shared(
+        &self,
+        a: &mut Appender,
+        w: &Writer<'_>,
+        topic: &str,
+        queue_id: u32,
+        dispatched: bool,
+        len: u64,
+        count: u64,
+    ) -> Result<Reserved> {
+        self.follow_to(a, w.log_end(), true)?;
+        let slot = if dispatched {
+            let slot = w.queue_slot(topic, queue_id)?;
+            let next = w.next_offset(slot)?;
+            a.adopt(w.last_store_timestamp(), Some((topic, queue_id, next)));
+            Some(slot)
+        } else {
+            a.adopt(w.last_store_timestamp(), None);
+            None
+        };
+        // A roll writes the blank and fills the rest of the full file first (append.rs).
+        let span = match (a.fits(len), a.writer.as_ref()) {
+            (None, Some(fw)) => fw.remaining() + len,
+            _ => len,
+        };
+        Ok(w.reserve(slot, span, count))
+    }
+
+    /// Publishes `r` once the append ended where it was reserved to (at `end`, its last record
+    /// stamped `ts`); otherwise undoes it.
+    fn settle(&self, w: &Writer<'_>, r: &Reserved, end: u64, ts: i64) -> Result<()> {
+        if end != r.end {
+            w.abandon(&mut LogRepair::new(self))?;
+            return Err(Error::Corrupted {
+                path: "commitlog".into(),
+                offset: end,
+                reason: format!("an append reserved to {} ended at {end}", r.end),
+                cause: None,
+            });
+        }
+        w.publish(r);
+        w.set_last_store_timestamp(ts);
+        self.max.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// `put` of a shared writer (module doc).
+    pub(super) fn put_shared(&self, shm: &WriterShm, p: &Prepared<'_>) -> Result<Appended> {
+        let mut a = self.lock_appender();
+        if let Some(cause) = &a.poisoned {
+            return Err(Error::Poisoned {
+                cause: Arc::clone(cause),
+            });
+        }
+        let w = self.lock_shared(shm)?;
+        let m = &p.msg;
+        let dispatched = sysflag::is_dispatched(m.sysflag);
+        let r =
+            self.reserve_shared(&mut a, &w, m.topic, m.queue_id, dispatched, p.len as u64, 1)?;
+        let out = a.append_one(&self.files, self.warm.fence(), p, None);
+        match &out {
+            Ok(x) => self.settle(
+                &w,
+                &r,
+                x.physical_offset + u64::from(x.size),
+                x.store_timestamp,
+            )?,
+            Err(_) => w.abandon(&mut LogRepair::new(self))?,
+        }
+        drop(w);
+        drop(a);
+        let out = out?;
+        self.last_store_ts
+            .store(out.store_timestamp, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// `put_batch` of a shared writer (module doc).
+    pub(super) fn put_batch_shared(
+        &self,
+        shm: &WriterShm,
+        batch: &[Prepared<'_>],
+        out: &mut Vec<Appended>,
+    ) -> Result<()> {
+        let Some(first) = batch.first() else {
+            return Ok(());
+        };
+        let mut a = self.lock_appender();
+        if let Some(cause) = &a.poisoned {
+            return Err(Error::Poisoned {
+                cause: Arc::clone(cause),
+            });
+        }
+        let w = self.lock_shared(shm)?;
+        let m = &first.msg;
+        let dispatched = sysflag::is_dispatched(m.sysflag);
+        let total: u64 = batch.iter().map(|p| p.len as u64).sum();
+        let r = self.reserve_shared(
+            &mut a,
+            &w,
+            m.topic,
+            m.queue_id,
+            dispatched,
+            total,
+            batch.len() as u64,
+        )?;
+        let start = out.len();
+        // Written with `pwrite`s, never through pages a warm-ahead readied (module doc).
+        let written = a.append_batch(&self.files, self.warm.fence(), batch, |_, _| false, out);
+        let settled = match (written, out.get(start..).and_then(<[Appended]>::last)) {
+            (Ok(_), Some(last)) => self.settle(
+                &w,
+                &r,
+                last.physical_offset + u64::from(last.size),
+                last.store_timestamp,
+            ),
+            (Ok(_), None) => self.settle(&w, &r, r.start, a.last_store_ts()),
+            (Err(e), _) => w.abandon(&mut LogRepair::new(self)).and(Err(e)),
+        };
+        if let Err(e) = settled {
+            out.truncate(start);
+            return Err(e);
+        }
+        drop(w);
+        drop(a);
+        if let Some(last) = out.last() {
+            self.last_store_ts
+                .store(last.store_timestamp, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
