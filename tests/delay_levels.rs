@@ -14,7 +14,7 @@ use mqlite::message::delay_levels::DelayLevels;
 use mqlite::message::{properties, tags};
 use mqlite::store::schedule::offsets;
 use mqlite::util::clock::ManualClock;
-use mqlite::{Error, MessageRef, RecordView, Store, StoreConfig, TagFilter};
+use mqlite::{Error, MessageRef, PutRequest, RecordView, Routing, Store, StoreConfig, TagFilter};
 
 use common::small_config;
 
@@ -62,7 +62,12 @@ fn a_delayed_message_is_invisible_until_due_then_delivered_once_as_it_was_sent()
     let mut msg = delayed("T", 1, b"later", &props);
     msg.flag = 7;
     let put = store.put(&msg).unwrap();
-    assert_eq!(put.queue_id, 2, "level 3 is queue 2 of the schedule topic");
+    assert_eq!((put.queue_id, put.scheduled), (1, true));
+    assert_eq!(
+        bodies(&store, SCHEDULE, 2),
+        [b"later"],
+        "level 3 is queue 2"
+    );
     assert!(bodies(&store, "T", 1).is_empty());
 
     // Level 3 is 10 s: not at 9.999 s, at 10 s.
@@ -101,6 +106,128 @@ fn a_delayed_message_is_invisible_until_due_then_delivered_once_as_it_was_sent()
         offsets::decode(&file, &text).unwrap().table,
         [(3, 1)].into()
     );
+}
+
+#[test]
+fn a_delayed_put_names_the_queue_it_was_sent_to_and_says_it_is_scheduled() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 4, 6, false, false).unwrap();
+    // As RocketMQ's broker answers: the caller's queue, and the offset in the queue the
+    // message waits in (level 2: queue 1 of the schedule topic).
+    let mut got = Vec::new();
+    for queue in [3, 0, 3] {
+        let put = store.put(&delayed("T", queue, b"d", &level(2))).unwrap();
+        got.push((put.queue_id, put.scheduled, put.appended.queue_offset));
+    }
+    assert_eq!(got, [(3, true, 0), (0, true, 1), (3, true, 2)]);
+    let two = level(2);
+    let batch = [delayed("T", 2, b"b", &two), delayed("T", 2, b"b", &two)];
+    let mut out = Vec::new();
+    let put = store
+        .put_messages(&batch, &PutRequest::new(Routing::Queue(2)), &mut out)
+        .unwrap();
+    assert_eq!((put.queue_id, put.scheduled), (2, true));
+    assert_eq!(
+        out.iter().map(|a| a.queue_offset).collect::<Vec<_>>(),
+        [3, 4]
+    );
+    // A plain put is not scheduled, and its offset is its queue's.
+    let put = store.put(&MessageRef::new("T", 3, b"now")).unwrap();
+    assert_eq!(
+        (put.queue_id, put.scheduled, put.appended.queue_offset),
+        (3, false, 0)
+    );
+    // Delivered where the results said.
+    clock.advance(Duration::from_secs(5));
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T", 3), [&b"now"[..], b"d", b"d"]);
+    assert_eq!(bodies(&store, "T", 0), [b"d"]);
+    assert_eq!(bodies(&store, "T", 2), [b"b", b"b"]);
+}
+
+#[test]
+fn delivery_is_stopped_and_started_on_its_own_and_goes_on_from_its_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    assert!(
+        store.delivers(),
+        "one writer process delivers from its open"
+    );
+    store.put(&delayed("T", 0, &[0], &level(1))).unwrap();
+    clock.advance(Duration::from_millis(100));
+    store.put(&delayed("T", 0, &[1], &level(1))).unwrap();
+    clock.advance(Duration::from_millis(1_000));
+    store.put(&delayed("T", 0, &[2], &level(1))).unwrap();
+    // Due: the first two.
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T", 0), [[0], [1]]);
+    store.stop_delivery().unwrap();
+    store.stop_delivery().unwrap();
+    assert!(!store.delivers());
+    // Stopping recorded the offsets for the next host.
+    let file = dir.path().join("config").join(offsets::FILE);
+    let text = std::fs::read(&file).unwrap();
+    assert_eq!(
+        offsets::decode(&file, &text).unwrap().table,
+        [(1, 2)].into()
+    );
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        store.deliver_due().unwrap(),
+        0,
+        "not hosting: nothing delivered"
+    );
+    assert_eq!(bodies(&store, "T", 0), [[0], [1]]);
+    // Accepted meanwhile, and delivered once delivery runs again.
+    store.put(&delayed("T", 0, &[3], &level(1))).unwrap();
+    store.start_delivery().unwrap();
+    store.start_delivery().unwrap();
+    assert!(store.delivers());
+    clock.advance(Duration::from_secs(1));
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T", 0), [[0], [1], [2], [3]]);
+    assert_eq!(store.delay_offsets(), [(1, 4)].into());
+}
+
+#[test]
+fn a_store_of_several_writer_processes_refuses_delays_and_delivers_nowhere_until_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    // Pending from a single-writer open.
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    store.put(&delayed("T", 0, b"pending", &level(1))).unwrap();
+    store.close().unwrap();
+    drop(store);
+
+    let shared = StoreConfig {
+        shared_writers: true,
+        ..config(&clock)
+    };
+    let store = Store::open(dir.path(), shared).unwrap();
+    assert!(!store.delivers());
+    let end = store.commit_log_range().1;
+    for props in [level(1), level(2)] {
+        let err = store.put(&delayed("T", 0, b"x", &props)).unwrap_err();
+        assert!(matches!(err, Error::InvalidMessage { .. }), "{err:?}");
+        let batch = [delayed("T", 0, b"x", &props)];
+        let err = store.put_batch(&batch, &mut Vec::new()).unwrap_err();
+        assert!(matches!(err, Error::InvalidMessage { .. }), "{err:?}");
+    }
+    assert_eq!(store.commit_log_range().1, end, "nothing written");
+    // Level 0 is no delay: sent at once.
+    store.put(&delayed("T", 0, b"now", &level(0))).unwrap();
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(store.deliver_due().unwrap(), 0);
+    assert_eq!(bodies(&store, "T", 0), [b"now"]);
+    // The process chosen to host delivery delivers what is pending.
+    store.start_delivery().unwrap();
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T", 0), [&b"now"[..], b"pending"]);
 }
 
 #[test]

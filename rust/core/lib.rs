@@ -68,8 +68,8 @@ pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{
-    GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin, Routing, Store,
-    TagFilter, Wait,
+    BatchPut, GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin,
+    Routing, Store, TagFilter, Wait,
 };
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

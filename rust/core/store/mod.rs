@@ -49,7 +49,9 @@ use crate::util::kill_point::kill_point;
 
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
-pub use write::{PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX};
+pub use write::{
+    BatchPut, PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX,
+};
 
 /// What a store runs besides its built-in parts, registered when it opens.
 #[derive(Debug, Default)]
@@ -86,8 +88,14 @@ struct Inner {
     derived: DerivedStores,
     /// The put hooks, in the order they run (the delay-level hook last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
+    /// What the hooks want together (`hooks::wanted`): a message with none of these marks
+    /// runs no hook code.
+    hooks_want: crate::message::marks::Marks,
     /// Delivers delayed messages (writable stores).
     schedule: Option<Arc<schedule::ScheduleService>>,
+    /// The schedule service's thread while this process hosts delivery (schedule/mod.rs):
+    /// started and stopped on its own, apart from `services`, and stopped before them.
+    delivery: Services,
     topics: TopicTable,
     checkpoint: Option<Arc<Checkpoint>>,
     reput: Option<Arc<Reput>>,
@@ -224,33 +232,6 @@ impl Store {
             inner,
             owner: false,
         }
-    }
-
-    /// Delivers every delayed message due by the store's clock to its real topic, makes the
-    /// commit log durable and records the delay offsets (`config/delayOffset.json`); returns
-    /// how many messages this call delivered. The schedule service does the same on its own
-    /// thread; this call is for a caller that moved a manual clock (`StoreConfig::clock`),
-    /// which wakes no thread. A read-only store delivers nothing.
-    ///
-    /// # Errors
-    /// `Closed`, and the first failed read, re-put, flush or offsets write (the messages
-    /// delivered before it keep their offsets).
-    pub fn deliver_due(&self) -> Result<usize> {
-        self.check_writable()?;
-        match &self.inner.schedule {
-            Some(s) => s.deliver_due(self),
-            None => Ok(0),
-        }
-    }
-
-    /// The schedule service's delay offsets: level -> next offset of its queue in
-    /// `SCHEDULE_TOPIC_XXXX` to deliver (as `config/delayOffset.json` records them).
-    pub fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
-        self.inner
-            .schedule
-            .as_ref()
-            .map(|s| s.offsets())
-            .unwrap_or_default()
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -407,6 +388,8 @@ impl Inner {
         // Threads blocked waiting for messages return (`closed` is set); a follower's sleepers
         // on the wake-up word are woken when it is released below.
         self.notifier.notify();
+        // Delivery first: its re-puts use the services stopped next.
+        self.delivery.stop_all();
         self.services.stop_all();
         let mut result = Ok(());
         // A shared writer closes under `open.lock`; only the last one records the clean state

@@ -192,6 +192,7 @@ pub(super) fn open_with(
         config.delay_levels.clone(),
         config.clock.clone(),
         schedule.wake(),
+        config.shared_writers,
     )));
 
     let mut report = RecoveryReport::default();
@@ -335,7 +336,6 @@ pub(super) fn open_with(
             services.push(keep.clone());
             retention = Some(keep);
         }
-        services.push(schedule.clone());
         flush = Some(f);
         reput = Some(r);
         if let Some(root) = root {
@@ -361,6 +361,7 @@ pub(super) fn open_with(
         notifier.set_remote(Arc::clone(w));
     }
 
+    let config_shared = config.shared_writers;
     let inner = Arc::new(Inner {
         config,
         geometry: decided.geometry,
@@ -369,6 +370,7 @@ pub(super) fn open_with(
         commit_log,
         index,
         derived,
+        hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
         schedule: writable.then_some(Arc::clone(&schedule)),
         topics,
@@ -381,6 +383,7 @@ pub(super) fn open_with(
         wake,
         lock: Mutex::new(store_lock),
         services: crate::service::Services::default(),
+        delivery: crate::service::Services::default(),
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
@@ -393,6 +396,14 @@ pub(super) fn open_with(
     });
     schedule.attach(Arc::downgrade(&inner));
     inner.services.start(services)?;
+    // Delivery runs in one process only: shared writers leave it to the process chosen to
+    // host it (`Store::start_delivery`).
+    if writable && !config_shared {
+        if let Err(e) = inner.delivery.start(vec![schedule]) {
+            inner.services.stop_all();
+            return Err(e);
+        }
+    }
     drop(opening);
     Ok(Store { inner, owner: true })
 }

@@ -6,6 +6,10 @@
 //! Invariants
 //! - A level outside the store's table is refused (`InvalidMessage`), never clamped; level 0
 //!   means no delay and leaves the message as it is.
+//! - It looks only at messages marked `DELAY` (`message::marks`): a plain put runs none of it.
+//! - A store shared by several writer processes refuses a delayed message (`InvalidMessage`,
+//!   nothing written) until one process is chosen to deliver for all (`Store::start_delivery`
+//!   documents why delivery runs in one process only).
 //! - Only messages that reach a consume queue are delayed (RocketMQ: transaction types NOT and
 //!   COMMIT); a message already in the schedule topic is left alone, so this hook may run after
 //!   any other that gave a message a level.
@@ -13,8 +17,9 @@
 use std::sync::Arc;
 
 use super::service::Wake;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::message::delay_levels::DelayLevels;
+use crate::message::marks::Marks;
 use crate::message::{properties, sysflag, tags, MessageRef};
 use crate::store::hooks::{PutHook, Rewrite};
 use crate::util::clock::Clock;
@@ -26,14 +31,22 @@ pub(in crate::store) struct DelayLevelHook {
     clock: Clock,
     /// The schedule service's wake-up: told when a level gets a message.
     wake: Arc<Wake>,
+    /// The store is opened by several writer processes: delayed messages are refused.
+    shared: bool,
 }
 
 impl DelayLevelHook {
-    pub(in crate::store) fn new(levels: DelayLevels, clock: Clock, wake: Arc<Wake>) -> Self {
+    pub(in crate::store) fn new(
+        levels: DelayLevels,
+        clock: Clock,
+        wake: Arc<Wake>,
+        shared: bool,
+    ) -> Self {
         DelayLevelHook {
             levels,
             clock,
             wake,
+            shared,
         }
     }
 }
@@ -43,9 +56,21 @@ impl PutHook for DelayLevelHook {
         "delay-levels"
     }
 
+    fn wants(&self) -> Marks {
+        Marks::DELAY
+    }
+
     fn check(&self, msg: &MessageRef<'_>) -> Result<()> {
-        if let Some(value) = properties::get(msg.properties, properties::DELAY) {
-            self.levels.level_of(value)?;
+        let Some(value) = properties::get(msg.properties, properties::DELAY) else {
+            return Ok(());
+        };
+        let level = self.levels.level_of(value)?;
+        if self.shared && level.is_some() && msg.topic != tags::SCHEDULE_TOPIC {
+            return Err(Error::InvalidMessage {
+                reason: "delay levels are not available yet in a store shared by several \
+                         writer processes (shared_writers)"
+                    .into(),
+            });
         }
         Ok(())
     }

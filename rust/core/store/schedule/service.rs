@@ -1,7 +1,8 @@
 //! The schedule service: delivers each delay level's due messages to their real topic and
-//! records how far it got (offsets.rs). One per writable store, a service (service.rs) started
-//! and stopped with the store's others; `Store::deliver_due` runs the same pass on the caller's
-//! thread (tests on a manual clock, which wakes no thread).
+//! records how far it got (offsets.rs). One per writable store, a service (service.rs) that is
+//! started and stopped on its own (mod.rs: the process that hosts delivery runs it);
+//! `Store::deliver_due` runs the same pass on the caller's thread (tests on a manual clock,
+//! which wakes no thread).
 //!
 //! Invariants
 //! - A level's queue is read from its delay offset in order; every message of a level has the
@@ -24,6 +25,10 @@
 //!   that names no real topic (not written by the hook) is passed over; a re-put the store
 //!   refuses (the topic gone and not auto-created, or not writable) holds its level back and is
 //!   tried again, never dropped.
+//!
+//! - Hosting: a start reads `delayOffset.json` afresh (another process may have delivered
+//!   since this one opened), and a stop makes the log durable and writes the offsets, so the
+//!   next host goes on from where this one stopped.
 //!
 //! Crash behaviour: at least once, never lost. A crash after a re-put and before the offsets
 //! that cover it are written delivers that message again after the next open (kill point
@@ -83,6 +88,11 @@ impl Wake {
         self.cv.notify_all();
     }
 
+    /// Undoes `stop`, before the service is started again.
+    fn rearm(&self) {
+        self.lock().stopping = false;
+    }
+
     fn take_announced(&self) -> Option<i64> {
         self.lock().announced.take()
     }
@@ -115,6 +125,8 @@ pub(in crate::store) struct ScheduleService {
     /// a store alive.
     store: OnceLock<Weak<Inner>>,
     state: Mutex<State>,
+    /// Held while delivery is started, stopped or run by a caller (mod.rs): one at a time.
+    hosting: Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -163,7 +175,39 @@ impl ScheduleService {
                 dirty: false,
                 last_persist: Instant::now(),
             }),
+            hosting: Mutex::new(()),
         })
+    }
+
+    /// Serialises starting, stopping and caller-run passes (mod.rs).
+    pub(in crate::store) fn hosting(&self) -> MutexGuard<'_, ()> {
+        self.hosting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the service ready to start again: a stopped thread's stop request undone, and the
+    /// offsets read from `delayOffset.json` again (another process may have delivered since).
+    /// Offsets not yet written are kept (nothing changed them since this process stopped).
+    ///
+    /// # Errors
+    /// As `new`.
+    pub(in crate::store) fn prepare_start(&self) -> Result<()> {
+        let mut state = self.lock();
+        if let (false, Some(path)) = (state.dirty, &self.path) {
+            state.offsets = DelayOffsets::load(path)?;
+        }
+        drop(state);
+        self.wake.rearm();
+        Ok(())
+    }
+
+    /// After the thread stopped: makes the log durable through every delivery and writes the
+    /// offsets, so that the next host starts from them.
+    ///
+    /// # Errors
+    /// The flush's or the offsets write's failure (the offsets stay in memory, dirty).
+    pub(in crate::store) fn persist_stopped(&self, store: &Store) -> Result<()> {
+        let mut state = self.lock();
+        self.persist_durable(store, &mut state)
     }
 
     /// The wake-up the put hook tells of arrivals.
