@@ -72,7 +72,8 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "exclusive open and shared ones refuse each other with StoreLockedError.",
         "Maps the shared writer state `<store>/run/writer.shm` (one page plus sparse tables). "
         "Create topics before other processes open the store: topic changes are not yet shared "
-        "between running processes.",
+        "between running processes. Delayed messages (delay_level) are refused with "
+        "InvalidMessageError for now.",
     ),
     Option(
         "wait", "number", "float | None", None,

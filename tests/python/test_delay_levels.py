@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import mqlite
-from mqlite import ConsumeFromWhere, InvalidConfigError, InvalidMessageError, Message
+from mqlite import ConsumeFromWhere, InvalidConfigError, InvalidMessageError, Message, MessageQueue
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
@@ -72,3 +72,40 @@ def test_a_bad_level_table_is_refused(tmp_path: Path, table: str) -> None:
     with pytest.raises(InvalidConfigError) as err:
         mqlite.open(tmp_path / "s", delay_levels=table)
     assert err.value.field == "delay_levels"
+
+
+def test_a_delayed_send_names_the_queue_it_was_sent_to_and_says_it_is_scheduled(tmp_path: Path) -> None:
+    # Day-long levels: nothing falls due while the test runs.
+    with mqlite.open(tmp_path / "s", delay_levels="1d 2d") as store:
+        store.create_topic("t", 4)
+        p = store.producer()
+        first = p.send(Message("t", b"a", delay_level=2), queue_id=3)
+        second = p.send_async(Message("t", b"b", delay_level=2), queue_id=0).result(10)
+        assert first.message_queue == MessageQueue("t", 3)
+        assert second.message_queue == MessageQueue("t", 0)
+        assert first.scheduled and second.scheduled
+        # Offsets in the queue they wait in: level 2's, one after the other.
+        assert (first.queue_offset, second.queue_offset) == (0, 1)
+        assert "scheduled=True" in repr(first)
+        batch = p.send_batch([Message("t", b"c", delay_level=1)] * 2, queue_id=2)
+        assert batch.message_queue == MessageQueue("t", 2) and batch.scheduled
+        assert [(r.message_queue, r.scheduled, r.queue_offset) for r in batch] == [
+            (MessageQueue("t", 2), True, 0),
+            (MessageQueue("t", 2), True, 1),
+        ]
+        plain = p.send(Message("t", b"now"), queue_id=3)
+        assert (plain.message_queue, plain.scheduled, plain.queue_offset) == (MessageQueue("t", 3), False, 0)
+        assert not p.send_batch([b"x"], topic="t", queue_id=1).scheduled
+        assert "scheduled" not in repr(plain)
+
+
+def test_a_store_shared_by_writer_processes_refuses_a_delay_writing_nothing(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "s", shared=True) as store:
+        store.create_topic("t", 1)
+        p = store.producer()
+        with pytest.raises(InvalidMessageError, match="shared"):
+            p.send(Message("t", b"x", delay_level=1))
+        with pytest.raises(InvalidMessageError, match="shared"):
+            p.send_batch([Message("t", b"x", delay_level=1)])
+        assert store.stats()["commit_log_max_offset"] == 0
+        assert p.send(Message("t", b"now", delay_level=0)).scheduled is False

@@ -49,7 +49,8 @@ impl<'py> Held<'py> {
 /// (exactly that class) is read field by field without attribute look-ups; anything else
 /// (a subclass, a duck-typed object) through its attributes. The fields are copied out of the
 /// message first: reading `keys` or `properties` may run Python code that reads or changes the
-/// message (see `PyMessage::fields`).
+/// message (see `PyMessage::fields`). Inline: it runs once per send.
+#[inline]
 pub fn read_message<'py>(
     msg: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
@@ -152,7 +153,8 @@ fn held_from<'py>(
             push_property(&k, &v, &mut builder)?;
         }
     }
-    if let Some(d) = delay_level {
+    // Most messages have none: the cached int 0 itself, found by identity (no conversion).
+    if let Some(d) = delay_level.filter(|d| !is_small_zero(d)) {
         builder.delay_level(delay_level_of(d)?);
     }
     // An exact int in range (a bool is not one) takes the short way: this runs once per send.
@@ -173,6 +175,20 @@ fn held_from<'py>(
         flag,
         props: builder.finish(),
     })
+}
+
+static ZERO: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// True when `obj` is the interpreter's cached int 0 (what `Message`'s defaults hold, and
+/// what any int arithmetic giving 0 returns); false for anything else, a 0 included.
+#[inline]
+fn is_small_zero(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    ZERO.get_or_init(py, || {
+        0i32.into_pyobject(py)
+            .map_or_else(|_| py.None(), |z| z.into_any().unbind())
+    })
+    .is(obj)
 }
 
 /// The level of a message's `delay_level` (an int, not a bool; 0 is none). Whether the store
@@ -286,8 +302,11 @@ pub fn send_status(py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
 pub struct PySendResult {
     /// The message's own topic object (no copy per send).
     pub topic: Py<PyString>,
+    /// The queue of that topic the message was sent to.
     pub queue_id: u32,
     pub ok: bool,
+    /// Stored for later delivery (`PutResult::scheduled`).
+    pub scheduled: bool,
     pub appended: Appended,
     /// The UNIQ_KEY, inline (no allocation per send).
     pub uniq: UniqueId,
@@ -319,6 +338,10 @@ impl PySendResult {
         self.appended.queue_offset
     }
     #[getter]
+    fn scheduled(&self) -> bool {
+        self.scheduled
+    }
+    #[getter]
     fn commit_log_offset(&self) -> u64 {
         self.appended.physical_offset
     }
@@ -332,18 +355,20 @@ impl PySendResult {
             topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,
             ok: false,
+            scheduled: self.scheduled,
             appended: self.appended,
             uniq: self.uniq,
         }
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",
+            "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={}{})",
             if self.ok { "SEND_OK" } else { "FLUSH_DISK_TIMEOUT" },
             self.uniq.as_str(),
             self.topic.bind(py).to_string_lossy(),
             self.queue_id,
-            self.appended.queue_offset
+            self.appended.queue_offset,
+            if self.scheduled { ", scheduled=True" } else { "" }
         )
     }
 }
@@ -355,6 +380,8 @@ pub struct PySendBatchResult {
     pub topic: Py<PyString>,
     pub queue_id: u32,
     pub ok: bool,
+    /// Stored for later delivery (`BatchPut::scheduled`).
+    pub scheduled: bool,
     pub appended: Vec<Appended>,
     /// UNIQ_KEYs, 32 characters each, concatenated.
     pub uniq: String,
@@ -368,6 +395,7 @@ impl PySendBatchResult {
             topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,
             ok: self.ok,
+            scheduled: self.scheduled,
             appended: a,
             uniq,
         })
@@ -386,6 +414,10 @@ impl PySendBatchResult {
     #[getter]
     fn first_queue_offset(&self) -> u64 {
         self.appended.first().map(|a| a.queue_offset).unwrap_or(0)
+    }
+    #[getter]
+    fn scheduled(&self) -> bool {
+        self.scheduled
     }
     #[getter]
     fn send_status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
