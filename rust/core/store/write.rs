@@ -657,7 +657,9 @@ impl Store {
     }
 
     /// Validates sizes, properties and, for a message a hook wants, what the hooks check
-    /// (hooks.rs); returns the TAGS value and the message's marks.
+    /// (hooks.rs); returns the TAGS value and the message's marks. Inline, as every put's
+    /// first step; the hooks' checks, which plain puts skip, are out of line.
+    #[inline(always)]
     fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<properties::Checked<'m>> {
         validate::check_sizes(
             m.body.len(),
@@ -666,9 +668,16 @@ impl Store {
         )?;
         let checked = properties::check_encoded(m.properties)?;
         if self.hooked(checked.marks) {
-            hooks::check(&self.inner.hooks, m, checked.marks)?;
+            self.check_hooked(m, checked.marks)?;
         }
         Ok(checked)
+    }
+
+    /// The checks of the hooks that want `m`, whose marks are `marks`.
+    #[cold]
+    #[inline(never)]
+    fn check_hooked(&self, m: &MessageRef<'_>, marks: Marks) -> Result<()> {
+        hooks::check(&self.inner.hooks, m, marks)
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
@@ -723,7 +732,7 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
 }
 
 /// True when `rewrite` stores its message for later delivery (`PutResult::scheduled`).
-#[inline]
+#[inline(always)]
 fn is_scheduled(rewrite: Option<&Rewrite>) -> bool {
     rewrite.is_some_and(|r| r.topic == tags::SCHEDULE_TOPIC)
 }

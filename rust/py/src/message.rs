@@ -49,8 +49,7 @@ impl<'py> Held<'py> {
 /// (exactly that class) is read field by field without attribute look-ups; anything else
 /// (a subclass, a duck-typed object) through its attributes. The fields are copied out of the
 /// message first: reading `keys` or `properties` may run Python code that reads or changes the
-/// message (see `PyMessage::fields`). Inline: it runs once per send.
-#[inline]
+/// message (see `PyMessage::fields`).
 pub fn read_message<'py>(
     msg: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
@@ -58,7 +57,11 @@ pub fn read_message<'py>(
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
-        let f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        let mut f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        // Most messages have no level: they take the same way as before levels existed.
+        if let Some(d) = f.delay_level.take() {
+            return held_with_delay_level(f, d.bind(py), props, uniq);
+        }
         let properties = f.properties.unwrap_or_else(|| py.None());
         return held_from(
             f.topic.into_bound(py),
@@ -67,7 +70,6 @@ pub fn read_message<'py>(
             f.keys.bind(py),
             properties.bind(py),
             f.flag.bind(py),
-            Some(f.delay_level.bind(py)),
             props,
             uniq,
         );
@@ -86,18 +88,68 @@ pub fn read_message<'py>(
             }
         })
     };
-    held_from(
+    let held = held_from(
         attr(intern!(py, "topic"))?,
         attr(intern!(py, "body"))?,
         &attr(intern!(py, "tags"))?,
         &attr(intern!(py, "keys"))?,
         &attr(intern!(py, "properties"))?,
         &attr(intern!(py, "flag"))?,
-        // Optional: message-like objects written before delay levels have none.
-        msg.getattr_opt(intern!(py, "delay_level"))?.as_ref(),
         props,
         uniq,
-    )
+    )?;
+    // Optional: message-like objects written before delay levels have none.
+    match msg.getattr_opt(intern!(py, "delay_level"))? {
+        None => Ok(held),
+        Some(d) => with_delay_level(held, &d, props),
+    }
+}
+
+/// `read_message` of a `mqlite.Message` given a delay level `d`.
+#[cold]
+#[inline(never)]
+fn held_with_delay_level<'py>(
+    f: crate::outgoing::Fields,
+    d: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+    uniq: &str,
+) -> PyResult<Held<'py>> {
+    let py = d.py();
+    let properties = f.properties.unwrap_or_else(|| py.None());
+    let held = held_from(
+        f.topic.into_bound(py),
+        f.body.into_bound(py),
+        f.tags.bind(py),
+        f.keys.bind(py),
+        properties.bind(py),
+        f.flag.bind(py),
+        props,
+        uniq,
+    )?;
+    with_delay_level(held, d, props)
+}
+
+/// `held` with the message's `delay_level` added after the properties `held_from` encoded
+/// (they end the buffer: its last message's), as the builder orders them. Out of line: most
+/// messages have no level, and the plain send's code stays compact.
+#[cold]
+#[inline(never)]
+fn with_delay_level<'py>(
+    mut held: Held<'py>,
+    d: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+) -> PyResult<Held<'py>> {
+    let level = delay_level_of(d)?;
+    let (start, end) = held.props;
+    if end != props.len() {
+        return Err(crate::errors::IllegalStateError::new_err(
+            "the message's properties do not end the buffer",
+        ));
+    }
+    let mut builder = PropertiesBuilder::new(props);
+    builder.delay_level(level);
+    held.props = (start, builder.finish().1);
+    Ok(held)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -108,7 +160,6 @@ fn held_from<'py>(
     keys: &Bound<'py, PyAny>,
     user: &Bound<'py, PyAny>,
     flag_obj: &Bound<'py, PyAny>,
-    delay_level: Option<&Bound<'py, PyAny>>,
     props: &mut Vec<u8>,
     uniq: &str,
 ) -> PyResult<Held<'py>> {
@@ -153,10 +204,6 @@ fn held_from<'py>(
             push_property(&k, &v, &mut builder)?;
         }
     }
-    // Most messages have none: the cached int 0 itself, found by identity (no conversion).
-    if let Some(d) = delay_level.filter(|d| !is_small_zero(d)) {
-        builder.delay_level(delay_level_of(d)?);
-    }
     // An exact int in range (a bool is not one) takes the short way: this runs once per send.
     let exact = flag_obj
         .is_exact_instance_of::<PyInt>()
@@ -175,20 +222,6 @@ fn held_from<'py>(
         flag,
         props: builder.finish(),
     })
-}
-
-static ZERO: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// True when `obj` is the interpreter's cached int 0 (what `Message`'s defaults hold, and
-/// what any int arithmetic giving 0 returns); false for anything else, a 0 included.
-#[inline]
-fn is_small_zero(obj: &Bound<'_, PyAny>) -> bool {
-    let py = obj.py();
-    ZERO.get_or_init(py, || {
-        0i32.into_pyobject(py)
-            .map_or_else(|_| py.None(), |z| z.into_any().unbind())
-    })
-    .is(obj)
 }
 
 /// The level of a message's `delay_level` (an int, not a bool; 0 is none). Whether the store

@@ -33,8 +33,8 @@ pub struct PyMessage {
     pub properties: Option<Py<PyAny>>,
     #[pyo3(get, set)]
     pub flag: Py<PyAny>,
-    #[pyo3(get, set)]
-    pub delay_level: Py<PyAny>,
+    /// `None` stands for 0, never given: a send then reads no level (most messages have none).
+    pub delay_level: Option<Py<PyAny>>,
 }
 
 const FIELDS: [&str; 7] = [
@@ -57,7 +57,8 @@ pub struct Fields {
     /// `None` while the properties were never set or read.
     pub properties: Option<Py<PyAny>>,
     pub flag: Py<PyAny>,
-    pub delay_level: Py<PyAny>,
+    /// `None` while never given (no delay).
+    pub delay_level: Option<Py<PyAny>>,
 }
 
 impl PyMessage {
@@ -80,11 +81,12 @@ impl PyMessage {
             keys: m.keys.clone_ref(py),
             properties: m.properties.as_ref().map(|p| p.clone_ref(py)),
             flag: m.flag.clone_ref(py),
-            delay_level: m.delay_level.clone_ref(py),
+            delay_level: m.delay_level.as_ref().map(|d| d.clone_ref(py)),
         })
     }
 
-    /// The field values in `FIELDS` order (a new empty dict stands for unset properties).
+    /// The field values in `FIELDS` order (a new empty dict stands for unset properties, 0 for
+    /// an unset delay level).
     fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 7]> {
         let py = slf.py();
         let f = Self::fields(slf)?;
@@ -98,7 +100,7 @@ impl PyMessage {
             f.keys,
             properties,
             f.flag,
-            f.delay_level,
+            f.delay_level.unwrap_or_else(|| zero(py)),
         ])
     }
 
@@ -140,10 +142,7 @@ impl PyMessage {
                 Some(f) => f,
                 None => 0i32.into_pyobject(py)?.into_any().unbind(),
             },
-            delay_level: match delay_level {
-                Some(d) => d,
-                None => 0i32.into_pyobject(py)?.into_any().unbind(),
-            },
+            delay_level,
         })
     }
 
@@ -179,6 +178,27 @@ impl PyMessage {
                 ),
             ))?;
         Ok(shape.getattr("__dataclass_fields__")?.unbind())
+    }
+
+    #[getter]
+    fn get_delay_level(&self, py: Python<'_>) -> Py<PyAny> {
+        match &self.delay_level {
+            Some(d) => d.clone_ref(py),
+            None => zero(py),
+        }
+    }
+
+    #[setter]
+    fn set_delay_level(&mut self, value: Option<Py<PyAny>>) -> PyResult<()> {
+        match value {
+            Some(v) => {
+                self.delay_level = Some(v);
+                Ok(())
+            }
+            None => Err(pyo3::exceptions::PyAttributeError::new_err(
+                "cannot delete attribute 'delay_level'",
+            )),
+        }
     }
 
     #[getter]
@@ -245,21 +265,20 @@ impl PyMessage {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for v in [
-            &self.topic,
-            &self.body,
-            &self.tags,
-            &self.keys,
-            &self.flag,
-            &self.delay_level,
-        ] {
+        for v in [&self.topic, &self.body, &self.tags, &self.keys, &self.flag] {
             visit.call(v)?;
         }
-        if let Some(p) = &self.properties {
-            visit.call(p)?;
+        for v in [&self.properties, &self.delay_level].into_iter().flatten() {
+            visit.call(v)?;
         }
         Ok(())
     }
+}
+
+/// The int 0.
+fn zero(py: Python<'_>) -> Py<PyAny> {
+    0i32.into_pyobject(py)
+        .map_or_else(|_| py.None(), |z| z.into_any().unbind())
 }
 
 /// `dataclasses.field(default=...)`, or `field(default_factory=dict)` without a default.
