@@ -433,3 +433,21 @@ fn writer_shm_header_and_slots_match_fixture() {
     assert_eq!(be_u64(&file, queue), key);
     assert_eq!(be_u64(&file, queue + 8), 42);
 }
+
+#[test]
+fn delay_offsets_file_matches_the_golden_vector() {
+    use mqlite::store::schedule::offsets;
+    use std::collections::BTreeMap;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/delay_offset.json");
+    let expected = std::fs::read(&path).unwrap();
+    let table = BTreeMap::from([(18, 0), (1, 3), (3, 12)]);
+    assert_eq!(
+        offsets::encode(&table, 4, 1_700_000_000_000).as_bytes(),
+        &expected[..]
+    );
+    let read = offsets::decode(&path, &expected).unwrap();
+    assert_eq!((read.table, read.counter), (table.clone(), 4));
+    // RocketMQ's fastjson form: unquoted level keys, no dataVersion (4.x).
+    let rocketmq = b"{\"offsetTable\":{1:3,3:12,18:0}}";
+    assert_eq!(offsets::decode(&path, rocketmq).unwrap().table, table);
+}

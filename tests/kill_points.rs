@@ -27,6 +27,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use mqlite::message::{properties, tags};
+use mqlite::util::clock::ManualClock;
 use mqlite::util::kill_point::{self, POINTS};
 use mqlite::{Appended, FlushMode, MessageRef, Store, StoreConfig, TagFilter};
 
@@ -43,9 +45,13 @@ const FILE_SIZE: u64 = 64 << 10;
 /// Puts of the workload (a fifth of them batches of 3).
 const STEPS: u64 = 160;
 const TOPICS: [&str; 3] = ["KillA", "KillB", "KillC"];
+/// The stores' manual clock starts here; the workload moves it to deliver delayed messages,
+/// and a check reopens at this time, when none of them is due.
+const START_MS: i64 = 1_700_000_000_000;
 
-fn config(mode: FlushMode) -> StoreConfig {
+fn config(mode: FlushMode, clock: &ManualClock) -> StoreConfig {
     StoreConfig {
+        clock: clock.clone().into(),
         flush_mode: mode,
         // No periodic flush during the short workload: checkpoints are the explicit flushes,
         // so the hit counts of the calibration run hold in the children.
@@ -109,10 +115,13 @@ impl Event {
 }
 
 /// The workload: two topics, puts and batches over three queues (one of them past a
-/// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a clean close
-/// and reopen halfway, a third topic, and a final close.
+/// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a delayed
+/// message (level 1) every 10 puts and, 5 puts later, the clock a second on and the due ones
+/// delivered, a clean close and reopen halfway, a third topic, and a final close.
 fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
-    let mut store = Store::open(root, config(mode)).unwrap();
+    let clock = ManualClock::new(START_MS);
+    let mut store = Store::open(root, config(mode, &clock)).unwrap();
+    let delay = properties::encode([("DELAY", "1")]);
     for t in &TOPICS[..2] {
         store.create_topic(t, 2, 6, false, true).unwrap();
         sink(Event::Topic((*t).to_owned()));
@@ -143,6 +152,20 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 ));
                 seq += 1;
             }
+        } else if step % 10 == 3 {
+            // Acknowledged where it is stored: the schedule topic.
+            let b = body(seq);
+            let put = store
+                .put(&MessageRef::new(topic, queue, &b).with_properties(&delay))
+                .unwrap();
+            sink(Event::Ack(
+                tags::SCHEDULE_TOPIC.into(),
+                put.queue_id,
+                put.appended.queue_offset,
+                put.appended.physical_offset,
+                seq,
+            ));
+            seq += 1;
         } else {
             let b = body(seq);
             let a = store
@@ -158,12 +181,16 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
             ));
             seq += 1;
         }
+        if step % 10 == 8 {
+            clock.advance(Duration::from_secs(1));
+            store.deliver_due().unwrap();
+        }
         if step % 25 == 24 {
             store.flush().unwrap();
         }
         if step == STEPS / 2 {
             store.close().unwrap();
-            store = Store::open(root, config(mode)).unwrap();
+            store = Store::open(root, config(mode, &clock)).unwrap();
             store.create_topic(TOPICS[2], 1, 6, false, true).unwrap();
             sink(Event::Topic(TOPICS[2].to_owned()));
         }
@@ -252,7 +279,9 @@ struct Contents {
 
 /// Reopens the crashed store at `root` and checks it against the events the child printed.
 fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
-    let store = Store::open(root, config(FlushMode::Async)).map_err(|e| format!("open: {e}"))?;
+    let clock = ManualClock::new(START_MS);
+    let store =
+        Store::open(root, config(FlushMode::Async, &clock)).map_err(|e| format!("open: {e}"))?;
     let contents = read_contents(&store)?;
     let topics: BTreeSet<String> = store
         .topics()
@@ -293,7 +322,8 @@ fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
                 .map_err(|e| format!("{name} is torn: {e}"))?;
         }
     }
-    let again = Store::open(root, config(FlushMode::Async)).map_err(|e| format!("reopen: {e}"))?;
+    let again =
+        Store::open(root, config(FlushMode::Async, &clock)).map_err(|e| format!("reopen: {e}"))?;
     let second = read_contents(&again)?;
     again.close().map_err(|e| format!("close: {e}"))?;
     if second != contents {
@@ -520,4 +550,59 @@ fn kill_points_crash_loop() {
         covered, declared,
         "kill points a child aborted at vs declared (seed {seed})"
     );
+}
+
+/// A kill after a delayed message's re-put and before its level's offset is recorded: the
+/// next open delivers that message again (at least once) and loses none of the others.
+#[test]
+fn a_kill_between_a_delivery_and_its_offset_delivers_it_again_and_loses_nothing() {
+    let point = "schedule.delivered_unrecorded";
+    for (n, mode) in [(1, FlushMode::Sync), (3, FlushMode::Async)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let delayed: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Ack(t, _, _, _, seq) if t == tags::SCHEDULE_TOPIC => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert!(delayed.len() >= n as usize, "{delayed:?}");
+
+        // A day later every pending message is due.
+        let clock = ManualClock::new(START_MS + 86_400_000);
+        let store = Store::open(dir.path(), config(mode, &clock)).unwrap();
+        store.deliver_due().unwrap();
+        let mut copies: BTreeMap<u64, usize> = BTreeMap::new();
+        for t in TOPICS {
+            for q in 0..2 {
+                if let Ok(got) = store.get_messages(t, q, 0, 1000, &TagFilter::all()) {
+                    for v in got.iter() {
+                        let seq = seq_of(v.body()).unwrap();
+                        if delayed.contains(&seq) {
+                            *copies.entry(seq).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for seq in &delayed {
+            assert!(
+                copies.contains_key(seq),
+                "delayed message {seq} lost ({point}:{n})"
+            );
+        }
+        // Each delivery pass of the workload delivers one message and records it: the n-th,
+        // killed before its offset was written, is delivered twice, every other once.
+        let twice: Vec<u64> = copies
+            .iter()
+            .filter(|(_, c)| **c == 2)
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(twice, [delayed[n as usize - 1]], "{copies:?}");
+        assert!(copies.values().all(|c| *c <= 2), "{copies:?}");
+        store.close().unwrap();
+    }
 }

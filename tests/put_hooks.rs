@@ -1,7 +1,9 @@
 //! Put hooks (store/hooks.rs) registered at open: a hook rewrites a message between validation
 //! and append, and is the only way into a system topic. The test hook stores a message with a
 //! DELAY level as RocketMQ does: in `SCHEDULE_TOPIC_XXXX`, queue level - 1, with REAL_TOPIC
-//! and REAL_QID, and its consume-queue tags code is the delivery time.
+//! and REAL_QID, and its consume-queue tags code is the delivery time. It runs before the
+//! store's own delay-level hook (store/schedule/), which leaves a message already in the
+//! schedule topic alone; tests/delay_levels.rs tests that one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mqlite::dispatch::DispatchRequest;
+use mqlite::message::marks::Marks;
 use mqlite::message::{properties, tags};
 use mqlite::store::hooks::{PutHook, Rewrite};
 use mqlite::store::Extensions;
@@ -90,8 +93,13 @@ fn open(root: &std::path::Path, hooks: Vec<Arc<dyn PutHook>>) -> Store {
     .unwrap()
 }
 
+/// A clock that never moves: the store's schedule service never finds the messages these
+/// tests delay due, so they stay in the schedule topic.
 fn config() -> StoreConfig {
-    small_config()
+    StoreConfig {
+        clock: mqlite::util::clock::ManualClock::new(mqlite::util::clock::now_ms()).into(),
+        ..small_config()
+    }
 }
 
 /// The tags code of unit `index` of a consume-queue file (FORMAT.md §3: 20-byte units, the
@@ -110,7 +118,8 @@ fn a_delayed_message_is_stored_in_the_schedule_topic_with_its_delivery_time() {
     let props = properties::encode([("TAGS", "A"), ("DELAY", "3")]);
     let msg = MessageRef::new("T", 2, b"later").with_properties(&props);
     let put = store.put(&msg).unwrap();
-    assert_eq!(put.queue_id, 2, "level 3 is queue 2");
+    assert_eq!(put.queue_id, 2, "the queue it was sent to");
+    assert!(put.scheduled);
 
     let got = store
         .get_messages(SCHEDULE, 2, 0, 10, &TagFilter::all())
@@ -229,7 +238,7 @@ fn every_wait_and_the_batch_path_run_the_hooks() {
     let rr = RoundRobin::new(0);
     // The first NoWait put may decline (the schedule topic does not exist yet); a waiting put
     // creates it, and then NoWait puts append.
-    for wait in [Wait::Durable, Wait::Pipelined, Wait::NoWait] {
+    for (wait, sent_to) in [(Wait::Durable, 0), (Wait::Pipelined, 1), (Wait::NoWait, 0)] {
         let req = PutRequest::new(Routing::RoundRobin(&rr)).wait(wait);
         let put = match store.put_message(&m, &req).unwrap() {
             Some(put) => put,
@@ -238,14 +247,22 @@ fn every_wait_and_the_batch_path_run_the_hooks() {
                 .unwrap()
                 .unwrap(),
         };
-        assert_eq!(put.queue_id, 0);
+        assert_eq!(
+            (put.queue_id, put.scheduled),
+            (sent_to, true),
+            "{wait:?}: the queue of T it was sent to"
+        );
     }
     let batch = [m, m];
     let mut out = Vec::new();
-    let (q, _) = store
+    let put = store
         .put_messages(&batch, &PutRequest::new(Routing::Hash(7)), &mut out)
         .unwrap();
-    assert_eq!(q, 0, "the batch went where the hook sent it");
+    assert_eq!(
+        (put.queue_id, put.scheduled),
+        (1, true),
+        "the queue of T the batch was sent to (7 % 2)"
+    );
     assert_eq!(out.len(), 2);
     assert_eq!(store.queue_offsets(SCHEDULE, 0).unwrap(), (0, 5));
     assert_eq!(store.queue_offsets("T", 0).unwrap(), (0, 0));
@@ -393,10 +410,79 @@ fn a_refused_rewrite_gives_the_round_robin_turn_back() {
     let req = PutRequest::new(Routing::RoundRobin(&rr));
     assert!(store.put_messages(&bad, &req, &mut Vec::new()).is_err());
     let good = [MessageRef::new("T", 0, b"good")];
-    queues.push(store.put_messages(&good, &req, &mut Vec::new()).unwrap().0);
+    queues.push(
+        store
+            .put_messages(&good, &req, &mut Vec::new())
+            .unwrap()
+            .queue_id,
+    );
     assert_eq!(
         queues,
         [0, 1, 0, 1],
         "each refused put left its turn to the next"
     );
+}
+
+#[test]
+fn a_hook_sees_only_the_messages_that_carry_a_mark_it_wants() {
+    /// Counts its calls; wants messages with a `DELAY` property only.
+    #[derive(Debug, Default)]
+    struct DelayOnly {
+        checks: AtomicUsize,
+        rewrites: AtomicUsize,
+    }
+    impl PutHook for DelayOnly {
+        fn name(&self) -> &'static str {
+            "delay-only"
+        }
+        fn wants(&self) -> Marks {
+            Marks::DELAY
+        }
+        fn check(&self, _: &MessageRef<'_>) -> Result<()> {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn rewrite(&self, _: &MessageRef<'_>) -> Result<Option<Rewrite>> {
+            self.rewrites.fetch_add(1, Ordering::SeqCst);
+            Ok(None)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(DelayOnly::default());
+    let store = open(dir.path(), vec![hook.clone()]);
+    store.create_topic("T", 2, 6, false, false).unwrap();
+    let plain = properties::encode([("TAGS", "A"), ("KEYS", "k"), ("UNIQ_KEY", "ID")]);
+    let timer = properties::encode([("__STARTDELIVERTIME", "1")]);
+    let rr = RoundRobin::new(0);
+    for props in [&b""[..], &plain, &timer] {
+        let m = MessageRef::new("T", 0, b"x").with_properties(props);
+        for wait in [Wait::Durable, Wait::Pipelined, Wait::NoWait] {
+            let req = PutRequest::new(Routing::RoundRobin(&rr)).wait(wait);
+            if store.put_message(&m, &req).unwrap().is_none() {
+                // A NoWait put that would have waited: the waiting one.
+                store.put(&m).unwrap();
+            }
+        }
+        store.put_batch(&[m, m], &mut Vec::new()).unwrap();
+    }
+    assert_eq!(
+        (
+            hook.checks.load(Ordering::SeqCst),
+            hook.rewrites.load(Ordering::SeqCst)
+        ),
+        (0, 0),
+        "no message carried DELAY"
+    );
+    // A DELAY property anywhere among the others, in a single put and in a batch.
+    let delayed = properties::encode([("TAGS", "A"), ("DELAY", "1"), ("p", "v")]);
+    let m = MessageRef::new("T", 0, b"x").with_properties(&delayed);
+    store.put(&m).unwrap();
+    store.put_batch(&[m, m], &mut Vec::new()).unwrap();
+    assert_eq!(
+        hook.rewrites.load(Ordering::SeqCst),
+        3,
+        "the single put and the batch's two"
+    );
+    // Each of them and the store's delay-level hook's rewrite of it (still marked DELAY).
+    assert_eq!(hook.checks.load(Ordering::SeqCst), 6);
 }

@@ -40,13 +40,17 @@ def ofd_unlock(fd: int, start: int, len: int) -> None:
 
 @disjoint_base
 class Message:
-    """A message to send (a native class that behaves as a dataclass)."""
+    """A message to send (a native class that behaves as a dataclass).
+
+    ``delay_level`` (RocketMQ's delay level; 0, the default, is none) keeps the message out of
+    its topic until the delay of its level in the store's table (``delay_levels``) has passed."""
     topic: str
     body: bytes
     tags: str | None
     keys: Sequence[str] | str
     properties: Mapping[str, str]
     flag: int
+    delay_level: int
     __dataclass_fields__: ClassVar[dict[str, Any]]
     __match_args__: ClassVar[tuple[str, ...]]
     __hash__: ClassVar[None]  # type: ignore[assignment]
@@ -58,6 +62,7 @@ class Message:
         keys: Sequence[str] | str | None = None,
         properties: Mapping[str, str] | None = None,
         flag: int | None = None,
+        delay_level: int | None = None,
     ) -> Self: ...
     def __eq__(self, other: object, /) -> bool: ...
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
@@ -88,9 +93,16 @@ class SendResult:
     @property
     def offset_msg_id(self) -> str: ...
     @property
-    def message_queue(self) -> MessageQueue: ...
+    def message_queue(self) -> MessageQueue:
+        """The topic and queue the message was sent to (for a delayed message too)."""
     @property
-    def queue_offset(self) -> int: ...
+    def queue_offset(self) -> int:
+        """The message's offset in the queue it was stored in: its ``message_queue``, or for a
+        ``scheduled`` message its level's queue of ``SCHEDULE_TOPIC_XXXX`` (it gets an offset in
+        ``message_queue`` when it is delivered)."""
+    @property
+    def scheduled(self) -> bool:
+        """True when the message was stored for later delivery (a delay level)."""
     @property
     def commit_log_offset(self) -> int: ...
     def _end(self) -> int: ...
@@ -103,6 +115,9 @@ class SendBatchResult:
     def message_queue(self) -> MessageQueue: ...
     @property
     def first_queue_offset(self) -> int: ...
+    @property
+    def scheduled(self) -> bool:
+        """True when the batch was stored for later delivery (a delay level)."""
     @property
     def send_status(self) -> Any: ...
     def __len__(self) -> int: ...
@@ -256,6 +271,7 @@ class Store:
         dir_mode: int | None = None,
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
+        delay_levels: str | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...

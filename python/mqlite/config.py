@@ -32,7 +32,7 @@ __all__ = [
     "store_options",
 ]
 
-Kind = Literal["bool", "int", "number", "positive", "flush"]
+Kind = Literal["bool", "int", "number", "positive", "flush", "text"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class Option:
     """One ``mqlite.open()`` option.
 
     ``kind`` selects the check: ``"int"`` (an int in ``[minimum, maximum]``), ``"bool"``,
-    ``"number"`` (a finite int or float >= 0), ``"positive"`` (the same, > 0) or ``"flush"``
-    (``"async"`` or ``"sync"``). ``default`` is the value in force when the option is not given
+    ``"number"`` (a finite int or float >= 0), ``"positive"`` (the same, > 0), ``"flush"``
+    (``"async"`` or ``"sync"``) or ``"text"`` (a str the core parses). ``default`` is the value in force when the option is not given
     (``None``: none, e.g. no waiting); ``unit`` says how the page shows it."""
 
     name: str
@@ -181,6 +181,14 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "addition: each file being written and each file with bytes not yet flushed. The "
         "store's descriptors stay under 16 whatever its number of files and queues.",
     ),
+    Option(
+        "delay_levels", "text", "str", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        "The delay of each Message(delay_level=n), level 1 first, as RocketMQ's "
+        "messageDelayLevel: up to 64 space-separated counts with a unit (s, m, h or d), each "
+        "at most 40 days. A send with a level outside the table raises InvalidMessageError. A "
+        "message keeps the delay it was sent with if a later open changes the table.",
+        "One queue of SCHEDULE_TOPIC_XXXX per level used, and config/delayOffset.json.",
+    ),
 )
 
 _BY_NAME: dict[str, Option] = {option.name: option for option in OPEN_OPTIONS}
@@ -273,6 +281,10 @@ def _check(option: Option, value: object) -> object:
         if value < low or (high is not None and value > high):
             limit = f">= {low}" if high is None else f"in [{low}, {high:#o}]"
             raise InvalidConfigError(f"{name} must be {limit}, got {value!r}", field=name)
+        return value
+    if option.kind == "text":
+        if not isinstance(value, str):
+            raise InvalidConfigError(f"{name} must be a str, not {type(value).__name__}", field=name)
         return value
     if option.kind == "flush":
         if value not in ("async", "sync"):

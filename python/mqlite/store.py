@@ -92,6 +92,7 @@ class Store:
         dir_mode: int | None = None,
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
+        delay_levels: str | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
         options = store_options(
@@ -111,6 +112,7 @@ class Store:
                 "dir_mode": dir_mode,
                 "retention_hours": retention_hours,
                 "max_mapped_files": max_mapped_files,
+                "delay_levels": delay_levels,
             }
         )
         where = os.fsdecode(os.fspath(path))

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::message::codec::FIXED_V1_IPV4;
+use crate::message::delay_levels::DelayLevels;
 use crate::message::properties::MAX_PROPERTIES_LEN;
 use crate::message::validate::MAX_SYSTEM_TOPIC_LEN;
 use crate::topic_config::MAX_QUEUES;
@@ -82,6 +83,10 @@ pub struct StoreConfig {
     /// Where the store reads wall-clock time (record store timestamps, retention age,
     /// checkpoint timestamps): the system clock unless a test sets a manual one.
     pub clock: Clock,
+    /// The delay of each `DELAY` level (RocketMQ's `messageDelayLevel`, by default "1s 5s 10s
+    /// 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"). A message is given its level's
+    /// delay when it is put; a level outside the table is refused.
+    pub delay_levels: DelayLevels,
 }
 
 /// Default commit-log file size (32 MiB).
@@ -114,6 +119,7 @@ impl Default for StoreConfig {
             file_reserved_time: Duration::from_secs(72 * 3600),
             max_mapped_files: DEFAULT_MAPPED_FILES,
             clock: Clock::system(),
+            delay_levels: DelayLevels::default(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! every `crate::` path of the crate, and fails on an import against it.
 //!
 //! ```text
-//! store                         (facade, services, write pipeline and put hooks, topic admin)
+//! store                         (facade, services, write pipeline and put hooks, topic admin, delay levels)
 //! recovery, flush, retention, leader (startup scan; flush and checkpoint; expiry; shared writers' leader)
 //! store_meta                    (the meta file: format version and geometry)
 //! consume_queue                 (implements dispatch's DerivedStore and QueueIndex)
@@ -70,8 +70,8 @@ pub use config::{FlushMode, StoreConfig};
 pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{
-    GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin, Routing, Store,
-    TagFilter, Wait,
+    BatchPut, GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin,
+    Routing, Store, TagFilter, Wait,
 };
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

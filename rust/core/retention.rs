@@ -13,8 +13,10 @@
 //! previous leader counts as deleted.
 //!
 //! Invariants: files go from the head only, oldest first, up to the first that is not
-//! expired; never the file being written, and never one holding records the critical derived
-//! stores have not been given (a lagging non-critical store loses them: it is best effort).
+//! expired; never the file being written, never one holding records the critical derived
+//! stores have not been given (a lagging non-critical store loses them: it is best effort),
+//! and never one at or past the floor a keeper reports (the oldest delayed message not yet
+//! delivered).
 //!
 //! Crash behaviour: a crash between unlinks leaves a shorter head; the next open loads what is
 //! there, and derived data pointing below the log's start is dropped by `delete_expired` or
@@ -47,7 +49,6 @@ pub struct Deleted {
 }
 
 /// The retention service.
-#[derive(Debug)]
 pub struct Retention {
     commit_log: Arc<CommitLog>,
     stores: DerivedStores,
@@ -57,6 +58,20 @@ pub struct Retention {
     stopping: Mutex<bool>,
     wake: Condvar,
     stop_flag: AtomicBool,
+    /// Commit-log offset no deleted file may reach (`u64::MAX`: none), asked at each pass.
+    floor: Option<Floor>,
+}
+
+/// See `Retention::keeping`.
+type Floor = Box<dyn Fn() -> u64 + Send + Sync>;
+
+impl std::fmt::Debug for Retention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retention")
+            .field("keep", &self.keep)
+            .field("floor", &self.floor.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Retention {
@@ -78,7 +93,16 @@ impl Retention {
             stopping: Mutex::new(false),
             wake: Condvar::new(),
             stop_flag: AtomicBool::new(false),
+            floor: None,
         }
+    }
+
+    /// Also keeps every file that ends past `floor()`, a commit-log offset asked at each pass
+    /// (`u64::MAX` keeps nothing more).
+    #[must_use]
+    pub fn keeping(mut self, floor: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.floor = Some(Box::new(floor));
+        self
     }
 
     /// Deletes every expired commit-log file (see `delete_expired_until`); returns how many.
@@ -105,6 +129,7 @@ impl Retention {
         let now_ms = self.clock.now_ms();
         let keep_ms = i64::try_from(self.keep.as_millis()).unwrap_or(i64::MAX);
         let dispatched = self.reput.dispatched_offset();
+        let floor = self.floor.as_ref().map_or(u64::MAX, |f| f());
         let expired = |f: &crate::mapped_file::MappedFile| {
             let end = f.from_offset() + f.size();
             let old = std::fs::metadata(f.path())
@@ -113,7 +138,7 @@ impl Retention {
                 .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
                 .and_then(|d| i64::try_from(d.as_millis()).ok())
                 .is_some_and(|modified| now_ms >= modified.saturating_add(keep_ms));
-            old && end <= dispatched
+            old && end <= dispatched && end <= floor
         };
         // One file at a time: each unlink may take milliseconds (the file system frees its
         // blocks), and the deadline is checked between them.

@@ -8,9 +8,10 @@
 //! - on UTF-8 input, `get(name)` is `decode`'s value for every decoded name (both read the
 //!   last pair of that name) and agrees with `decode` for the system names;
 //! - `check_encoded` accepts exactly the strings that are whole pairs: `Ok` means the input is
-//!   UTF-8, re-encoding `iter`'s pairs gives the input back byte for byte, and the TAGS it
-//!   returns is the first TAGS pair's value.
+//!   UTF-8, re-encoding `iter`'s pairs gives the input back byte for byte, the TAGS it
+//!   returns is the first TAGS pair's value, and its marks are `Marks::of_properties`'s.
 
+use mqlite::message::marks::Marks;
 use mqlite::message::properties;
 use mqlite::Error;
 
@@ -61,7 +62,12 @@ pub fn check_properties(data: &[u8]) {
     }
 
     match properties::check_encoded(data) {
-        Ok(tags) => {
+        Ok(properties::Checked { tags, marks }) => {
+            assert_eq!(
+                marks,
+                Marks::of_properties(data),
+                "the validation's marks differ"
+            );
             assert!(
                 std::str::from_utf8(data).is_ok(),
                 "accepted non-UTF-8 properties"

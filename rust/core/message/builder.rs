@@ -87,6 +87,15 @@ impl<'b> PropertiesBuilder<'b> {
         Ok(())
     }
 
+    /// Adds the DELAY level (RocketMQ's delay level; 0 adds nothing). Whether the store has
+    /// that level is checked when the message is put (the store's level table).
+    pub fn delay_level(&mut self, level: u32) {
+        if level > 0 {
+            self.keys_at = None;
+            properties::push(self.out, properties::DELAY, &level.to_string());
+        }
+    }
+
     /// The range of the buffer this message's properties fill.
     pub fn finish(self) -> (usize, usize) {
         (self.start, self.out.len())

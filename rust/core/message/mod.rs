@@ -3,6 +3,8 @@
 pub mod builder;
 pub mod codec;
 pub mod compression;
+pub mod delay_levels;
+pub mod marks;
 pub mod msg_id;
 pub mod properties;
 pub mod tags;

@@ -3,6 +3,8 @@
 //! Parsing follows RocketMQ: split on `\x02`, ignore segments shorter than 3 bytes, split each at
 //! its first `\x01`, which must be neither first nor last; a later duplicate wins.
 
+use super::marks::Marks;
+
 /// Separator between a name and its value.
 pub const NAME_VALUE_SEPARATOR: u8 = 1;
 /// Terminator of each pair.
@@ -20,6 +22,9 @@ pub const UNIQ_KEY: &str = "UNIQ_KEY";
 pub const WAIT: &str = "WAIT";
 /// Delay level.
 pub const DELAY: &str = "DELAY";
+/// The delay in ms the store gave a delayed message from its level table (mqlite's own: the
+/// record then states its delivery time whatever table a later open uses).
+pub const DELAY_MS: &str = "MQLITE_DELAY_MS";
 /// Original topic of a delayed / timer / half message.
 pub const REAL_TOPIC: &str = "REAL_TOPIC";
 /// Original queue id of a delayed / timer / half message.
@@ -35,6 +40,7 @@ pub const RESERVED: &[&str] = &[
     "TAGS",
     "WAIT",
     "DELAY",
+    "MQLITE_DELAY_MS",
     "RETRY_TOPIC",
     "REAL_TOPIC",
     "REAL_QID",
@@ -168,10 +174,20 @@ pub fn decode(props: &[u8]) -> Vec<(String, String)> {
     out
 }
 
+/// What the validation of a property string found (`check_encoded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked<'a> {
+    /// The first TAGS value.
+    pub tags: Option<&'a str>,
+    /// The names the store acts on at put (`marks`).
+    pub marks: Marks,
+}
+
 /// Checks that `props` is a well-formed property string: UTF-8 `name\x01value\x02` pairs with
 /// non-empty names and values and no NUL or stray separator bytes. One pass over the bytes,
-/// which also finds the TAGS value (the first one) for dispatch.
-pub fn check_encoded(props: &[u8]) -> crate::error::Result<Option<&str>> {
+/// which also finds the TAGS value (the first one) for dispatch and the marks of the names
+/// (`Marks::of_properties` of the same string) for the put hooks.
+pub fn check_encoded(props: &[u8]) -> crate::error::Result<Checked<'_>> {
     let bad = |reason: &str| {
         Err(crate::error::Error::InvalidMessage {
             reason: reason.to_owned(),
@@ -186,13 +202,17 @@ pub fn check_encoded(props: &[u8]) -> crate::error::Result<Option<&str>> {
         .and_then(|r| r.strip_suffix(&[PROPERTY_SEPARATOR]))
     {
         if !value.is_empty() && crate::util::bytes::all_ascii_from(value, 3) {
-            return Ok(None);
+            return Ok(Checked {
+                tags: None,
+                marks: Marks::NONE,
+            });
         }
     }
     if !props.is_ascii() && std::str::from_utf8(props).is_err() {
         return bad("properties are not UTF-8");
     }
     let mut tags: Option<&[u8]> = None;
+    let mut marks = Marks::NONE;
     let mut at = 0usize;
     while at < props.len() {
         let rest = props.get(at..).unwrap_or(&[]);
@@ -210,18 +230,26 @@ pub fn check_encoded(props: &[u8]) -> crate::error::Result<Option<&str>> {
                     "malformed property (empty value, or a NUL or stray \\x01, or no final \\x02)",
                 ),
             };
-        if tags.is_none() && props.get(at..at + name_len) == Some(TAGS.as_bytes()) {
+        let name = props.get(at..at + name_len).unwrap_or(&[]);
+        if tags.is_none() && name == TAGS.as_bytes() {
             tags = props.get(value_at..value_at + value_len);
         }
+        marks = marks.with(Marks::of_name(name));
         at = value_at + value_len + 1;
     }
-    // The whole string is UTF-8 and the value lies between ASCII separators.
-    Ok(tags.and_then(|t| std::str::from_utf8(t).ok()))
+    Ok(Checked {
+        // The whole string is UTF-8 and the value lies between ASCII separators.
+        tags: tags.and_then(|t| std::str::from_utf8(t).ok()),
+        marks,
+    })
 }
 
 #[cfg(test)]
 mod check_encoded_tests {
-    use super::check_encoded as check_encoded_properties;
+    /// The TAGS value `check_encoded` finds (the tests of its verdict and TAGS).
+    fn check_encoded_properties(props: &[u8]) -> crate::error::Result<Option<&str>> {
+        super::check_encoded(props).map(|c| c.tags)
+    }
 
     #[test]
     fn encoded_property_validation() {

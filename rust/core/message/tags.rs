@@ -4,9 +4,12 @@
 //!
 //! - An ordinary record's code is the Java `String.hashCode` of its TAGS value (0 without one).
 //! - A record of `SCHEDULE_TOPIC_XXXX` with a DELAY level above 0 has its delivery time instead:
-//!   the store timestamp plus that level's delay (a level above the highest counts as the
-//!   highest), as RocketMQ's `computeDeliverTimestamp` gives it. The schedule service reads
-//!   the head of each level's queue and needs no record to know whether it is due.
+//!   the store timestamp plus the delay the store gave it when it was put (its
+//!   `MQLITE_DELAY_MS` property, from the store's level table), or, for a record without that
+//!   property (written by RocketMQ), the delay of its level in RocketMQ's default table (a
+//!   level above the highest counts as the highest), as RocketMQ's `computeDeliverTimestamp`
+//!   gives it. The schedule service reads the head of each level's queue and needs no record
+//!   to know whether it is due.
 //!
 //! The code is a function of the stored record alone (topic, properties, store timestamp): a
 //! code the record could not reproduce would change when recovery rebuilds the queue.
@@ -90,11 +93,19 @@ impl TopicRule {
     }
 }
 
-/// The delivery time of a delayed record: its store time plus the delay of its DELAY level
-/// (clamped to the highest level); `None` without a level above 0.
+/// The delivery time of a delayed record: its store time plus the delay it was given
+/// (`MQLITE_DELAY_MS`), else the default delay of its DELAY level (clamped to the highest
+/// level); `None` without a level above 0.
 pub fn delivery_time(props: &[u8], store_timestamp: i64) -> Option<i64> {
     let level: i64 = properties::get(props, properties::DELAY)?.parse().ok()?;
-    level_delay_ms(level).map(|d| store_timestamp.saturating_add(d))
+    let given = properties::get(props, properties::DELAY_MS)
+        .and_then(|ms| ms.parse::<i64>().ok())
+        .filter(|&ms| ms >= 0);
+    let delay = match given {
+        Some(ms) if level >= 1 => ms,
+        _ => level_delay_ms(level)?,
+    };
+    Some(store_timestamp.saturating_add(delay))
 }
 
 /// The delay of `level` (1-based), clamped to the highest level; `None` for a level below 1.
@@ -132,6 +143,9 @@ mod tests {
             7_200_000,
             "a level above the highest counts as the highest"
         );
+        // The delay the store gave the record wins over the default table.
+        let given = properties::encode([("DELAY", "1"), ("MQLITE_DELAY_MS", "250")]);
+        assert_eq!(of_stored(SCHEDULE_TOPIC, &given, 1_000), 1_250);
         for no_level in [
             &b""[..],
             b"DELAY\x010\x02",

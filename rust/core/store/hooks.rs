@@ -11,15 +11,39 @@
 //!   gets a typed error, never a bad record.
 //! - A hook changes the record (topic, queue, properties, sysflag), never the tags code alone:
 //!   the code follows from the record (`message::tags`), so a rebuilt consume queue agrees.
-//! - With no hook registered the write path runs no hook code beyond one length check.
+//! - A hook that refuses a message on its fields alone does so in `check`, which runs with the
+//!   caller's validation: a refused message then neither auto-creates its topic nor takes a
+//!   round-robin turn.
+//! - A hook sees only the messages that carry one of the marks it wants (`wants`,
+//!   `message::marks`): the validation pass finds a message's marks, and a message with none
+//!   that any hook wants runs no hook code (no `check`, no `rewrite`), which keeps the plain
+//!   put as cheap as with no hook registered. The store always registers one hook, the
+//!   delay-level hook (store/schedule/), last, and it wants `DELAY` only.
 
 use crate::error::Result;
+use crate::message::marks::Marks;
 use crate::message::MessageRef;
 
 /// A step of the write pipeline that may rewrite a message before it is appended.
 pub trait PutHook: Send + Sync + std::fmt::Debug {
     /// Short name for errors and logs.
     fn name(&self) -> &'static str;
+
+    /// The marks of the messages this hook looks at (`check` and `rewrite` are called only
+    /// for a message that carries one of them). Every message by default.
+    fn wants(&self) -> Marks {
+        Marks::EVERY
+    }
+
+    /// Refuses a message on its own fields, before its topic is looked up or created (a
+    /// refusal here writes nothing at all). Accepts by default.
+    ///
+    /// # Errors
+    /// The message's typed error.
+    fn check(&self, msg: &MessageRef<'_>) -> Result<()> {
+        let _ = msg;
+        Ok(())
+    }
 
     /// Looks at `msg` (validated, routed to `msg.queue_id`) and returns how to store it
     /// instead, or `None` to leave it as it is.
@@ -56,19 +80,43 @@ impl Rewrite {
     }
 }
 
-/// Runs `hooks` in order over `msg`; `None` when none rewrote it.
+/// What every hook of a list wants together.
+pub(super) fn wanted(hooks: &[std::sync::Arc<dyn PutHook>]) -> Marks {
+    hooks.iter().fold(Marks::NONE, |m, h| m.with(h.wants()))
+}
+
+/// Runs each hook's `check` that wants `msg`, whose marks are `marks`.
+pub(super) fn check(
+    hooks: &[std::sync::Arc<dyn PutHook>],
+    msg: &MessageRef<'_>,
+    marks: Marks,
+) -> Result<()> {
+    hooks
+        .iter()
+        .filter(|h| h.wants().selects(marks))
+        .try_for_each(|h| h.check(msg))
+}
+
+/// Runs `hooks` in order over `msg`, whose marks are `marks`, each only when it wants the
+/// message as the hooks before it left it; `None` when none rewrote it.
 pub(super) fn run(
     hooks: &[std::sync::Arc<dyn PutHook>],
     msg: &MessageRef<'_>,
+    marks: Marks,
 ) -> Result<Option<Rewrite>> {
     let mut current: Option<Rewrite> = None;
+    let mut marks = marks;
     for hook in hooks {
+        if !hook.wants().selects(marks) {
+            continue;
+        }
         let next = match &current {
             Some(r) => hook.rewrite(&r.apply(msg))?,
             None => hook.rewrite(msg)?,
         };
-        if next.is_some() {
-            current = next;
+        if let Some(r) = next {
+            marks = Marks::of_properties(&r.properties);
+            current = Some(r);
         }
     }
     Ok(current)

@@ -3,7 +3,8 @@
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
 //! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
 //! registered), the preparer, then the leader's duties: flush and retention (stores with a
-//! directory). A shared writer runs those duties only while it is the elected leader of the
+//! directory), then schedule (delay levels, schedule/), which the leader of shared writers
+//! hosts. A shared writer runs those duties only while it is the elected leader of the
 //! store's writer processes (leader.rs): its `leader` service starts and stops them. A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
@@ -25,6 +26,7 @@ pub mod hooks;
 mod open;
 mod read;
 mod round_robin;
+pub mod schedule;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -50,14 +52,16 @@ use crate::util::kill_point::kill_point;
 
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
-pub use write::{PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX};
+pub use write::{
+    BatchPut, PutRequest, PutResult, PutStatus, Routing, Wait, WakeVia, QUICK_BODY_MAX,
+};
 
 /// What a store runs besides its built-in parts, registered when it opens.
 #[derive(Debug, Default)]
 pub struct Extensions {
     /// Derived stores, after the consume queues (dispatch/derived.rs).
     pub derived: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
-    /// Put hooks, in the order they run.
+    /// Put hooks, in the order they run (the store's own delay-level hook runs after them).
     pub put_hooks: Vec<Arc<dyn hooks::PutHook>>,
 }
 
@@ -65,6 +69,9 @@ pub struct Extensions {
 #[derive(Debug)]
 pub struct Store {
     inner: Arc<Inner>,
+    /// Closes the store when dropped: the handle `open` returned. The store's own services
+    /// use handles that do not (`Store::handle`).
+    owner: bool,
 }
 
 #[derive(Debug)]
@@ -82,8 +89,16 @@ struct Inner {
     index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
-    /// The put hooks, in the order they run (empty unless registered at open).
+    /// The put hooks, in the order they run (the delay-level hook last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
+    /// What the hooks want together (`hooks::wanted`): a message with none of these marks
+    /// runs no hook code.
+    hooks_want: crate::message::marks::Marks,
+    /// Delivers delayed messages (writable stores).
+    schedule: Option<Arc<schedule::ScheduleService>>,
+    /// The schedule service's thread while this process hosts delivery (schedule/mod.rs):
+    /// started and stopped on its own, apart from `services`, and stopped before them.
+    delivery: Services,
     topics: TopicTable,
     checkpoint: Option<Arc<Checkpoint>>,
     reput: Option<Arc<Reput>>,
@@ -214,6 +229,15 @@ impl Store {
             },
             &mut || false,
         )
+    }
+
+    /// A handle on `inner` that does not close the store when dropped (the store's services
+    /// hold the store weakly and act on it through one).
+    pub(in crate::store) fn handle(inner: Arc<Inner>) -> Store {
+        Store {
+            inner,
+            owner: false,
+        }
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -393,6 +417,8 @@ impl Inner {
         // Threads blocked waiting for messages return (`closed` is set); a follower's sleepers
         // on the wake-up word are woken when it is released below.
         self.notifier.notify();
+        // Delivery first: its re-puts use the services stopped next.
+        self.delivery.stop_all();
         self.services.stop_all();
         let mut result = Ok(());
         // A shared writer closes under `open.lock`; only the last one records the clean state
@@ -413,6 +439,10 @@ impl Inner {
                 _ => Ok(()),
             };
             result = followed.and_then(|()| f.flush_all());
+            if let (Ok(()), Some(s)) = (&result, &self.schedule) {
+                // The log is durable through every delivery: the offsets may say so.
+                result = s.persist_after_flush();
+            }
             if result.is_ok() && r.has_followers() {
                 // The non-critical stores get what their stopped thread had not given them.
                 r.follow();
@@ -466,7 +496,9 @@ impl Inner {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        let _ = self.close();
+        if self.owner {
+            let _ = self.close();
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use super::schedule::{DelayLevelHook, ScheduleService};
 use super::{geometry, Inner, Store};
 use crate::checkpoint::{Checkpoint, StoreProgress};
 use crate::commit_log::{CommitLog, WarmAhead};
@@ -44,6 +46,9 @@ pub(super) fn open(
 
 /// `open`, registering `extra` derived stores after the consume queues (tests register
 /// stores of their own through `Store::open_with_derived`).
+/// The longest a first shared opener waits to have taken the leader role (it is alone).
+const FIRST_LEADER_WAIT: Duration = Duration::from_secs(10);
+
 pub(super) fn open_with(
     root: Option<&Path>,
     mut config: StoreConfig,
@@ -52,7 +57,7 @@ pub(super) fn open_with(
 ) -> Result<Store> {
     let super::Extensions {
         derived: extra,
-        put_hooks,
+        mut put_hooks,
     } = ext;
     config.validate()?;
     // Checked before anything is created: the checkpoint must be able to record every store.
@@ -190,7 +195,22 @@ pub(super) fn open_with(
         topics.adopt_discovered(&index.discover_topics()?, false)?;
     }
     let notifier = Arc::new(Notifier::default());
+    // Delay levels: the hook runs after the registered ones (one of them may give a message a
+    // level); the service delivers (store/schedule/).
+    let schedule = Arc::new(ScheduleService::new(
+        config.clock.clone(),
+        root.filter(|_| writable).map(|r| r.join("config")),
+        config.file_mode,
+        config.flush_interval,
+        config.shared_writers,
+    )?);
+    put_hooks.push(Arc::new(DelayLevelHook::new(
+        config.delay_levels.clone(),
+        config.clock.clone(),
+        schedule.wake(),
+    )));
 
+    let first_shared = config.shared_writers && attach_to.is_none();
     let mut report = RecoveryReport::default();
     let mut reput = None;
     let mut flush = None;
@@ -315,13 +335,19 @@ pub(super) fn open_with(
         }
         services.push(p);
         let keep = root.map(|_| {
-            Arc::new(Retention::new(
-                Arc::clone(&commit_log),
-                derived.clone(),
-                Arc::clone(&r),
-                config.file_reserved_time,
-                config.clock.clone(),
-            ))
+            Arc::new(
+                Retention::new(
+                    Arc::clone(&commit_log),
+                    derived.clone(),
+                    Arc::clone(&r),
+                    config.file_reserved_time,
+                    config.clock.clone(),
+                )
+                .keeping({
+                    let s = Arc::clone(&schedule);
+                    move || s.pending_floor()
+                }),
+            )
         });
         // The leader's duties: an exclusive writer runs them; shared writers elect the one
         // process that does (leader.rs).
@@ -331,6 +357,7 @@ pub(super) fn open_with(
             Some(root) => {
                 let seat = Seat::open(root, config.file_mode)?;
                 let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
+                let sched = Arc::clone(&schedule);
                 let take_over = Box::new(move || {
                     f.set_leading();
                     // What a dead leader left unflushed, and its sync senders' requests.
@@ -340,6 +367,8 @@ pub(super) fn open_with(
                     if let Some(k) = &keep {
                         let _ = k.delete_expired();
                     }
+                    // Delayed messages of every process are delivered here from now on.
+                    sched.host();
                 });
                 services.push(Arc::new(LeaderRole::new(
                     Arc::clone(&seat),
@@ -376,6 +405,7 @@ pub(super) fn open_with(
         notifier.set_remote(Arc::clone(w));
     }
 
+    let config_shared = config.shared_writers;
     let inner = Arc::new(Inner {
         config,
         geometry: decided.geometry,
@@ -384,7 +414,9 @@ pub(super) fn open_with(
         commit_log,
         index,
         derived,
+        hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
+        schedule: writable.then_some(Arc::clone(&schedule)),
         topics,
         checkpoint,
         reput,
@@ -396,6 +428,7 @@ pub(super) fn open_with(
         wake,
         lock: Mutex::new(store_lock),
         services: crate::service::Services::default(),
+        delivery: crate::service::Services::default(),
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
@@ -406,9 +439,26 @@ pub(super) fn open_with(
         last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
         follow_end: std::sync::atomic::AtomicU64::new(0),
     });
+    schedule.attach(Arc::downgrade(&inner));
     inner.services.start(services)?;
+    // Delivery runs in one process only: shared writers leave it to the process chosen to
+    // host it (`Store::start_delivery`).
+    if writable && !config_shared {
+        if let Err(e) = inner.delivery.start(vec![schedule]) {
+            inner.services.stop_all();
+            return Err(e);
+        }
+    }
+    // The first shared opener is alone: it takes the leader byte at once and returns leading
+    // (its duties and delivery running), as an exclusive writer does. Bounded: a thread that
+    // cannot be started leaves the role to its retries (leader.rs).
+    if first_shared {
+        if let Some(seat) = &inner.leader {
+            seat.wait_leader(FIRST_LEADER_WAIT);
+        }
+    }
     drop(opening);
-    Ok(Store { inner })
+    Ok(Store { inner, owner: true })
 }
 
 /// A later shared opener's mapping: the first opener's, which must be valid for this process.

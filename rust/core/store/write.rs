@@ -21,6 +21,7 @@ use crate::config::FlushMode;
 use crate::dispatch::reput::Reput;
 use crate::dispatch::DispatchRequest;
 use crate::error::{Error, Result};
+use crate::message::marks::Marks;
 use crate::message::{properties, tags, validate, MessageRef};
 use crate::topic_config::is_system_topic;
 use crate::util::reuse;
@@ -40,14 +41,34 @@ pub enum PutStatus {
 }
 
 /// Result of a put of one message.
+///
+/// As RocketMQ's broker answers a producer: `queue_id` is the queue of the message's own
+/// topic the put was routed to, and `appended` says where the record was stored, which is
+/// another queue when a put hook moved it (`scheduled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutResult {
     /// Durability status.
     pub status: PutStatus,
-    /// Where the record landed.
+    /// Where the record landed: its commit-log place, and its offset in the queue it was
+    /// stored in (for a scheduled message, its level's queue of `SCHEDULE_TOPIC_XXXX`).
     pub appended: Appended,
-    /// The queue it went to (a hook's rewrite may have moved it to another topic's queue).
+    /// The queue of the message's topic it was sent to.
     pub queue_id: u32,
+    /// The message was stored for later delivery (a delay level: in `SCHEDULE_TOPIC_XXXX`):
+    /// it reaches `queue_id` of its topic when due, with a queue offset given then.
+    pub scheduled: bool,
+}
+
+/// Result of a batch put (`Store::put_messages`); see `PutResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPut {
+    /// The queue of the batch's topic it was sent to.
+    pub queue_id: u32,
+    /// Durability status.
+    pub status: PutStatus,
+    /// The messages were stored for later delivery (all of a batch, or none: the hooks keep
+    /// a batch together).
+    pub scheduled: bool,
 }
 
 /// Which queue of the message's topic a put goes to.
@@ -239,7 +260,7 @@ impl Store {
             return Ok(None);
         }
         self.check_writable()?;
-        let tags = self.check_message(msg)?;
+        let checked = self.check_message(msg)?;
         let info = match self.inner.topics.try_write_info(msg.topic) {
             Some(Some(info)) => info,
             // Unknown: creating the topic writes a file, unless it can never be sent to.
@@ -251,9 +272,9 @@ impl Store {
         routed.queue_id = req
             .routing
             .pick(msg.topic, check_send_allowed(msg.topic, info)?)?;
-        let rewrite = match self.inner.hooks.is_empty() {
-            true => None,
-            false => match self.rewrite(&routed, req.routing, false)? {
+        let rewrite = match self.hooked(checked.marks) {
+            false => None,
+            true => match self.rewrite(&routed, req.routing, false, checked.marks)? {
                 Hooked::Unchanged => None,
                 Hooked::Rewritten(r) => Some(r),
                 Hooked::Declined => return Ok(None),
@@ -262,7 +283,7 @@ impl Store {
         // By reference: the message is not copied again before `Prepared::new`.
         let stored;
         let (msg, tags) = match &rewrite {
-            None => (&routed, tags),
+            None => (&routed, checked.tags),
             Some(r) => {
                 stored = r.apply(&routed);
                 (
@@ -301,7 +322,8 @@ impl Store {
         Ok(Some(PutResult {
             status: PutStatus::PutOk,
             appended,
-            queue_id: msg.queue_id,
+            queue_id: routed.queue_id,
+            scheduled: is_scheduled(rewrite.as_ref()),
         }))
     }
 
@@ -314,12 +336,12 @@ impl Store {
     ) -> Result<PutResult> {
         self.check_writable()?;
         // Message first: a rejected message must not auto-create its topic.
-        let tags = self.check_message(msg)?;
+        let checked = self.check_message(msg)?;
         let mut routed = *msg;
         routed.queue_id = routing.pick(msg.topic, self.writable_queues(msg.topic)?)?;
-        let rewrite = match self.inner.hooks.is_empty() {
-            true => None,
-            false => match self.rewrite(&routed, routing, true)? {
+        let rewrite = match self.hooked(checked.marks) {
+            false => None,
+            true => match self.rewrite(&routed, routing, true, checked.marks)? {
                 Hooked::Rewritten(r) => Some(r),
                 Hooked::Unchanged | Hooked::Declined => None,
             },
@@ -327,7 +349,7 @@ impl Store {
         // By reference: the message is not copied again before `Prepared::new`.
         let stored;
         let (msg, tags) = match &rewrite {
-            None => (&routed, tags),
+            None => (&routed, checked.tags),
             Some(r) => {
                 stored = r.apply(&routed);
                 (
@@ -349,7 +371,8 @@ impl Store {
         Ok(PutResult {
             status,
             appended,
-            queue_id: msg.queue_id,
+            queue_id: routed.queue_id,
+            scheduled: is_scheduled(rewrite.as_ref()),
         })
     }
 
@@ -366,13 +389,13 @@ impl Store {
             });
         }
         self.put_messages(msgs, &PutRequest::new(Routing::Queue(queue_id)), out)
-            .map(|(_, status)| status)
+            .map(|put| put.status)
     }
 
     /// Appends a batch of messages for one topic to one queue (chosen by `req.routing` once
     /// for the batch; the messages' own queue ids are ignored), with consecutive queue offsets,
     /// in one file and under one lock; pushes each record's `Appended` to `out` and returns the
-    /// queue. All or nothing: an invalid message rejects the batch.
+    /// queue of the topic it was sent to. All or nothing: an invalid message rejects the batch.
     ///
     /// # Errors
     /// As `put`, and `InvalidBatch` for an empty batch, several topics, transaction messages,
@@ -382,7 +405,7 @@ impl Store {
         msgs: &[MessageRef<'_>],
         req: &PutRequest<'_>,
         out: &mut Vec<Appended>,
-    ) -> Result<(u32, PutStatus)> {
+    ) -> Result<BatchPut> {
         self.check_writable()?;
         let Some(first) = msgs.first() else {
             return Err(Error::InvalidBatch {
@@ -391,6 +414,7 @@ impl Store {
         };
         let mut prepared: Vec<Prepared<'_>> = reuse::take(&PREPARED, msgs.len());
         let mut tag_values: Vec<Option<&str>> = reuse::take(&TAG_VALUES, msgs.len());
+        let mut hooked = false;
         for m in msgs {
             // Pointer equality first: batch items usually share one topic string.
             let same_topic = std::ptr::eq(m.topic, first.topic) || m.topic == first.topic;
@@ -404,7 +428,9 @@ impl Store {
                     reason: "transaction messages cannot be batched".into(),
                 });
             }
-            tag_values.push(self.check_message(m)?);
+            let checked = self.check_message(m)?;
+            hooked |= self.hooked(checked.marks);
+            tag_values.push(checked.tags);
             prepared.push(Prepared::new(*m)?);
         }
         // Messages first: a rejected batch must not auto-create its topic.
@@ -414,9 +440,12 @@ impl Store {
         for p in &mut prepared {
             p.msg.queue_id = queue_id;
         }
-        let rewrites = self
-            .batch_rewrites(msgs, queue_id)
-            .inspect_err(|_| req.routing.give_back(first.topic))?;
+        let rewrites = match hooked {
+            false => None,
+            true => self
+                .batch_rewrites(msgs, queue_id)
+                .inspect_err(|_| req.routing.give_back(first.topic))?,
+        };
         if let Some(rs) = &rewrites {
             prepared.clear();
             for (m, r) in msgs.iter().zip(rs) {
@@ -427,7 +456,10 @@ impl Store {
                 })?);
             }
         }
-        let queue_id = prepared.first().map_or(queue_id, |p| p.msg.queue_id);
+        let scheduled = rewrites
+            .as_ref()
+            .and_then(|rs| rs.first())
+            .is_some_and(|r| is_scheduled(r.as_ref()));
         // One topic (the hooks keep a batch together): one tags-code rule.
         let rule = tags::TopicRule::of_topic(prepared.first().map_or(first.topic, |p| p.msg.topic));
         let start = out.len();
@@ -462,24 +494,27 @@ impl Store {
         };
         reuse::keep(&PREPARED, prepared);
         reuse::keep(&TAG_VALUES, tag_values);
-        Ok((queue_id, status))
+        Ok(BatchPut {
+            queue_id,
+            status,
+            scheduled,
+        })
     }
 
-    /// The hooks' rewrites of a batch routed to `queue_id`, one per message (`None` when no
-    /// hook is registered, the common case, which costs nothing more).
+    /// The hooks' rewrites of a batch routed to `queue_id`, one per message; only called when
+    /// a hook wants one of its messages (a batch no hook wants costs nothing more).
+    #[cold]
+    #[inline(never)]
     fn batch_rewrites(
         &self,
         msgs: &[MessageRef<'_>],
         queue_id: u32,
     ) -> Result<Option<Vec<Option<Rewrite>>>> {
-        if self.inner.hooks.is_empty() {
-            return Ok(None);
-        }
         let mut rewrites = Vec::with_capacity(msgs.len());
         let mut target: Option<(String, u32)> = None;
         for m in msgs {
             let m = MessageRef { queue_id, ..*m };
-            let r = self.run_hooks(&m)?;
+            let r = hooks::run(&self.inner.hooks, &m, Marks::of_properties(m.properties))?;
             let stored = r.as_ref().map_or(m, |r| r.apply(&m));
             match &target {
                 Some((t, q)) if t != stored.topic || *q != stored.queue_id => {
@@ -499,17 +534,15 @@ impl Store {
         Ok(Some(rewrites))
     }
 
-    /// The registered hooks' rewrite of `msg`; `None` at once when no hook is registered.
+    /// True when a registered hook wants a message with these marks (hooks.rs): only then
+    /// does a put run hook code.
     #[inline]
-    fn run_hooks(&self, msg: &MessageRef<'_>) -> Result<Option<Rewrite>> {
-        if self.inner.hooks.is_empty() {
-            return Ok(None);
-        }
-        hooks::run(&self.inner.hooks, msg)
+    fn hooked(&self, marks: Marks) -> bool {
+        self.inner.hooks_want.selects(marks)
     }
 
-    /// The hooks' verdict on one message routed to its queue (only called with hooks
-    /// registered, which keeps the put without hooks free of this code): the rewrite,
+    /// The hooks' verdict on one message, whose marks are `marks`, routed to its queue (only
+    /// called when a hook wants it, which keeps the plain put free of this code): the rewrite,
     /// validated as a caller's message, and its destination checked. `create`: a system
     /// destination is created or grown (a put that may wait); otherwise a destination that
     /// does not take the queue yet declines the put. A refused or declined put gives its
@@ -521,9 +554,10 @@ impl Store {
         routed: &MessageRef<'_>,
         routing: Routing<'_>,
         create: bool,
+        marks: Marks,
     ) -> Result<Hooked> {
         let verdict = (|| {
-            let Some(r) = hooks::run(&self.inner.hooks, routed)? else {
+            let Some(r) = hooks::run(&self.inner.hooks, routed, marks)? else {
                 return Ok(Hooked::Unchanged);
             };
             let m = r.apply(routed);
@@ -622,14 +656,28 @@ impl Store {
         Ok(())
     }
 
-    /// Validates sizes and properties; returns the TAGS value.
-    fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<Option<&'m str>> {
+    /// Validates sizes, properties and, for a message a hook wants, what the hooks check
+    /// (hooks.rs); returns the TAGS value and the message's marks. Inline, as every put's
+    /// first step; the hooks' checks, which plain puts skip, are out of line.
+    #[inline(always)]
+    fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<properties::Checked<'m>> {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
             self.inner.max_message_size,
         )?;
-        properties::check_encoded(m.properties)
+        let checked = properties::check_encoded(m.properties)?;
+        if self.hooked(checked.marks) {
+            self.check_hooked(m, checked.marks)?;
+        }
+        Ok(checked)
+    }
+
+    /// The checks of the hooks that want `m`, whose marks are `marks`.
+    #[cold]
+    #[inline(never)]
+    fn check_hooked(&self, m: &MessageRef<'_>, marks: Marks) -> Result<()> {
+        hooks::check(&self.inner.hooks, m, marks)
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
@@ -682,6 +730,12 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// True when `rewrite` stores its message for later delivery (`PutResult::scheduled`).
+#[inline(always)]
+fn is_scheduled(rewrite: Option<&Rewrite>) -> bool {
+    rewrite.is_some_and(|r| r.topic == tags::SCHEDULE_TOPIC)
 }
 
 /// What the hooks made of one message (`Store::rewrite`).

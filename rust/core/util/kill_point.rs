@@ -53,6 +53,9 @@ pub const POINTS: &[&str] = &[
     // Clean close: the clean-shutdown record in place and durable, the abort marker not yet
     // removed.
     "store.clean_recorded",
+    // Schedule service: a due delayed message re-put to its real topic (the put returned),
+    // its level's offset not yet advanced nor written to `delayOffset.json`.
+    "schedule.delivered_unrecorded",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

@@ -227,6 +227,8 @@ fields! {
     StorePath = "path" => InvalidConfigError;
     /// The store's `flush` option.
     FlushOption = "flush" => InvalidConfigError;
+    /// The store's `delay_levels` option.
+    DelayLevelsOption = "delay_levels" => InvalidConfigError;
     /// A producer's `compression` option.
     CompressionOption = "compression" => InvalidConfigError;
     /// A tag of a read's tag filter.

@@ -57,7 +57,11 @@ pub fn read_message<'py>(
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
-        let f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        let mut f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        // Most messages have no level: they take the same way as before levels existed.
+        if let Some(d) = f.delay_level.take() {
+            return held_with_delay_level(f, d.bind(py), props, uniq);
+        }
         let properties = f.properties.unwrap_or_else(|| py.None());
         return held_from(
             f.topic.into_bound(py),
@@ -84,7 +88,7 @@ pub fn read_message<'py>(
             }
         })
     };
-    held_from(
+    let held = held_from(
         attr(intern!(py, "topic"))?,
         attr(intern!(py, "body"))?,
         &attr(intern!(py, "tags"))?,
@@ -93,7 +97,59 @@ pub fn read_message<'py>(
         &attr(intern!(py, "flag"))?,
         props,
         uniq,
-    )
+    )?;
+    // Optional: message-like objects written before delay levels have none.
+    match msg.getattr_opt(intern!(py, "delay_level"))? {
+        None => Ok(held),
+        Some(d) => with_delay_level(held, &d, props),
+    }
+}
+
+/// `read_message` of a `mqlite.Message` given a delay level `d`.
+#[cold]
+#[inline(never)]
+fn held_with_delay_level<'py>(
+    f: crate::outgoing::Fields,
+    d: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+    uniq: &str,
+) -> PyResult<Held<'py>> {
+    let py = d.py();
+    let properties = f.properties.unwrap_or_else(|| py.None());
+    let held = held_from(
+        f.topic.into_bound(py),
+        f.body.into_bound(py),
+        f.tags.bind(py),
+        f.keys.bind(py),
+        properties.bind(py),
+        f.flag.bind(py),
+        props,
+        uniq,
+    )?;
+    with_delay_level(held, d, props)
+}
+
+/// `held` with the message's `delay_level` added after the properties `held_from` encoded
+/// (they end the buffer: its last message's), as the builder orders them. Out of line: most
+/// messages have no level, and the plain send's code stays compact.
+#[cold]
+#[inline(never)]
+fn with_delay_level<'py>(
+    mut held: Held<'py>,
+    d: &Bound<'py, PyAny>,
+    props: &mut Vec<u8>,
+) -> PyResult<Held<'py>> {
+    let level = delay_level_of(d)?;
+    let (start, end) = held.props;
+    if end != props.len() {
+        return Err(crate::errors::IllegalStateError::new_err(
+            "the message's properties do not end the buffer",
+        ));
+    }
+    let mut builder = PropertiesBuilder::new(props);
+    builder.delay_level(level);
+    held.props = (start, builder.finish().1);
+    Ok(held)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -166,6 +222,25 @@ fn held_from<'py>(
         flag,
         props: builder.finish(),
     })
+}
+
+/// The level of a message's `delay_level` (an int, not a bool; 0 is none). Whether the store
+/// has the level is checked by the store (`InvalidMessageError`).
+fn delay_level_of(d: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if d.is_exact_instance_of::<PyInt>() {
+        if let Ok(0) = d.extract::<i64>() {
+            return Ok(0);
+        }
+    }
+    if d.is_instance_of::<pyo3::types::PyBool>() || !d.is_instance_of::<PyInt>() {
+        return Err(type_error(format!(
+            "delay_level must be an int, not {}",
+            type_name(d)
+        )));
+    }
+    d.extract::<Int>()
+        .map_err(|_| type_error("delay_level must be an int"))?
+        .to(|v| invalid_message(format!("delay_level must be a level from 0, got {v}")))
 }
 
 fn push_property(
@@ -260,8 +335,11 @@ pub fn send_status(py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
 pub struct PySendResult {
     /// The message's own topic object (no copy per send).
     pub topic: Py<PyString>,
+    /// The queue of that topic the message was sent to.
     pub queue_id: u32,
     pub ok: bool,
+    /// Stored for later delivery (`PutResult::scheduled`).
+    pub scheduled: bool,
     pub appended: Appended,
     /// The UNIQ_KEY, inline (no allocation per send).
     pub uniq: UniqueId,
@@ -293,6 +371,10 @@ impl PySendResult {
         self.appended.queue_offset
     }
     #[getter]
+    fn scheduled(&self) -> bool {
+        self.scheduled
+    }
+    #[getter]
     fn commit_log_offset(&self) -> u64 {
         self.appended.physical_offset
     }
@@ -306,18 +388,20 @@ impl PySendResult {
             topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,
             ok: false,
+            scheduled: self.scheduled,
             appended: self.appended,
             uniq: self.uniq,
         }
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={})",
+            "SendResult(send_status={}, msg_id={:?}, message_queue=MessageQueue(topic={:?}, queue_id={}), queue_offset={}{})",
             if self.ok { "SEND_OK" } else { "FLUSH_DISK_TIMEOUT" },
             self.uniq.as_str(),
             self.topic.bind(py).to_string_lossy(),
             self.queue_id,
-            self.appended.queue_offset
+            self.appended.queue_offset,
+            if self.scheduled { ", scheduled=True" } else { "" }
         )
     }
 }
@@ -329,6 +413,8 @@ pub struct PySendBatchResult {
     pub topic: Py<PyString>,
     pub queue_id: u32,
     pub ok: bool,
+    /// Stored for later delivery (`BatchPut::scheduled`).
+    pub scheduled: bool,
     pub appended: Vec<Appended>,
     /// UNIQ_KEYs, 32 characters each, concatenated.
     pub uniq: String,
@@ -342,6 +428,7 @@ impl PySendBatchResult {
             topic: self.topic.clone_ref(py),
             queue_id: self.queue_id,
             ok: self.ok,
+            scheduled: self.scheduled,
             appended: a,
             uniq,
         })
@@ -360,6 +447,10 @@ impl PySendBatchResult {
     #[getter]
     fn first_queue_offset(&self) -> u64 {
         self.appended.first().map(|a| a.queue_offset).unwrap_or(0)
+    }
+    #[getter]
+    fn scheduled(&self) -> bool {
+        self.scheduled
     }
     #[getter]
     fn send_status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -12,8 +12,10 @@ use pyo3::{PyTraverseError, PyVisit};
 /// A message to send.
 ///
 /// `keys` is one key or a sequence of keys (indexed for look-up); `properties` are user
-/// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused). A send
-/// uses the fields as they were when it began; the message may be read or changed meanwhile.
+/// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused);
+/// `delay_level` (RocketMQ's delay level, 0 for none) delivers the message to its topic only
+/// after its level's delay. A send uses the fields as they were when it began; the message may
+/// be read or changed meanwhile.
 #[pyclass(module = "mqlite", name = "Message", subclass)]
 #[derive(Debug)]
 pub struct PyMessage {
@@ -31,9 +33,19 @@ pub struct PyMessage {
     pub properties: Option<Py<PyAny>>,
     #[pyo3(get, set)]
     pub flag: Py<PyAny>,
+    /// `None` stands for 0, never given: a send then reads no level (most messages have none).
+    pub delay_level: Option<Py<PyAny>>,
 }
 
-const FIELDS: [&str; 6] = ["topic", "body", "tags", "keys", "properties", "flag"];
+const FIELDS: [&str; 7] = [
+    "topic",
+    "body",
+    "tags",
+    "keys",
+    "properties",
+    "flag",
+    "delay_level",
+];
 
 /// A message's fields, copied out of it (new references to the same objects).
 #[derive(Debug)]
@@ -45,6 +57,8 @@ pub struct Fields {
     /// `None` while the properties were never set or read.
     pub properties: Option<Py<PyAny>>,
     pub flag: Py<PyAny>,
+    /// `None` while never given (no delay).
+    pub delay_level: Option<Py<PyAny>>,
 }
 
 impl PyMessage {
@@ -67,17 +81,27 @@ impl PyMessage {
             keys: m.keys.clone_ref(py),
             properties: m.properties.as_ref().map(|p| p.clone_ref(py)),
             flag: m.flag.clone_ref(py),
+            delay_level: m.delay_level.as_ref().map(|d| d.clone_ref(py)),
         })
     }
 
-    /// The field values in `FIELDS` order (a new empty dict stands for unset properties).
-    fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 6]> {
+    /// The field values in `FIELDS` order (a new empty dict stands for unset properties, 0 for
+    /// an unset delay level).
+    fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 7]> {
         let py = slf.py();
         let f = Self::fields(slf)?;
         let properties = f
             .properties
             .unwrap_or_else(|| PyDict::new(py).into_any().unbind());
-        Ok([f.topic, f.body, f.tags, f.keys, properties, f.flag])
+        Ok([
+            f.topic,
+            f.body,
+            f.tags,
+            f.keys,
+            properties,
+            f.flag,
+            f.delay_level.unwrap_or_else(|| zero(py)),
+        ])
     }
 
     /// The properties object, creating the empty dict on first use.
@@ -91,7 +115,10 @@ impl PyMessage {
 #[pymethods]
 impl PyMessage {
     #[new]
-    #[pyo3(signature = (topic, body, tags = None, keys = None, properties = None, flag = None))]
+    #[pyo3(signature = (
+        topic, body, tags = None, keys = None, properties = None, flag = None, delay_level = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
         topic: Py<PyAny>,
@@ -100,6 +127,7 @@ impl PyMessage {
         keys: Option<Py<PyAny>>,
         properties: Option<Py<PyAny>>,
         flag: Option<Py<PyAny>>,
+        delay_level: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         Ok(PyMessage {
             topic,
@@ -114,6 +142,7 @@ impl PyMessage {
                 Some(f) => f,
                 None => 0i32.into_pyobject(py)?.into_any().unbind(),
             },
+            delay_level,
         })
     }
 
@@ -141,9 +170,35 @@ impl PyMessage {
                         "int",
                         field(py, Some(0i32.into_pyobject(py)?.into_any().unbind()))?,
                     ),
+                    (
+                        "delay_level",
+                        "int",
+                        field(py, Some(0i32.into_pyobject(py)?.into_any().unbind()))?,
+                    ),
                 ),
             ))?;
         Ok(shape.getattr("__dataclass_fields__")?.unbind())
+    }
+
+    #[getter]
+    fn get_delay_level(&self, py: Python<'_>) -> Py<PyAny> {
+        match &self.delay_level {
+            Some(d) => d.clone_ref(py),
+            None => zero(py),
+        }
+    }
+
+    #[setter]
+    fn set_delay_level(&mut self, value: Option<Py<PyAny>>) -> PyResult<()> {
+        match value {
+            Some(v) => {
+                self.delay_level = Some(v);
+                Ok(())
+            }
+            None => Err(pyo3::exceptions::PyAttributeError::new_err(
+                "cannot delete attribute 'delay_level'",
+            )),
+        }
     }
 
     #[getter]
@@ -213,11 +268,17 @@ impl PyMessage {
         for v in [&self.topic, &self.body, &self.tags, &self.keys, &self.flag] {
             visit.call(v)?;
         }
-        if let Some(p) = &self.properties {
-            visit.call(p)?;
+        for v in [&self.properties, &self.delay_level].into_iter().flatten() {
+            visit.call(v)?;
         }
         Ok(())
     }
+}
+
+/// The int 0.
+fn zero(py: Python<'_>) -> Py<PyAny> {
+    0i32.into_pyobject(py)
+        .map_or_else(|_| py.None(), |z| z.into_any().unbind())
 }
 
 /// `dataclasses.field(default=...)`, or `field(default_factory=dict)` without a default.

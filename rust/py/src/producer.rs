@@ -10,8 +10,8 @@ use mqlite::message::builder::{Compression, Outgoing};
 use mqlite::message::compression::Codec;
 use mqlite::message::msg_id::UniqueIdGenerator;
 use mqlite::{
-    Appended, FlushMode, MessageRef, PutRequest, PutResult, PutStatus, RoundRobin, Routing, Store,
-    Wait,
+    Appended, BatchPut, FlushMode, MessageRef, PutRequest, PutResult, PutStatus, RoundRobin,
+    Routing, Store, Wait,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -383,7 +383,7 @@ impl PyProducer {
                 )));
             }
         }
-        let result = py.detach(|| -> mqlite::Result<(u32, PutStatus, Vec<Appended>)> {
+        let result = py.detach(|| -> mqlite::Result<(BatchPut, Vec<Appended>)> {
             let mut refs: Vec<MessageRef<'_>> = Vec::with_capacity(outs.len());
             for o in &outs {
                 refs.push(o.to_ref(&props, now)?);
@@ -393,12 +393,12 @@ impl PyProducer {
                 None => Routing::RoundRobin(&self.next_queue),
             };
             let mut appended = Vec::with_capacity(refs.len());
-            let (q, status) =
-                self.store
-                    .put_messages(&refs, &PutRequest::new(routing), &mut appended)?;
-            Ok((q, status, appended))
+            let put = self
+                .store
+                .put_messages(&refs, &PutRequest::new(routing), &mut appended)?;
+            Ok((put, appended))
         });
-        let (q, status, appended) = result.map_err(|e| self.send_error(py, e))?;
+        let (put, appended) = result.map_err(|e| self.send_error(py, e))?;
         let result_topic = match (held.first(), topic) {
             (Some(Item::Message(m)), _) => m.topic.clone().unbind(),
             (_, Some(t)) => t
@@ -410,8 +410,9 @@ impl PyProducer {
         };
         Ok(PySendBatchResult {
             topic: result_topic,
-            queue_id: q,
-            ok: status == PutStatus::PutOk,
+            queue_id: put.queue_id,
+            ok: put.status == PutStatus::PutOk,
+            scheduled: put.scheduled,
             appended,
             uniq,
         })
@@ -518,11 +519,11 @@ impl PyProducer {
         }
         let (held, result) = result?;
         let put = result.map_err(|e| self.send_error(py, e))?;
-        let q = put.queue_id;
         Ok(PySendResult {
             topic: held.topic.clone().unbind(),
-            queue_id: q,
+            queue_id: put.queue_id,
             ok: put.status == PutStatus::PutOk,
+            scheduled: put.scheduled,
             appended: put.appended,
             uniq,
         })

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mqlite::message::delay_levels::DelayLevels;
 use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::args::{
-    self, FilterTag, Float, FlushOption, GroupName, Int, MsgIdText, OwnedStr, StorePath, Str,
-    TopicName,
+    self, DelayLevelsOption, FilterTag, Float, FlushOption, GroupName, Int, MsgIdText, OwnedStr,
+    StorePath, Str, TopicName,
 };
 use crate::errors::{InvalidConfigError, PyMqError};
 use crate::interrupt;
@@ -151,7 +152,8 @@ impl PyStore {
         flush_interval_ms = None,
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
-        file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None
+        file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
+        delay_levels = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -172,6 +174,7 @@ impl PyStore {
         dir_mode: Option<Int>,
         retention_hours: Option<Float>,
         max_mapped_files: Option<Int>,
+        delay_levels: Option<Str<'_, DelayLevelsOption>>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
         // hold is InvalidConfigError here, and the core's validation checks the rest of each
@@ -240,6 +243,10 @@ impl PyStore {
                 "max_mapped_files",
                 defaults.max_mapped_files,
             )?,
+            delay_levels: match delay_levels.as_deref() {
+                Some(table) => DelayLevels::parse(table).map_err(PyMqError)?,
+                None => defaults.delay_levels.clone(),
+            },
             ..defaults
         };
         let path = path.to_owned();
