@@ -18,7 +18,8 @@
 //!   pass), then starts the duties' threads, and only then reports itself the leader.
 //! - A blocked waiter cannot be interrupted: a store closed while its waiter is blocked leaves
 //!   that thread blocked until the byte is released; it then lets go of the byte at once and
-//!   ends. It holds nothing but the seat (one descriptor of `lock`).
+//!   ends, closing its descriptor. It holds nothing but the seat (one descriptor of `lock`);
+//!   a store closed with no waiter blocked closes that descriptor at once.
 //! - On a file system without record locks (`EINVAL`, `ENOLCK`) there is no election: every
 //!   process leads, as each ran its own duties before the election existed.
 //!
@@ -59,7 +60,9 @@ struct SeatState {
 /// One process's place in the election: a descriptor of `lock` and what it knows.
 #[derive(Debug)]
 pub struct Seat {
-    file: File,
+    /// Closed when the store closes, unless a waiter thread is blocked on it (module doc);
+    /// locked after `state` when both are held.
+    file: Mutex<Option<File>>,
     path: PathBuf,
     state: Mutex<SeatState>,
     changed: Condvar,
@@ -74,7 +77,7 @@ impl Seat {
         let path = root.join("lock");
         let file = fs::open_rw(&path, mode)?;
         Ok(Arc::new(Seat {
-            file,
+            file: Mutex::new(Some(file)),
             path,
             state: Mutex::new(SeatState::default()),
             changed: Condvar::new(),
@@ -117,18 +120,39 @@ impl Seat {
             s.held = false;
         }
         s.leading = false;
+        if !s.waiting {
+            self.close_file();
+        }
         self.changed.notify_all();
+    }
+
+    /// The descriptor, while open.
+    fn fd(&self) -> Option<std::os::unix::io::RawFd> {
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+    }
+
+    fn close_file(&self) {
+        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     fn unlock(&self) {
         // Closing the descriptor would release it too; an error leaves that to the close.
-        let _ = mmap::ofd_range_lock(self.file.as_raw_fd(), LEADER_BYTE, 1, true);
+        if let Some(fd) = self.fd() {
+            let _ = mmap::ofd_range_lock(fd, LEADER_BYTE, 1, true);
+        }
     }
 
     /// One try: `Some(true)` when held, `Some(false)` when another process holds it, `None`
     /// when this file system has no record locks (no election).
     fn try_take(&self) -> Option<bool> {
-        match mmap::ofd_range_lock(self.file.as_raw_fd(), LEADER_BYTE, 1, false) {
+        let Some(fd) = self.fd() else {
+            return Some(false);
+        };
+        match mmap::ofd_range_lock(fd, LEADER_BYTE, 1, false) {
             Ok(held) => Some(held),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => None,
             // Any other failure: try again later (the waiter's blocking call reports it too).
@@ -139,8 +163,14 @@ impl Seat {
     /// Body of the waiter thread: blocks on the byte, then hands it to the role, or lets go
     /// of it when the store has closed meanwhile.
     fn wait_for_byte(&self) {
+        // Open while `waiting` is set: the close leaves it to this thread.
+        let Some(fd) = self.fd() else {
+            self.state().waiting = false;
+            self.changed.notify_all();
+            return;
+        };
         let got = loop {
-            match mmap::ofd_range_lock_wait(self.file.as_raw_fd(), LEADER_BYTE, 1) {
+            match mmap::ofd_range_lock_wait(fd, LEADER_BYTE, 1) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 r => break r,
             }
@@ -148,7 +178,10 @@ impl Seat {
         let mut s = self.state();
         s.waiting = false;
         match got {
-            Ok(()) if s.closed => self.unlock(),
+            Ok(()) if s.closed => {
+                self.unlock();
+                self.close_file();
+            }
             Ok(()) => s.held = true,
             // No election possible here (see the module doc); other errors leave the role to
             // retry with `try_take`.

@@ -249,10 +249,13 @@ fn try_shared(file: &File, path: &Path) -> Result<Option<String>> {
     match mmap::ofd_range_read_lock(file.as_raw_fd(), 0, LEADER_BYTE) {
         Ok(true) => Ok(None),
         Ok(false) => {
+            let pid = mmap::ofd_range_read_conflict_pid(file.as_raw_fd(), 0, LEADER_BYTE);
             let _ = file.unlock();
-            Ok(Some(
-                "an fcntl lock, as an Apache RocketMQ broker takes".to_owned(),
-            ))
+            Ok(Some(if pid > 0 {
+                format!("an fcntl lock of pid {pid}, as an Apache RocketMQ broker takes")
+            } else {
+                "an fcntl lock, as an Apache RocketMQ broker takes".to_owned()
+            }))
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => Ok(None),
         Err(e) => {

@@ -51,6 +51,11 @@ def tree(root: Path) -> dict[str, tuple[int, str]]:
             out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = (-1, "")
         for f in filenames:
             p = os.path.join(dirpath, f)
+            if p.endswith(os.path.join(os.sep + "run", "writer.shm")):
+                # The writers' runtime state (FORMAT.md §14: rebuilt from the log, never a
+                # source of truth); a refused append may leave its scratch words (the intent
+                # of an append) changed, never a record or a queue offset.
+                continue
             with open(p, "rb") as fh:
                 data = fh.read()
             out[os.path.relpath(p, root)] = (len(data), hashlib.sha256(data).hexdigest())

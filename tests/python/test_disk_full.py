@@ -115,6 +115,12 @@ got = read_all()
 out["reopen_all_acked_present"] = all(got.get((q, o)) == b for q, o, b in acked)
 out["reopen_total"] = len(got)
 out["acked_total"] = len(acked)
+# Queue offsets stay contiguous through the refused sends: each queue's acknowledged offsets
+# are exactly 0..n (a refused append gives its offset back).
+out["offsets_contiguous"] = all(
+    sorted(o for q2, o, _ in acked if q2 == q) == list(range(sum(1 for a in acked if a[0] == q)))
+    for q in range(4)
+)
 store.close()
 print(json.dumps(out))
 """
@@ -151,6 +157,7 @@ def _check(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     assert out["resume_error"] is None, f"sends did not resume after space returned: {out['resume_error']}"
     assert out["acked_after_space_returned"] == 400
     assert out["reopen_all_acked_present"] is True
+    assert out["offsets_contiguous"] is True
     return out
 
 

@@ -33,7 +33,7 @@ import mqlite
 from mqlite import Message
 path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = mqlite.open(path, commit_log_file_size={CL_FILE}, consume_queue_file_units={CQ_UNITS},
-                max_message_size=64 << 10)
+                max_message_size=64 << 10, exclusive=True)
 s.create_topic("t", 1)
 p = s.producer()
 first = s.offsets(mqlite.MessageQueue("t", 0))[1]
@@ -82,8 +82,9 @@ def _read_all(store: mqlite.Store, mq: MessageQueue) -> list[int]:
 def test_follower_reads_a_file_the_next_writer_recreated_under_the_same_name(
     store_path: Path, spawn_py: SpawnPy, kind: str, end: str
 ) -> None:
-    """The all-zero file a writer prepared ahead of its next roll is deleted by the next writer's
-    recovery (after a kill -9) or by close, and created again, as another file, when the next
+    """The all-zero file an exclusive writer prepared ahead of its next roll is deleted by the
+    next writer's recovery (after a kill -9) or by close (shared writers leave it for any of them
+    to roll to), and created again, as another file, when the next
     writer rolls to it. A follower that mapped the first one reads the second: every message,
     no CorruptedLogError, and the deleted file is no longer mapped."""
     mq = MessageQueue("t", 0)

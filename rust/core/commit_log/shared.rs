@@ -185,7 +185,7 @@ impl CommitLog {
     /// stamped `ts`); otherwise undoes it.
     fn settle(&self, w: &Writer<'_>, r: &Reserved, end: u64, ts: i64) -> Result<()> {
         if end != r.end {
-            w.abandon(&mut LogRepair::new(self))?;
+            let _ = w.abandon(&mut LogRepair::new(self));
             return Err(Error::Corrupted {
                 path: "commitlog".into(),
                 offset: end,
@@ -220,7 +220,11 @@ impl CommitLog {
                 x.physical_offset + u64::from(x.size),
                 x.store_timestamp,
             )?,
-            Err(_) => w.abandon(&mut LogRepair::new(self))?,
+            // The write's own error is the one to report; a failed zeroing of its unpublished
+            // bytes is harmless (`protocol::abandon`).
+            Err(_) => {
+                let _ = w.abandon(&mut LogRepair::new(self));
+            }
         }
         drop(w);
         let out = out?;
@@ -279,7 +283,11 @@ impl CommitLog {
                 x.physical_offset + u64::from(x.size),
                 x.store_timestamp,
             )?,
-            Err(_) => w.abandon(&mut LogRepair::new(self))?,
+            // The write's own error is the one to report; a failed zeroing of its unpublished
+            // bytes is harmless (`protocol::abandon`).
+            Err(_) => {
+                let _ = w.abandon(&mut LogRepair::new(self));
+            }
         }
         drop(w);
         let out = out?;
@@ -346,7 +354,10 @@ impl CommitLog {
                 last.store_timestamp,
             ),
             (Ok(_), None) => self.settle(&w, &r, r.start, a.last_store_ts()),
-            (Err(e), _) => w.abandon(&mut LogRepair::new(self)).and(Err(e)),
+            (Err(e), _) => {
+                let _ = w.abandon(&mut LogRepair::new(self));
+                Err(e)
+            }
         };
         if let Err(e) = settled {
             out.truncate(start);

@@ -427,6 +427,41 @@ impl MmapRegion {
     }
 }
 
+impl MmapRegion {
+    /// Lets go of the file behind the mapping while its address range stays valid: the range
+    /// is replaced, in one `mmap(MAP_FIXED)`, by private anonymous memory of the same size and
+    /// protection holding zeros. For a mapping that threads may still touch after its owner
+    /// closed (a closed store's shared writer state): such an access reads and writes
+    /// harmless private memory instead of faulting or reaching the file. Nothing is flushed.
+    ///
+    /// # Errors
+    /// The `mmap` call's (the file then stays mapped until the region drops).
+    pub fn detach_file(&self) -> io::Result<()> {
+        let prot = if self.writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: ptr/len describe a mapping this value owns; MAP_FIXED replaces exactly that
+        // range, so no other mapping is touched, and the range stays mapped (now anonymous) for
+        // every borrow of `self` that outlives this call.
+        let p = unsafe {
+            libc::mmap(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 impl Drop for MmapRegion {
     fn drop(&mut self) {
         // SAFETY: ptr/len describe a mapping this value created and nothing borrows it any more
@@ -510,6 +545,29 @@ pub fn ofd_range_read_lock(
     len: libc::off_t,
 ) -> io::Result<bool> {
     ofd_range(fd, libc::F_RDLCK, start, len, false)
+}
+
+/// The pid of a process holding a lock that conflicts with a read lock on `start..start +
+/// len` of `fd`'s file (`F_OFD_GETLK`; a classic `fcntl` lock reports its owner's pid, an
+/// OFD lock reports -1), or 0 when none is known.
+pub fn ofd_range_read_conflict_pid(
+    fd: libc::c_int,
+    start: libc::off_t,
+    len: libc::off_t,
+) -> libc::pid_t {
+    // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_RDLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    probe.l_start = start;
+    probe.l_len = len;
+    // SAFETY: `probe` is a valid, exclusively borrowed `flock`; F_OFD_GETLK only writes into it.
+    let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut probe) };
+    if rc == 0 && probe.l_type != libc::F_UNLCK as libc::c_short {
+        probe.l_pid.max(0)
+    } else {
+        0
+    }
 }
 
 /// Takes an exclusive open-file-description record lock on `start..start + len`, waiting for

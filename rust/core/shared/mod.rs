@@ -91,6 +91,15 @@ pub fn path_of(root: &Path) -> PathBuf {
 }
 
 impl WriterShm {
+    /// Store close: the file is let go of (`MmapRegion::detach_file`), so that a closed store
+    /// whose handles are still referenced keeps no mapping of it. Every later access reads
+    /// zeros in private memory; a closed store makes none that matters.
+    pub fn release(&self) {
+        let _ = self.region.detach_file();
+    }
+}
+
+impl WriterShm {
     /// Builds the mapping from `initial` with the capacity `capacity`, replacing any file
     /// there. Only a process that knows no other process has the store open may call it (the
     /// first opener, after recovery): a process still mapping the old file would keep using it.
@@ -373,9 +382,9 @@ impl Writer<'_> {
     }
 
     /// Gives up the append reserved last, which did not publish (its write failed): its
-    /// bytes are zeroed and its queue gets its offset back, as a repair after a death does.
+    /// queue gets its offset back and its bytes are zeroed (`protocol::abandon`).
     pub fn abandon(&self, log: &mut impl Repair) -> Result<()> {
-        protocol::repair(&self.shm.view(), log).map(|_| ())
+        protocol::abandon(&self.shm.view(), log)
     }
 
     /// The latest store timestamp any process wrote into the log (ms).

@@ -157,6 +157,28 @@ pub fn repair(state: &impl State, log: &mut impl Repair) -> Result<Repaired> {
     Ok(done)
 }
 
+/// A live holder gives up its own append, whose write failed before it published: the
+/// queue's offset is restored and the intent cleared whatever happens to the bytes, so queue
+/// offsets stay contiguous; then the unpublished bytes are zeroed. A zeroing that fails
+/// (the same full disk or file-size limit that failed the write) is returned, and harmless:
+/// the bytes lie past `log_end`, where no reader looks and the next append writes from.
+pub fn abandon(state: &impl State, log: &mut impl Repair) -> Result<()> {
+    let log_end = state.load(Word::LogEnd, Ordering::Acquire);
+    let intent_end = state.load(Word::IntentEnd, Ordering::Acquire);
+    if intent_end <= log_end {
+        clear_intent(state);
+        return Ok(());
+    }
+    let slot = state.load(Word::IntentSlot, Ordering::Relaxed);
+    if let Some(index) = slot.checked_sub(1).and_then(|i| u32::try_from(i).ok()) {
+        let prev = state.load(Word::IntentPrev, Ordering::Relaxed);
+        state.set_next_offset(QueueSlot(index), prev);
+    }
+    let zeroed = log.zero(log_end, intent_end);
+    clear_intent(state);
+    zeroed
+}
+
 /// Raises `dispatched` to `to` unless it is already past it.
 pub fn advance_dispatched(state: &impl State, to: u64) {
     // Only holders write it today; a maximum keeps it monotonic whoever writes.

@@ -489,6 +489,9 @@ impl Inner {
         if let Some(seat) = &self.leader {
             seat.resign();
         }
+        if let Some(shm) = self.commit_log.shared() {
+            shm.release();
+        }
         *self.lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result
     }
