@@ -159,6 +159,8 @@ def test_shared_alias_and_read_only(store_path: Path) -> None:
         store.create_topic("shared", 1)
         store.producer().send(Message("shared", b"0:0"), queue_id=0)
         with mqlite.open(store_path, read_only=True) as reader:
+            # A follower sees a record once the writer's dispatch indexed it: waited for.
+            assert reader.wait_for({MessageQueue("shared", 0): 0}, timeout=30)
             assert [m.body for m in reader.read(MessageQueue("shared", 0), 0)] == [b"0:0"]
 
 
