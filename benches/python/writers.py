@@ -1,4 +1,4 @@
-"""Several producer processes sending to one store (``shared=True``, docs/design-many-writers.md).
+"""Several producer processes sending to one store (the default shared open, docs/design-many-writers.md).
 
     python benches/python/writers.py [--n 50000] [--size 128] [--repeat 3] [--json out.json]
     python benches/python/writers.py --smoke      # tiny: checks that it runs
@@ -9,8 +9,8 @@ them together; each sends ``--n`` messages of ``--size`` bytes with ``send`` ove
 reports when it started and ended (CLOCK_MONOTONIC, one clock for every process) and the
 latency of each send. Rows:
 
-- ``exclusive x1``: one process, the default exclusive open (the single writer);
-- ``shared x1``, ``shared x2``, ``shared x4``: 1, 2 and 4 processes with ``shared=True``;
+- ``exclusive x1``: one process opened ``exclusive=True`` (the single writer);
+- ``shared x1``, ``shared x2``, ``shared x4``: 1, 2 and 4 processes, the default open;
 - ``shared x4 sync``: 4 processes with ``shared=True, flush="sync"`` (``--n`` / 10 each).
 
 Reported per row (the median over ``--repeat`` runs, rows interleaved within each repetition):
