@@ -678,6 +678,19 @@ fn cq_files(root: &Path, queue: u32) -> Vec<PathBuf> {
     v
 }
 
+/// The consume-queue file of `queue` holding unit `index` (a file prepared ahead of the next
+/// roll may follow it).
+fn cq_file_holding(root: &Path, queue: u32, index: u64) -> PathBuf {
+    cq_files(root, queue)
+        .into_iter()
+        .filter(|p| {
+            let start: u64 = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            start <= index * 20
+        })
+        .next_back()
+        .unwrap()
+}
+
 #[test]
 fn t7_deleted_consume_queue_files_are_rebuilt() {
     let img = build();
@@ -735,7 +748,8 @@ fn t7_damaged_last_consume_queue_file_is_rebuilt() {
         for round in 0..rounds() {
             let img = build();
             let q = (round % 2) as u32;
-            let path = cq_files(img.root(), q).pop().unwrap();
+            let last = img.msgs.iter().filter(|m| m.queue == q).count() as u64 - 1;
+            let path = cq_file_holding(img.root(), q, last);
             let start: u64 = path.file_name().unwrap().to_str().unwrap().parse().unwrap();
             let units_in_file: u64 = img
                 .msgs
@@ -790,7 +804,7 @@ fn t7_unit_torn_inside_its_size_word_is_rebuilt() {
         .find(|(_, m)| m.size & 0xFF != 0)
         .unwrap();
     assert!(last.phys >= img.w);
-    let path = cq_files(img.root(), q).pop().unwrap();
+    let path = cq_file_holding(img.root(), q, last.queue_offset);
     let start: u64 = path.file_name().unwrap().to_str().unwrap().parse().unwrap();
     let local = last.queue_offset * 20 - start;
     // keep the offset and 3 of the 4 size bytes: the size reads as non-zero but wrong
@@ -811,11 +825,12 @@ fn t7_unit_torn_inside_its_size_word_is_rebuilt() {
 fn t7_stale_duplicate_unit_after_the_tail_is_not_served() {
     let img = build();
     let q = 0;
-    let path = cq_files(img.root(), q).pop().unwrap();
-    let start: u64 = path.file_name().unwrap().to_str().unwrap().parse().unwrap();
     let n = img.msgs.iter().filter(|m| m.queue == q).count() as u64;
-    let unit = read_at(&path, (n - 1) * 20 - start, 20);
-    write_at(&path, n * 20 - start, &unit);
+    let start_of = |p: &Path| -> u64 { p.file_name().unwrap().to_str().unwrap().parse().unwrap() };
+    let from = cq_file_holding(img.root(), q, n - 1);
+    let unit = read_at(&from, (n - 1) * 20 - start_of(&from), 20);
+    let to = cq_file_holding(img.root(), q, n);
+    write_at(&to, n * 20 - start_of(&to), &unit);
     assert_store_holds(img.root(), &img.msgs, "T7 stale duplicate unit");
 }
 

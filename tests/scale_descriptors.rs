@@ -25,9 +25,10 @@ const STORE_DESCRIPTORS: usize = 16;
 /// The map budget of the stores here (`StoreConfig::max_mapped_files`).
 const BUDGET: usize = 32;
 /// Files mapped besides the budget once writes stopped and two flushes passed: the commit
-/// log's current file, the one prepared after it, and the store's wake-up word
-/// (`<store>/wakeup`).
-const PINNED: usize = 3;
+/// log's current file, the one prepared after it, the store's wake-up word
+/// (`<store>/wakeup`), and the writers' shared state (`<store>/run/writer.shm`, the default
+/// open being one of any number of writer processes).
+const PINNED: usize = 4;
 /// Commit-log files mapped right after a clean open: the last one (written next), the one
 /// recovery scanned from (the checkpoint's, when it is the one before), and the next one
 /// prepared ahead of the writer.
