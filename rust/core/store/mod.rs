@@ -27,6 +27,7 @@ mod open;
 mod read;
 mod round_robin;
 pub mod schedule;
+pub mod timer;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -96,6 +97,8 @@ struct Inner {
     hooks_want: crate::message::marks::Marks,
     /// Delivers delayed messages (writable stores).
     schedule: Option<Arc<schedule::ScheduleService>>,
+    /// Delivers timer messages (writable stores), hosted with `schedule`.
+    timers: Option<Arc<timer::TimerService>>,
     /// The schedule service's thread while this process hosts delivery (schedule/mod.rs):
     /// started and stopped on its own, apart from `services`, and stopped before them.
     delivery: Services,
@@ -442,6 +445,9 @@ impl Inner {
             if let (Ok(()), Some(s)) = (&result, &self.schedule) {
                 // The log is durable through every delivery: the offsets may say so.
                 result = s.persist_after_flush();
+            }
+            if let (Ok(()), Some(t)) = (&result, &self.timers) {
+                result = t.persist_after_flush(&self.commit_log);
             }
             if result.is_ok() && r.has_followers() {
                 // The non-critical stores get what their stopped thread had not given them.
