@@ -92,10 +92,16 @@ mod tests {
     fn each_property_gives_a_time_first_present_wins() {
         let p = |pairs: &[(&str, &str)]| properties::encode(pairs.iter().copied());
         assert_eq!(asked(&p(&[]), 10).unwrap(), Asked::Nothing);
-        assert_eq!(asked(&p(&[(DELAY_SEC, "2")]), 10).unwrap(), Asked::At(2_010));
+        assert_eq!(
+            asked(&p(&[(DELAY_SEC, "2")]), 10).unwrap(),
+            Asked::At(2_010)
+        );
         assert_eq!(asked(&p(&[(DELAY_MS, "7")]), 10).unwrap(), Asked::At(17));
         assert_eq!(asked(&p(&[(DELIVER_MS, "99")]), 10).unwrap(), Asked::At(99));
-        assert_eq!(asked(&p(&[(START_DELIVER_TIME, "5")]), 10).unwrap(), Asked::At(5));
+        assert_eq!(
+            asked(&p(&[(START_DELIVER_TIME, "5")]), 10).unwrap(),
+            Asked::At(5)
+        );
         let both = p(&[(DELIVER_MS, "99"), (DELAY_SEC, "1")]);
         assert_eq!(asked(&both, 10).unwrap(), Asked::At(1_010));
     }

@@ -190,7 +190,11 @@ impl Store {
     /// have: every read entry point goes through here, so a bad name is reported the same way
     /// by each, and checked only when the lookup misses (every queue in the map has a valid
     /// name).
-    pub(in crate::store) fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<dyn LogicalQueue>>> {
+    pub(in crate::store) fn queue(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<Arc<dyn LogicalQueue>>> {
         let Some(cq) = self.inner.index.queue(topic, queue_id)? else {
             validate::check_topic(topic)?;
             return Ok(None);

@@ -736,7 +736,9 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
 /// True when `rewrite` stores its message for later delivery (`PutResult::scheduled`).
 #[inline(always)]
 fn is_scheduled(rewrite: Option<&Rewrite>) -> bool {
-    rewrite.is_some_and(|r| r.topic == tags::SCHEDULE_TOPIC || r.topic == crate::message::timer::TIMER_TOPIC)
+    rewrite.is_some_and(|r| {
+        r.topic == tags::SCHEDULE_TOPIC || r.topic == crate::message::timer::TIMER_TOPIC
+    })
 }
 
 /// What the hooks made of one message (`Store::rewrite`).

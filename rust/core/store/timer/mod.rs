@@ -28,4 +28,11 @@ impl Store {
     pub fn pending_timers(&self) -> u64 {
         self.inner.timers.as_ref().map_or(0, |t| t.pending(self))
     }
+
+    /// While this process's timer thread sleeps with no arrival announced: the store-clock
+    /// time it sleeps until (for tests that must know the thread is asleep).
+    #[doc(hidden)]
+    pub fn timer_sleeping_until(&self) -> Option<i64> {
+        self.inner.timers.as_ref().and_then(|t| t.sleeping_until())
+    }
 }

@@ -153,7 +153,12 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Progress> {
             .filter(|p| p.len() == 2)
             .and_then(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
             .filter(|&(f, t)| f >= last && f < t)
-            .ok_or_else(|| bad("delivered", format!("{r} is not a sorted range above the floor")))?;
+            .ok_or_else(|| {
+                bad(
+                    "delivered",
+                    format!("{r} is not a sorted range above the floor"),
+                )
+            })?;
         delivered.insert(pair.0, pair.1);
         last = pair.1;
     }

@@ -76,6 +76,8 @@ pub(in crate::store) struct Wake {
 struct WakeState {
     stopping: bool,
     announced: Option<i64>,
+    /// While the thread sleeps: the store-clock time it sleeps until.
+    sleeping_until: Option<i64>,
 }
 
 impl Wake {
@@ -100,13 +102,18 @@ impl Wake {
         self.lock().announced.take()
     }
 
-    /// Sleeps for `nap` unless stopped or a timer is announced; false once stopped.
-    fn nap(&self, nap: Duration) -> bool {
-        let s = self.lock();
-        let (s, _) = self
+    /// Sleeps for `nap` (until `until` by the store's clock) unless stopped or a timer is
+    /// announced; false once stopped.
+    fn nap(&self, nap: Duration, until: i64) -> bool {
+        let mut s = self.lock();
+        if s.announced.is_none() {
+            s.sleeping_until = Some(until);
+        }
+        let (mut s, _) = self
             .cv
             .wait_timeout_while(s, nap, |s| !s.stopping && s.announced.is_none())
             .unwrap_or_else(|p| p.into_inner());
+        s.sleeping_until = None;
         !s.stopping
     }
 
@@ -202,6 +209,11 @@ impl TimerService {
         })
     }
 
+    /// While the thread sleeps with nothing announced: the time it sleeps until.
+    pub(in crate::store) fn sleeping_until(&self) -> Option<i64> {
+        self.wake.lock().sleeping_until
+    }
+
     /// The wake-up the put hook tells of arrivals.
     pub(in crate::store) fn wake(&self) -> Arc<Wake> {
         Arc::clone(&self.wake)
@@ -269,7 +281,11 @@ impl TimerService {
             .map_or(0, |q| q.max_offset());
         let state = self.lock();
         let p = &state.progress;
-        let done: u64 = p.delivered.iter().map(|(f, t)| t.min(&end).saturating_sub(*f)).sum();
+        let done: u64 = p
+            .delivered
+            .iter()
+            .map(|(f, t)| t.min(&end).saturating_sub(*f))
+            .sum();
         end.saturating_sub(p.floor).saturating_sub(done)
     }
 
@@ -351,7 +367,11 @@ impl TimerService {
         let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
         while at < end {
             units.clear();
-            q.entries(at, BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)), &mut units);
+            q.entries(
+                at,
+                BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
+                &mut units,
+            );
             let Some(&(last, _)) = units.last() else {
                 break;
             };
@@ -392,7 +412,10 @@ impl TimerService {
         state.cursor = self.load(store, state, cursor, None);
         let now = self.clock.now_ms();
         let half = self.window_ms / 2;
-        if state.far.is_some_and(|(d, _)| d.saturating_sub(half) <= now) {
+        if state
+            .far
+            .is_some_and(|(d, _)| d.saturating_sub(half) <= now)
+        {
             state.horizon = now.saturating_add(self.window_ms);
             state.far = None;
             let (floor, cursor) = (state.progress.floor, state.cursor);
@@ -462,12 +485,16 @@ impl TimerService {
         }
         let rate = i64::from(self.catchup_rate);
         // `rate` in the first second, `rate` more each second after.
-        let allowed = rate.saturating_add(now.saturating_sub(state.hosted_at).saturating_mul(rate) / 1000);
+        let allowed =
+            rate.saturating_add(now.saturating_sub(state.hosted_at).saturating_mul(rate) / 1000);
         let sent = i64::try_from(state.catchup_sent).unwrap_or(i64::MAX);
         if sent < allowed {
             return None;
         }
-        let ms = (sent + 1 - rate).saturating_mul(1000).saturating_add(rate - 1) / rate;
+        let ms = (sent + 1 - rate)
+            .saturating_mul(1000)
+            .saturating_add(rate - 1)
+            / rate;
         Some(state.hosted_at.saturating_add(ms).max(now + 1))
     }
 
@@ -538,14 +565,16 @@ impl Service for TimerService {
             if unseen {
                 // Announced before its append: wait for its dispatch (or the nap).
                 let cursor = self.lock().cursor;
-                let _ = store.wait_for_messages(
-                    &[(TIMER_TOPIC, 0, cursor)],
-                    Some(nap.min(ARRIVAL_WAIT)),
-                );
+                let _ = store
+                    .wait_for_messages(&[(TIMER_TOPIC, 0, cursor)], Some(nap.min(ARRIVAL_WAIT)));
                 continue;
             }
             drop(store);
-            if !self.wake.nap(nap) {
+            let until = self
+                .clock
+                .now_ms()
+                .saturating_add(i64::try_from(nap.as_millis()).unwrap_or(i64::MAX));
+            if !self.wake.nap(nap, until) {
                 return;
             }
         }
@@ -568,8 +597,7 @@ fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64
             return Ok(Some(at));
         }
         let real = properties::get(props, properties::REAL_TOPIC);
-        let qid =
-            properties::get(props, properties::REAL_QID).and_then(|q| q.parse::<u32>().ok());
+        let qid = properties::get(props, properties::REAL_QID).and_then(|q| q.parse::<u32>().ok());
         let (Some(topic), Some(qid)) = (real, qid) else {
             return Ok(None);
         };
@@ -579,7 +607,11 @@ fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64
                 properties::push(&mut kept, k, val);
             }
         }
-        properties::push(&mut kept, timer::ENQUEUE_MS, &v.store_timestamp().to_string());
+        properties::push(
+            &mut kept,
+            timer::ENQUEUE_MS,
+            &v.store_timestamp().to_string(),
+        );
         properties::push(&mut kept, timer::DEQUEUE_MS, &now.to_string());
         properties::push(&mut kept, timer::TIMER_ID, &id.to_string());
         let msg = MessageRef {
