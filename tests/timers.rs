@@ -277,3 +277,38 @@ fn an_earlier_arrival_wakes_the_sleeping_service() {
     assert_eq!(v.body(), b"soon");
     assert!(v.store_timestamp() >= timer_out(&v));
 }
+
+#[test]
+fn retention_keeps_the_files_of_pending_timers() {
+    let dir = tempfile::tempdir().unwrap();
+    // Retention compares the store clock with file modification times: start at the real time.
+    let clock = ManualClock::new(mqlite::util::clock::now_ms());
+    let cfg = StoreConfig {
+        file_reserved_time: Duration::from_secs(60),
+        ..config(&clock)
+    };
+    let store = Store::open(dir.path(), cfg).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    put(&store, "T", b"in two hours", &[("TIMER_DELAY_SEC", "7200")]);
+    let filler = vec![7u8; 16 << 10];
+    for _ in 0..40 {
+        store.put(&MessageRef::new("F", 0, &filler)).unwrap();
+    }
+    store.flush().unwrap();
+    let files = |root: &std::path::Path| std::fs::read_dir(root.join("commitlog")).unwrap().count();
+    let before = files(dir.path());
+    assert!(before >= 4, "{before} files");
+
+    clock.advance(Duration::from_secs(3_600));
+    assert_eq!(
+        store.delete_expired_files().unwrap(),
+        0,
+        "the first file holds a pending timer"
+    );
+    assert_eq!(files(dir.path()), before);
+
+    clock.advance(Duration::from_secs(3_600));
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T", 0), [b"in two hours"]);
+    assert!(store.delete_expired_files().unwrap() >= 2);
+}

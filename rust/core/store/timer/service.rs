@@ -260,6 +260,8 @@ impl TimerService {
     /// # Errors
     /// The first failed read, re-put, flush or progress write.
     pub(in crate::store) fn deliver_due(&self, store: &Store) -> Result<usize> {
+        // Read-your-writes for the caller: what it appended is indexed first.
+        store.catch_up();
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
         let persisted = self.persist_durable(store, &mut state);
@@ -407,7 +409,8 @@ impl TimerService {
                 return pass;
             }
         }
-        store.catch_up();
+        // No dispatch from here: the reput thread indexes (and retries a failing store on its
+        // own schedule), and an announced timer not yet indexed is waited for (`run`).
         let cursor = state.cursor;
         state.cursor = self.load(store, state, cursor, None);
         let now = self.clock.now_ms();
