@@ -62,7 +62,8 @@ pub use write::{
 pub struct Extensions {
     /// Derived stores, after the consume queues (dispatch/derived.rs).
     pub derived: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
-    /// Put hooks, in the order they run (the store's own delay-level hook runs after them).
+    /// Put hooks, in the order they run (the store's own timer and delay-level hooks run
+    /// after them).
     pub put_hooks: Vec<Arc<dyn hooks::PutHook>>,
 }
 
@@ -90,7 +91,7 @@ struct Inner {
     index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
-    /// The put hooks, in the order they run (the delay-level hook last).
+    /// The put hooks, in the order they run (the timer hook, then the delay-level hook, last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
     /// What the hooks want together (`hooks::wanted`): a message with none of these marks
     /// runs no hook code.
