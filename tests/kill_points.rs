@@ -27,6 +27,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use mqlite::message::timer::TIMER_TOPIC;
 use mqlite::message::{properties, tags};
 use mqlite::util::clock::ManualClock;
 use mqlite::util::kill_point::{self, POINTS};
@@ -122,6 +123,7 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
     let clock = ManualClock::new(START_MS);
     let mut store = Store::open(root, config(mode, &clock)).unwrap();
     let delay = properties::encode([("DELAY", "1")]);
+    let timer = properties::encode([("TIMER_DELAY_MS", "500")]);
     for t in &TOPICS[..2] {
         store.create_topic(t, 2, 6, false, true).unwrap();
         sink(Event::Topic((*t).to_owned()));
@@ -161,6 +163,20 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
             sink(Event::Ack(
                 tags::SCHEDULE_TOPIC.into(),
                 put.queue_id,
+                put.appended.queue_offset,
+                put.appended.physical_offset,
+                seq,
+            ));
+            seq += 1;
+        } else if step % 10 == 7 {
+            // Acknowledged where it is stored: the timer topic's one queue.
+            let b = body(seq);
+            let put = store
+                .put(&MessageRef::new(topic, queue, &b).with_properties(&timer))
+                .unwrap();
+            sink(Event::Ack(
+                TIMER_TOPIC.into(),
+                0,
                 put.appended.queue_offset,
                 put.appended.physical_offset,
                 seq,
@@ -603,6 +619,54 @@ fn a_kill_between_a_delivery_and_its_offset_delivers_it_again_and_loses_nothing(
             .collect();
         assert_eq!(twice, [delayed[n as usize - 1]], "{copies:?}");
         assert!(copies.values().all(|c| *c <= 2), "{copies:?}");
+        store.close().unwrap();
+    }
+}
+
+/// A kill after a timer's re-put and before its progress is recorded: the next open finds the
+/// delivered copy's timer id in the log and delivers that timer no second time; none is lost.
+#[test]
+fn a_kill_between_a_timer_delivery_and_its_progress_delivers_every_timer_once() {
+    let point = "timer.delivered_unrecorded";
+    for (n, mode) in [(1, FlushMode::Sync), (3, FlushMode::Async)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let timers: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Ack(t, _, _, _, seq) if t == TIMER_TOPIC => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert!(timers.len() >= n as usize, "{timers:?}");
+
+        // A day later every pending timer is due.
+        let clock = ManualClock::new(START_MS + 86_400_000);
+        let store = Store::open(dir.path(), config(mode, &clock)).unwrap();
+        while store.deliver_due().unwrap() > 0 {}
+        let mut copies: BTreeMap<u64, usize> = BTreeMap::new();
+        for t in TOPICS {
+            for q in 0..2 {
+                if let Ok(got) = store.get_messages(t, q, 0, 1000, &TagFilter::all()) {
+                    for v in got.iter() {
+                        let seq = seq_of(v.body()).unwrap();
+                        if timers.contains(&seq) {
+                            *copies.entry(seq).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for seq in &timers {
+            assert_eq!(
+                copies.get(seq),
+                Some(&1),
+                "timer {seq} delivered once ({point}:{n}): {copies:?}"
+            );
+        }
+        assert_eq!(store.pending_timers(), 0);
         store.close().unwrap();
     }
 }

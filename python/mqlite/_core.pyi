@@ -2,6 +2,7 @@
 # The public API lives in the `mqlite` package; this module is thin: it converts, releases the
 # GIL, calls the Rust core and maps errors to the classes of `mqlite.errors`.
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import Self, disjoint_base
@@ -43,7 +44,9 @@ class Message:
     """A message to send (a native class that behaves as a dataclass).
 
     ``delay_level`` (RocketMQ's delay level; 0, the default, is none) keeps the message out of
-    its topic until the delay of its level in the store's table (``delay_levels``) has passed."""
+    its topic until the delay of its level in the store's table (``delay_levels``) has passed;
+    ``deliver_at`` (a ``datetime`` or epoch milliseconds) or ``delay`` (a ``timedelta`` or
+    seconds) keeps it out until that time (at most one of the three)."""
     topic: str
     body: bytes
     tags: str | None
@@ -51,6 +54,8 @@ class Message:
     properties: Mapping[str, str]
     flag: int
     delay_level: int
+    deliver_at: datetime | int | None
+    delay: timedelta | float | None
     __dataclass_fields__: ClassVar[dict[str, Any]]
     __match_args__: ClassVar[tuple[str, ...]]
     __hash__: ClassVar[None]  # type: ignore[assignment]
@@ -63,6 +68,8 @@ class Message:
         properties: Mapping[str, str] | None = None,
         flag: int | None = None,
         delay_level: int | None = None,
+        deliver_at: datetime | int | None = None,
+        delay: timedelta | float | None = None,
     ) -> Self: ...
     def __eq__(self, other: object, /) -> bool: ...
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
@@ -272,6 +279,8 @@ class Store:
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
         delay_levels: str | None = None,
+        timer_max_delay_hours: float | None = None,
+        timer_catchup_rate: int | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...

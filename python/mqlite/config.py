@@ -189,6 +189,21 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "message keeps the delay it was sent with if a later open changes the table.",
         "One queue of SCHEDULE_TOPIC_XXXX per level used, and config/delayOffset.json.",
     ),
+    Option(
+        "timer_max_delay_hours", "positive", "float", 720,
+        "The longest a Message(deliver_at=..., delay=...) or a message with RocketMQ 5's "
+        "timer properties may wait: a later time raises InvalidMessageError and writes "
+        "nothing. At most 100 years.",
+        "Pending timers keep their commit-log files from retention until delivered.",
+        unit="h",
+    ),
+    Option(
+        "timer_catchup_rate", "int", "int", 10_000,
+        "Timers already overdue when a process begins delivering (after the store was closed "
+        "past their time) are delivered at most this many a second, so a restart does not "
+        "flood consumers; 0 delivers them all at once. Timers that fall due while the store "
+        "is open are never held back.",
+    ),
 )
 
 _BY_NAME: dict[str, Option] = {option.name: option for option in OPEN_OPTIONS}

@@ -20,7 +20,7 @@ __all__ = [
 
 Message = _core.Message
 """A message to send: ``Message(topic, body, tags=None, keys=(), properties={}, flag=0,
-delay_level=0)``.
+delay_level=0, deliver_at=None, delay=None)``.
 
 A native class that behaves as a (mutable, unhashable) dataclass: ``dataclasses.fields``,
 ``replace`` and ``asdict`` work on it, it compares field by field and it pickles. Fields accept
@@ -29,7 +29,13 @@ of keys (indexed for look-up); ``properties`` are user properties (names reserve
 such as ``KEYS`` or ``UNIQ_KEY``, are refused). ``delay_level`` (RocketMQ's delay level, 0 for
 none) delivers the message to its topic only once its level's delay has passed: levels are the
 store's ``delay_levels`` table ("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h" by
-default), and a level outside it raises InvalidMessageError. Reading, printing, comparing, copying or changing
+default), and a level outside it raises InvalidMessageError. ``deliver_at`` (a ``datetime``,
+naive ones read as local time, or an int of epoch milliseconds) or ``delay`` (a ``timedelta``
+or a number of seconds) delivers it at that time, never earlier: a time already past delivers at
+once, a negative delay or a time more than the store's ``timer_max_delay_hours`` ahead raises
+InvalidMessageError, a value of another type TypeError; give at most one of the three. A
+``__STARTDELIVERTIME`` user property (epoch milliseconds, as older RocketMQ clients set it) is
+honoured the same way. Reading, printing, comparing, copying or changing
 a message is safe at any time, also while a send (of this or another thread) reads it: the send
 uses the fields as they were when it began."""
 

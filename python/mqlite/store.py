@@ -93,6 +93,8 @@ class Store:
         retention_hours: float | None = None,
         max_mapped_files: int | None = None,
         delay_levels: str | None = None,
+        timer_max_delay_hours: float | None = None,
+        timer_catchup_rate: int | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
         options = store_options(
@@ -113,6 +115,8 @@ class Store:
                 "retention_hours": retention_hours,
                 "max_mapped_files": max_mapped_files,
                 "delay_levels": delay_levels,
+                "timer_max_delay_hours": timer_max_delay_hours,
+                "timer_catchup_rate": timer_catchup_rate,
             }
         )
         where = os.fsdecode(os.fspath(path))

@@ -87,6 +87,17 @@ pub struct StoreConfig {
     /// 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"). A message is given its level's
     /// delay when it is put; a level outside the table is refused.
     pub delay_levels: DelayLevels,
+    /// The longest a timer message (`TIMER_DELAY_SEC`, `TIMER_DELAY_MS`, `TIMER_DELIVER_MS`,
+    /// `__STARTDELIVERTIME`) may wait: a later delivery time is refused (`InvalidMessage`),
+    /// nothing written. 30 days by default; at most 100 years.
+    pub timer_max_delay: Duration,
+    /// How far ahead of the clock the timer engine keeps pending timers in memory (the near
+    /// horizon; later ones stay in the timer log only). 60 s by default, in [1 s, 1 day].
+    pub timer_window: Duration,
+    /// Timers that were already overdue when this process began delivering (after downtime)
+    /// are delivered at most this many per second; 0 means no limit. Timers that fall due
+    /// while the engine runs are never limited. 10,000 by default.
+    pub timer_catchup_rate: u32,
 }
 
 /// Default commit-log file size (32 MiB).
@@ -120,6 +131,9 @@ impl Default for StoreConfig {
             max_mapped_files: DEFAULT_MAPPED_FILES,
             clock: Clock::system(),
             delay_levels: DelayLevels::default(),
+            timer_max_delay: Duration::from_secs(30 * 86_400),
+            timer_window: Duration::from_secs(60),
+            timer_catchup_rate: 10_000,
         }
     }
 }
@@ -179,6 +193,12 @@ impl StoreConfig {
         }
         if self.sync_flush_timeout.is_zero() {
             return bad("sync_flush_timeout", "must be positive".into());
+        }
+        if self.timer_max_delay > Duration::from_secs(100 * 365 * 86_400) {
+            return bad("timer_max_delay", "must be at most 100 years".into());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&self.timer_window) {
+            return bad("timer_window", "must be in [1 s, 1 day]".into());
         }
         if self.file_mode & !0o777 != 0 || self.dir_mode & !0o777 != 0 {
             return bad("file_mode", "permission bits only (0o000..=0o777)".into());

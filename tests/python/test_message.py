@@ -20,7 +20,7 @@ def test_message_defaults_and_slots() -> None:
     assert not hasattr(m, "__dict__")
     assert Message("t", b"y").properties is not m.properties
     assert [f.name for f in dataclasses.fields(Message)] == [
-        "topic", "body", "tags", "keys", "properties", "flag", "delay_level"
+        "topic", "body", "tags", "keys", "properties", "flag", "delay_level", "deliver_at", "delay"
     ]
 
 
@@ -113,12 +113,14 @@ def test_message_behaves_as_a_dataclass() -> None:
     assert dataclasses.is_dataclass(m) and dataclasses.is_dataclass(Message)
     assert dataclasses.asdict(m) == {
         "topic": "orders", "body": b"x", "tags": "A", "keys": ["k1", "k2"],
-        "properties": {"a": "1"}, "flag": 3, "delay_level": 0,
+        "properties": {"a": "1"}, "flag": 3, "delay_level": 0, "deliver_at": None,
+        "delay": None,
     }
     changed = dataclasses.replace(m, tags="B")
     assert changed.tags == "B" and changed.topic == "orders" and m.tags == "A"
     assert repr(Message("t", b"y")) == (
-        "Message(topic='t', body=b'y', tags=None, keys=(), properties={}, flag=0, delay_level=0)"
+        "Message(topic='t', body=b'y', tags=None, keys=(), properties={}, flag=0, delay_level=0,"
+        " deliver_at=None, delay=None)"
     )
     assert m == Message("orders", b"x", "A", ["k1", "k2"], {"a": "1"}, 3)
     assert m != changed and m != ("orders", b"x")

@@ -96,6 +96,29 @@ impl<'b> PropertiesBuilder<'b> {
         }
     }
 
+    /// Asks for delivery at `epoch_ms` (TIMER_DELIVER_MS, RocketMQ 5's timer message); a time
+    /// at or before the put is due at once. The store checks it against its
+    /// `timer_max_delay` when the message is put.
+    pub fn deliver_at_ms(&mut self, epoch_ms: i64) {
+        self.keys_at = None;
+        properties::push(self.out, super::timer::DELIVER_MS, &epoch_ms.to_string());
+    }
+
+    /// Asks for delivery `delay_ms` after the put (TIMER_DELAY_MS).
+    ///
+    /// # Errors
+    /// `InvalidMessage` for a negative delay.
+    pub fn delay_ms(&mut self, delay_ms: i64) -> Result<()> {
+        if delay_ms < 0 {
+            return Err(crate::error::Error::InvalidMessage {
+                reason: format!("a delay must not be negative, got {delay_ms} ms"),
+            });
+        }
+        self.keys_at = None;
+        properties::push(self.out, super::timer::DELAY_MS, &delay_ms.to_string());
+        Ok(())
+    }
+
     /// The range of the buffer this message's properties fill.
     pub fn finish(self) -> (usize, usize) {
         (self.start, self.out.len())

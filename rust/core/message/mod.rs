@@ -8,6 +8,7 @@ pub mod marks;
 pub mod msg_id;
 pub mod properties;
 pub mod tags;
+pub mod timer;
 pub mod validate;
 pub mod view;
 

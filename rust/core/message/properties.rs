@@ -72,6 +72,7 @@ pub const RESERVED: &[&str] = &[
     "TIMER_ROLL_TIMES",
     "TIMER_DEL_UNIQKEY",
     "TIMER_DELAY_LEVEL",
+    "MQLITE_TIMER_ID",
     "__CRC32#",
     "DUP_INFO",
     "INSTANCE_ID",

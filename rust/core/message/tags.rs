@@ -11,10 +11,13 @@
 //!   gives it. The schedule service reads the head of each level's queue and needs no record
 //!   to know whether it is due.
 //!
+//! - A record of `rmq_sys_wheel_timer` with a `TIMER_OUT_MS` has that delivery time: the
+//!   timer topic's consume queue is the timer engine's durable log (store/timer/).
+//!
 //! The code is a function of the stored record alone (topic, properties, store timestamp): a
 //! code the record could not reproduce would change when recovery rebuilds the queue.
 
-use super::properties;
+use super::{properties, timer};
 
 /// The delay of each level in milliseconds, level 1 first: RocketMQ's default
 /// `messageDelayLevel` ("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").
@@ -68,6 +71,8 @@ pub enum TopicRule {
     Tags,
     /// `SCHEDULE_TOPIC_XXXX`: the delivery time of a record with a DELAY level.
     Schedule,
+    /// `rmq_sys_wheel_timer`: the delivery time of a timer record (its `TIMER_OUT_MS`).
+    Timer,
 }
 
 impl TopicRule {
@@ -76,6 +81,8 @@ impl TopicRule {
     pub fn of_topic(topic: &str) -> Self {
         if topic.len() == SCHEDULE_TOPIC.len() && topic == SCHEDULE_TOPIC {
             TopicRule::Schedule
+        } else if topic == timer::TIMER_TOPIC {
+            TopicRule::Timer
         } else {
             TopicRule::Tags
         }
@@ -84,10 +91,13 @@ impl TopicRule {
     /// The code of a record with encoded `props`, TAGS value `tags` and `store_timestamp`.
     #[inline]
     pub fn code(self, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
-        if self == TopicRule::Schedule {
-            if let Some(at) = delivery_time(props, store_timestamp) {
-                return at;
-            }
+        let at = match self {
+            TopicRule::Schedule => delivery_time(props, store_timestamp),
+            TopicRule::Timer => timer::out_ms(props),
+            TopicRule::Tags => None,
+        };
+        if let Some(at) = at {
+            return at;
         }
         tags.map_or(0, of_tag)
     }

@@ -17,8 +17,9 @@
 //! - A hook sees only the messages that carry one of the marks it wants (`wants`,
 //!   `message::marks`): the validation pass finds a message's marks, and a message with none
 //!   that any hook wants runs no hook code (no `check`, no `rewrite`), which keeps the plain
-//!   put as cheap as with no hook registered. The store always registers one hook, the
-//!   delay-level hook (store/schedule/), last, and it wants `DELAY` only.
+//!   put as cheap as with no hook registered. The store always registers two hooks after the
+//!   caller's: the timer hook (store/timer/), which wants `TIMER` only, then the delay-level
+//!   hook (store/schedule/), which wants `DELAY` only.
 
 use crate::error::Result;
 use crate::message::marks::Marks;

@@ -27,6 +27,7 @@ mod open;
 mod read;
 mod round_robin;
 pub mod schedule;
+pub mod timer;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -61,7 +62,8 @@ pub use write::{
 pub struct Extensions {
     /// Derived stores, after the consume queues (dispatch/derived.rs).
     pub derived: Vec<Arc<dyn crate::dispatch::derived::DerivedStore>>,
-    /// Put hooks, in the order they run (the store's own delay-level hook runs after them).
+    /// Put hooks, in the order they run (the store's own timer and delay-level hooks run
+    /// after them).
     pub put_hooks: Vec<Arc<dyn hooks::PutHook>>,
 }
 
@@ -89,13 +91,15 @@ struct Inner {
     index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
-    /// The put hooks, in the order they run (the delay-level hook last).
+    /// The put hooks, in the order they run (the timer hook, then the delay-level hook, last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
     /// What the hooks want together (`hooks::wanted`): a message with none of these marks
     /// runs no hook code.
     hooks_want: crate::message::marks::Marks,
     /// Delivers delayed messages (writable stores).
     schedule: Option<Arc<schedule::ScheduleService>>,
+    /// Delivers timer messages (writable stores), hosted with `schedule`.
+    timers: Option<Arc<timer::TimerService>>,
     /// The schedule service's thread while this process hosts delivery (schedule/mod.rs):
     /// started and stopped on its own, apart from `services`, and stopped before them.
     delivery: Services,
@@ -442,6 +446,9 @@ impl Inner {
             if let (Ok(()), Some(s)) = (&result, &self.schedule) {
                 // The log is durable through every delivery: the offsets may say so.
                 result = s.persist_after_flush();
+            }
+            if let (Ok(()), Some(t)) = (&result, &self.timers) {
+                result = t.persist_after_flush(&self.commit_log);
             }
             if result.is_ok() && r.has_followers() {
                 // The non-critical stores get what their stopped thread had not given them.

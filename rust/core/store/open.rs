@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::schedule::{DelayLevelHook, ScheduleService};
+use super::timer::{TimerHook, TimerService};
 use super::{geometry, Inner, Store};
 use crate::checkpoint::{Checkpoint, StoreProgress};
 use crate::commit_log::{CommitLog, WarmAhead};
@@ -204,6 +205,17 @@ pub(super) fn open_with(
         config.flush_interval,
         config.shared_writers,
     )?);
+    // Timers: before the delay-level hook (a DELAY level wins over a timer property, and the
+    // timer hook leaves such a message to it); the service delivers (store/timer/).
+    let timers = Arc::new(TimerService::new(
+        &config,
+        root.filter(|_| writable).map(|r| r.join("config")),
+    )?);
+    put_hooks.push(Arc::new(TimerHook::new(
+        config.clock.clone(),
+        config.timer_max_delay,
+        timers.wake(),
+    )));
     put_hooks.push(Arc::new(DelayLevelHook::new(
         config.delay_levels.clone(),
         config.clock.clone(),
@@ -345,7 +357,8 @@ pub(super) fn open_with(
                 )
                 .keeping({
                     let s = Arc::clone(&schedule);
-                    move || s.pending_floor()
+                    let t = Arc::clone(&timers);
+                    move || s.pending_floor().min(t.pending_floor())
                 }),
             )
         });
@@ -417,6 +430,7 @@ pub(super) fn open_with(
         hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
         schedule: writable.then_some(Arc::clone(&schedule)),
+        timers: writable.then_some(Arc::clone(&timers)),
         topics,
         checkpoint,
         reput,
@@ -440,11 +454,13 @@ pub(super) fn open_with(
         follow_end: std::sync::atomic::AtomicU64::new(0),
     });
     schedule.attach(Arc::downgrade(&inner));
+    timers.attach(Arc::downgrade(&inner));
     inner.services.start(services)?;
     // Delivery runs in one process only: shared writers leave it to the process chosen to
     // host it (`Store::start_delivery`).
     if writable && !config_shared {
-        if let Err(e) = inner.delivery.start(vec![schedule]) {
+        timers.prepare_start();
+        if let Err(e) = inner.delivery.start(vec![schedule, timers]) {
             inner.services.stop_all();
             return Err(e);
         }

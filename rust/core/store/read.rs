@@ -174,7 +174,7 @@ impl Store {
     /// Read-your-writes: dispatches whatever was appended but not yet indexed (batches leave it
     /// to the reput thread) before a read looks at the consume queues. One atomic comparison
     /// when dispatch is caught up.
-    fn catch_up(&self) {
+    pub(in crate::store) fn catch_up(&self) {
         if let Some(r) = &self.inner.reput {
             // Shared writers: what the other processes published (commit_log/shared.rs); a
             // failure leaves the view as it was, for the next read to retry.
@@ -190,7 +190,11 @@ impl Store {
     /// have: every read entry point goes through here, so a bad name is reported the same way
     /// by each, and checked only when the lookup misses (every queue in the map has a valid
     /// name).
-    fn queue(&self, topic: &str, queue_id: u32) -> Result<Option<Arc<dyn LogicalQueue>>> {
+    pub(in crate::store) fn queue(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<Arc<dyn LogicalQueue>>> {
         let Some(cq) = self.inner.index.queue(topic, queue_id)? else {
             validate::check_topic(topic)?;
             return Ok(None);

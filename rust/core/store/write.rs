@@ -54,7 +54,8 @@ pub struct PutResult {
     pub appended: Appended,
     /// The queue of the message's topic it was sent to.
     pub queue_id: u32,
-    /// The message was stored for later delivery (a delay level: in `SCHEDULE_TOPIC_XXXX`):
+    /// The message was stored for later delivery (a delay level: in `SCHEDULE_TOPIC_XXXX`; a
+    /// delivery time: in `rmq_sys_wheel_timer`):
     /// it reaches `queue_id` of its topic when due, with a queue offset given then.
     pub scheduled: bool,
 }
@@ -735,7 +736,9 @@ fn check_queue_id(topic: &str, queue_id: u32, queues: u32) -> Result<()> {
 /// True when `rewrite` stores its message for later delivery (`PutResult::scheduled`).
 #[inline(always)]
 fn is_scheduled(rewrite: Option<&Rewrite>) -> bool {
-    rewrite.is_some_and(|r| r.topic == tags::SCHEDULE_TOPIC)
+    rewrite.is_some_and(|r| {
+        r.topic == tags::SCHEDULE_TOPIC || r.topic == crate::message::timer::TIMER_TOPIC
+    })
 }
 
 /// What the hooks made of one message (`Store::rewrite`).

@@ -56,6 +56,9 @@ pub const POINTS: &[&str] = &[
     // Schedule service: a due delayed message re-put to its real topic (the put returned),
     // its level's offset not yet advanced nor written to `delayOffset.json`.
     "schedule.delivered_unrecorded",
+    // Timer engine: a due timer re-put to its real topic (carrying its MQLITE_TIMER_ID), the
+    // timer progress not yet recording it.
+    "timer.delivered_unrecorded",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

@@ -57,10 +57,11 @@ pub fn read_message<'py>(
 ) -> PyResult<Held<'py>> {
     let py = msg.py();
     if msg.get_type().is(py.get_type::<PyMessage>()) {
-        let mut f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
-        // Most messages have no level: they take the same way as before levels existed.
-        if let Some(d) = f.delay_level.take() {
-            return held_with_delay_level(f, d.bind(py), props, uniq);
+        let f = PyMessage::fields(msg.cast::<PyMessage>()?)?;
+        // Most messages have no level and no time: they take the same way as before levels
+        // and timers existed.
+        if f.delay_level.is_some() || !f.deliver_at.is_none(py) || !f.delay.is_none(py) {
+            return held_with_timing(py, f, props, uniq);
         }
         let properties = f.properties.unwrap_or_else(|| py.None());
         return held_from(
@@ -98,23 +99,32 @@ pub fn read_message<'py>(
         props,
         uniq,
     )?;
-    // Optional: message-like objects written before delay levels have none.
-    match msg.getattr_opt(intern!(py, "delay_level"))? {
-        None => Ok(held),
-        Some(d) => with_delay_level(held, &d, props),
+    // Optional: message-like objects written before delay levels and timers have none.
+    let level = msg.getattr_opt(intern!(py, "delay_level"))?;
+    let none = py.None().into_bound(py);
+    let at = msg.getattr_opt(intern!(py, "deliver_at"))?;
+    let delay = msg.getattr_opt(intern!(py, "delay"))?;
+    if level.is_none() && at.is_none() && delay.is_none() {
+        return Ok(held);
     }
+    with_timing(
+        held,
+        level.as_ref(),
+        at.as_ref().unwrap_or(&none),
+        delay.as_ref().unwrap_or(&none),
+        props,
+    )
 }
 
-/// `read_message` of a `mqlite.Message` given a delay level `d`.
+/// `read_message` of a `mqlite.Message` with a delay level, a delivery time or a delay.
 #[cold]
 #[inline(never)]
-fn held_with_delay_level<'py>(
+fn held_with_timing<'py>(
+    py: Python<'py>,
     f: crate::outgoing::Fields,
-    d: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
     uniq: &str,
 ) -> PyResult<Held<'py>> {
-    let py = d.py();
     let properties = f.properties.unwrap_or_else(|| py.None());
     let held = held_from(
         f.topic.into_bound(py),
@@ -126,20 +136,38 @@ fn held_with_delay_level<'py>(
         props,
         uniq,
     )?;
-    with_delay_level(held, d, props)
+    let level = f.delay_level.map(|d| d.into_bound(py));
+    with_timing(
+        held,
+        level.as_ref(),
+        f.deliver_at.bind(py),
+        f.delay.bind(py),
+        props,
+    )
 }
 
-/// `held` with the message's `delay_level` added after the properties `held_from` encoded
-/// (they end the buffer: its last message's), as the builder orders them. Out of line: most
-/// messages have no level, and the plain send's code stays compact.
+/// `held` with the message's `delay_level`, `deliver_at` or `delay` added after the
+/// properties `held_from` encoded (they end the buffer: its last message's), as the builder
+/// orders them. Out of line: most messages have none, and the plain send's code stays compact.
 #[cold]
 #[inline(never)]
-fn with_delay_level<'py>(
+fn with_timing<'py>(
     mut held: Held<'py>,
-    d: &Bound<'py, PyAny>,
+    level: Option<&Bound<'py, PyAny>>,
+    deliver_at: &Bound<'py, PyAny>,
+    delay: &Bound<'py, PyAny>,
     props: &mut Vec<u8>,
 ) -> PyResult<Held<'py>> {
-    let level = delay_level_of(d)?;
+    let level = level.map(delay_level_of).transpose()?.unwrap_or(0);
+    let at = (!deliver_at.is_none())
+        .then(|| deliver_at_ms(deliver_at))
+        .transpose()?;
+    let after = (!delay.is_none()).then(|| delay_ms(delay)).transpose()?;
+    if usize::from(level > 0) + usize::from(at.is_some()) + usize::from(after.is_some()) > 1 {
+        return Err(invalid_message(
+            "give at most one of delay_level, deliver_at and delay",
+        ));
+    }
     let (start, end) = held.props;
     if end != props.len() {
         return Err(crate::errors::IllegalStateError::new_err(
@@ -148,8 +176,90 @@ fn with_delay_level<'py>(
     }
     let mut builder = PropertiesBuilder::new(props);
     builder.delay_level(level);
+    if let Some(ms) = at {
+        builder.deliver_at_ms(ms);
+    }
+    if let Some(ms) = after {
+        builder
+            .delay_ms(ms)
+            .map_err(|e| invalid_message(e.to_string()))?;
+    }
     held.props = (start, builder.finish().1);
     Ok(held)
+}
+
+/// A message's `deliver_at` in epoch ms: a `datetime` (a naive one is local time, as
+/// `datetime.timestamp` reads it; a fraction of a ms rounds up: never early) or an int of
+/// epoch milliseconds.
+fn deliver_at_ms(d: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = d.py();
+    if d.is_instance_of::<PyInt>() && !d.is_instance_of::<pyo3::types::PyBool>() {
+        return d
+            .extract::<i64>()
+            .map_err(|_| invalid_message("deliver_at is out of range of epoch milliseconds"));
+    }
+    let datetime = py.import(intern!(py, "datetime"))?;
+    if d.is_instance(&datetime.getattr(intern!(py, "datetime"))?)? {
+        let secs: f64 = d.call_method0(intern!(py, "timestamp"))?.extract()?;
+        let ms = (secs * 1000.0).ceil();
+        if !ms.is_finite() || ms.abs() > 9.0e15 {
+            return Err(invalid_message("deliver_at is out of range"));
+        }
+        return Ok(ms as i64);
+    }
+    Err(type_error(format!(
+        "deliver_at must be a datetime or an int of epoch milliseconds, not {}",
+        type_name(d)
+    )))
+}
+
+/// A message's `delay` in ms: a `timedelta` or a number of seconds (an int or a float; a
+/// fraction of a ms rounds up). Negative or not finite: `InvalidMessageError`.
+fn delay_ms(d: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = d.py();
+    let negative = || invalid_message(format!("delay must not be negative, got {d}"));
+    let too_long = || invalid_message(format!("delay {d} is too long"));
+    if d.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error("delay must be a timedelta or seconds, not bool"));
+    }
+    let datetime = py.import(intern!(py, "datetime"))?;
+    if d.is_instance(&datetime.getattr(intern!(py, "timedelta"))?)? {
+        let days: i64 = d.getattr(intern!(py, "days"))?.extract()?;
+        let secs: i64 = d.getattr(intern!(py, "seconds"))?.extract()?;
+        let micros: i64 = d.getattr(intern!(py, "microseconds"))?.extract()?;
+        if days < 0 {
+            return Err(negative());
+        }
+        return days
+            .checked_mul(86_400_000)
+            .and_then(|ms| ms.checked_add(secs * 1000 + (micros + 999) / 1000))
+            .ok_or_else(too_long);
+    }
+    if d.is_instance_of::<PyInt>() {
+        let secs: i64 = d.extract().map_err(|_| too_long())?;
+        if secs < 0 {
+            return Err(negative());
+        }
+        return secs.checked_mul(1000).ok_or_else(too_long);
+    }
+    if d.is_instance_of::<pyo3::types::PyFloat>() {
+        let secs: f64 = d.extract()?;
+        if secs.is_nan() {
+            return Err(invalid_message("delay must be a number, got nan"));
+        }
+        if secs < 0.0 {
+            return Err(negative());
+        }
+        let ms = (secs * 1000.0).ceil();
+        if !ms.is_finite() || ms > 9.0e15 {
+            return Err(too_long());
+        }
+        return Ok(ms as i64);
+    }
+    Err(type_error(format!(
+        "delay must be a timedelta or a number of seconds, not {}",
+        type_name(d)
+    )))
 }
 
 #[allow(clippy::too_many_arguments)]

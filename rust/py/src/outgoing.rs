@@ -14,7 +14,8 @@ use pyo3::{PyTraverseError, PyVisit};
 /// `keys` is one key or a sequence of keys (indexed for look-up); `properties` are user
 /// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused);
 /// `delay_level` (RocketMQ's delay level, 0 for none) delivers the message to its topic only
-/// after its level's delay. A send uses the fields as they were when it began; the message may
+/// after its level's delay; `deliver_at` (a `datetime`, or epoch milliseconds) or `delay` (a
+/// `timedelta`, or seconds) delivers it at that time (at most one of the three). A send uses the fields as they were when it began; the message may
 /// be read or changed meanwhile.
 #[pyclass(module = "mqlite", name = "Message", subclass)]
 #[derive(Debug)]
@@ -35,9 +36,13 @@ pub struct PyMessage {
     pub flag: Py<PyAny>,
     /// `None` stands for 0, never given: a send then reads no level (most messages have none).
     pub delay_level: Option<Py<PyAny>>,
+    #[pyo3(get, set)]
+    pub deliver_at: Py<PyAny>,
+    #[pyo3(get, set)]
+    pub delay: Py<PyAny>,
 }
 
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 9] = [
     "topic",
     "body",
     "tags",
@@ -45,6 +50,8 @@ const FIELDS: [&str; 7] = [
     "properties",
     "flag",
     "delay_level",
+    "deliver_at",
+    "delay",
 ];
 
 /// A message's fields, copied out of it (new references to the same objects).
@@ -59,6 +66,8 @@ pub struct Fields {
     pub flag: Py<PyAny>,
     /// `None` while never given (no delay).
     pub delay_level: Option<Py<PyAny>>,
+    pub deliver_at: Py<PyAny>,
+    pub delay: Py<PyAny>,
 }
 
 impl PyMessage {
@@ -82,12 +91,14 @@ impl PyMessage {
             properties: m.properties.as_ref().map(|p| p.clone_ref(py)),
             flag: m.flag.clone_ref(py),
             delay_level: m.delay_level.as_ref().map(|d| d.clone_ref(py)),
+            deliver_at: m.deliver_at.clone_ref(py),
+            delay: m.delay.clone_ref(py),
         })
     }
 
     /// The field values in `FIELDS` order (a new empty dict stands for unset properties, 0 for
     /// an unset delay level).
-    fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 7]> {
+    fn values(slf: &Bound<'_, Self>) -> PyResult<[Py<PyAny>; 9]> {
         let py = slf.py();
         let f = Self::fields(slf)?;
         let properties = f
@@ -101,6 +112,8 @@ impl PyMessage {
             properties,
             f.flag,
             f.delay_level.unwrap_or_else(|| zero(py)),
+            f.deliver_at,
+            f.delay,
         ])
     }
 
@@ -116,7 +129,8 @@ impl PyMessage {
 impl PyMessage {
     #[new]
     #[pyo3(signature = (
-        topic, body, tags = None, keys = None, properties = None, flag = None, delay_level = None
+        topic, body, tags = None, keys = None, properties = None, flag = None, delay_level = None,
+        deliver_at = None, delay = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -128,6 +142,8 @@ impl PyMessage {
         properties: Option<Py<PyAny>>,
         flag: Option<Py<PyAny>>,
         delay_level: Option<Py<PyAny>>,
+        deliver_at: Option<Py<PyAny>>,
+        delay: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         Ok(PyMessage {
             topic,
@@ -143,6 +159,8 @@ impl PyMessage {
                 None => 0i32.into_pyobject(py)?.into_any().unbind(),
             },
             delay_level,
+            deliver_at: deliver_at.unwrap_or_else(|| py.None()),
+            delay: delay.unwrap_or_else(|| py.None()),
         })
     }
 
@@ -174,6 +192,16 @@ impl PyMessage {
                         "delay_level",
                         "int",
                         field(py, Some(0i32.into_pyobject(py)?.into_any().unbind()))?,
+                    ),
+                    (
+                        "deliver_at",
+                        "datetime | int | None",
+                        field(py, Some(py.None()))?,
+                    ),
+                    (
+                        "delay",
+                        "timedelta | float | None",
+                        field(py, Some(py.None()))?,
                     ),
                 ),
             ))?;
@@ -265,7 +293,15 @@ impl PyMessage {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        for v in [&self.topic, &self.body, &self.tags, &self.keys, &self.flag] {
+        for v in [
+            &self.topic,
+            &self.body,
+            &self.tags,
+            &self.keys,
+            &self.flag,
+            &self.deliver_at,
+            &self.delay,
+        ] {
             visit.call(v)?;
         }
         for v in [&self.properties, &self.delay_level].into_iter().flatten() {

@@ -153,7 +153,7 @@ impl PyStore {
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
-        delay_levels = None
+        delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -175,6 +175,8 @@ impl PyStore {
         retention_hours: Option<Float>,
         max_mapped_files: Option<Int>,
         delay_levels: Option<Str<'_, DelayLevelsOption>>,
+        timer_max_delay_hours: Option<Float>,
+        timer_catchup_rate: Option<Int>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
         // hold is InvalidConfigError here, and the core's validation checks the rest of each
@@ -210,6 +212,10 @@ impl PyStore {
         let file_reserved_time = match retention_hours {
             Some(h) => duration_arg(h.0 * 3600.0, "retention_hours")?,
             None => defaults.file_reserved_time,
+        };
+        let timer_max_delay = match timer_max_delay_hours {
+            Some(h) => duration_arg(h.0 * 3600.0, "timer_max_delay_hours")?,
+            None => defaults.timer_max_delay,
         };
         let unset_or = |n: Option<Int>, field: &str| -> PyResult<Option<u64>> {
             n.map(|n| args::option(Some(n), field, 0u64)).transpose()
@@ -247,6 +253,12 @@ impl PyStore {
                 Some(table) => DelayLevels::parse(table).map_err(PyMqError)?,
                 None => defaults.delay_levels.clone(),
             },
+            timer_max_delay,
+            timer_catchup_rate: args::option(
+                timer_catchup_rate,
+                "timer_catchup_rate",
+                defaults.timer_catchup_rate,
+            )?,
             ..defaults
         };
         let path = path.to_owned();

@@ -26,7 +26,7 @@ use super::Store;
 use crate::error::Result;
 
 impl Store {
-    /// Delivers every delayed message due by the store's clock to its real topic, makes the
+    /// Delivers every delayed and timer message due by the store's clock to its real topic, makes the
     /// commit log durable and records the delay offsets (`config/delayOffset.json`); returns
     /// how many messages this call delivered. The schedule service does the same on its own
     /// thread; this call is for a caller that moved a manual clock (`StoreConfig::clock`),
@@ -45,11 +45,17 @@ impl Store {
         if !self.delivers() {
             return Ok(0);
         }
-        s.deliver_due(self)
+        let levels = s.deliver_due(self);
+        let timers = match &self.inner.timers {
+            Some(t) => t.deliver_due(self),
+            None => Ok(0),
+        };
+        Ok(levels? + timers?)
     }
 
-    /// Makes this process deliver the store's delayed messages: starts the schedule service's
-    /// thread, which reads `config/delayOffset.json` first. Nothing happens when it runs
+    /// Makes this process deliver the store's delayed and timer messages: starts the
+    /// schedule service's and the timer service's threads, which read
+    /// `config/delayOffset.json` and `config/timerProgress.json` first. Nothing happens when it runs
     /// already. A store opened by one writer process starts it at open; with several writer
     /// processes (`StoreConfig::shared_writers`) the caller makes sure that one process at a
     /// time hosts it.
@@ -67,11 +73,16 @@ impl Store {
             return Ok(());
         }
         s.prepare_start()?;
-        self.inner.delivery.start(vec![s.clone()])
+        let mut services: Vec<std::sync::Arc<dyn crate::service::Service>> = vec![s.clone()];
+        if let Some(t) = &self.inner.timers {
+            t.prepare_start();
+            services.push(t.clone());
+        }
+        self.inner.delivery.start(services)
     }
 
-    /// Stops this process's delivery of delayed messages (the thread is joined), then makes
-    /// the commit log durable and writes the delay offsets, so that the next process to host
+    /// Stops this process's delivery of delayed and timer messages (the threads are joined),
+    /// then makes the commit log durable and writes the delay offsets and timer progress, so that the next process to host
     /// delivery goes on from here. Nothing happens when it does not run.
     ///
     /// # Errors
@@ -87,7 +98,12 @@ impl Store {
             return Ok(());
         }
         self.inner.delivery.stop_all();
-        s.persist_stopped(self)
+        let levels = s.persist_stopped(self);
+        let timers = match &self.inner.timers {
+            Some(t) => t.persist_stopped(self),
+            None => Ok(()),
+        };
+        levels.and(timers)
     }
 
     /// True while this process hosts delivery (`start_delivery`).

@@ -1,0 +1,38 @@
+//! Timer messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a
+//! message that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); the timer
+//! service delivers it to its real topic when due, exactly once (service.rs); its progress is
+//! `config/timerProgress.json` (progress.rs, FORMAT.md §16). Design: docs/design-timers.md.
+//!
+//! Guarantees: a timer message is invisible in its topic until its delivery time, never
+//! delivered before it by the store's clock, then delivered once with its body, keys, tags
+//! and properties, across crashes of the process; timers overdue after downtime are all
+//! delivered (no horizon), at the configured catch-up rate; retention keeps every commit-log
+//! file from the one holding the oldest pending timer.
+//!
+//! Hosting: as delay levels (store/schedule/): the timer service runs in the process that
+//! hosts delivery (`Store::start_delivery`), which with shared writers is the leader.
+
+mod hook;
+pub mod progress;
+mod service;
+
+pub(in crate::store) use hook::TimerHook;
+pub(in crate::store) use service::TimerService;
+
+use super::Store;
+
+impl Store {
+    /// How many timer messages are stored and not yet delivered (as far as this process's
+    /// progress knows: a process that does not host delivery sees what the host last
+    /// recorded).
+    pub fn pending_timers(&self) -> u64 {
+        self.inner.timers.as_ref().map_or(0, |t| t.pending(self))
+    }
+
+    /// While this process's timer thread sleeps with no arrival announced: the store-clock
+    /// time it sleeps until (for tests that must know the thread is asleep).
+    #[doc(hidden)]
+    pub fn timer_sleeping_until(&self) -> Option<i64> {
+        self.inner.timers.as_ref().and_then(|t| t.sleeping_until())
+    }
+}

@@ -1,0 +1,640 @@
+//! The timer service: delivers timer messages when due. Two tiers: the durable timer log is
+//! the consume queue of `rmq_sys_wheel_timer` (one unit per timer: commit-log offset, size,
+//! and the exact delivery time in the tags-code slot), fed by dispatch and rebuilt by recovery
+//! like every consume queue; the near tier is an in-memory ordered map of the timers due
+//! within `timer_window` of the clock, filled lazily from the log. Memory grows with the
+//! timers due in the window, not with the number pending.
+//!
+//! Invariants
+//! - A timer's id is its offset in the timer queue. Ids below `cursor` have been looked at:
+//!   each is delivered (`Progress`), in `near`, or due after `horizon` (then `far` holds the
+//!   earliest such time and lowest such id). `horizon` only grows while the service hosts.
+//! - A timer is delivered only once the clock reads the `TIMER_OUT_MS` of its record, read
+//!   from the record at the re-put: never early, whatever the queue unit says.
+//! - A timer is recorded as delivered (in memory) only after its re-put returned, and the
+//!   progress file is written only after a flush that covers every delivery it records; its
+//!   `commitLogOffset` is the log's end at that write, so every later delivery lies after it.
+//! - Before delivering anything, a start reads the progress file afresh and the commit log
+//!   from its `commitLogOffset` to the end, marking every timer whose delivered copy
+//!   (`MQLITE_TIMER_ID`) it finds: a timer delivered before a crash is not delivered again.
+//! - The thread sleeps until the earliest of: the first near timer's time, the time the
+//!   near tier must be refilled (the earliest far timer less half a window), the next
+//!   catch-up slot, or an arrival the put hook announces (hook.rs). A timer announced but not
+//!   yet dispatched is waited for on the store's dispatch notification. The longest sleep is
+//!   `MAX_NAP` (a safety net for wall-clock jumps, not a poll for work); shared writers sleep
+//!   at most `SHARED_MAX_NAP`, as another process's hook announces nothing here.
+//! - Timers already overdue when this process began hosting are delivered at most
+//!   `timer_catchup_rate` per second (counted on the store's clock); the others are not
+//!   limited.
+//!
+//! Crash behaviour: exactly once for a crash of the process (kill point
+//! `timer.delivered_unrecorded`): the copy is in the log and recovery finds its id. After a
+//! power cut, a delivery lost with the unflushed tail of the log is delivered again, once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::progress::Progress;
+use crate::dispatch::queue_index::QueueEntry;
+use crate::error::{Error, Result};
+use crate::message::timer::{self, TIMER_TOPIC};
+use crate::message::{properties, sysflag, MessageRef, RecordView};
+use crate::service::Service;
+use crate::store::{Inner, PutRequest, Routing, Store};
+use crate::util::clock::Clock;
+use crate::util::kill_point::kill_point;
+
+/// Longest sleep: a wall-clock jump is noticed within it.
+const MAX_NAP: Duration = Duration::from_secs(10);
+/// Longest sleep with shared writers (see the module doc).
+const SHARED_MAX_NAP: Duration = Duration::from_millis(100);
+/// Back-off after a failed re-put.
+const RETRY_NAP: Duration = Duration::from_secs(1);
+/// How long the thread waits for an announced timer to be dispatched.
+const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
+/// Queue units read at a time.
+const BATCH: usize = 1024;
+
+/// Properties a delivered copy does not keep.
+const CLEARED: [&str; 4] = [
+    properties::REAL_TOPIC,
+    properties::REAL_QID,
+    timer::DELAY_SEC,
+    timer::DELAY_MS,
+];
+
+/// What wakes the service thread: an arrival (with its due time) or a stop.
+#[derive(Debug, Default)]
+pub(in crate::store) struct Wake {
+    state: Mutex<WakeState>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WakeState {
+    stopping: bool,
+    announced: Option<i64>,
+    /// While the thread sleeps: the store-clock time it sleeps until.
+    sleeping_until: Option<i64>,
+}
+
+impl Wake {
+    /// A timer due at `due_ms` is being stored.
+    pub(in crate::store) fn arrival(&self, due_ms: i64) {
+        let mut s = self.lock();
+        s.announced = Some(s.announced.map_or(due_ms, |a| a.min(due_ms)));
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    fn stop(&self) {
+        self.lock().stopping = true;
+        self.cv.notify_all();
+    }
+
+    fn rearm(&self) {
+        self.lock().stopping = false;
+    }
+
+    fn take_announced(&self) -> Option<i64> {
+        self.lock().announced.take()
+    }
+
+    /// Sleeps for `nap` (until `until` by the store's clock) unless stopped or a timer is
+    /// announced; false once stopped.
+    fn nap(&self, nap: Duration, until: i64) -> bool {
+        let mut s = self.lock();
+        if s.announced.is_none() {
+            s.sleeping_until = Some(until);
+        }
+        let (mut s, _) = self
+            .cv
+            .wait_timeout_while(s, nap, |s| !s.stopping && s.announced.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        s.sleeping_until = None;
+        !s.stopping
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WakeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub(in crate::store) struct TimerService {
+    clock: Clock,
+    /// `config/timerProgress.json` (`None`: an in-memory store).
+    path: Option<PathBuf>,
+    file_mode: u32,
+    persist_every: Duration,
+    window_ms: i64,
+    catchup_rate: u32,
+    max_nap: Duration,
+    wake: Arc<Wake>,
+    store: OnceLock<Weak<Inner>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    progress: Progress,
+    /// Recovery ran since this process began hosting.
+    loaded: bool,
+    cursor: u64,
+    horizon: i64,
+    /// (due, id) -> (commit-log offset, size) of the timers due by `horizon`.
+    near: BTreeMap<(i64, u64), (u64, u32)>,
+    near_ids: BTreeSet<u64>,
+    /// (earliest due, lowest id) of the looked-at timers due after `horizon`.
+    far: Option<(i64, u64)>,
+    dirty: bool,
+    last_persist: Instant,
+    hosted_at: i64,
+    catchup_sent: u64,
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+struct Pass {
+    delivered: usize,
+    /// When the next pass has work.
+    next: Option<i64>,
+    failed: Option<Error>,
+}
+
+impl TimerService {
+    /// A service for the store whose config directory is `config_dir`, reading its progress.
+    ///
+    /// # Errors
+    /// `ConfigFile` when `timerProgress.json` and its `.bak` do not decode; I/O failures.
+    pub(in crate::store) fn new(
+        config: &crate::config::StoreConfig,
+        config_dir: Option<PathBuf>,
+    ) -> Result<Self> {
+        let path = config_dir.map(|d| d.join(super::progress::FILE));
+        let progress = match &path {
+            Some(p) => Progress::load(p)?,
+            None => Progress::default(),
+        };
+        Ok(TimerService {
+            clock: config.clock.clone(),
+            path,
+            file_mode: config.file_mode,
+            persist_every: config.flush_interval,
+            window_ms: i64::try_from(config.timer_window.as_millis()).unwrap_or(i64::MAX),
+            catchup_rate: config.timer_catchup_rate,
+            max_nap: if config.shared_writers {
+                SHARED_MAX_NAP
+            } else {
+                MAX_NAP
+            },
+            wake: Arc::new(Wake::default()),
+            store: OnceLock::new(),
+            state: Mutex::new(State {
+                progress,
+                loaded: false,
+                cursor: 0,
+                horizon: i64::MIN,
+                near: BTreeMap::new(),
+                near_ids: BTreeSet::new(),
+                far: None,
+                dirty: false,
+                last_persist: Instant::now(),
+                hosted_at: 0,
+                catchup_sent: 0,
+            }),
+        })
+    }
+
+    /// While the thread sleeps with nothing announced: the time it sleeps until.
+    pub(in crate::store) fn sleeping_until(&self) -> Option<i64> {
+        self.wake.lock().sleeping_until
+    }
+
+    /// The wake-up the put hook tells of arrivals.
+    pub(in crate::store) fn wake(&self) -> Arc<Wake> {
+        Arc::clone(&self.wake)
+    }
+
+    /// Binds the service to its store (once, before it starts).
+    pub(in crate::store) fn attach(&self, store: Weak<Inner>) {
+        let _ = self.store.set(store);
+    }
+
+    /// Makes the service ready to start hosting: the stop undone, and recovery (the progress
+    /// file read again, the log scanned for deliveries) left to the first pass.
+    pub(in crate::store) fn prepare_start(&self) {
+        let mut state = self.lock();
+        state.loaded = false;
+        drop(state);
+        self.wake.rearm();
+    }
+
+    /// After the thread stopped: makes the log durable and writes the progress.
+    ///
+    /// # Errors
+    /// The flush's or the write's failure.
+    pub(in crate::store) fn persist_stopped(&self, store: &Store) -> Result<()> {
+        let mut state = self.lock();
+        self.persist_durable(store, &mut state)
+    }
+
+    /// Writes the progress if it changed, for a close that has just flushed the whole log.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub(in crate::store) fn persist_after_flush(
+        &self,
+        log: &crate::commit_log::CommitLog,
+    ) -> Result<()> {
+        let mut state = self.lock();
+        self.persist(log.max_offset(), &mut state)
+    }
+
+    /// Delivers every timer due now, makes the log durable and writes the progress; returns
+    /// how many this call delivered.
+    ///
+    /// # Errors
+    /// The first failed read, re-put, flush or progress write.
+    pub(in crate::store) fn deliver_due(&self, store: &Store) -> Result<usize> {
+        // Read-your-writes for the caller: what it appended is indexed first.
+        store.catch_up();
+        let mut state = self.lock();
+        let pass = self.pass(store, &mut state);
+        let persisted = self.persist_durable(store, &mut state);
+        if let Some(e) = pass.failed {
+            return Err(e);
+        }
+        persisted?;
+        Ok(pass.delivered)
+    }
+
+    /// Timers stored and not yet delivered, as far as this process knows (the log from the
+    /// recorded floor, less the recorded deliveries).
+    pub(in crate::store) fn pending(&self, store: &Store) -> u64 {
+        store.catch_up();
+        let end = store
+            .queue(TIMER_TOPIC, 0)
+            .ok()
+            .flatten()
+            .map_or(0, |q| q.max_offset());
+        let state = self.lock();
+        let p = &state.progress;
+        let done: u64 = p
+            .delivered
+            .iter()
+            .map(|(f, t)| t.min(&end).saturating_sub(*f))
+            .sum();
+        end.saturating_sub(p.floor).saturating_sub(done)
+    }
+
+    /// The commit-log offset of the oldest timer not known delivered (`u64::MAX`: none):
+    /// retention keeps every file from the one holding it.
+    pub(in crate::store) fn pending_floor(&self) -> u64 {
+        let Some(inner) = self.store.get().and_then(Weak::upgrade) else {
+            return u64::MAX;
+        };
+        let store = Store::handle(inner);
+        let floor = self.lock().progress.floor;
+        let Ok(q) = store.queue(TIMER_TOPIC, 0) else {
+            return 0;
+        };
+        let Some(q) = q else {
+            return u64::MAX;
+        };
+        if floor >= q.max_offset() {
+            return u64::MAX;
+        }
+        // Unreadable now: keep everything rather than guess.
+        q.entry(floor.max(q.min_offset())).map_or(0, |e| e.offset)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Recovery for a new hosting: the progress read again, the log scanned from its
+    /// `commitLogOffset` for delivered ids, the near tier emptied.
+    fn recover(&self, store: &Store, state: &mut State) -> Result<()> {
+        if let (false, Some(path)) = (state.dirty, &self.path) {
+            state.progress = Progress::load(path)?;
+        }
+        store.catch_up();
+        let log = &store.inner.commit_log;
+        let end = log.max_offset();
+        let mut off = state.progress.log_offset.max(log.min_offset());
+        while off < end {
+            let read = log.read_record(off, |v: &RecordView<'_>| {
+                let id = v
+                    .property(timer::TIMER_ID)
+                    .and_then(|i| i.parse::<u64>().ok());
+                (v.bytes().len() as u64, id)
+            });
+            match read {
+                Ok((size, id)) => {
+                    if let Some(id) = id {
+                        state.progress.mark(id);
+                        state.dirty = true;
+                    }
+                    off += size.max(1);
+                }
+                // The blank at the end of a file.
+                Err(_) => off = log.roll_next_file(off),
+            }
+        }
+        let now = self.clock.now_ms();
+        state.cursor = state.progress.floor;
+        state.horizon = now.saturating_add(self.window_ms);
+        state.near.clear();
+        state.near_ids.clear();
+        state.far = None;
+        state.hosted_at = now;
+        state.catchup_sent = 0;
+        state.loaded = true;
+        Ok(())
+    }
+
+    /// Reads the timer queue's units in `[from, to)` (`to = None`: to its end), putting each
+    /// timer not delivered and not in `near` into `near` (due by `horizon`) or `far`; returns
+    /// the offset after the last unit read.
+    fn load(&self, store: &Store, state: &mut State, from: u64, to: Option<u64>) -> u64 {
+        let Some(q) = store.queue(TIMER_TOPIC, 0).ok().flatten() else {
+            return from;
+        };
+        let end = to.unwrap_or_else(|| q.max_offset());
+        let mut at = from.max(q.min_offset());
+        let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
+        while at < end {
+            units.clear();
+            q.entries(
+                at,
+                BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
+                &mut units,
+            );
+            let Some(&(last, _)) = units.last() else {
+                break;
+            };
+            for &(id, e) in &units {
+                if !e.has_record()
+                    || state.progress.is_delivered(id)
+                    || state.near_ids.contains(&id)
+                {
+                    continue;
+                }
+                let due = e.tags_code;
+                if due <= state.horizon {
+                    state.near.insert((due, id), (e.offset, e.size));
+                    state.near_ids.insert(id);
+                } else {
+                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
+                    state.far = Some((d.min(due), i.min(id)));
+                }
+            }
+            at = last + 1;
+        }
+        at
+    }
+
+    /// One pass: recovery if due, new units read, the near tier refilled when the far timers
+    /// come within half a window, then every due timer delivered.
+    fn pass(&self, store: &Store, state: &mut State) -> Pass {
+        let mut pass = Pass::default();
+        if !state.loaded {
+            if let Err(e) = self.recover(store, state) {
+                pass.failed = Some(e);
+                pass.next = Some(self.clock.now_ms());
+                return pass;
+            }
+        }
+        // No dispatch from here: the reput thread indexes (and retries a failing store on its
+        // own schedule), and an announced timer not yet indexed is waited for (`run`).
+        let cursor = state.cursor;
+        state.cursor = self.load(store, state, cursor, None);
+        let now = self.clock.now_ms();
+        let half = self.window_ms / 2;
+        if state
+            .far
+            .is_some_and(|(d, _)| d.saturating_sub(half) <= now)
+        {
+            state.horizon = now.saturating_add(self.window_ms);
+            state.far = None;
+            let (floor, cursor) = (state.progress.floor, state.cursor);
+            self.load(store, state, floor, Some(cursor));
+        }
+        while let Some((&(due, id), &(offset, _))) = state.near.first_key_value() {
+            let now = self.clock.now_ms();
+            if due > now {
+                break;
+            }
+            if let Some(wait_until) = self.catchup_wait(state, due, now) {
+                pass.next = Some(wait_until);
+                break;
+            }
+            match redeliver(store, offset, id, now) {
+                Ok(Some(at)) if at > now => {
+                    // The record says later than its unit: wait for the record.
+                    state.near.remove(&(due, id));
+                    state.near.insert((at, id), (offset, 0));
+                    continue;
+                }
+                Ok(_) => {
+                    kill_point!("timer.delivered_unrecorded");
+                    if due < state.hosted_at {
+                        state.catchup_sent += 1;
+                    }
+                    pass.delivered += 1;
+                }
+                Err(e) => {
+                    pass.failed = Some(e);
+                    pass.next = Some(now.saturating_add(RETRY_NAP.as_millis() as i64));
+                    break;
+                }
+            }
+            state.near.remove(&(due, id));
+            state.near_ids.remove(&id);
+            state.progress.mark(id);
+            state.dirty = true;
+        }
+        let floor = [
+            state.near_ids.first().copied(),
+            state.far.map(|(_, i)| i),
+            Some(state.cursor),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(state.cursor);
+        if floor > state.progress.floor {
+            state.progress.raise_floor(floor);
+            state.dirty = true;
+        }
+        let candidates = [
+            state.near.first_key_value().map(|(&(d, _), _)| d),
+            state.far.map(|(d, _)| d.saturating_sub(half)),
+            pass.next,
+        ];
+        pass.next = candidates.into_iter().flatten().min();
+        pass
+    }
+
+    /// When a timer overdue since before this hosting must wait for the catch-up rate: the
+    /// time its slot comes; `None` when it may go now.
+    fn catchup_wait(&self, state: &State, due: i64, now: i64) -> Option<i64> {
+        if self.catchup_rate == 0 || due >= state.hosted_at {
+            return None;
+        }
+        let rate = i64::from(self.catchup_rate);
+        // `rate` in the first second, `rate` more each second after.
+        let allowed =
+            rate.saturating_add(now.saturating_sub(state.hosted_at).saturating_mul(rate) / 1000);
+        let sent = i64::try_from(state.catchup_sent).unwrap_or(i64::MAX);
+        if sent < allowed {
+            return None;
+        }
+        let ms = (sent + 1 - rate)
+            .saturating_mul(1000)
+            .saturating_add(rate - 1)
+            / rate;
+        Some(state.hosted_at.saturating_add(ms).max(now + 1))
+    }
+
+    /// Makes the log durable through every delivery, then writes the progress.
+    fn persist_durable(&self, store: &Store, state: &mut State) -> Result<()> {
+        if !state.dirty || self.path.is_none() {
+            return Ok(());
+        }
+        store.flush()?;
+        self.persist(store.inner.commit_log.max_offset(), state)
+    }
+
+    /// Writes the progress, the log durable through `log_end` (every delivery so far).
+    fn persist(&self, log_end: u64, state: &mut State) -> Result<()> {
+        if let (true, Some(path)) = (state.dirty, &self.path) {
+            state.progress.log_offset = log_end;
+            state
+                .progress
+                .store(path, self.clock.now_ms(), self.file_mode)?;
+        }
+        state.dirty = false;
+        state.last_persist = Instant::now();
+        Ok(())
+    }
+
+    /// One turn of the thread; returns how long to nap and whether an announced timer is
+    /// still to be dispatched.
+    fn turn(&self, store: &Store) -> (Duration, bool) {
+        let announced = self.wake.take_announced();
+        let mut state = self.lock();
+        let before = state.cursor;
+        let pass = self.pass(store, &mut state);
+        if state.last_persist.elapsed() >= self.persist_every {
+            // Retried at the next turn on failure; the progress stays in memory.
+            let _ = self.persist_durable(store, &mut state);
+        }
+        let unseen = announced.is_some() && state.cursor == before;
+        let dirty = state.dirty;
+        drop(state);
+        let now = self.clock.now_ms();
+        let mut nap = match [pass.next, announced].into_iter().flatten().min() {
+            Some(at) => Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0)),
+            None => self.max_nap,
+        };
+        nap = nap.min(self.max_nap);
+        if dirty {
+            nap = nap.min(self.persist_every);
+        }
+        (nap, unseen)
+    }
+}
+
+impl Service for TimerService {
+    fn name(&self) -> &'static str {
+        "timers"
+    }
+
+    fn run(&self) {
+        loop {
+            let Some(inner) = self.store.get().and_then(Weak::upgrade) else {
+                return;
+            };
+            let store = Store::handle(inner);
+            if store.is_closed() {
+                return;
+            }
+            let (nap, unseen) = self.turn(&store);
+            if unseen {
+                // Announced before its append: wait for its dispatch (or the nap).
+                let cursor = self.lock().cursor;
+                let _ = store
+                    .wait_for_messages(&[(TIMER_TOPIC, 0, cursor)], Some(nap.min(ARRIVAL_WAIT)));
+                continue;
+            }
+            drop(store);
+            let until = self
+                .clock
+                .now_ms()
+                .saturating_add(i64::try_from(nap.as_millis()).unwrap_or(i64::MAX));
+            if !self.wake.nap(nap, until) {
+                return;
+            }
+        }
+    }
+
+    fn stop(&self) {
+        self.wake.stop();
+    }
+}
+
+/// Re-puts the timer record at commit-log `offset` to its real topic and queue, carrying
+/// `id`; `Ok(Some(t))` without putting when the record's delivery time `t` is after `now`,
+/// `Ok(None)` after a put or for a record that names no destination (passed over: it can go
+/// nowhere, and waiting for it would hold the floor for good).
+fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64>> {
+    store.get_by_offset(offset, |v| {
+        let props = v.properties();
+        let at = timer::out_ms(props).unwrap_or(i64::MIN);
+        if at > now {
+            return Ok(Some(at));
+        }
+        let real = properties::get(props, properties::REAL_TOPIC);
+        let qid = properties::get(props, properties::REAL_QID).and_then(|q| q.parse::<u32>().ok());
+        let (Some(topic), Some(qid)) = (real, qid) else {
+            return Ok(None);
+        };
+        let mut kept = Vec::with_capacity(props.len() + 64);
+        for (k, val) in properties::iter(props) {
+            if !CLEARED.contains(&k) {
+                properties::push(&mut kept, k, val);
+            }
+        }
+        properties::push(
+            &mut kept,
+            timer::ENQUEUE_MS,
+            &v.store_timestamp().to_string(),
+        );
+        properties::push(&mut kept, timer::DEQUEUE_MS, &now.to_string());
+        properties::push(&mut kept, timer::TIMER_ID, &id.to_string());
+        let msg = MessageRef {
+            topic,
+            queue_id: qid,
+            body: v.body(),
+            flag: v.flag(),
+            properties: &kept,
+            sysflag: v.sysflag() & !(sysflag::BORNHOST_V6 | sysflag::STOREHOST_V6),
+            born_timestamp: v.born_timestamp(),
+            reconsume_times: v.reconsume_times(),
+            prepared_transaction_offset: v.prepared_transaction_offset(),
+        };
+        match store.put_message(&msg, &PutRequest::new(Routing::Queue(qid))) {
+            Ok(_) => Ok(None),
+            // The topic shrank since: the queue the same key would pick now.
+            Err(Error::InvalidQueue { .. }) => store
+                .put_message(&msg, &PutRequest::new(Routing::Hash(qid)))
+                .map(|_| None),
+            Err(e) => Err(e),
+        }
+    })?
+}
