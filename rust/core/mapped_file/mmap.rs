@@ -200,6 +200,7 @@ impl MmapRegion {
         self.len == 0
     }
 
+    #[inline(always)]
     fn check(&self, pos: usize, n: usize) -> bool {
         pos.checked_add(n).is_some_and(|end| end <= self.len)
     }
@@ -251,6 +252,7 @@ impl MmapRegion {
 
     /// The 8-byte aligned word at `pos` as an atomic, for the shared writer mapping (item 5),
     /// whose words are only ever accessed atomically.
+    #[inline(always)]
     pub fn atomic_u64(&self, pos: usize) -> Option<&AtomicU64> {
         if !pos.is_multiple_of(8) || !self.check(pos, 8) {
             return None;
@@ -287,6 +289,7 @@ impl MmapRegion {
 
     /// The address of `[pos, pos + n)` for the robust mutex (robust.rs), which hands it only to
     /// the C library: `None` when out of bounds, misaligned for `align` or read-only.
+    #[inline]
     pub(super) fn raw_at(&self, pos: usize, n: usize, align: usize) -> Option<NonNull<u8>> {
         if !self.writable || !self.check(pos, n) || align == 0 || !pos.is_multiple_of(align) {
             return None;

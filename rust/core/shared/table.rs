@@ -35,6 +35,7 @@ impl<'a> Tables<'a> {
     }
 
     /// The big-endian word at `pos`.
+    #[inline(always)]
     pub(super) fn word(&self, pos: usize) -> Result<&'a AtomicU64> {
         self.region.atomic_u64(pos).ok_or_else(|| self.outside(pos))
     }
@@ -43,10 +44,12 @@ impl<'a> Tables<'a> {
         self.region.atomic_u8(pos).ok_or_else(|| self.outside(pos))
     }
 
+    #[inline(always)]
     fn load(&self, pos: usize) -> Result<u64> {
         Ok(u64::from_be(self.word(pos)?.load(Ordering::Acquire)))
     }
 
+    #[inline(always)]
     fn store(&self, pos: usize, v: u64) -> Result<()> {
         self.word(pos)?.store(v.to_be(), Ordering::Release);
         Ok(())
@@ -160,16 +163,19 @@ impl<'a> Tables<'a> {
         })
     }
 
+    #[inline(always)]
     fn queue_pos(&self, slot: QueueSlot) -> usize {
         self.capacity.queues_at() + slot.0 as usize * QUEUE_SLOT
     }
 
     /// The next offset of `slot`'s queue.
+    #[inline(always)]
     pub(super) fn next_offset(&self, slot: QueueSlot) -> Result<u64> {
         self.load(self.queue_pos(slot) + 8)
     }
 
     /// Sets the next offset of `slot`'s queue.
+    #[inline(always)]
     pub(super) fn set_next_offset(&self, slot: QueueSlot, next: u64) -> Result<()> {
         self.store(self.queue_pos(slot) + 8, next)
     }
