@@ -336,6 +336,7 @@ impl CommitLog {
     /// After a published append ending at `end` (this process's appender lock held, the
     /// append lock released): the next file and warm-ahead asked for as the single writer
     /// asks (`warm`: the append went through the mapping).
+    #[inline(always)]
     fn after_shared_write(&self, a: &Appender, end: u64, warm: bool) {
         self.maybe_prepare_next(a);
         self.warm.set_wanted(warm);

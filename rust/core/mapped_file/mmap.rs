@@ -262,6 +262,20 @@ impl MmapRegion {
         Some(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(pos).cast::<u64>()) })
     }
 
+    /// The `N` 8-byte aligned words from `pos` as atomics (item 5), with one bounds check for
+    /// all of them: the shared writer mapping's header, whose words an append reads and writes
+    /// a dozen times.
+    #[inline(always)]
+    pub fn atomic_u64s<const N: usize>(&self, pos: usize) -> Option<&[AtomicU64; N]> {
+        if !pos.is_multiple_of(8) || !self.check(pos, N * 8) {
+            return None;
+        }
+        // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned), and
+        // `[AtomicU64; N]` has the layout of `[u64; N]`; all concurrent access to these words
+        // is atomic (contract 5).
+        Some(unsafe { &*self.ptr.as_ptr().add(pos).cast::<[AtomicU64; N]>() })
+    }
+
     /// The byte at `pos` as an atomic (a flag of the shared writer mapping, item 5).
     pub fn atomic_u8(&self, pos: usize) -> Option<&AtomicU8> {
         if !self.check(pos, 1) {

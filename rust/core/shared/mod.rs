@@ -243,10 +243,10 @@ impl WriterShm {
 
     /// The topics generation: how many topic changes every process has made since the mapping
     /// was built. Inlined: every lookup of a shared writer's topic table loads it.
-    #[inline]
+    #[inline(always)]
     pub fn topics_generation(&self) -> u64 {
         self.tables()
-            .word(at::TOPICS_GENERATION)
+            .atomic(at::TOPICS_GENERATION)
             .map_or(0, |a| u64::from_be(a.load(StdOrdering::Acquire)))
     }
 
@@ -394,14 +394,14 @@ impl Writer<'_> {
     pub fn last_store_timestamp(&self) -> i64 {
         self.shm
             .tables()
-            .word(at::LAST_STORE_TS)
+            .atomic(at::LAST_STORE_TS)
             .map_or(0, |a| u64::from_be(a.load(StdOrdering::Relaxed)) as i64)
     }
 
     /// Records the store timestamp of the record just appended.
     #[inline(always)]
     pub fn set_last_store_timestamp(&self, ts: i64) {
-        if let Ok(a) = self.shm.tables().word(at::LAST_STORE_TS) {
+        if let Some(a) = self.shm.tables().atomic(at::LAST_STORE_TS) {
             a.store((ts as u64).to_be(), StdOrdering::Relaxed);
         }
     }
@@ -433,25 +433,29 @@ impl State for View<'_> {
     #[inline(always)]
     fn load(&self, word: Word, order: Ordering) -> u64 {
         self.0
-            .word(word_at(word))
+            .atomic(word_at(word))
             .map_or(0, |a| u64::from_be(a.load(order)))
     }
 
     #[inline(always)]
     fn store(&self, word: Word, value: u64, order: Ordering) {
-        if let Ok(a) = self.0.word(word_at(word)) {
+        if let Some(a) = self.0.atomic(word_at(word)) {
             a.store(value.to_be(), order);
         }
     }
 
     #[inline(always)]
     fn next_offset(&self, slot: QueueSlot) -> u64 {
-        self.0.next_offset(slot).unwrap_or(0)
+        self.0
+            .next_offset_word(slot)
+            .map_or(0, |a| u64::from_be(a.load(StdOrdering::Acquire)))
     }
 
     #[inline(always)]
     fn set_next_offset(&self, slot: QueueSlot, next: u64) {
-        let _ = self.0.set_next_offset(slot, next);
+        if let Some(a) = self.0.next_offset_word(slot) {
+            a.store(next.to_be(), StdOrdering::Release);
+        }
     }
 }
 

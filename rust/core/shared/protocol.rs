@@ -82,8 +82,10 @@ pub struct Reserved {
 #[inline(always)]
 pub fn reserve(state: &impl State, slot: Option<QueueSlot>, len: u64, count: u64) -> Reserved {
     let start = state.load(Word::LogEnd, Ordering::Acquire);
-    let queue_offset = slot.map_or(0, |s| state.next_offset(s));
-    let slot_word = slot.map_or(0, |s| u64::from(s.0) + 1);
+    let (queue_offset, slot_word) = match slot {
+        Some(s) => (state.next_offset(s), u64::from(s.0) + 1),
+        None => (0, 0),
+    };
     state.store(Word::IntentSlot, slot_word, Ordering::Relaxed);
     state.store(Word::IntentPrev, queue_offset, Ordering::Relaxed);
     // Release: a repairer that sees this end sees the slot and value recorded above.

@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use super::layout::{at, queue_hash, queue_key, topic_hash, Capacity, QUEUE_SLOT, TOPIC_SLOT};
+use super::layout::{
+    at, queue_hash, queue_key, topic_hash, Capacity, HEADER_LEN, QUEUE_SLOT, TOPIC_SLOT,
+};
 use super::protocol::QueueSlot;
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::MmapRegion;
@@ -37,7 +39,28 @@ impl<'a> Tables<'a> {
     /// The big-endian word at `pos`.
     #[inline(always)]
     pub(super) fn word(&self, pos: usize) -> Result<&'a AtomicU64> {
-        self.region.atomic_u64(pos).ok_or_else(|| self.outside(pos))
+        self.atomic(pos).ok_or_else(|| self.outside(pos))
+    }
+
+    /// `word` without the error: for accessors with a fallback, which then build none (an
+    /// append's dozen accesses stay a bounds check, a load or store and a byte swap each). A
+    /// header word goes through the whole header's bounds check, the same for every one.
+    #[inline(always)]
+    pub(super) fn atomic(&self, pos: usize) -> Option<&'a AtomicU64> {
+        if pos < HEADER_LEN {
+            self.region
+                .atomic_u64s::<{ HEADER_LEN / 8 }>(0)
+                .and_then(|h| h.get(pos / 8))
+                .filter(|_| pos.is_multiple_of(8))
+        } else {
+            self.region.atomic_u64(pos)
+        }
+    }
+
+    /// The word of `slot`'s next offset.
+    #[inline(always)]
+    pub(super) fn next_offset_word(&self, slot: QueueSlot) -> Option<&'a AtomicU64> {
+        self.atomic(self.queue_pos(slot) + 8)
     }
 
     fn flag(&self, pos: usize) -> Result<&'a AtomicU8> {
