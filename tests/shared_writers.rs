@@ -292,6 +292,55 @@ fn two_shared_writers_interleave_and_see_each_other() {
     assert_eq!(contents(&reopened), want);
 }
 
+/// Each writer keeps the mapping's queue slots it used (commit_log/shared.rs): writers that
+/// alternate between topics whose names share a prefix, and between queues, and that first
+/// use a queue after the other writer made its slot, still take each queue's next offset, so
+/// every queue's offsets run 0, 1, 2, ... whichever writer appended, singles and batches.
+#[test]
+fn cached_queue_slots_keep_each_queues_offsets_contiguous_across_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Store::open(dir.path(), shared()).unwrap();
+    for topic in ["C", "CC", "D"] {
+        a.create_topic(topic, QUEUES, 6, false, false).unwrap();
+    }
+    let b = Store::open(dir.path(), shared()).unwrap();
+    let mut next: BTreeMap<(&str, u32), u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for i in 0..600u64 {
+        let store = if (i / 7) % 2 == 0 { &a } else { &b };
+        let topic = ["C", "CC", "D", "CC"][(i % 4) as usize];
+        let q = ((i / 3) % u64::from(QUEUES)) as u32;
+        let body = body_of(0, i);
+        let expect = next.entry((topic, q)).or_insert(0);
+        if i % 5 == 0 {
+            let msgs = vec![MessageRef::new(topic, q, &body); 3];
+            out.clear();
+            store.put_batch(&msgs, &mut out).unwrap();
+            let got: Vec<u64> = out.iter().map(|x| x.queue_offset).collect();
+            assert_eq!(
+                got,
+                [*expect, *expect + 1, *expect + 2],
+                "{topic}/{q} at {i}"
+            );
+            *expect += 3;
+        } else {
+            let r = store.put(&MessageRef::new(topic, q, &body)).unwrap();
+            assert_eq!(r.appended.queue_offset, *expect, "{topic}/{q} at {i}");
+            *expect += 1;
+        }
+    }
+    a.close().unwrap();
+    b.close().unwrap();
+    let reopened = Store::open(dir.path(), exclusive()).unwrap();
+    for (&(topic, q), &n) in &next {
+        assert_eq!(
+            reopened.queue_offsets(topic, q).unwrap(),
+            (0, n),
+            "{topic}/{q}"
+        );
+    }
+}
+
 #[test]
 fn processes_sending_to_one_store_each_have_every_message_once_in_order() {
     let dir = tempfile::tempdir().unwrap();

@@ -346,7 +346,9 @@ impl TopicTable {
         catch_up(&mut g, &shared.lock()?)
     }
 
-    /// True while another process's topic change is unread (`sync` would read it).
+    /// True while another process's topic change is unread (`sync` would read it). Always
+    /// inlined, with `SharedTopics::stale`: every send's topic lookup asks.
+    #[inline(always)]
     fn stale(&self) -> bool {
         self.shared.get().is_some_and(SharedTopics::stale)
     }

@@ -4,17 +4,17 @@
 //! assigned in commit-log order and the store timestamp never decreases along the log (unless
 //! the wall clock steps back).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::queue_table::QueueTable;
 use crate::error::{Error, Result};
 use crate::mapped_file::FileWriter;
 use crate::mapped_file_queue::fence::FillFence;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::codec::{self, RecordMeta, END_FILE_MIN_BLANK_LENGTH, HEAD_LEN};
 use crate::message::{sysflag, MessageRef};
+use crate::shared::protocol::QueueSlot;
 use crate::util::clock::Clock;
-use crate::util::hash::FastBuild;
 use crate::util::kill_point::kill_point;
 
 /// Where one appended record landed.
@@ -42,8 +42,12 @@ impl Appended {
 #[derive(Debug, Default)]
 pub struct Appender {
     pub(crate) writer: Option<FileWriter>,
-    /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable).
-    pub(crate) queue_offsets: QueueTable,
+    /// Next queue offset per topic and queue id (RocketMQ's topicQueueTable). A shared
+    /// writer's queue offsets are the writer mapping's: from its first shared append this
+    /// table is left as recovery made it.
+    pub(crate) queue_offsets: QueueTable<u64>,
+    /// Shared writers: the writer mapping's slot of each queue appended to (shared.rs).
+    pub(crate) shared_slots: QueueTable<Option<QueueSlot>>,
     /// Set after a failed flush: every later append fails with `Poisoned` and this cause.
     pub(crate) poisoned: Option<Arc<Error>>,
     // Reused encoding buffer of batch appends.
@@ -88,58 +92,6 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Next queue offset per topic and queue id (RocketMQ's topicQueueTable). The topic maps to
-/// an index so that the append path finds its slot with one hash lookup (a map of vectors
-/// would need a second one to insert a new topic without holding the first borrow).
-/// Invariant: `names[i]` is the topic of index `i` in `index`; indexes are never reused.
-#[derive(Debug, Default)]
-pub(crate) struct QueueTable {
-    index: HashMap<String, usize, FastBuild>,
-    names: Vec<String>,
-    next: Vec<Vec<u64>>,
-    /// Index of the topic appended to last: appends usually go to one topic in a row, and
-    /// comparing its name costs less than hashing it.
-    last: usize,
-}
-
-impl QueueTable {
-    /// Next queue offset of (topic, queue id); 0 for a queue never written.
-    fn get(&self, topic: &str, queue_id: u32) -> u64 {
-        self.index
-            .get(topic)
-            .and_then(|&t| self.next.get(t))
-            .and_then(|v| v.get(queue_id as usize))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// The next-queue-offset slot of (topic, queue id), created at 0.
-    fn slot(&mut self, topic: &str, queue_id: u32) -> Option<&mut u64> {
-        let t = if self.names.get(self.last).is_some_and(|n| n == topic) {
-            self.last
-        } else {
-            let t = match self.index.get(topic) {
-                Some(&t) => t,
-                None => {
-                    let t = self.next.len();
-                    self.next.push(Vec::new());
-                    self.names.push(topic.to_owned());
-                    self.index.insert(topic.to_owned(), t);
-                    t
-                }
-            };
-            self.last = t;
-            t
-        };
-        let v = self.next.get_mut(t)?;
-        let i = queue_id as usize;
-        if v.len() <= i {
-            v.resize(i + 1, 0);
-        }
-        v.get_mut(i)
-    }
-}
-
 impl Appender {
     /// Next queue offset of (topic, queue id).
     pub fn next_queue_offset(&self, topic: &str, queue_id: u32) -> u64 {
@@ -153,15 +105,10 @@ impl Appender {
         }
     }
 
-    /// Shared writers: continues from the shared mapping's state: the latest store timestamp
-    /// any process wrote, and, when given, the next offset of (topic, queue id).
-    pub(crate) fn adopt(&mut self, last_store_ts: i64, queue: Option<(&str, u32, u64)>) {
+    /// Shared writers: continues after the latest store timestamp any process wrote.
+    #[inline]
+    pub(crate) fn adopt_store_ts(&mut self, last_store_ts: i64) {
         self.last_store_ts = self.last_store_ts.max(last_store_ts);
-        if let Some((topic, queue_id, next)) = queue {
-            if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {
-                *slot = next;
-            }
-        }
     }
 
     /// The latest store timestamp written.
@@ -174,7 +121,7 @@ impl Appender {
         let t = &self.queue_offsets;
         t.names
             .iter()
-            .zip(&t.next)
+            .zip(&t.values)
             .flat_map(|(name, next)| {
                 next.iter()
                     .enumerate()
@@ -227,6 +174,8 @@ impl Appender {
     /// Appends one record and publishes it, announcing its bytes to `fence` first.
     /// `now`: a clock reading (ms) the caller took just before the append, or `None` to read
     /// the clock here; the store timestamp is the later of it and the previous record's.
+    /// `assigned`: the queue offset a shared writer took from the writer mapping's table
+    /// (which it advances itself), or `None`: this appender's table assigns it and advances.
     /// Always inlined: it has two callers (the single writer's append and the shared
     /// writers'), for which the compiler would call it instead, and the single writer's send
     /// must not pay for the call.
@@ -237,6 +186,7 @@ impl Appender {
         fence: &FillFence,
         p: &Prepared<'_>,
         now: Option<i64>,
+        assigned: Option<u64>,
     ) -> Result<Appended> {
         if let Some(cause) = &self.poisoned {
             return Err(Error::Poisoned {
@@ -246,12 +196,13 @@ impl Appender {
         let m = &p.msg;
         self.ensure_room(files, fence, p.len as u64)?;
         // One map lookup: the slot is read now and bumped only after the write succeeded.
-        let slot = if sysflag::is_dispatched(m.sysflag) {
-            self.queue_offsets.slot(m.topic, m.queue_id)
-        } else {
-            None
+        let slot = match assigned {
+            None if sysflag::is_dispatched(m.sysflag) => {
+                self.queue_offsets.slot(m.topic, m.queue_id)
+            }
+            _ => None,
         };
-        let queue_offset = slot.as_deref().copied().unwrap_or(0);
+        let queue_offset = assigned.unwrap_or_else(|| slot.as_deref().copied().unwrap_or(0));
         let Some(w) = self.writer.as_mut() else {
             return Err(Error::Closed);
         };
@@ -297,12 +248,14 @@ impl Appender {
     /// publishes it at once; returns its size in bytes. The batch never spans files. Its bytes
     /// are announced to `fence` before they are written.
     /// `warm(start, end)`: whether the log's pages of `[start, end)` are faulted in.
+    /// `assigned`: the first queue offset, as for `append_one`.
     pub fn append_batch(
         &mut self,
         files: &MappedFileQueue,
         fence: &FillFence,
         batch: &[Prepared<'_>],
         warm: impl Fn(u64, u64) -> bool,
+        assigned: Option<u64>,
         out: &mut Vec<Appended>,
     ) -> Result<u64> {
         if let Some(cause) = &self.poisoned {
@@ -324,10 +277,10 @@ impl Appender {
         }
         let (topic, queue_id) = (first.msg.topic, first.msg.queue_id);
         let dispatched = sysflag::is_dispatched(first.msg.sysflag);
-        let base_qo = if dispatched {
-            self.next_queue_offset(topic, queue_id)
-        } else {
-            0
+        let base_qo = match assigned {
+            Some(q) => q,
+            None if dispatched => self.next_queue_offset(topic, queue_id),
+            None => 0,
         };
         let last_store_ts = self.last_store_ts;
         let now = self.clock.now_ms();
@@ -407,7 +360,7 @@ impl Appender {
         let w = self.writer.as_mut().ok_or(Error::Closed)?;
         kill_point!("append.unpublished");
         w.publish();
-        if dispatched {
+        if dispatched && assigned.is_none() {
             if let Some(slot) = self.queue_offsets.slot(topic, queue_id) {
                 *slot += batch.len() as u64;
             }
@@ -544,31 +497,6 @@ mod tests {
 
     const FILE: u64 = 32 << 10;
 
-    #[test]
-    fn queue_table_keeps_each_topic_and_queue_apart_when_topics_alternate() {
-        let mut t = QueueTable::default();
-        // A, A, AB, A, AB, C, A: the remembered last topic changes back and forth, and a
-        // prefix of a name ("A" of "AB") is another topic.
-        for (topic, q) in [
-            ("A", 0),
-            ("A", 0),
-            ("AB", 0),
-            ("A", 1),
-            ("AB", 0),
-            ("C", 2),
-            ("A", 0),
-        ] {
-            *t.slot(topic, q).unwrap() += 1;
-        }
-        assert_eq!(t.get("A", 0), 3);
-        assert_eq!(t.get("A", 1), 1);
-        assert_eq!(t.get("AB", 0), 2);
-        assert_eq!(t.get("C", 2), 1);
-        assert_eq!(t.get("C", 0), 0);
-        assert_eq!(t.get("B", 0), 0);
-        assert_eq!(t.names, ["A", "AB", "C"]);
-    }
-
     /// Appends the same batches (the last ones rolling to a second file) through the mapping
     /// (`warm` true) and through `pwrite` (`warm` false); returns the file bytes.
     fn write_batches(warm: bool, body_len: impl Fn(usize) -> usize) -> Vec<Vec<u8>> {
@@ -593,8 +521,15 @@ mod tests {
                 })
                 .collect::<Result<_>>()
                 .unwrap();
-            a.append_batch(&files, &FillFence::default(), &batch, |_, _| warm, &mut out)
-                .unwrap();
+            a.append_batch(
+                &files,
+                &FillFence::default(),
+                &batch,
+                |_, _| warm,
+                None,
+                &mut out,
+            )
+            .unwrap();
         }
         assert_eq!(out.len(), bodies.len());
         assert_eq!(out.last().unwrap().queue_offset, 39);

@@ -30,6 +30,7 @@
 //! buffer (the kernel fills the page cache without faults).
 
 pub mod append;
+mod queue_table;
 pub mod recovery;
 pub mod shared;
 #[cfg(test)]
@@ -210,7 +211,7 @@ impl CommitLog {
         p: &Prepared<'_>,
         now_ms: Option<i64>,
     ) -> Result<Appended> {
-        let r = a.append_one(&self.files, self.warm.fence(), p, now_ms)?;
+        let r = a.append_one(&self.files, self.warm.fence(), p, now_ms, None)?;
         let end = r.physical_offset + u64::from(r.size);
         self.max.store(end, Ordering::Release);
         self.maybe_prepare_next(&a);
@@ -231,7 +232,7 @@ impl CommitLog {
         let mut a = self.lock_appender();
         // Called once the batch's place is known and announced, before any of it is written.
         let warm = |start: u64, end: u64| self.warm.is_warm(start, end);
-        let total = a.append_batch(&self.files, self.warm.fence(), batch, warm, out)?;
+        let total = a.append_batch(&self.files, self.warm.fence(), batch, warm, None, out)?;
         let gathered = append::written_by_gathering(total, batch.len());
         self.warm.set_wanted(!gathered);
         if let Some(last) = out.last() {

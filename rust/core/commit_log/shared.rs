@@ -8,7 +8,9 @@
 //! - Under the append lock the log end and each queue's next offset are the mapping's: before
 //!   it writes, a process moves its writer to the mapping's log end ([`CommitLog::follow_to`]),
 //!   mapping the files other processes created, and takes the queue's next offset from the
-//!   mapping's table.
+//!   mapping's table, at the queue's slot. The slot is cached in this process (the
+//!   appender's `shared_slots`) for as long as it keeps the mapping: slots never move. This
+//!   process's own queue-offset table is not used (append.rs, `assigned`).
 //! - The reservation covers every byte the append writes: when it rolls, the END_OF_FILE blank
 //!   and the rest of the full file, then the records. It is published only once whole, and an
 //!   append that fails after reserving is undone as a repair undoes a dead holder's.
@@ -35,8 +37,8 @@ use std::sync::Arc;
 use super::append::{Appended, Appender, Prepared};
 use super::CommitLog;
 use crate::error::{Error, Result};
-use crate::message::sysflag;
-use crate::shared::protocol::{Repair, Reserved};
+use crate::message::{sysflag, MessageRef};
+use crate::shared::protocol::{QueueSlot, Repair, Reserved};
 use crate::shared::{AppendLock, Writer, WriterShm};
 
 /// What a repair (or an abandoned append) does to the log through this process's mappings.
@@ -100,17 +102,12 @@ impl CommitLog {
     /// file it leaves published whole (another process ended it with its blank). With
     /// `create`, a log end at a file boundary with no file there (a new store) creates it.
     pub(crate) fn follow_to(&self, a: &mut Appender, end: u64, create: bool) -> Result<()> {
+        if self.follow_in_file(a, end) {
+            return Ok(());
+        }
         let size = self.files.file_size();
         if let Some(w) = a.writer.as_mut() {
-            let base = w.file().from_offset();
-            if (base..base + size).contains(&end) {
-                if base + w.pos() != end {
-                    w.reposition(end - base);
-                }
-                self.max.store(end, Ordering::Release);
-                return Ok(());
-            }
-            if end > base {
+            if end > w.file().from_offset() {
                 w.fill_to_end();
             }
         }
@@ -136,6 +133,47 @@ impl CommitLog {
         Ok(())
     }
 
+    /// `follow_to` when `end` lies in this process's current file (the usual case: no file to
+    /// map); false, having changed nothing, otherwise.
+    #[inline(always)]
+    fn follow_in_file(&self, a: &mut Appender, end: u64) -> bool {
+        let Some(w) = a.writer.as_mut() else {
+            return false;
+        };
+        let base = w.file().from_offset();
+        if !(base..base + self.files.file_size()).contains(&end) {
+            return false;
+        }
+        if base + w.pos() != end {
+            w.reposition(end - base);
+        }
+        self.max.store(end, Ordering::Release);
+        true
+    }
+
+    /// The writer mapping's slot of (topic, queue id): this process's cached copy, else the
+    /// mapping's (added there when new), then cached. A slot keeps its queue for the mapping's
+    /// life (shared/table.rs) and this log keeps one mapping from `set_shared` to its close (a
+    /// mapping is rebuilt only by a first opener, before any process shares it), so a cached
+    /// slot is never stale: the send path finds it without hashing the topic's name.
+    #[inline(always)]
+    fn queue_slot(
+        a: &mut Appender,
+        w: &Writer<'_>,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<QueueSlot> {
+        match a.shared_slots.slot(topic, queue_id) {
+            Some(&mut Some(slot)) => Ok(slot),
+            Some(cached) => {
+                let slot = w.queue_slot(topic, queue_id)?;
+                *cached = Some(slot);
+                Ok(slot)
+            }
+            None => w.queue_slot(topic, queue_id),
+        }
+    }
+
     /// Shared writers: shows this process's readers and dispatch every record the store's
     /// processes published (module doc). Cheap when nothing is new.
     pub fn follow_shared(&self) -> Result<()> {
@@ -150,29 +188,24 @@ impl CommitLog {
         self.follow_to(&mut a, end, false)
     }
 
-    /// Under the append lock: moves the writer to the log end, adopts the mapping's state and
-    /// reserves `len` record bytes (and `count` offsets of the queue when `dispatched`).
-    #[allow(clippy::too_many_arguments)]
+    /// Under the append lock, the writer at the log end: adopts the mapping's latest store
+    /// timestamp and reserves `len` record bytes (and `count` offsets of `m`'s queue when
+    /// it is dispatched; the reservation's `queue_offset` is the first).
+    #[inline(always)]
     fn reserve_shared(
         &self,
         a: &mut Appender,
         w: &Writer<'_>,
-        topic: &str,
-        queue_id: u32,
-        dispatched: bool,
+        m: &MessageRef<'_>,
         len: u64,
         count: u64,
     ) -> Result<Reserved> {
-        self.follow_to(a, w.log_end(), true)?;
-        let slot = if dispatched {
-            let slot = w.queue_slot(topic, queue_id)?;
-            let next = w.next_offset(slot)?;
-            a.adopt(w.last_store_timestamp(), Some((topic, queue_id, next)));
-            Some(slot)
+        let slot = if sysflag::is_dispatched(m.sysflag) {
+            Some(Self::queue_slot(a, w, m.topic, m.queue_id)?)
         } else {
-            a.adopt(w.last_store_timestamp(), None);
             None
         };
+        a.adopt_store_ts(w.last_store_timestamp());
         // A roll writes the blank and fills the rest of the full file first (append.rs).
         let span = match (a.fits(len), a.writer.as_ref()) {
             (None, Some(fw)) => fw.remaining() + len,
@@ -182,21 +215,31 @@ impl CommitLog {
     }
 
     /// Publishes `r` once the append ended where it was reserved to (at `end`, its last record
-    /// stamped `ts`); otherwise undoes it.
+    /// stamped `ts`); otherwise undoes it. Always inlined, as the append it ends (append.rs):
+    /// what is left of a send's publication is four stores into the mapping.
+    #[inline(always)]
     fn settle(&self, w: &Writer<'_>, r: &Reserved, end: u64, ts: i64) -> Result<()> {
         if end != r.end {
-            let _ = w.abandon(&mut LogRepair::new(self));
-            return Err(Error::Corrupted {
-                path: "commitlog".into(),
-                offset: end,
-                reason: format!("an append reserved to {} ended at {end}", r.end),
-                cause: None,
-            });
+            return self.unsettled(w, r, end);
         }
         w.publish(r);
         w.set_last_store_timestamp(ts);
         self.max.store(end, Ordering::Release);
         Ok(())
+    }
+
+    /// `settle` of an append that did not end where it was reserved to: undone.
+    #[cold]
+    #[inline(never)]
+    fn unsettled(&self, w: &Writer<'_>, r: &Reserved, end: u64) -> Result<()> {
+        // The mismatch is the error to report; a failed zeroing is harmless (`protocol::abandon`).
+        let _ = w.abandon(&mut LogRepair::new(self));
+        Err(Error::Corrupted {
+            path: "commitlog".into(),
+            offset: end,
+            reason: format!("an append reserved to {} ended at {end}", r.end),
+            cause: None,
+        })
     }
 
     /// `put` of a shared writer (module doc).
@@ -208,11 +251,15 @@ impl CommitLog {
             });
         }
         let w = self.lock_shared(shm)?;
-        let m = &p.msg;
-        let dispatched = sysflag::is_dispatched(m.sysflag);
-        let r =
-            self.reserve_shared(&mut a, &w, m.topic, m.queue_id, dispatched, p.len as u64, 1)?;
-        let out = a.append_one(&self.files, self.warm.fence(), p, None);
+        self.follow_to(&mut a, w.log_end(), true)?;
+        let r = self.reserve_shared(&mut a, &w, &p.msg, p.len as u64, 1)?;
+        let out = a.append_one(
+            &self.files,
+            self.warm.fence(),
+            p,
+            None,
+            Some(r.queue_offset),
+        );
         match &out {
             Ok(x) => self.settle(
                 &w,
@@ -257,25 +304,22 @@ impl CommitLog {
             Some(AppendLock::OwnerDied(dead)) => dead.repair(&mut LogRepair::new(self))?.0,
             None => return Ok(None),
         };
-        let end = w.log_end();
-        let size = self.files.file_size();
-        let in_file = a.writer.as_ref().is_some_and(|fw| {
-            let base = fw.file().from_offset();
-            (base..base + size).contains(&end)
-        });
-        if !in_file {
+        if !self.follow_in_file(&mut a, w.log_end()) {
             return Ok(None);
         }
-        self.follow_to(&mut a, end, false)?;
         let len = p.len as u64;
         match a.fits(len) {
             Some(to) if self.warm.is_warm(to - len, to) && self.warm.fence().try_announce(to) => {}
             _ => return Ok(None),
         }
-        let m = &p.msg;
-        let dispatched = sysflag::is_dispatched(m.sysflag);
-        let r = self.reserve_shared(&mut a, &w, m.topic, m.queue_id, dispatched, len, 1)?;
-        let out = a.append_one(&self.files, self.warm.fence(), p, Some(now_ms));
+        let r = self.reserve_shared(&mut a, &w, &p.msg, len, 1)?;
+        let out = a.append_one(
+            &self.files,
+            self.warm.fence(),
+            p,
+            Some(now_ms),
+            Some(r.queue_offset),
+        );
         match &out {
             Ok(x) => self.settle(
                 &w,
@@ -301,6 +345,7 @@ impl CommitLog {
     /// After a published append ending at `end` (this process's appender lock held, the
     /// append lock released): the next file and warm-ahead asked for as the single writer
     /// asks (`warm`: the append went through the mapping).
+    #[inline(always)]
     fn after_shared_write(&self, a: &Appender, end: u64, warm: bool) {
         self.maybe_prepare_next(a);
         self.warm.set_wanted(warm);
@@ -326,22 +371,20 @@ impl CommitLog {
             });
         }
         let w = self.lock_shared(shm)?;
-        let m = &first.msg;
-        let dispatched = sysflag::is_dispatched(m.sysflag);
+        self.follow_to(&mut a, w.log_end(), true)?;
         let total: u64 = batch.iter().map(|p| p.len as u64).sum();
-        let r = self.reserve_shared(
-            &mut a,
-            &w,
-            m.topic,
-            m.queue_id,
-            dispatched,
-            total,
-            batch.len() as u64,
-        )?;
+        let r = self.reserve_shared(&mut a, &w, &first.msg, total, batch.len() as u64)?;
         let start = out.len();
         // Called once the batch's place is known and announced, before any of it is written.
         let warm = |start: u64, end: u64| self.warm.is_warm(start, end);
-        let written = a.append_batch(&self.files, self.warm.fence(), batch, warm, out);
+        let written = a.append_batch(
+            &self.files,
+            self.warm.fence(),
+            batch,
+            warm,
+            Some(r.queue_offset),
+            out,
+        );
         let gathered = match &written {
             Ok(total) => super::append::written_by_gathering(*total, batch.len()),
             Err(_) => false,

@@ -200,6 +200,7 @@ impl MmapRegion {
         self.len == 0
     }
 
+    #[inline(always)]
     fn check(&self, pos: usize, n: usize) -> bool {
         pos.checked_add(n).is_some_and(|end| end <= self.len)
     }
@@ -251,6 +252,7 @@ impl MmapRegion {
 
     /// The 8-byte aligned word at `pos` as an atomic, for the shared writer mapping (item 5),
     /// whose words are only ever accessed atomically.
+    #[inline(always)]
     pub fn atomic_u64(&self, pos: usize) -> Option<&AtomicU64> {
         if !pos.is_multiple_of(8) || !self.check(pos, 8) {
             return None;
@@ -258,6 +260,20 @@ impl MmapRegion {
         // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned), and AtomicU64 has the
         // layout of u64; all concurrent access to this word is atomic (contract 5).
         Some(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(pos).cast::<u64>()) })
+    }
+
+    /// The `N` 8-byte aligned words from `pos` as atomics (item 5), with one bounds check for
+    /// all of them: the shared writer mapping's header, whose words an append reads and writes
+    /// a dozen times.
+    #[inline(always)]
+    pub fn atomic_u64s<const N: usize>(&self, pos: usize) -> Option<&[AtomicU64; N]> {
+        if !pos.is_multiple_of(8) || !self.check(pos, N * 8) {
+            return None;
+        }
+        // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned), and
+        // `[AtomicU64; N]` has the layout of `[u64; N]`; all concurrent access to these words
+        // is atomic (contract 5).
+        Some(unsafe { &*self.ptr.as_ptr().add(pos).cast::<[AtomicU64; N]>() })
     }
 
     /// The byte at `pos` as an atomic (a flag of the shared writer mapping, item 5).
@@ -287,6 +303,7 @@ impl MmapRegion {
 
     /// The address of `[pos, pos + n)` for the robust mutex (robust.rs), which hands it only to
     /// the C library: `None` when out of bounds, misaligned for `align` or read-only.
+    #[inline]
     pub(super) fn raw_at(&self, pos: usize, n: usize, align: usize) -> Option<NonNull<u8>> {
         if !self.writable || !self.check(pos, n) || align == 0 || !pos.is_multiple_of(align) {
             return None;

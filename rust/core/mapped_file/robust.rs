@@ -34,6 +34,7 @@ pub const MUTEX_BYTES: usize = std::mem::size_of::<libc::pthread_mutex_t>();
 /// Alignment the mutex needs inside the mapping.
 pub const MUTEX_ALIGN: usize = std::mem::align_of::<libc::pthread_mutex_t>();
 
+#[inline]
 fn mutex_at(region: &MmapRegion, pos: usize) -> io::Result<NonNull<libc::pthread_mutex_t>> {
     region
         .raw_at(pos, MUTEX_BYTES, MUTEX_ALIGN)
@@ -120,6 +121,7 @@ pub fn lock(region: &MmapRegion, pos: usize) -> io::Result<Locked<'_>> {
 }
 
 /// [`lock`] without waiting: `Ok(None)` when another thread or process holds the mutex.
+#[inline]
 pub fn try_lock(region: &MmapRegion, pos: usize) -> io::Result<Option<Locked<'_>>> {
     let mutex = mutex_at(region, pos)?;
     // SAFETY: as in `lock`.
@@ -154,6 +156,7 @@ impl<'r> DeadOwner<'r> {
 }
 
 impl Drop for MutexGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the guard exists only while this thread holds the mutex (`lock`), and the
         // mapping is borrowed for the guard's lifetime. An unlock cannot fail for the owner.

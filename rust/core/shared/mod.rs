@@ -217,6 +217,10 @@ impl WriterShm {
         }))
     }
 
+    // This and the accessors of the words an append reads and writes are always inlined: a
+    // send goes through about a dozen of them, and called each costs more than its one load or
+    // store (callgrind, docs/design-many-writers.md "Single-process cost").
+    #[inline(always)]
     fn tables(&self) -> Tables<'_> {
         Tables {
             region: &self.region,
@@ -231,6 +235,7 @@ impl WriterShm {
     }
 
     /// End of the last published record (acquire: every byte below it is written).
+    #[inline(always)]
     pub fn log_end(&self) -> u64 {
         self.view().load(Word::LogEnd, Ordering::Acquire)
     }
@@ -247,10 +252,10 @@ impl WriterShm {
 
     /// The topics generation: how many topic changes every process has made since the mapping
     /// was built. Inlined: every lookup of a shared writer's topic table loads it.
-    #[inline]
+    #[inline(always)]
     pub fn topics_generation(&self) -> u64 {
         self.tables()
-            .word(at::TOPICS_GENERATION)
+            .atomic(at::TOPICS_GENERATION)
             .map_or(0, |a| u64::from_be(a.load(StdOrdering::Acquire)))
     }
 
@@ -277,6 +282,7 @@ impl WriterShm {
     }
 
     /// `lock` without waiting: `Ok(None)` while another thread or process holds it.
+    #[inline]
     pub fn try_lock(&self) -> Result<Option<AppendLock<'_>>> {
         let locked = robust::try_lock(&self.region, at::MUTEX)
             .map_err(|e| Error::io("lock the append lock", &self.path, e))?;
@@ -286,6 +292,7 @@ impl WriterShm {
         }))
     }
 
+    #[inline(always)]
     fn view(&self) -> View<'_> {
         View(self.tables())
     }
@@ -351,22 +358,26 @@ impl Writer<'_> {
     }
 
     /// The next offset of `slot`'s queue.
+    #[inline(always)]
     pub fn next_offset(&self, slot: QueueSlot) -> Result<u64> {
         self.shm.tables().next_offset(slot)
     }
 
     /// End of the last published record.
+    #[inline(always)]
     pub fn log_end(&self) -> u64 {
         self.shm.log_end()
     }
 
     /// Step 1 of an append (protocol.rs): `len` bytes at the log end, `count` offsets of
     /// `slot`'s queue.
+    #[inline(always)]
     pub fn reserve(&self, slot: Option<QueueSlot>, len: u64, count: u64) -> Reserved {
         protocol::reserve(&self.shm.view(), slot, len, count)
     }
 
     /// Step 3 of an append: once every byte of `r` is written.
+    #[inline(always)]
     pub fn publish(&self, r: &Reserved) {
         protocol::publish(&self.shm.view(), r)
     }
@@ -388,16 +399,18 @@ impl Writer<'_> {
     }
 
     /// The latest store timestamp any process wrote into the log (ms).
+    #[inline(always)]
     pub fn last_store_timestamp(&self) -> i64 {
         self.shm
             .tables()
-            .word(at::LAST_STORE_TS)
+            .atomic(at::LAST_STORE_TS)
             .map_or(0, |a| u64::from_be(a.load(StdOrdering::Relaxed)) as i64)
     }
 
     /// Records the store timestamp of the record just appended.
+    #[inline(always)]
     pub fn set_last_store_timestamp(&self, ts: i64) {
-        if let Ok(a) = self.shm.tables().word(at::LAST_STORE_TS) {
+        if let Some(a) = self.shm.tables().atomic(at::LAST_STORE_TS) {
             a.store((ts as u64).to_be(), StdOrdering::Relaxed);
         }
     }
@@ -411,6 +424,7 @@ impl Writer<'_> {
 /// The mapping seen through the protocol's [`State`].
 struct View<'a>(Tables<'a>);
 
+#[inline(always)]
 fn word_at(w: Word) -> usize {
     match w {
         Word::LogEnd => at::LOG_END,
@@ -425,24 +439,32 @@ fn word_at(w: Word) -> usize {
 // access is in bounds of a mapping that `create` built or `attach` validated: the fallbacks
 // below (0, no store) are never taken.
 impl State for View<'_> {
+    #[inline(always)]
     fn load(&self, word: Word, order: Ordering) -> u64 {
         self.0
-            .word(word_at(word))
+            .atomic(word_at(word))
             .map_or(0, |a| u64::from_be(a.load(order)))
     }
 
+    #[inline(always)]
     fn store(&self, word: Word, value: u64, order: Ordering) {
-        if let Ok(a) = self.0.word(word_at(word)) {
+        if let Some(a) = self.0.atomic(word_at(word)) {
             a.store(value.to_be(), order);
         }
     }
 
+    #[inline(always)]
     fn next_offset(&self, slot: QueueSlot) -> u64 {
-        self.0.next_offset(slot).unwrap_or(0)
+        self.0
+            .next_offset_word(slot)
+            .map_or(0, |a| u64::from_be(a.load(StdOrdering::Acquire)))
     }
 
+    #[inline(always)]
     fn set_next_offset(&self, slot: QueueSlot, next: u64) {
-        let _ = self.0.set_next_offset(slot, next);
+        if let Some(a) = self.0.next_offset_word(slot) {
+            a.store(next.to_be(), StdOrdering::Release);
+        }
     }
 }
 

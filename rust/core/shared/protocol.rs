@@ -79,10 +79,13 @@ pub struct Reserved {
 }
 
 /// Step 1: reserves `len` bytes at the log end and `count` offsets of `slot`'s queue.
+#[inline(always)]
 pub fn reserve(state: &impl State, slot: Option<QueueSlot>, len: u64, count: u64) -> Reserved {
     let start = state.load(Word::LogEnd, Ordering::Acquire);
-    let queue_offset = slot.map_or(0, |s| state.next_offset(s));
-    let slot_word = slot.map_or(0, |s| u64::from(s.0) + 1);
+    let (queue_offset, slot_word) = match slot {
+        Some(s) => (state.next_offset(s), u64::from(s.0) + 1),
+        None => (0, 0),
+    };
     state.store(Word::IntentSlot, slot_word, Ordering::Relaxed);
     state.store(Word::IntentPrev, queue_offset, Ordering::Relaxed);
     // Release: a repairer that sees this end sees the slot and value recorded above.
@@ -96,6 +99,7 @@ pub fn reserve(state: &impl State, slot: Option<QueueSlot>, len: u64, count: u64
 }
 
 /// Step 3a: the slot's new next offset (undone by a repair while `log_end` is not `r.end`).
+#[inline(always)]
 pub fn commit_offset(state: &impl State, r: &Reserved) {
     if let Some((slot, count)) = r.slot {
         state.set_next_offset(slot, r.queue_offset + count);
@@ -103,16 +107,19 @@ pub fn commit_offset(state: &impl State, r: &Reserved) {
 }
 
 /// Step 3b: publishes the bytes `[r.start, r.end)`: from here the append happened.
+#[inline(always)]
 pub fn commit_end(state: &impl State, r: &Reserved) {
     state.store(Word::LogEnd, r.end, Ordering::Release);
 }
 
 /// Step 3c: no write in progress.
+#[inline(always)]
 pub fn clear_intent(state: &impl State) {
     state.store(Word::IntentEnd, 0, Ordering::Release);
 }
 
 /// Step 3, all of it, once every byte of `[r.start, r.end)` is written.
+#[inline(always)]
 pub fn publish(state: &impl State, r: &Reserved) {
     commit_offset(state, r);
     commit_end(state, r);

@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use super::layout::{at, queue_hash, queue_key, topic_hash, Capacity, QUEUE_SLOT, TOPIC_SLOT};
+use super::layout::{
+    at, queue_hash, queue_key, topic_hash, Capacity, HEADER_LEN, QUEUE_SLOT, TOPIC_SLOT,
+};
 use super::protocol::QueueSlot;
 use crate::error::{Error, Result};
 use crate::mapped_file::mmap::MmapRegion;
@@ -35,18 +37,42 @@ impl<'a> Tables<'a> {
     }
 
     /// The big-endian word at `pos`.
+    #[inline(always)]
     pub(super) fn word(&self, pos: usize) -> Result<&'a AtomicU64> {
-        self.region.atomic_u64(pos).ok_or_else(|| self.outside(pos))
+        self.atomic(pos).ok_or_else(|| self.outside(pos))
+    }
+
+    /// `word` without the error: for accessors with a fallback, which then build none (an
+    /// append's dozen accesses stay a bounds check, a load or store and a byte swap each). A
+    /// header word goes through the whole header's bounds check, the same for every one.
+    #[inline(always)]
+    pub(super) fn atomic(&self, pos: usize) -> Option<&'a AtomicU64> {
+        if pos < HEADER_LEN {
+            self.region
+                .atomic_u64s::<{ HEADER_LEN / 8 }>(0)
+                .and_then(|h| h.get(pos / 8))
+                .filter(|_| pos.is_multiple_of(8))
+        } else {
+            self.region.atomic_u64(pos)
+        }
+    }
+
+    /// The word of `slot`'s next offset.
+    #[inline(always)]
+    pub(super) fn next_offset_word(&self, slot: QueueSlot) -> Option<&'a AtomicU64> {
+        self.atomic(self.queue_pos(slot) + 8)
     }
 
     fn flag(&self, pos: usize) -> Result<&'a AtomicU8> {
         self.region.atomic_u8(pos).ok_or_else(|| self.outside(pos))
     }
 
+    #[inline(always)]
     fn load(&self, pos: usize) -> Result<u64> {
         Ok(u64::from_be(self.word(pos)?.load(Ordering::Acquire)))
     }
 
+    #[inline(always)]
     fn store(&self, pos: usize, v: u64) -> Result<()> {
         self.word(pos)?.store(v.to_be(), Ordering::Release);
         Ok(())
@@ -160,16 +186,19 @@ impl<'a> Tables<'a> {
         })
     }
 
+    #[inline(always)]
     fn queue_pos(&self, slot: QueueSlot) -> usize {
         self.capacity.queues_at() + slot.0 as usize * QUEUE_SLOT
     }
 
     /// The next offset of `slot`'s queue.
+    #[inline(always)]
     pub(super) fn next_offset(&self, slot: QueueSlot) -> Result<u64> {
         self.load(self.queue_pos(slot) + 8)
     }
 
     /// Sets the next offset of `slot`'s queue.
+    #[inline(always)]
     pub(super) fn set_next_offset(&self, slot: QueueSlot, next: u64) -> Result<()> {
         self.store(self.queue_pos(slot) + 8, next)
     }

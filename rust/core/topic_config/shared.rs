@@ -57,7 +57,7 @@ impl SharedTopics {
 
     /// True when another process changed a topic since this one last read the journal: one
     /// atomic load, for every lookup.
-    #[inline]
+    #[inline(always)]
     pub(super) fn stale(&self) -> bool {
         self.shm.topics_generation() != self.seen.load(Ordering::Relaxed)
     }
