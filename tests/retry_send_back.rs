@@ -29,8 +29,11 @@ fn open(dir: &std::path::Path, clock: &ManualClock) -> Store {
     .unwrap()
 }
 
-/// (commit-log offset, body, reconsume count, properties) of each message of `topic`/0.
-fn records(store: &Store, topic: &str) -> Vec<(u64, Vec<u8>, i32, Vec<(String, String)>)> {
+/// Commit-log offset, body, reconsume count and properties of a stored message.
+type Record = (u64, Vec<u8>, i32, Vec<(String, String)>);
+
+/// Each message of `topic`/0.
+fn records(store: &Store, topic: &str) -> Vec<Record> {
     let got = store
         .get_messages(topic, 0, 0, 1000, &TagFilter::all())
         .unwrap();
@@ -78,7 +81,12 @@ fn a_failed_message_returns_on_the_retry_topic_after_its_level_then_goes_to_the_
         .send_back(&back("G", put.appended.physical_offset, NextDelay::Auto, 2))
         .unwrap();
     assert_eq!(
-        (sent.topic.as_str(), sent.dead, sent.reconsume_times, sent.delay_level),
+        (
+            sent.topic.as_str(),
+            sent.dead,
+            sent.reconsume_times,
+            sent.delay_level
+        ),
         ("%RETRY%G", false, 1, 3)
     );
     assert!(sent.put.scheduled, "a retry waits in the schedule topic");
@@ -99,7 +107,10 @@ fn a_failed_message_returns_on_the_retry_topic_after_its_level_then_goes_to_the_
     assert_eq!(prop(props, properties::ERROR), Some("bad  input"));
     assert_eq!(prop(props, properties::SEND_BACK), None);
     assert_eq!(prop(props, "DELAY"), None);
-    assert!(records(&store, "T").len() == 1, "the origin topic holds only the original");
+    assert!(
+        records(&store, "T").len() == 1,
+        "the origin topic holds only the original"
+    );
 
     // Second failure: reconsume count 1 -> level 4 (30 s).
     let sent = store
@@ -112,20 +123,41 @@ fn a_failed_message_returns_on_the_retry_topic_after_its_level_then_goes_to_the_
     assert_eq!(retry.len(), 2);
     let (offset, _, times, props) = &retry[1];
     assert_eq!(*times, 2);
-    assert_eq!(prop(props, "RETRY_TOPIC"), Some("T"), "kept from the first retry");
+    assert_eq!(
+        prop(props, "RETRY_TOPIC"),
+        Some("T"),
+        "kept from the first retry"
+    );
     assert_eq!(prop(props, "ORIGIN_MESSAGE_ID"), Some("ID1"));
 
     // Third failure: reconsume count 2 reached the maximum: straight to the DLQ, no delay.
     let sent = store
         .send_back(&back("G", *offset, NextDelay::Auto, 2))
         .unwrap();
-    assert_eq!((sent.topic.as_str(), sent.dead, sent.delay_level), ("%DLQ%G", true, 0));
+    assert_eq!(
+        (sent.topic.as_str(), sent.dead, sent.delay_level),
+        ("%DLQ%G", true, 0)
+    );
     assert!(!sent.put.scheduled);
     let dlq = records(&store, "%DLQ%G");
     assert_eq!(dlq.len(), 1);
     assert_eq!(dlq[0].2, 3);
     assert_eq!(prop(&dlq[0].3, "RETRY_TOPIC"), Some("T"));
     assert_eq!(records(&store, "%RETRY%G").len(), 2);
+}
+
+#[test]
+fn an_empty_or_odd_error_is_stored_as_far_as_a_property_can_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    let put = store.put(&MessageRef::new("T", 0, b"x")).unwrap();
+    let mut req = back("G", put.appended.physical_offset, NextDelay::DeadLetter, 16);
+    req.error = Some(("", "nul\u{0}here"));
+    store.send_back(&req).unwrap();
+    let dlq = records(&store, "%DLQ%G");
+    assert_eq!(prop(&dlq[0].3, properties::ERROR_TYPE), None);
+    assert_eq!(prop(&dlq[0].3, properties::ERROR), Some("nul here"));
 }
 
 #[test]
@@ -144,7 +176,11 @@ fn a_consumer_chooses_the_level_or_the_dlq_and_bad_requests_write_nothing() {
     ] {
         assert!(store.send_back(&bad).is_err(), "{bad:?}");
     }
-    assert_eq!(store.commit_log_range().1, end, "refused send-backs write nothing");
+    assert_eq!(
+        store.commit_log_range().1,
+        end,
+        "refused send-backs write nothing"
+    );
 
     let sent = store
         .send_back(&back("G", at, NextDelay::Level(1), 16))

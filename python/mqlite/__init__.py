@@ -66,7 +66,7 @@ from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
 from mqlite.selector import MessageSelector
-from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
 from mqlite.store import Store, open
 from mqlite.topic import TopicConfig
 
@@ -84,6 +84,7 @@ __all__ = [
     "MessageSelector",
     "ConsumeStatus",
     "ConsumeOrderlyStatus",
+    "ReconsumeLater",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

@@ -244,9 +244,14 @@ PUSH_CONSUMER_OPTIONS: dict[str, str] = {
     "for acknowledgements; a single larger message is still delivered, alone. "
     "buffered_bytes and peak_buffered_bytes report it.",
     "suspend_time": "Orderly mode: seconds before a failed batch is re-delivered.",
-    "retry_delay": "Concurrent mode: seconds before a failed message is re-delivered; doubles "
+    "retry_delay": "Concurrent mode: seconds before a failed message that is not sent back "
+    "(BROADCASTING, send_back=False, or a failed send-back) is re-delivered locally; doubles "
     "on each failure.",
     "max_retry_delay": "Upper bound of retry_delay's doubling, in seconds.",
+    "max_reconsume_times": "Concurrent CLUSTERING mode: a failed message consumed this many "
+    "times goes to the dead-letter topic %DLQ%<group> instead of the retry topic.",
+    "send_back": "Concurrent CLUSTERING mode: failed messages are sent back to %RETRY%<group> "
+    "with a growing delay level (True), or kept for local redelivery (False).",
     "commit_interval": "Seconds between offset commits (written on the consumer's offset-writer "
     "thread); also committed when a queue moves to another member and on shutdown.",
     "rebalance_interval": PULL_CONSUMER_OPTIONS["rebalance_interval"],

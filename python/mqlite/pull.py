@@ -463,6 +463,8 @@ class PullConsumer:
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)
+        if mq.topic.startswith("%RETRY%"):
+            return low  # RocketMQ: a retry topic is read from its start, whatever consume_from says
         cf = self._consume_from
         if cf is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return low

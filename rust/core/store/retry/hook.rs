@@ -26,7 +26,10 @@ pub(in crate::store) struct SendBackHook;
 fn destination(value: &str) -> Result<&str> {
     if !(value.starts_with(super::RETRY_PREFIX) || value.starts_with(super::DLQ_PREFIX)) {
         return Err(Error::InvalidMessage {
-            reason: format!("{} names {value:?}, not a retry or DLQ topic", properties::SEND_BACK),
+            reason: format!(
+                "{} names {value:?}, not a retry or DLQ topic",
+                properties::SEND_BACK
+            ),
         });
     }
     validate::check_topic(value)?;

@@ -254,13 +254,16 @@ fn copy_properties(
         properties::ORIGIN_MESSAGE_ID,
         origin_id.unwrap_or(&original.msg_id),
     );
+    // A property value may not be empty: an empty part of the error is left out.
     if let Some((kind, text)) = error {
-        properties::push(
-            &mut out,
-            properties::ERROR_TYPE,
-            &bounded(kind, MAX_ERROR_TYPE_LEN),
-        );
-        properties::push(&mut out, properties::ERROR, &bounded(text, MAX_ERROR_LEN));
+        for (name, value) in [
+            (properties::ERROR_TYPE, bounded(kind, MAX_ERROR_TYPE_LEN)),
+            (properties::ERROR, bounded(text, MAX_ERROR_LEN)),
+        ] {
+            if !value.is_empty() {
+                properties::push(&mut out, name, &value);
+            }
+        }
     }
     if let Some(l) = level {
         properties::push(&mut out, properties::DELAY, &l.to_string());
@@ -269,8 +272,8 @@ fn copy_properties(
     out
 }
 
-/// `text` cut to at most `max` bytes at a character boundary, with the property separators
-/// (which a value may not hold) made spaces.
+/// `text` cut to at most `max` bytes at a character boundary, with the characters a property
+/// value may not hold (NUL and the separators) made spaces.
 fn bounded(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
@@ -280,7 +283,7 @@ fn bounded(text: &str, max: usize) -> String {
         .unwrap_or("")
         .chars()
         .map(|c| match c {
-            '\u{1}' | '\u{2}' => ' ',
+            '\u{0}' | '\u{1}' | '\u{2}' => ' ',
             c => c,
         })
         .collect()

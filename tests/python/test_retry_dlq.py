@@ -1,0 +1,142 @@
+"""Retry and dead letters: a push consumer sends a failed message back to ``%RETRY%<group>``
+(the store delivers it there after its delay level) and consumes it again with its original
+topic, keys and a growing ``reconsume_times``; past ``max_reconsume_times``, or when the
+listener asks, it goes to ``%DLQ%<group>``. The store's delay table is "1s" here, so every
+retry waits one second (the automatic level is capped at the table's last level)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, ReconsumeLater
+from mqlite.errors import InvalidMessageError
+
+from helpers import wait_until
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+@pytest.fixture
+def fast_store(tmp_path: Path):
+    s = mqlite.open(tmp_path / "s", delay_levels="1s")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _committed(store: mqlite.Store, mq: MessageQueue, group: str = "g") -> int | None:
+    for p in store.consumer_progress(group):
+        if p.message_queue == mq:
+            return p.committed
+    return None
+
+
+def _topic_messages(store: mqlite.Store, topic: str) -> list[MessageExt]:
+    if topic not in {t.name for t in store.topics()}:
+        return []
+    return store.read_result(MessageQueue(topic, 0), 0, 100).messages
+
+
+def test_a_failed_message_comes_back_from_the_retry_topic_and_the_offset_moves_past(
+    fast_store: mqlite.Store,
+) -> None:
+    store = fast_store
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"m", keys=["k1"], tags="A"))
+    seen: list[tuple[str, str, bytes, tuple[str, ...], int, str | None]] = []
+    again = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        m = msgs[0]
+        seen.append((m.topic, m.message_queue.topic, m.body, m.keys, m.reconsume_times,
+                     m.get_property("MQLITE_ERROR_TYPE")))
+        if len(seen) == 1:
+            raise ValueError("bad input")
+        again.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, commit_interval=0.05, retry_delay=60)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        assert again.wait(10), "the sent-back message was not consumed again"
+        # The original counts as consumed: the committed offset of its queue passes it.
+        wait_until(lambda: _committed(store, MessageQueue("t", 0)) == 1, what="offset past the original")
+    assert seen == [
+        ("t", "t", b"m", ("k1",), 0, None),
+        ("t", "%RETRY%g", b"m", ("k1",), 1, "ValueError"),
+    ]
+    (copy,) = _topic_messages(store, "%RETRY%g")
+    assert copy.get_property("MQLITE_ERROR") == "bad input"
+    assert copy.get_property("RETRY_TOPIC") == "t"
+    assert copy.get_property("ORIGIN_MESSAGE_ID") == copy.msg_id
+    assert _topic_messages(store, "%DLQ%g") == []
+
+
+def test_past_max_reconsume_times_the_message_goes_straight_to_the_dlq(fast_store: mqlite.Store) -> None:
+    store = fast_store
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"poison"))
+    calls: list[int] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        calls.append(msgs[0].reconsume_times)
+        raise RuntimeError("always")
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, commit_interval=0.05,
+                            max_reconsume_times=1, retry_delay=60)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        wait_until(lambda: len(_topic_messages(store, "%DLQ%g")) == 1, what="the message in the DLQ")
+        wait_until(lambda: _committed(store, MessageQueue("%RETRY%g", 0)) == 1, what="retry offset")
+    # max 1: the first delivery and one retry, then the DLQ (never through the delay topic).
+    assert calls == [0, 1]
+    (dead,) = _topic_messages(store, "%DLQ%g")
+    assert (dead.body, dead.reconsume_times) == (b"poison", 2)
+    assert dead.get_property("MQLITE_ERROR_TYPE") == "RuntimeError"
+    assert dead.get_property("RETRY_TOPIC") == "t"
+    assert _committed(store, MessageQueue("t", 0)) == 1
+
+
+def test_a_listener_sends_to_the_dlq_at_once_or_chooses_the_level(fast_store: mqlite.Store) -> None:
+    store = fast_store
+    store.create_topic("t", 1)
+    p = store.producer()
+    p.send(Message("t", b"dead"))
+    p.send(Message("t", b"bad-level"))
+    done = threading.Event()
+    seen: list[tuple[bytes, int]] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus | ReconsumeLater:
+        m = msgs[0]
+        seen.append((m.body, m.reconsume_times))
+        if m.body == b"dead":
+            return ReconsumeLater(dead=True)
+        if m.reconsume_times == 0:
+            return ReconsumeLater(delay_level=7)  # not in the table: the automatic level is used
+        done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, commit_interval=0.05, retry_delay=60)
+    c.subscribe("t")
+    c.register_message_listener(listener)
+    with c:
+        assert done.wait(10)
+    assert [m.body for m in _topic_messages(store, "%DLQ%g")] == [b"dead"]
+    assert sorted(seen) == [(b"bad-level", 0), (b"bad-level", 1), (b"dead", 0)]
+
+
+def test_reconsume_later_refuses_bad_values_and_the_mark_cannot_be_forged(store: mqlite.Store) -> None:
+    with pytest.raises(TypeError):
+        ReconsumeLater("3")  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError):
+        ReconsumeLater(-1)
+    store.create_topic("t", 1)
+    with pytest.raises(InvalidMessageError):
+        store.producer().send(Message("t", b"x", properties={"MQLITE_SEND_BACK": "%DLQ%g"}))
