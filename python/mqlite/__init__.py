@@ -65,6 +65,7 @@ from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
+from mqlite.retry import SentBack
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
 from mqlite.store import Store, open
@@ -85,6 +86,7 @@ __all__ = [
     "ConsumeStatus",
     "ConsumeOrderlyStatus",
     "ReconsumeLater",
+    "SentBack",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

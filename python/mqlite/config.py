@@ -223,6 +223,8 @@ PULL_CONSUMER_OPTIONS: dict[str, str] = {
     "(None: AllocateMessageQueueAveragely).",
     "rebalance_interval": "Seconds between the member's checks of the group's membership "
     "(also while poll() waits).",
+    "max_reconsume_times": "send_back() of a message consumed this many times stores it in the "
+    "dead-letter topic %DLQ%<group> instead of the retry topic.",
 }
 
 PUSH_CONSUMER_OPTIONS: dict[str, str] = {

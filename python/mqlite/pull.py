@@ -43,6 +43,14 @@ from mqlite.errors import (
 from mqlite.group import GroupMember, check_client_id, check_group, new_client_id
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
+from mqlite.retry import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    RETRY_PREFIX,
+    SentBack,
+    check_max_reconsume_times,
+    retry_topic,
+)
+from mqlite.retry import send_back as _send_back
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
 from mqlite.topic import check_topic
@@ -204,8 +212,10 @@ class PullConsumer:
         client_id: str | None = None,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 0.5,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
     ) -> None:
         self._group = check_group(group)
+        self._max_reconsume = check_max_reconsume_times(max_reconsume_times)
         if not isinstance(message_model, MessageModel):
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(auto_commit, bool):
@@ -347,14 +357,22 @@ class PullConsumer:
             if old is not None and old.selector != selector:
                 self._revoke(sorted(self._by_topic.get(topic, ())))
             self._subs[topic] = _Subscription(topic, selector, on_assign, on_revoke)
+            topics = [topic]
             if self._model is MessageModel.CLUSTERING:
                 if self._member is None:
                     self._member = GroupMember(self._root, self._group, self._client_id)
                 self._member.join(topic)
+                retry = retry_topic(self._group)
+                if retry not in self._subs:
+                    # The group's sent-back messages come back through its retry topic, read
+                    # by every member that subscribes (RocketMQ's push consumer does the same).
+                    self._subs[retry] = _Subscription(retry, MessageSelector.by_tag("*"), None, None)
+                    self._member.join(retry)
+                    topics.append(retry)
             elif self._bcast_lock is None:
                 self._lock_broadcast_id()
-            # Only this topic's queues change; the others keep the periodic rebalance's pace.
-            self._rebalance([topic])
+            # Only these topics' queues change; the others keep the periodic rebalance's pace.
+            self._rebalance(topics)
 
     def _lock_broadcast_id(self) -> None:
         fd = open_lock(self._offsets.path.with_name(f".{self._client_id}.member.lock"))
@@ -373,11 +391,18 @@ class PullConsumer:
             self._check_open()
             if topic not in self._subs:
                 return
-            self._revoke(sorted(self._by_topic.get(topic, ())))
-            del self._subs[topic]
-            self._settled.pop(topic, None)
-            if self._member is not None:
-                self._member.leave(topic)
+            gone = [topic]
+            retry = retry_topic(self._group)
+            if topic != retry and all(t == retry for t in self._subs if t != topic):
+                gone.append(retry)  # the automatic retry subscription goes with the last topic
+            for t in gone:
+                if t not in self._subs:
+                    continue
+                self._revoke(sorted(self._by_topic.get(t, ())))
+                del self._subs[t]
+                self._settled.pop(t, None)
+                if self._member is not None:
+                    self._member.leave(t)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues, with no group coordination (replaces any assignment)."""
@@ -463,7 +488,7 @@ class PullConsumer:
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)
-        if mq.topic.startswith("%RETRY%"):
+        if mq.topic.startswith(RETRY_PREFIX):
             return low  # RocketMQ: a retry topic is read from its start, whatever consume_from says
         cf = self._consume_from
         if cf is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
@@ -891,6 +916,41 @@ class PullConsumer:
         return {mq: min(off, self._core.offsets(mq.topic, mq.queue_id)[1]) for mq, off in wanted.items()}
 
     commit_sync = commit
+
+    def send_back(
+        self,
+        msg: MessageExt,
+        delay: int = 0,
+        *,
+        dead: bool = False,
+        error: BaseException | str | None = None,
+    ) -> SentBack:
+        """Sends ``msg``, a message this consumer failed, back to the group's retry topic
+        ``%RETRY%<group>`` (RocketMQ's consumer send-back): a copy is stored there after level
+        ``delay`` of the store's delay table (0: level 3 + its reconsume count, capped at the
+        table's last level), or in the dead-letter topic ``%DLQ%<group>`` at once when
+        ``dead`` is true or the message has been consumed ``max_reconsume_times`` times.
+        ``error`` (an exception: its type and text; a str: the text) is stored on the copy.
+
+        The copy is durable when this returns. The original still counts as polled: its
+        position is committed as usual, and the copy carries it on. A subscribed CLUSTERING
+        consumer reads its group's retry topic itself, where a retried message shows its
+        original ``topic`` and a ``reconsume_times`` one higher; a consumer that ``assign``s
+        queues reads ``MessageQueue("%RETRY%<group>", 0)`` when it wants them.
+
+        Raises IllegalArgumentError for an argument of the wrong kind or a message that is
+        not one a consumer reads, InvalidMessageError for a level the delay table lacks
+        (nothing is written then), and the store's errors.
+        """
+        with self._lock:
+            self._check_open()
+            core = self._ctx.live()
+        return _send_back(core, self._group, msg, delay, dead, self._max_reconsume, error)
+
+    @property
+    def max_reconsume_times(self) -> int:
+        """Reconsume count at which ``send_back`` sends to the dead-letter topic instead."""
+        return self._max_reconsume
 
     def committed(self, mq: MessageQueue) -> int | None:
         """The group's stored offset for ``mq`` (None if never committed)."""

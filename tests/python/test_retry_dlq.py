@@ -13,7 +13,7 @@ import pytest
 
 import mqlite
 from mqlite import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, ReconsumeLater
-from mqlite.errors import InvalidMessageError
+from mqlite.errors import IllegalArgumentError, InvalidConfigError, InvalidMessageError
 
 from helpers import wait_until
 
@@ -140,3 +140,93 @@ def test_reconsume_later_refuses_bad_values_and_the_mark_cannot_be_forged(store:
     store.create_topic("t", 1)
     with pytest.raises(InvalidMessageError):
         store.producer().send(Message("t", b"x", properties={"MQLITE_SEND_BACK": "%DLQ%g"}))
+
+
+# -- PullConsumer.send_back ---------------------------------------------------------------------
+
+
+def _poll_until(c: mqlite.PullConsumer, what: str) -> list[MessageExt]:
+    got: list[MessageExt] = []
+    wait_until(lambda: got.extend(c.poll(0.05)) or bool(got), what=what)
+    return got
+
+
+def test_pull_send_back_returns_the_message_through_the_retry_topic(fast_store: mqlite.Store) -> None:
+    store = fast_store
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"m", keys=["k1"]))
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        assert "%RETRY%g" in c.subscription()
+        (m,) = _poll_until(c, "the message")
+        sent = c.send_back(m, error=KeyError("no such row"))
+        assert sent == mqlite.SentBack("%RETRY%g", False, 1, 1)
+        c.commit()
+        (again,) = _poll_until(c, "the retried message")
+        assert (again.topic, again.message_queue, again.body, again.keys, again.reconsume_times) == (
+            "t", MessageQueue("%RETRY%g", 0), b"m", ("k1",), 1)
+        assert again.get_property("MQLITE_ERROR_TYPE") == "KeyError"
+        assert again.get_property("MQLITE_ERROR") == "'no such row'"
+        assert again.get_property("ORIGIN_MESSAGE_ID") == m.msg_id
+        # A retry sent back again keeps its first topic and id.
+        assert c.send_back(again, 1, error="still bad").reconsume_times == 2
+        c.commit()
+    assert _committed(store, MessageQueue("t", 0)) == 1
+    assert _committed(store, MessageQueue("%RETRY%g", 0)) == 1
+    copies = _topic_messages(store, "%RETRY%g")
+    assert [(x.reconsume_times, x.get_property("ORIGIN_MESSAGE_ID")) for x in copies] == [(1, m.msg_id)]
+
+
+def test_pull_send_back_dead_or_past_the_maximum_goes_to_the_dlq(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    p.send(Message("t", b"a"))
+    p.send(Message("t", b"b"))
+    with store.pull_consumer("g", consume_from=FIRST, max_reconsume_times=0) as c:
+        assert c.max_reconsume_times == 0
+        c.subscribe("t")
+        got = _poll_until(c, "the messages")
+        assert [m.body for m in got] == [b"a", b"b"]
+        assert c.send_back(got[0], 2).dead  # the maximum, 0, is reached: the level is ignored
+    with store.pull_consumer("g2", consume_from=FIRST) as c2:
+        c2.subscribe("t")
+        got2 = _poll_until(c2, "the messages")
+        assert c2.send_back(got2[1], dead=True) == mqlite.SentBack("%DLQ%g2", True, 1, 0)
+    assert [m.body for m in _topic_messages(store, "%DLQ%g")] == [b"a"]
+    assert [m.body for m in _topic_messages(store, "%DLQ%g2")] == [b"b"]
+    assert _topic_messages(store, "%RETRY%g") == [] and _topic_messages(store, "%RETRY%g2") == []
+
+
+def test_pull_send_back_refuses_bad_arguments_and_writes_nothing(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"a"))
+    with pytest.raises(InvalidConfigError):
+        store.pull_consumer("g", max_reconsume_times=-1)
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        (m,) = _poll_until(c, "the message")
+        for bad in ("3", -1, True, 1.5):
+            with pytest.raises(IllegalArgumentError):
+                c.send_back(m, bad)  # type: ignore[arg-type]
+        with pytest.raises(IllegalArgumentError):
+            c.send_back(b"a")  # type: ignore[arg-type]
+        with pytest.raises(IllegalArgumentError):
+            c.send_back(m, error=3)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMessageError):
+            c.send_back(m, 99)  # the store's delay table has no level 99
+    assert _topic_messages(store, "%RETRY%g") == [] and _topic_messages(store, "%DLQ%g") == []
+    c.close()
+    with pytest.raises(mqlite.ClientClosedError):
+        c.send_back(m)
+
+
+def test_pull_unsubscribing_the_last_topic_drops_the_retry_subscription(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.create_topic("u", 1)
+    with store.pull_consumer("g") as c:
+        c.subscribe("t")
+        c.subscribe("u")
+        c.unsubscribe("t")
+        assert set(c.subscription()) == {"u", "%RETRY%g"}
+        c.unsubscribe("u")
+        assert c.subscription() == {}
