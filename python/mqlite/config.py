@@ -250,8 +250,9 @@ PUSH_CONSUMER_OPTIONS: dict[str, str] = {
     "(BROADCASTING, send_back=False, or a failed send-back) is re-delivered locally; doubles "
     "on each failure.",
     "max_retry_delay": "Upper bound of retry_delay's doubling, in seconds.",
-    "max_reconsume_times": "Concurrent CLUSTERING mode: a failed message consumed this many "
-    "times goes to the dead-letter topic %DLQ%<group> instead of the retry topic.",
+    "max_reconsume_times": "CLUSTERING mode: a failed message consumed this many times goes to "
+    "the dead-letter topic %DLQ%<group> instead of the retry topic; orderly, a message that "
+    "failed more than this many times (counted durably) goes there and its queue moves on.",
     "send_back": "Concurrent CLUSTERING mode: failed messages are sent back to %RETRY%<group> "
     "with a growing delay level (True), or kept for local redelivery (False).",
     "commit_interval": "Seconds between offset commits (written on the consumer's offset-writer "

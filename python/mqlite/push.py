@@ -22,7 +22,9 @@ A message whose send-back fails, and every failed message in BROADCASTING mode o
 ``max_retry_delay``; the committed offset of a queue never passes such a message. Orderly mode: a queue is
 consumed by one thread at a time, in queue order; ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an
 exception, or a return value that is not a status) re-delivers the same messages to the same
-queue after ``suspend_time`` seconds.
+queue after ``suspend_time`` seconds. In CLUSTERING mode with ``send_back``, each failure is
+counted durably (``mqlite.attempts``) and a message that failed more than
+``max_reconsume_times`` times goes to ``%DLQ%<group>``; the queue then moves on.
 
 No error ends a consuming thread while the consumer runs (only ``shutdown`` and the store's
 closing do): the listener's are failures of its batch, and any other is logged on
@@ -57,6 +59,7 @@ from typing import Union
 from mqlite import _core
 from mqlite._context import HasClientContext, context_of
 from mqlite.allocate import AllocateMessageQueueStrategy
+from mqlite.attempts import AttemptFile
 from mqlite.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -206,6 +209,11 @@ class PushConsumer:
         # Failed messages go back to the store (see the module doc), not to a local timer.
         self._sends_back = send_back and message_model is MessageModel.CLUSTERING
         self._retry_topic = f"%RETRY%{group}"
+        # Orderly CLUSTERING: failure counts that outlive this consumer (see _orderly_failed).
+        self._attempt_file = (
+            AttemptFile(self._consumer._root, group, durable=self._ctx.durable)
+            if orderly and self._sends_back else None
+        )
         self._orderly = orderly
         self._threads_n = threads
         self._batch = batch_size
@@ -872,14 +880,20 @@ class PushConsumer:
 
     def _run_orderly(self, pq: _ProcessQueue, batch: list[MessageExt]) -> None:
         while True:
-            ok = self._call(batch) is None
+            failure = self._call(batch)
+            done = batch
+            if failure is not None:
+                done = self._orderly_failed(pq, batch, failure)
+            elif self._attempt_file is not None:
+                self._forget_attempts(pq, batch[-1].queue_offset + 1)
+            ok = len(done) == len(batch)
             with self._cond:
-                if ok:
-                    for _ in batch:
+                if done:
+                    for _ in done:
                         pq.backlog.popleft()
-                    pq.ack(batch)
-                    self._release(pq, batch)
-                else:
+                    pq.ack(done)
+                    self._release(pq, done)
+                if not ok:
                     pq.suspended_until = time.monotonic() + self._suspend_time
                     heapq.heappush(self._timers, (pq.suspended_until, next(self._seq), pq, None))
                 if not ok or pq.dropped or self._state != "running" or not pq.backlog:
@@ -887,6 +901,52 @@ class PushConsumer:
                     break
                 batch = list(itertools.islice(pq.backlog, self._batch))
         self._resume(resume)
+
+
+    def _orderly_failed(self, pq: _ProcessQueue, batch: list[MessageExt], failure: _Failure) -> list[MessageExt]:
+        """Counts an orderly batch's failure durably (``AttemptFile``) and sends the messages
+        at its head that have now failed more than ``max_reconsume_times`` times to the
+        dead-letter topic; returns those (the queue moves past them), or [] when the batch is
+        to be suspended whole. Without an attempt file (BROADCASTING, ``send_back=False``)
+        nothing is counted and the batch is suspended, as always."""
+        attempts = self._attempt_file
+        if attempts is None or pq.dropped:
+            return []
+        _, kind, text = failure
+        try:
+            counts = attempts.failed(pq.mq, [m.queue_offset for m in batch])
+        except MQError as exc:
+            log.error("counting the failure of %s at offset %d failed (%s); it is suspended uncounted",
+                      pq.mq, batch[0].queue_offset, exc)
+            return []
+        # Counts never grow along a queue's backlog (each failure counts a prefix of it), so
+        # the exhausted messages are a prefix of the batch.
+        dead: list[MessageExt] = []
+        for m in batch:
+            if counts[m.queue_offset] <= self._max_reconsume:
+                break
+            try:
+                self._consumer._core.send_back(self.group, m.commit_log_offset, -1, self._max_reconsume,
+                                               kind or None, text or None)
+            except MQError as exc:
+                log.error("sending %s of %s to the dead-letter topic failed (%s); it is suspended",
+                          m.msg_id, pq.mq, exc)
+                break
+            log.warning("%s of %s failed %d times: sent to %%DLQ%%%s", m.msg_id, pq.mq,
+                        counts[m.queue_offset], self.group)
+            dead.append(m)
+        if dead:
+            self._forget_attempts(pq, dead[-1].queue_offset + 1)
+        return dead
+
+    def _forget_attempts(self, pq: _ProcessQueue, below: int) -> None:
+        """Drops the failure counts of ``pq``'s messages below ``below`` (consumed)."""
+        if self._attempt_file is None:
+            return
+        try:
+            self._attempt_file.passed(pq.mq, below)
+        except MQError as exc:  # stale counts only: the next failure of the queue drops them
+            log.warning("dropping the failure counts of %s failed: %s", pq.mq, exc)
 
 
 class _Owner:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import mqlite
-from mqlite import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, ReconsumeLater
+from mqlite import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, Message, MessageExt, MessageQueue, ReconsumeLater
+from mqlite.attempts import AttemptFile
 from mqlite.errors import IllegalArgumentError, InvalidConfigError, InvalidMessageError
 
 from helpers import wait_until
@@ -230,3 +231,87 @@ def test_pull_unsubscribing_the_last_topic_drops_the_retry_subscription(store: m
         assert set(c.subscription()) == {"u", "%RETRY%g"}
         c.unsubscribe("u")
         assert c.subscription() == {}
+
+
+# -- orderly consumers ----------------------------------------------------------------------------
+
+
+def _orderly(store: mqlite.Store, listener: object, **options: object) -> mqlite.PushConsumer:
+    settings: dict[str, object] = {"suspend_time": 0.01, **options}
+    c = store.push_consumer("g", orderly=True, consume_from=FIRST, threads=1, batch_size=1,
+                            commit_interval=0.05, **settings)
+    c.subscribe("t")
+    c.register_message_listener(listener)  # type: ignore[arg-type]
+    return c
+
+
+def test_orderly_poison_message_goes_to_the_dlq_after_the_maximum_and_the_queue_moves_on(
+    store: mqlite.Store,
+) -> None:
+    store.create_topic("t", 1)
+    p = store.producer()
+    for body in (b"a", b"poison", b"c"):
+        p.send(Message("t", body))
+    seen: list[bytes] = []
+    finished = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        seen.append(msgs[0].body)
+        if msgs[0].body == b"poison":
+            raise ValueError("cannot parse")
+        if msgs[0].body == b"c":
+            finished.set()
+        return ConsumeOrderlyStatus.SUCCESS
+
+    with _orderly(store, listener, max_reconsume_times=2):
+        assert finished.wait(10), "the queue did not move past the poison message"
+        wait_until(lambda: _committed(store, MessageQueue("t", 0)) == 3, what="offset past the queue")
+    # The first delivery and two retries, then the DLQ; the order of the queue is kept.
+    assert seen == [b"a", b"poison", b"poison", b"poison", b"c"]
+    (dead,) = _topic_messages(store, "%DLQ%g")
+    assert dead.body == b"poison" and dead.get_property("MQLITE_ERROR_TYPE") == "ValueError"
+    assert dead.get_property("RETRY_TOPIC") == "t"
+    # The counts of consumed messages are dropped.
+    assert AttemptFile(Path(store.path), "g").counts(MessageQueue("t", 0)) == {}
+
+
+def test_orderly_failure_counts_survive_a_restart(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"poison"))
+    calls: list[int] = []
+    failed_once = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        calls.append(msgs[0].queue_offset)
+        failed_once.set()
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    # A long suspension: the first consumer fails the message once and stops.
+    with _orderly(store, listener, max_reconsume_times=2, suspend_time=3600):
+        assert failed_once.wait(10)
+        wait_until(lambda: AttemptFile(Path(store.path), "g").counts(MessageQueue("t", 0)) == {0: 1},
+                   what="the failure counted")
+    assert calls == [0]
+    with _orderly(store, listener, max_reconsume_times=2):
+        wait_until(lambda: len(_topic_messages(store, "%DLQ%g")) == 1, what="the message in the DLQ")
+    # max 2: three deliveries in all, across the two consumers.
+    assert calls == [0, 0, 0]
+
+
+def test_orderly_without_send_back_suspends_and_counts_nothing(store: mqlite.Store) -> None:
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"x"))
+    calls: list[int] = []
+    third = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        calls.append(1)
+        if len(calls) == 3:
+            third.set()
+            return ConsumeOrderlyStatus.SUCCESS
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    with _orderly(store, listener, max_reconsume_times=0, send_back=False):
+        assert third.wait(10)
+    assert _topic_messages(store, "%DLQ%g") == []
+    assert not AttemptFile(Path(store.path), "g").path.exists()
