@@ -225,6 +225,10 @@ PULL_CONSUMER_OPTIONS: dict[str, str] = {
     "(also while poll() waits).",
     "max_reconsume_times": "send_back() of a message consumed this many times stores it in the "
     "dead-letter topic %DLQ%<group> instead of the retry topic.",
+    "max_poll_interval": "CLUSTERING subscribe: a member that has not called poll() for this "
+    "many seconds gives its queues up (WARNING on mqlite.consumer), so the group's other members "
+    "take them, and rejoins at its next poll; the messages of its last poll count as not "
+    "consumed. Kafka's max.poll.interval.ms. None: never.",
 }
 
 PUSH_CONSUMER_OPTIONS: dict[str, str] = {

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from mqlite import _core
+from mqlite import _core, pollwatch
 from mqlite._args import deprecated
 from mqlite._context import HasClientContext, context_of
 from mqlite._files import open_lock, try_flock
@@ -113,6 +113,8 @@ def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any
     consumer._owner = owner
     return Membership(consumer)
 
+#: Kafka's max.poll.interval.ms default, in seconds.
+DEFAULT_MAX_POLL_INTERVAL = 300.0
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
 # Default byte bound of one poll (whole stored records): four messages of the largest default
@@ -213,8 +215,11 @@ class PullConsumer:
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 0.5,
         max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        max_poll_interval: float | None = DEFAULT_MAX_POLL_INTERVAL,
     ) -> None:
         self._group = check_group(group)
+        if max_poll_interval is not None:
+            check_positive("max_poll_interval", max_poll_interval)
         self._max_reconsume = check_max_reconsume_times(max_reconsume_times)
         if not isinstance(message_model, MessageModel):
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
@@ -295,6 +300,13 @@ class PullConsumer:
         self._owner: QueueOwner | None = None  # see ``drive``
         self._handout: HeldBatch | None = None
         self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
+        # max_poll_interval (see ``_give_up``): polls running now, when the last one ended,
+        # what it returned, and whether the queues were given up since.
+        self._max_poll_interval = None if max_poll_interval is None else float(max_poll_interval)
+        self._polling = 0
+        self._last_poll = time.monotonic()
+        self._last_batch: list[MessageExt] = []
+        self._given_up = False
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -353,6 +365,9 @@ class PullConsumer:
             if self._manual:
                 raise IllegalStateError("subscribe() after assign(): use one or the other")
             self._manual = False
+            self._last_poll = time.monotonic()
+            if self._given_up:
+                self._rejoin()
             old = self._subs.get(topic)
             if old is not None and old.selector != selector:
                 self._revoke(sorted(self._by_topic.get(topic, ())))
@@ -362,6 +377,8 @@ class PullConsumer:
                 if self._member is None:
                     self._member = GroupMember(self._root, self._group, self._client_id)
                 self._member.join(topic)
+                if self._max_poll_interval is not None:
+                    pollwatch.watch(self)
                 retry = retry_topic(self._group)
                 if retry not in self._subs:
                     # The group's sent-back messages come back through its retry topic, read
@@ -660,6 +677,36 @@ class PullConsumer:
         deadline = (
             None if timeout is None or timeout > sys.float_info.max else time.monotonic() + timeout
         )
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._check_open()
+            self._polling += 1  # the poll watch leaves a polling member alone
+        finally:
+            lock.release()
+        try:
+            if self._given_up:
+                with lock:
+                    if self._given_up:
+                        self._rejoin()
+            msgs = self._poll_loop(deadline, n, max_bytes, oversized_first, on_full)
+        finally:
+            lock.acquire()
+            self._polling -= 1
+            self._last_poll = time.monotonic()
+            lock.release()
+        if msgs and self._max_poll_interval is not None:
+            self._last_batch = msgs  # not consumed until the next poll (see _give_up)
+        return msgs
+
+    def _poll_loop(
+        self,
+        deadline: float | None,
+        n: int,
+        max_bytes: int,
+        oversized_first: bool,
+        on_full: Callable[[_core.QueueCursor], object] | None,
+    ) -> list[MessageExt]:
         first = True
         lock = self._lock
         while True:
@@ -716,6 +763,64 @@ class PullConsumer:
                 return msgs
             if deadline is not None and time.monotonic() >= deadline:
                 return []
+
+    # -- max_poll_interval ----------------------------------------------------------------------
+
+    def poll_deadline(self) -> float | None:
+        """For the poll watch (``mqlite.pollwatch``): when this member must have polled by, or
+        None when it has nothing to give up (not a subscribed CLUSTERING member, polling now,
+        given up already, closed, or no ``max_poll_interval``)."""
+        if (self._max_poll_interval is None or self._closed or self._given_up or self._polling
+                or self._manual is not False or self._member is None or not self._subs):
+            return None
+        return self._last_poll + self._max_poll_interval
+
+    def poll_overdue(self) -> None:
+        """For the poll watch: gives the queues up if the deadline is still passed."""
+        with self._lock:
+            deadline = self.poll_deadline()
+            if deadline is not None and time.monotonic() >= deadline:
+                self._give_up()
+
+    def _give_up(self) -> None:
+        """This member has not polled for ``max_poll_interval`` (lock held): it leaves every
+        topic, so the group's other members take its queues, with a WARNING. The messages of
+        its last poll count as not consumed (they are consumed once the next poll is called):
+        the positions move back to them, though never behind a committed offset, and with
+        auto_commit that is what the revoke commits. The next poll (or subscribe) rejoins."""
+        mqs = sorted(self._queues)
+        log.warning(
+            "consumer %s of group %s has not polled for %.1f s (max_poll_interval): it gives up "
+            "%d queue(s) and takes its share back at its next poll",
+            self._client_id, self._group, time.monotonic() - self._last_poll, len(mqs),
+        )
+        self._given_up = True
+        self._give_back()
+        firsts: dict[MessageQueue, int] = {}
+        for m in self._last_batch:
+            firsts.setdefault(m.message_queue, m.queue_offset)
+        self._last_batch = []
+        for mq, offset in firsts.items():
+            q = self._queues.get(mq)
+            if q is not None:
+                q.position = min(q.position, max(offset, q.committed or 0))
+        self._revoke(mqs)
+        member = self._member
+        if member is not None:
+            for topic in list(self._subs):
+                member.leave(topic)
+        self._settled.clear()
+
+    def _rejoin(self) -> None:
+        """Joins the group's topics again after ``_give_up`` (lock held)."""
+        log.info("consumer %s of group %s polls again: it rejoins the group", self._client_id, self._group)
+        self._given_up = False
+        member = self._member
+        if member is not None:
+            for topic in self._subs:
+                member.join(topic)
+        self._settled.clear()
+        self._rebalance()
 
     def _queue_error_changed(self, cursor: _core.QueueCursor) -> None:
         """A poll's read of ``cursor``'s queue failed for a new reason, or read again (lock held)."""
@@ -1029,6 +1134,7 @@ class PullConsumer:
 
     def close(self) -> None:
         """Commit (with auto_commit), give every queue up and leave the group. Idempotent."""
+        pollwatch.unwatch(self)
         with self._lock:
             if self._closed:
                 return

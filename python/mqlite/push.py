@@ -203,6 +203,7 @@ class PushConsumer:
             consume_from=consume_from, consume_timestamp=consume_timestamp,
             max_poll_messages=pull_batch_size, client_id=client_id,
             allocate_strategy=allocate_strategy, rebalance_interval=rebalance_interval,
+            max_poll_interval=None,  # the poller polls on its own: a slow listener is not a silent member
         )
         self._consumer = self._member.consumer
         self._max_reconsume = max_reconsume_times

@@ -315,3 +315,46 @@ def test_orderly_without_send_back_suspends_and_counts_nothing(store: mqlite.Sto
         assert third.wait(10)
     assert _topic_messages(store, "%DLQ%g") == []
     assert not AttemptFile(Path(store.path), "g").path.exists()
+
+
+# -- max_poll_interval ----------------------------------------------------------------------------
+
+
+def test_a_member_that_stops_polling_gives_its_queues_up_and_takes_them_back(
+    store: mqlite.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create_topic("t", 2)
+    p = store.producer()
+    a = store.pull_consumer("g", client_id="a", consume_from=FIRST, max_poll_interval=0.2,
+                            rebalance_interval=0.01)
+    b = store.pull_consumer("g", client_id="b", consume_from=FIRST, rebalance_interval=0.01,
+                            max_poll_interval=None)
+    with a, b:
+        a.subscribe("t")
+        b.subscribe("t")
+        wait_until(lambda: (a.poll(0.01), b.poll(0.01)) and len(a.assignment()) == 1
+                   and len(b.assignment()) == 1, what="the queues split")
+        mine = a.assignment()[0]
+        b_seen: list[bytes] = []
+        for q in (0, 1):
+            p.send(Message("t", f"m{q}".encode()), q)
+        # a polls its queue's message, then stops polling: "stuck" in its handler.
+        got = _poll_until(a, "a's message")
+        assert [m.message_queue for m in got] == [mine]
+        with caplog.at_level("WARNING", logger="mqlite.consumer"):
+            wait_until(lambda: b_seen.extend(m.body for m in b.poll(0.01)) or mine in b.assignment(),
+                       what="b takes a's queue")
+            assert a.assignment() == []
+            # The message a was handling counts as not consumed: b gets it.
+            wait_until(lambda: b_seen.extend(m.body for m in b.poll(0.01)) or got[0].body in b_seen,
+                       what="a's unconsumed message at b")
+        assert any("max_poll_interval" in r.getMessage() for r in caplog.records)
+        # a polls again: it rejoins and the group splits the queues again.
+        wait_until(lambda: (a.poll(0.01), b.poll(0.01)) and len(a.assignment()) == 1
+                   and len(b.assignment()) == 1, what="a takes its share back")
+
+
+def test_max_poll_interval_is_checked(store: mqlite.Store) -> None:
+    for bad in (0, -1, "1", True):
+        with pytest.raises(InvalidConfigError):
+            store.pull_consumer("g", max_poll_interval=bad)
