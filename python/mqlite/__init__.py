@@ -65,6 +65,7 @@ from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
+from mqlite.dlq import DeadLetter, DeadLetterQueue, RetryView
 from mqlite.retry import SentBack
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
@@ -87,6 +88,9 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "ReconsumeLater",
     "SentBack",
+    "DeadLetter",
+    "DeadLetterQueue",
+    "RetryView",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

@@ -15,6 +15,7 @@ from mqlite import _core
 from mqlite._args import deprecated, int_arg
 from mqlite._context import ClientContext
 from mqlite.config import store_options
+from mqlite.dlq import DeadLetterQueue, RetryView, retries
 from mqlite.errors import (
     ConsumerGroupActiveError,
     ConsumerGroupNotFoundError,
@@ -375,6 +376,19 @@ class Store:
     def push_consumer(self, group: str, **options: Any) -> PushConsumer:
         """A ``PushConsumer`` in ``group``; see ``PushConsumer`` for the options."""
         return PushConsumer(self, group, **options)
+
+    def dead_letters(self, group: str) -> DeadLetterQueue:
+        """The dead-letter topic ``%DLQ%<group>`` of a consumer group: list and inspect its
+        messages (with their last error), re-drive them to their origin topics, purge, export
+        (see ``mqlite.dlq``)."""
+        self._live()
+        return DeadLetterQueue(self, group)
+
+    def retries(self, group: str) -> RetryView:
+        """The retries of a consumer group in ``%RETRY%<group>`` that it has not consumed yet
+        (see ``mqlite.dlq``)."""
+        self._live()
+        return retries(self, group)
 
     def consumer_groups(self) -> list[str]:
         """The clustering groups with committed offsets in this store, sorted (RocketMQ's

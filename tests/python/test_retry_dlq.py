@@ -6,6 +6,9 @@ retry waits one second (the automatic level is capped at the table's last level)
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import threading
 from pathlib import Path
 
@@ -358,3 +361,92 @@ def test_max_poll_interval_is_checked(store: mqlite.Store) -> None:
     for bad in (0, -1, "1", True):
         with pytest.raises(InvalidConfigError):
             store.pull_consumer("g", max_poll_interval=bad)
+
+
+# -- DLQ tooling ----------------------------------------------------------------------------------
+
+
+def _dead_letters(store: mqlite.Store) -> dict[bytes, str]:
+    """Sends a1 (key k1), a2 (k2) of topic a and b1 (k1) of topic b to group g's DLQ; returns
+    each body's origin message id."""
+    store.create_topic("a", 1)
+    store.create_topic("b", 1)
+    p = store.producer()
+    ids = {}
+    for topic, body, key in (("a", b"a1", "k1"), ("a", b"a2", "k2"), ("b", b"b1", "k1")):
+        ids[body] = p.send(Message(topic, body, keys=[key], tags="T", properties={"user": "u"})).msg_id
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("a")
+        c.subscribe("b")
+        got: list[MessageExt] = []
+        wait_until(lambda: got.extend(c.poll(0.05)) or len(got) == 3, what="the messages")
+        for m in got:
+            assert c.send_back(m, dead=True, error=ValueError(f"bad {m.body.decode()}")).dead
+    return ids
+
+
+def test_dlq_lists_inspects_and_exports_filtered_by_origin_topic(store: mqlite.Store, tmp_path: Path) -> None:
+    ids = _dead_letters(store)
+    dlq = store.dead_letters("g")
+    assert sorted(d.body for d in dlq.list()) == [b"a1", b"a2", b"b1"]
+    assert sorted(d.body for d in dlq.list("a")) == [b"a1", b"a2"]
+    assert sorted(d.body for d in dlq.list(key="k1")) == [b"a1", b"b1"]
+    assert dlq.count("b") == 1 and len(dlq.list(limit=2)) == 2
+    d = dlq.get(ids[b"a1"])
+    assert (d.origin_topic, d.origin_message_id, d.error_type, d.error, d.reconsume_times) == (
+        "a", ids[b"a1"], "ValueError", "bad a1", 1)
+    assert dlq.get(d.msg_id).queue_offset == d.queue_offset
+    with pytest.raises(mqlite.MessageNotFoundError):
+        dlq.get("nope")
+    out = tmp_path / "dlq.jsonl"
+    assert dlq.export(out) == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(base64.b64decode(r["body"]) for r in rows) == [b"a1", b"a2", b"b1"]
+    assert {r["originTopic"] for r in rows} == {"a", "b"} and rows[0]["errorType"] == "ValueError"
+    buf = io.StringIO()
+    assert dlq.export(buf, origin_topic="b") == 1 and '"originTopic": "b"' in buf.getvalue()
+    # Another group's DLQ is its own.
+    assert store.dead_letters("other").list() == []
+
+
+def test_dlq_redrive_by_id_key_topic_or_all_then_purge(store: mqlite.Store) -> None:
+    ids = _dead_letters(store)
+    dlq = store.dead_letters("g")
+    with pytest.raises(IllegalArgumentError):
+        dlq.redrive()
+    (r,) = dlq.redrive(ids=[ids[b"a2"]])
+    assert r.message_queue.topic == "a"
+    again = store.get(r.offset_msg_id)
+    assert (again.topic, again.body, again.keys, again.tags, again.reconsume_times) == ("a", b"a2", ("k2",), "T", 0)
+    assert again.get_property("user") == "u" and again.get_property("RETRY_TOPIC") is None
+    assert [x.message_queue.topic for x in dlq.redrive(origin_topic="b")] == ["b"]
+    assert len(dlq.redrive(key="k1")) == 2
+    assert len(dlq.redrive(all=True)) == 3
+    assert store.offsets(MessageQueue("a", 0))[1] == 2 + 1 + 1 + 2  # a1 a2, a2, a1 (k1), a1 a2 (all)
+    # Re-driven letters stay until purged; a purge hides what is stored so far only.
+    assert dlq.purge() == 3
+    assert dlq.list() == [] and dlq.purge() == 0
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("b")
+        got: list[MessageExt] = []
+        wait_until(lambda: got.extend(c.poll(0.05)) or len(got) >= 1, what="a message of b")
+        c.send_back(got[0], dead=True)
+    assert [d.body for d in store.dead_letters("g").list()] == [b"b1"]
+
+
+def test_retry_view_lists_the_retries_not_consumed_yet(fast_store: mqlite.Store) -> None:
+    store = fast_store
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"m"))
+    view = store.retries("g")
+    assert view.list() == []
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        (m,) = _poll_until(c, "the message")
+        c.send_back(m, error="later")
+        c.commit()
+        wait_until(lambda: view.count("t") == 1, what="the retry in the retry topic")
+        assert view.count("other") == 0 and view.list()[0].error == "later"
+        _poll_until(c, "the retry")
+        c.commit()
+    assert view.list() == []
