@@ -22,17 +22,28 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
+from mqlite import _core
+from mqlite._context import ClientContext
 from mqlite.errors import IllegalArgumentError, MessageNotFoundError
 from mqlite.group import check_group
 from mqlite.message import Message, MessageExt, MessageQueue, SendResult
 from mqlite.offsets import group_offsets, offset_key
+from mqlite.producer import Producer
 from mqlite.retry import dlq_topic, retry_topic
-from mqlite.topic import check_topic
+from mqlite.topic import TopicConfig, check_topic
 
-if TYPE_CHECKING:
-    from mqlite.store import Store
+
+class Store(Protocol):
+    """What the views use of a ``mqlite.Store``."""
+
+    @property
+    def _client_context(self) -> ClientContext: ...
+    def topics(self) -> list[TopicConfig]: ...
+    def offsets(self, mq: MessageQueue) -> tuple[int, int]: ...
+    def read_result(self, mq: MessageQueue, offset: int, max_messages: int = ...) -> _core.GetResult: ...
+    def producer(self) -> Producer: ...
 
 __all__ = ["DeadLetter", "DeadLetterQueue", "RetryView"]
 
