@@ -67,6 +67,7 @@ from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
 from mqlite.dlq import DeadLetter, DeadLetterQueue, RetryView
 from mqlite.retry import SentBack
+from mqlite.subgroup import SubscriptionGroupConfig
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
 from mqlite.store import Store, open
@@ -91,6 +92,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterQueue",
     "RetryView",
+    "SubscriptionGroupConfig",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

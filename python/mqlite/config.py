@@ -224,7 +224,8 @@ PULL_CONSUMER_OPTIONS: dict[str, str] = {
     "rebalance_interval": "Seconds between the member's checks of the group's membership "
     "(also while poll() waits).",
     "max_reconsume_times": "send_back() of a message consumed this many times stores it in the "
-    "dead-letter topic %DLQ%<group> instead of the retry topic.",
+    "dead-letter topic %DLQ%<group> instead of the retry topic. None: the group's retryMaxTimes "
+    "in config/subscriptionGroup.json (16 without an entry).",
     "max_poll_interval": "CLUSTERING subscribe: a member that has not called poll() for this "
     "many seconds gives its queues up (WARNING on mqlite.consumer), so the group's other members "
     "take them, and rejoins at its next poll; the messages of its last poll count as not "
@@ -256,7 +257,8 @@ PUSH_CONSUMER_OPTIONS: dict[str, str] = {
     "max_retry_delay": "Upper bound of retry_delay's doubling, in seconds.",
     "max_reconsume_times": "CLUSTERING mode: a failed message consumed this many times goes to "
     "the dead-letter topic %DLQ%<group> instead of the retry topic; orderly, a message that "
-    "failed more than this many times (counted durably) goes there and its queue moves on.",
+    "failed more than this many times (counted durably) goes there and its queue moves on. "
+    "None: the group's retryMaxTimes in config/subscriptionGroup.json (16 without an entry).",
     "send_back": "Concurrent CLUSTERING mode: failed messages are sent back to %RETRY%<group> "
     "with a growing delay level (True), or kept for local redelivery (False).",
     "commit_interval": "Seconds between offset commits (written on the consumer's offset-writer "

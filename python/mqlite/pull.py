@@ -44,7 +44,6 @@ from mqlite.group import GroupMember, check_client_id, check_group, new_client_i
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
 from mqlite.retry import (
-    DEFAULT_MAX_RECONSUME_TIMES,
     RETRY_PREFIX,
     SentBack,
     check_max_reconsume_times,
@@ -53,6 +52,7 @@ from mqlite.retry import (
 from mqlite.retry import send_back as _send_back
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
+from mqlite.subgroup import SubscriptionGroups
 from mqlite.topic import check_topic
 
 __all__ = ["PullConsumer", "RebalanceCallback"]
@@ -214,13 +214,15 @@ class PullConsumer:
         client_id: str | None = None,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 0.5,
-        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        max_reconsume_times: int | None = None,
         max_poll_interval: float | None = DEFAULT_MAX_POLL_INTERVAL,
     ) -> None:
         self._group = check_group(group)
         if max_poll_interval is not None:
             check_positive("max_poll_interval", max_poll_interval)
-        self._max_reconsume = check_max_reconsume_times(max_reconsume_times)
+        self._max_reconsume = (
+            None if max_reconsume_times is None else check_max_reconsume_times(max_reconsume_times)
+        )
         if not isinstance(message_model, MessageModel):
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(auto_commit, bool):
@@ -268,6 +270,7 @@ class PullConsumer:
         root = ctx.client_root()
         durable = ctx.durable
         self._root: Path = root
+        self._group_config = SubscriptionGroups(root, durable=durable)
         self._offsets: OffsetFile = (
             group_offsets(root, durable=durable)
             if message_model is MessageModel.CLUSTERING
@@ -283,7 +286,7 @@ class PullConsumer:
         # Per subscribed topic, the allocation inputs (queue count, live members) whose result
         # this member holds whole: a rebalance that finds the same inputs has nothing to do
         # (allocation strategies are deterministic).
-        self._settled: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._settled: dict[str, tuple[int, tuple[str, ...], bool]] = {}
         self._paused: set[MessageQueue] = set()
         self._active: list[_core.QueueCursor] = []
         self._order: list[tuple[MessageQueue, _core.QueueCursor]] = []  # ``_queues``, sorted
@@ -467,19 +470,26 @@ class PullConsumer:
             return
         lost: list[MessageQueue] = []
         gained: list[MessageQueue] = []
-        allocated: dict[str, tuple[tuple[int, tuple[str, ...]], set[MessageQueue]]] = {}
+        allocated: dict[str, tuple[tuple[int, tuple[str, ...], bool], set[MessageQueue]]] = {}
+        # subscriptionGroup.json (mqlite.subgroup): a group whose consumption is disabled
+        # owns nothing, re-checked at every rebalance (a stat while the file is unchanged).
+        settings = self._group_config.get(self._group)
+        enabled = (settings.consume_enable if self._model is MessageModel.CLUSTERING
+                   else settings.consume_broadcast_enable)
         for topic in topics:
             count = self._queue_count(topic)
             cids: tuple[str, ...] = ()
             if self._member is not None:
                 self._member.check(topic)
                 cids = tuple(self._member.live_members(topic))
-            inputs = (count, cids)
+            inputs = (count, cids, enabled)
             if self._settled.get(topic) == inputs:
                 continue
             self._settled.pop(topic, None)
             mqs = [MessageQueue(topic, i) for i in range(count)]
-            if self._member is not None:
+            if not enabled:
+                mine = set()
+            elif self._member is not None:
                 mine = set(self._strategy.allocate(self._group, self._client_id, mqs, list(cids)))
             else:
                 mine = set(mqs)
@@ -1050,12 +1060,15 @@ class PullConsumer:
         with self._lock:
             self._check_open()
             core = self._ctx.live()
-        return _send_back(core, self._group, msg, delay, dead, self._max_reconsume, error)
+        return _send_back(core, self._group, msg, delay, dead, self.max_reconsume_times, error)
 
     @property
     def max_reconsume_times(self) -> int:
-        """Reconsume count at which ``send_back`` sends to the dead-letter topic instead."""
-        return self._max_reconsume
+        """Reconsume count at which ``send_back`` sends to the dead-letter topic instead: the
+        constructor's, or the group's ``retryMaxTimes`` in ``subscriptionGroup.json`` (16)."""
+        if self._max_reconsume is not None:
+            return self._max_reconsume
+        return self._group_config.get(self._group).retry_max_times
 
     def committed(self, mq: MessageQueue) -> int | None:
         """The group's stored offset for ``mq`` (None if never committed)."""

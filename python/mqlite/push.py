@@ -70,6 +70,7 @@ from mqlite.errors import (
 )
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.pull import DEFAULT_MAX_POLL_BYTES, check_positive, drive
+from mqlite.retry import check_max_reconsume_times
 from mqlite.selector import MessageSelector
 from mqlite.status import (
     ConsumeFromWhere,
@@ -176,15 +177,13 @@ class PushConsumer:
         commit_interval: float = 5.0,
         rebalance_interval: float = 0.5,
         revoke_timeout: float = 30.0,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int | None = None,
         send_back: bool = True,
     ) -> None:
         if not isinstance(send_back, bool):
             raise InvalidConfigError(f"send_back must be a bool, got {send_back!r}")
-        if isinstance(max_reconsume_times, bool) or not isinstance(max_reconsume_times, int) or not (
-            0 <= max_reconsume_times <= 0xFFFF_FFFF
-        ):
-            raise InvalidConfigError(f"max_reconsume_times must be an int from 0, got {max_reconsume_times!r}")
+        if max_reconsume_times is not None:
+            check_max_reconsume_times(max_reconsume_times)
         if not isinstance(orderly, bool):
             raise InvalidConfigError(f"orderly must be a bool, got {orderly!r}")
         for name, value in (("threads", threads), ("batch_size", batch_size),
@@ -203,10 +202,10 @@ class PushConsumer:
             consume_from=consume_from, consume_timestamp=consume_timestamp,
             max_poll_messages=pull_batch_size, client_id=client_id,
             allocate_strategy=allocate_strategy, rebalance_interval=rebalance_interval,
+            max_reconsume_times=max_reconsume_times,
             max_poll_interval=None,  # the poller polls on its own: a slow listener is not a silent member
         )
         self._consumer = self._member.consumer
-        self._max_reconsume = max_reconsume_times
         # Failed messages go back to the store (see the module doc), not to a local timer.
         self._sends_back = send_back and message_model is MessageModel.CLUSTERING
         self._retry_topic = f"%RETRY%{group}"
@@ -847,16 +846,17 @@ class PushConsumer:
             return msgs
         level, kind, text = failure
         store = self._consumer._core
+        limit = self._consumer.max_reconsume_times
         left: list[MessageExt] = []
         for m in msgs:
             try:
                 try:
-                    store.send_back(self.group, m.commit_log_offset, level, self._max_reconsume, kind, text)
+                    store.send_back(self.group, m.commit_log_offset, level, limit, kind, text)
                 except InvalidMessageError as exc:
                     if level <= 0:
                         raise
                     log.warning("delay level %d refused (%s); the automatic level is used", level, exc)
-                    store.send_back(self.group, m.commit_log_offset, 0, self._max_reconsume, kind, text)
+                    store.send_back(self.group, m.commit_log_offset, 0, limit, kind, text)
             except MQError as exc:
                 log.error("sending back %s of %s failed (%s); it is redelivered here", m.msg_id,
                           m.message_queue, exc)
@@ -923,11 +923,12 @@ class PushConsumer:
         # Counts never grow along a queue's backlog (each failure counts a prefix of it), so
         # the exhausted messages are a prefix of the batch.
         dead: list[MessageExt] = []
+        limit = self._consumer.max_reconsume_times
         for m in batch:
-            if counts[m.queue_offset] <= self._max_reconsume:
+            if counts[m.queue_offset] <= limit:
                 break
             try:
-                self._consumer._core.send_back(self.group, m.commit_log_offset, -1, self._max_reconsume,
+                self._consumer._core.send_back(self.group, m.commit_log_offset, -1, limit,
                                                kind or None, text or None)
             except MQError as exc:
                 log.error("sending %s of %s to the dead-letter topic failed (%s); it is suspended",

@@ -450,3 +450,50 @@ def test_retry_view_lists_the_retries_not_consumed_yet(fast_store: mqlite.Store)
         _poll_until(c, "the retry")
         c.commit()
     assert view.list() == []
+
+
+# -- config/subscriptionGroup.json ----------------------------------------------------------------
+
+
+def test_subscription_group_file_has_rocketmq_shape_and_sets_retry_max_times(store: mqlite.Store) -> None:
+    assert store.subscription_group("g") == mqlite.SubscriptionGroupConfig("g")  # RocketMQ's defaults
+    cfg = store.update_subscription_group("g", retry_max_times=0)
+    assert (cfg.retry_max_times, cfg.consume_enable, cfg.retry_queue_nums) == (0, True, 1)
+    data = json.loads((Path(store.path) / "config" / "subscriptionGroup.json").read_text())
+    assert data["subscriptionGroupTable"]["g"] == {"groupName": "g", "retryMaxTimes": 0}
+    assert data["dataVersion"]["counter"] == 1
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"x"))
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        assert c.max_reconsume_times == 0
+        c.subscribe("t")
+        (m,) = _poll_until(c, "the message")
+        assert c.send_back(m).dead  # retryMaxTimes 0: straight to the DLQ
+    with store.pull_consumer("g", max_reconsume_times=3) as c2:
+        assert c2.max_reconsume_times == 3  # the consumer's own setting wins
+
+
+def test_subscription_group_consume_enable_takes_the_queues_away(store: mqlite.Store) -> None:
+    store.create_topic("t", 2)
+    with store.pull_consumer("g", rebalance_interval=0.01) as c:
+        c.subscribe("t")
+        assert len(c.assignment()) == 2
+        store.update_subscription_group("g", consume_enable=False)
+        wait_until(lambda: c.poll(0.01) == [] and c.assignment() == [], what="the queues given up")
+        store.update_subscription_group("g", consume_enable=True)
+        wait_until(lambda: c.poll(0.01) == [] and len(c.assignment()) == 2, what="the queues back")
+
+
+def test_subscription_group_bad_values_and_bad_files(store: mqlite.Store) -> None:
+    for bad in ({"retry_max_times": -1}, {"retry_max_times": True}, {"consume_enable": 1},
+                {"retry_queue_nums": 2}):
+        with pytest.raises(InvalidConfigError):
+            store.update_subscription_group("g", **bad)  # type: ignore[arg-type]
+    path = Path(store.path) / "config" / "subscriptionGroup.json"
+    assert not path.exists()
+    path.write_text('{"subscriptionGroupTable": {"g": {"retryMaxTimes": "x"}}}')
+    with pytest.raises(mqlite.ConfigFileError):
+        store.subscription_group("g")
+    with pytest.raises(mqlite.ConfigFileError):
+        store.update_subscription_group("g", retry_max_times=1)
+    assert "retryMaxTimes\": \"x\"" in path.read_text()  # nothing written over it
