@@ -9,6 +9,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -497,3 +500,58 @@ def test_subscription_group_bad_values_and_bad_files(store: mqlite.Store) -> Non
     with pytest.raises(mqlite.ConfigFileError):
         store.update_subscription_group("g", retry_max_times=1)
     assert "retryMaxTimes\": \"x\"" in path.read_text()  # nothing written over it
+
+
+# -- kill -9 with retries in flight ---------------------------------------------------------------
+
+
+def test_kill_9_with_retries_in_flight_loses_nothing(tmp_path: Path) -> None:
+    """A consumer that fails every first delivery is killed (SIGKILL) once it has sent some
+    messages back; a consumer of the reopened store then gets every message: none is lost
+    between the original topic, the delay topic and the retry topic."""
+    path = tmp_path / "s"
+    bodies = {f"m{i}" for i in range(40)}
+    with mqlite.open(path, delay_levels="1s") as store:
+        store.create_topic("t", 2)
+        p = store.producer()
+        for b in sorted(bodies):
+            p.send(Message("t", b.encode()))
+    child = subprocess.Popen([sys.executable, "-u", str(Path(__file__).with_name("retry_crash_child.py")),
+                              str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    accepted: set[str] = set()
+    failed = 0
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            verdict, body = line.split()
+            if verdict == "ok":
+                accepted.add(body)
+            else:
+                failed += 1
+            if failed >= 20:  # retries in flight: sent back, waiting for their delay
+                break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert failed >= 20, "the child ended before failing 20 messages"
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        m = msgs[0]
+        if m.reconsume_times == 0:
+            return ConsumeStatus.RECONSUME_LATER
+        with lock:
+            accepted.add(m.body.decode())
+            if accepted == bodies:
+                done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with mqlite.open(path, delay_levels="1s") as store:
+        c = store.push_consumer("g", consume_from=FIRST, threads=2, batch_size=1, commit_interval=0.05)
+        c.subscribe("t")
+        c.register_message_listener(listener)
+        with c:
+            assert done.wait(30), f"never consumed: {sorted(bodies - accepted)}"
