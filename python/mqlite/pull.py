@@ -487,8 +487,8 @@ class PullConsumer:
                 continue
             self._settled.pop(topic, None)
             mqs = [MessageQueue(topic, i) for i in range(count)]
-            if not enabled:
-                mine = set()
+            if not enabled or not mqs:
+                mine = set()  # nothing to allocate (a retry topic with no send-back yet)
             elif self._member is not None:
                 mine = set(self._strategy.allocate(self._group, self._client_id, mqs, list(cids)))
             else:
