@@ -65,8 +65,11 @@ from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
+from mqlite.dlq import DeadLetter, DeadLetterQueue, RetryView
+from mqlite.retry import SentBack
+from mqlite.subgroup import SubscriptionGroupConfig
 from mqlite.selector import MessageSelector
-from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
 from mqlite.store import Store, open
 from mqlite.topic import TopicConfig
 
@@ -84,6 +87,12 @@ __all__ = [
     "MessageSelector",
     "ConsumeStatus",
     "ConsumeOrderlyStatus",
+    "ReconsumeLater",
+    "SentBack",
+    "DeadLetter",
+    "DeadLetterQueue",
+    "RetryView",
+    "SubscriptionGroupConfig",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

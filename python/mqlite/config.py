@@ -238,6 +238,13 @@ PULL_CONSUMER_OPTIONS: dict[str, str] = {
     "(None: AllocateMessageQueueAveragely).",
     "rebalance_interval": "Seconds between the member's checks of the group's membership "
     "(also while poll() waits).",
+    "max_reconsume_times": "send_back() of a message consumed this many times stores it in the "
+    "dead-letter topic %DLQ%<group> instead of the retry topic. None: the group's retryMaxTimes "
+    "in config/subscriptionGroup.json (16 without an entry).",
+    "max_poll_interval": "CLUSTERING subscribe: a member that has not called poll() for this "
+    "many seconds gives its queues up (WARNING on mqlite.consumer), so the group's other members "
+    "take them, and rejoins at its next poll; the messages of its last poll count as not "
+    "consumed. Kafka's max.poll.interval.ms. None: never.",
 }
 
 PUSH_CONSUMER_OPTIONS: dict[str, str] = {
@@ -259,9 +266,16 @@ PUSH_CONSUMER_OPTIONS: dict[str, str] = {
     "for acknowledgements; a single larger message is still delivered, alone. "
     "buffered_bytes and peak_buffered_bytes report it.",
     "suspend_time": "Orderly mode: seconds before a failed batch is re-delivered.",
-    "retry_delay": "Concurrent mode: seconds before a failed message is re-delivered; doubles "
+    "retry_delay": "Concurrent mode: seconds before a failed message that is not sent back "
+    "(BROADCASTING, send_back=False, or a failed send-back) is re-delivered locally; doubles "
     "on each failure.",
     "max_retry_delay": "Upper bound of retry_delay's doubling, in seconds.",
+    "max_reconsume_times": "CLUSTERING mode: a failed message consumed this many times goes to "
+    "the dead-letter topic %DLQ%<group> instead of the retry topic; orderly, a message that "
+    "failed more than this many times (counted durably) goes there and its queue moves on. "
+    "None: the group's retryMaxTimes in config/subscriptionGroup.json (16 without an entry).",
+    "send_back": "Concurrent CLUSTERING mode: failed messages are sent back to %RETRY%<group> "
+    "with a growing delay level (True), or kept for local redelivery (False).",
     "commit_interval": "Seconds between offset commits (written on the consumer's offset-writer "
     "thread); also committed when a queue moves to another member and on shutdown.",
     "rebalance_interval": PULL_CONSUMER_OPTIONS["rebalance_interval"],

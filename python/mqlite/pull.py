@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from mqlite import _core
+from mqlite import _core, pollwatch
 from mqlite._args import deprecated
 from mqlite._context import HasClientContext, context_of
 from mqlite._files import open_lock, try_flock
@@ -43,8 +43,16 @@ from mqlite.errors import (
 from mqlite.group import GroupMember, check_client_id, check_group, new_client_id
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.offsets import OffsetFile, OffsetWriter, broadcast_offsets, group_offsets, offset_key
+from mqlite.retry import (
+    RETRY_PREFIX,
+    SentBack,
+    check_max_reconsume_times,
+    retry_topic,
+)
+from mqlite.retry import send_back as _send_back
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, MessageModel
+from mqlite.subgroup import SubscriptionGroups
 from mqlite.topic import check_topic
 
 __all__ = ["PullConsumer", "RebalanceCallback"]
@@ -105,6 +113,8 @@ def drive(store: HasClientContext, group: str, owner: QueueOwner, **options: Any
     consumer._owner = owner
     return Membership(consumer)
 
+#: Kafka's max.poll.interval.ms default, in seconds.
+DEFAULT_MAX_POLL_INTERVAL = 300.0
 _WAIT_SLICE = 0.1  # poll re-checks close, rebalance and assignment changes at least this often
 _MAX_POLL = 65_536
 # Default byte bound of one poll (whole stored records): four messages of the largest default
@@ -204,8 +214,15 @@ class PullConsumer:
         client_id: str | None = None,
         allocate_strategy: AllocateMessageQueueStrategy | None = None,
         rebalance_interval: float = 0.5,
+        max_reconsume_times: int | None = None,
+        max_poll_interval: float | None = DEFAULT_MAX_POLL_INTERVAL,
     ) -> None:
         self._group = check_group(group)
+        if max_poll_interval is not None:
+            check_positive("max_poll_interval", max_poll_interval)
+        self._max_reconsume = (
+            None if max_reconsume_times is None else check_max_reconsume_times(max_reconsume_times)
+        )
         if not isinstance(message_model, MessageModel):
             raise InvalidConfigError(f"message_model must be a MessageModel, got {message_model!r}")
         if not isinstance(auto_commit, bool):
@@ -253,6 +270,7 @@ class PullConsumer:
         root = ctx.client_root()
         durable = ctx.durable
         self._root: Path = root
+        self._group_config = SubscriptionGroups(root, durable=durable)
         self._offsets: OffsetFile = (
             group_offsets(root, durable=durable)
             if message_model is MessageModel.CLUSTERING
@@ -268,7 +286,7 @@ class PullConsumer:
         # Per subscribed topic, the allocation inputs (queue count, live members) whose result
         # this member holds whole: a rebalance that finds the same inputs has nothing to do
         # (allocation strategies are deterministic).
-        self._settled: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._settled: dict[str, tuple[int, tuple[str, ...], bool]] = {}
         self._paused: set[MessageQueue] = set()
         self._active: list[_core.QueueCursor] = []
         self._order: list[tuple[MessageQueue, _core.QueueCursor]] = []  # ``_queues``, sorted
@@ -285,6 +303,13 @@ class PullConsumer:
         self._owner: QueueOwner | None = None  # see ``drive``
         self._handout: HeldBatch | None = None
         self._writer = OffsetWriter(_weak_write(self), "mqlite-offsets")
+        # max_poll_interval (see ``_give_up``): polls running now, when the last one ended,
+        # what it returned, and whether the queues were given up since.
+        self._max_poll_interval = None if max_poll_interval is None else float(max_poll_interval)
+        self._polling = 0
+        self._last_poll = time.monotonic()
+        self._last_batch: list[MessageExt] = []
+        self._given_up = False
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -343,18 +368,31 @@ class PullConsumer:
             if self._manual:
                 raise IllegalStateError("subscribe() after assign(): use one or the other")
             self._manual = False
+            self._last_poll = time.monotonic()
+            if self._given_up:
+                self._rejoin()
             old = self._subs.get(topic)
             if old is not None and old.selector != selector:
                 self._revoke(sorted(self._by_topic.get(topic, ())))
             self._subs[topic] = _Subscription(topic, selector, on_assign, on_revoke)
+            topics = [topic]
             if self._model is MessageModel.CLUSTERING:
                 if self._member is None:
                     self._member = GroupMember(self._root, self._group, self._client_id)
                 self._member.join(topic)
+                if self._max_poll_interval is not None:
+                    pollwatch.watch(self)
+                retry = retry_topic(self._group)
+                if retry not in self._subs:
+                    # The group's sent-back messages come back through its retry topic, read
+                    # by every member that subscribes (RocketMQ's push consumer does the same).
+                    self._subs[retry] = _Subscription(retry, MessageSelector.by_tag("*"), None, None)
+                    self._member.join(retry)
+                    topics.append(retry)
             elif self._bcast_lock is None:
                 self._lock_broadcast_id()
-            # Only this topic's queues change; the others keep the periodic rebalance's pace.
-            self._rebalance([topic])
+            # Only these topics' queues change; the others keep the periodic rebalance's pace.
+            self._rebalance(topics)
 
     def _lock_broadcast_id(self) -> None:
         fd = open_lock(self._offsets.path.with_name(f".{self._client_id}.member.lock"))
@@ -373,11 +411,18 @@ class PullConsumer:
             self._check_open()
             if topic not in self._subs:
                 return
-            self._revoke(sorted(self._by_topic.get(topic, ())))
-            del self._subs[topic]
-            self._settled.pop(topic, None)
-            if self._member is not None:
-                self._member.leave(topic)
+            gone = [topic]
+            retry = retry_topic(self._group)
+            if topic != retry and all(t == retry for t in self._subs if t != topic):
+                gone.append(retry)  # the automatic retry subscription goes with the last topic
+            for t in gone:
+                if t not in self._subs:
+                    continue
+                self._revoke(sorted(self._by_topic.get(t, ())))
+                del self._subs[t]
+                self._settled.pop(t, None)
+                if self._member is not None:
+                    self._member.leave(t)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues, with no group coordination (replaces any assignment)."""
@@ -425,19 +470,26 @@ class PullConsumer:
             return
         lost: list[MessageQueue] = []
         gained: list[MessageQueue] = []
-        allocated: dict[str, tuple[tuple[int, tuple[str, ...]], set[MessageQueue]]] = {}
+        allocated: dict[str, tuple[tuple[int, tuple[str, ...], bool], set[MessageQueue]]] = {}
+        # subscriptionGroup.json (mqlite.subgroup): a group whose consumption is disabled
+        # owns nothing, re-checked at every rebalance (a stat while the file is unchanged).
+        settings = self._group_config.get(self._group)
+        enabled = (settings.consume_enable if self._model is MessageModel.CLUSTERING
+                   else settings.consume_broadcast_enable)
         for topic in topics:
             count = self._queue_count(topic)
             cids: tuple[str, ...] = ()
             if self._member is not None:
                 self._member.check(topic)
                 cids = tuple(self._member.live_members(topic))
-            inputs = (count, cids)
+            inputs = (count, cids, enabled)
             if self._settled.get(topic) == inputs:
                 continue
             self._settled.pop(topic, None)
             mqs = [MessageQueue(topic, i) for i in range(count)]
-            if self._member is not None:
+            if not enabled or not mqs:
+                mine = set()  # nothing to allocate (a retry topic with no send-back yet)
+            elif self._member is not None:
                 mine = set(self._strategy.allocate(self._group, self._client_id, mqs, list(cids)))
             else:
                 mine = set(mqs)
@@ -463,6 +515,8 @@ class PullConsumer:
 
     def _initial_offset(self, mq: MessageQueue) -> int:
         low, high = self._core.offsets(mq.topic, mq.queue_id)
+        if mq.topic.startswith(RETRY_PREFIX):
+            return low  # RocketMQ: a retry topic is read from its start, whatever consume_from says
         cf = self._consume_from
         if cf is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return low
@@ -633,6 +687,36 @@ class PullConsumer:
         deadline = (
             None if timeout is None or timeout > sys.float_info.max else time.monotonic() + timeout
         )
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._check_open()
+            self._polling += 1  # the poll watch leaves a polling member alone
+        finally:
+            lock.release()
+        try:
+            if self._given_up:
+                with lock:
+                    if self._given_up:
+                        self._rejoin()
+            msgs = self._poll_loop(deadline, n, max_bytes, oversized_first, on_full)
+        finally:
+            lock.acquire()
+            self._polling -= 1
+            self._last_poll = time.monotonic()
+            lock.release()
+        if msgs and self._max_poll_interval is not None:
+            self._last_batch = msgs  # not consumed until the next poll (see _give_up)
+        return msgs
+
+    def _poll_loop(
+        self,
+        deadline: float | None,
+        n: int,
+        max_bytes: int,
+        oversized_first: bool,
+        on_full: Callable[[_core.QueueCursor], object] | None,
+    ) -> list[MessageExt]:
         first = True
         lock = self._lock
         while True:
@@ -689,6 +773,64 @@ class PullConsumer:
                 return msgs
             if deadline is not None and time.monotonic() >= deadline:
                 return []
+
+    # -- max_poll_interval ----------------------------------------------------------------------
+
+    def poll_deadline(self) -> float | None:
+        """For the poll watch (``mqlite.pollwatch``): when this member must have polled by, or
+        None when it has nothing to give up (not a subscribed CLUSTERING member, polling now,
+        given up already, closed, or no ``max_poll_interval``)."""
+        if (self._max_poll_interval is None or self._closed or self._given_up or self._polling
+                or self._manual is not False or self._member is None or not self._subs):
+            return None
+        return self._last_poll + self._max_poll_interval
+
+    def poll_overdue(self) -> None:
+        """For the poll watch: gives the queues up if the deadline is still passed."""
+        with self._lock:
+            deadline = self.poll_deadline()
+            if deadline is not None and time.monotonic() >= deadline:
+                self._give_up()
+
+    def _give_up(self) -> None:
+        """This member has not polled for ``max_poll_interval`` (lock held): it leaves every
+        topic, so the group's other members take its queues, with a WARNING. The messages of
+        its last poll count as not consumed (they are consumed once the next poll is called):
+        the positions move back to them, though never behind a committed offset, and with
+        auto_commit that is what the revoke commits. The next poll (or subscribe) rejoins."""
+        mqs = sorted(self._queues)
+        log.warning(
+            "consumer %s of group %s has not polled for %.1f s (max_poll_interval): it gives up "
+            "%d queue(s) and takes its share back at its next poll",
+            self._client_id, self._group, time.monotonic() - self._last_poll, len(mqs),
+        )
+        self._given_up = True
+        self._give_back()
+        firsts: dict[MessageQueue, int] = {}
+        for m in self._last_batch:
+            firsts.setdefault(m.message_queue, m.queue_offset)
+        self._last_batch = []
+        for mq, offset in firsts.items():
+            q = self._queues.get(mq)
+            if q is not None:
+                q.position = min(q.position, max(offset, q.committed or 0))
+        self._revoke(mqs)
+        member = self._member
+        if member is not None:
+            for topic in list(self._subs):
+                member.leave(topic)
+        self._settled.clear()
+
+    def _rejoin(self) -> None:
+        """Joins the group's topics again after ``_give_up`` (lock held)."""
+        log.info("consumer %s of group %s polls again: it rejoins the group", self._client_id, self._group)
+        self._given_up = False
+        member = self._member
+        if member is not None:
+            for topic in self._subs:
+                member.join(topic)
+        self._settled.clear()
+        self._rebalance()
 
     def _queue_error_changed(self, cursor: _core.QueueCursor) -> None:
         """A poll's read of ``cursor``'s queue failed for a new reason, or read again (lock held)."""
@@ -890,6 +1032,44 @@ class PullConsumer:
 
     commit_sync = commit
 
+    def send_back(
+        self,
+        msg: MessageExt,
+        delay: int = 0,
+        *,
+        dead: bool = False,
+        error: BaseException | str | None = None,
+    ) -> SentBack:
+        """Sends ``msg``, a message this consumer failed, back to the group's retry topic
+        ``%RETRY%<group>`` (RocketMQ's consumer send-back): a copy is stored there after level
+        ``delay`` of the store's delay table (0: level 3 + its reconsume count, capped at the
+        table's last level), or in the dead-letter topic ``%DLQ%<group>`` at once when
+        ``dead`` is true or the message has been consumed ``max_reconsume_times`` times.
+        ``error`` (an exception: its type and text; a str: the text) is stored on the copy.
+
+        The copy is durable when this returns. The original still counts as polled: its
+        position is committed as usual, and the copy carries it on. A subscribed CLUSTERING
+        consumer reads its group's retry topic itself, where a retried message shows its
+        original ``topic`` and a ``reconsume_times`` one higher; a consumer that ``assign``s
+        queues reads ``MessageQueue("%RETRY%<group>", 0)`` when it wants them.
+
+        Raises IllegalArgumentError for an argument of the wrong kind or a message that is
+        not one a consumer reads, InvalidMessageError for a level the delay table lacks
+        (nothing is written then), and the store's errors.
+        """
+        with self._lock:
+            self._check_open()
+            core = self._ctx.live()
+        return _send_back(core, self._group, msg, delay, dead, self.max_reconsume_times, error)
+
+    @property
+    def max_reconsume_times(self) -> int:
+        """Reconsume count at which ``send_back`` sends to the dead-letter topic instead: the
+        constructor's, or the group's ``retryMaxTimes`` in ``subscriptionGroup.json`` (16)."""
+        if self._max_reconsume is not None:
+            return self._max_reconsume
+        return self._group_config.get(self._group).retry_max_times
+
     def committed(self, mq: MessageQueue) -> int | None:
         """The group's stored offset for ``mq`` (None if never committed)."""
         if not isinstance(mq, MessageQueue):
@@ -967,6 +1147,7 @@ class PullConsumer:
 
     def close(self) -> None:
         """Commit (with auto_commit), give every queue up and leave the group. Idempotent."""
+        pollwatch.unwatch(self)
         with self._lock:
             if self._closed:
                 return

@@ -9,13 +9,22 @@ queues up for a moment at most. Who polls is decided by ``_core.PollToken``, in 
 waiter watching for such a stall wakes without taking the GIL (``rust/py/src/token.rs``).
 
 Concurrent mode: batches run on any thread. ``RECONSUME_LATER`` (or an exception, or a return
-value that is not a status) keeps the messages for local redelivery after ``retry_delay``
-seconds, doubling up to ``max_retry_delay``; the committed offset of a queue never passes its
-oldest unacknowledged message, so a failed message is neither lost nor acknowledged
-(redelivery through ``%RETRY%`` topics comes with scheduled delivery). Orderly mode: a queue is
+value that is not a status, or a ``ReconsumeLater``) fails the batch. In CLUSTERING mode each
+failed message is sent back (``Store.send_back``, RocketMQ's consumer send-back): a copy goes
+to the group's retry topic ``%RETRY%<group>`` after a delay level growing with its reconsume
+count (or the level a ``ReconsumeLater`` names), or, once it has been consumed
+``max_reconsume_times`` times (or for ``ReconsumeLater(dead=True)``), to the dead-letter topic
+``%DLQ%<group>``; the exception's type and text are stored on the copy. The consumer reads its
+retry topic itself (a retried message shows its original ``topic`` and its
+``reconsume_times``), and the original counts as consumed: the committed offset moves past it.
+A message whose send-back fails, and every failed message in BROADCASTING mode or with
+``send_back=False``, is kept for local redelivery after ``retry_delay`` seconds, doubling up to
+``max_retry_delay``; the committed offset of a queue never passes such a message. Orderly mode: a queue is
 consumed by one thread at a time, in queue order; ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an
 exception, or a return value that is not a status) re-delivers the same messages to the same
-queue after ``suspend_time`` seconds.
+queue after ``suspend_time`` seconds. In CLUSTERING mode with ``send_back``, each failure is
+counted durably (``mqlite.attempts``) and a message that failed more than
+``max_reconsume_times`` times goes to ``%DLQ%<group>``; the queue then moves on.
 
 No error ends a consuming thread while the consumer runs (only ``shutdown`` and the store's
 closing do): the listener's are failures of its batch, and any other is logged on
@@ -50,24 +59,37 @@ from typing import Union
 from mqlite import _core
 from mqlite._context import HasClientContext, context_of
 from mqlite.allocate import AllocateMessageQueueStrategy
+from mqlite.attempts import AttemptFile
 from mqlite.errors import (
     ClientClosedError,
     IllegalStateError,
     InvalidConfigError,
+    InvalidMessageError,
     MQError,
     StoreClosedError,
 )
 from mqlite.message import MessageExt, MessageQueue
 from mqlite.pull import DEFAULT_MAX_POLL_BYTES, check_positive, drive
+from mqlite.retry import check_max_reconsume_times
 from mqlite.selector import MessageSelector
-from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+from mqlite.status import (
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    MessageModel,
+    ReconsumeLater,
+)
 from mqlite.topic import check_topic
 
 __all__ = ["MessageListener", "PushConsumer"]
 
 log = logging.getLogger("mqlite.consumer")
 
-MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrderlyStatus]]
+MessageListener = Callable[[list[MessageExt]], Union[ConsumeStatus, ConsumeOrderlyStatus, ReconsumeLater]]
+# A failed batch: (delay level for the send-back: 0 automatic, -1 dead letter, else a level;
+# the error's type name; its text). None is success.
+_Failure = tuple[int, str, str]
+_NOT_A_STATUS = (0, "NotAStatus", "the listener returned no status")
 _POLL_SLICE = 0.1
 # _LOCKS: on the per-message paths locks are taken with explicit acquire()/release() in
 # try/finally rather than ``with``: on CPython 3.11 ``with lock:`` costs about 210 ns against
@@ -155,7 +177,13 @@ class PushConsumer:
         commit_interval: float = 5.0,
         rebalance_interval: float = 0.5,
         revoke_timeout: float = 30.0,
+        max_reconsume_times: int | None = None,
+        send_back: bool = True,
     ) -> None:
+        if not isinstance(send_back, bool):
+            raise InvalidConfigError(f"send_back must be a bool, got {send_back!r}")
+        if max_reconsume_times is not None:
+            check_max_reconsume_times(max_reconsume_times)
         if not isinstance(orderly, bool):
             raise InvalidConfigError(f"orderly must be a bool, got {orderly!r}")
         for name, value in (("threads", threads), ("batch_size", batch_size),
@@ -174,8 +202,18 @@ class PushConsumer:
             consume_from=consume_from, consume_timestamp=consume_timestamp,
             max_poll_messages=pull_batch_size, client_id=client_id,
             allocate_strategy=allocate_strategy, rebalance_interval=rebalance_interval,
+            max_reconsume_times=max_reconsume_times,
+            max_poll_interval=None,  # the poller polls on its own: a slow listener is not a silent member
         )
         self._consumer = self._member.consumer
+        # Failed messages go back to the store (see the module doc), not to a local timer.
+        self._sends_back = send_back and message_model is MessageModel.CLUSTERING
+        self._retry_topic = f"%RETRY%{group}"
+        # Orderly CLUSTERING: failure counts that outlive this consumer (see _orderly_failed).
+        self._attempt_file = (
+            AttemptFile(self._consumer._root, group, durable=self._ctx.durable)
+            if orderly and self._sends_back else None
+        )
         self._orderly = orderly
         self._threads_n = threads
         self._batch = batch_size
@@ -292,6 +330,8 @@ class PushConsumer:
         try:
             for topic, expression in self._subs.items():
                 self._consumer.subscribe(topic, expression)
+            if self._sends_back and self._retry_topic not in self._subs:
+                self._consumer.subscribe(self._retry_topic, "*")
         except BaseException:
             self._state = "stopped"
             self._consumer.close()
@@ -465,7 +505,9 @@ class PushConsumer:
                     if pq is not None:
                         started = time.perf_counter()
                         token.busy()
-                        self._settle_direct(pq, msgs, self._call(msgs, started))
+                        failure = self._call(msgs, started)
+                        self._settle_direct(pq, msgs, None if failure is None else
+                                            self._sent_back(pq, msgs, failure))
                         if not token.idle():
                             return None, False  # taken over meanwhile: that thread polls now
                         continue
@@ -604,7 +646,7 @@ class PushConsumer:
             while start < n:
                 mq = msgs[start].message_queue
                 end = start + 1
-                while end < n and msgs[end].queue_id == mq.queue_id and msgs[end].topic == mq.topic:
+                while end < n and msgs[end].message_queue == mq:
                     end += 1
                 pq = self._pqs.get(mq)
                 run = msgs[start:end]
@@ -672,9 +714,11 @@ class PushConsumer:
         self._last_claimed = pq
         return pq
 
-    def _settle_direct(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool) -> None:
-        """After a ``_claim``ed batch ran: the queue's position passes it; a failed batch is
-        kept unacknowledged (commits stay behind it) for redelivery."""
+    def _settle_direct(self, pq: _ProcessQueue, msgs: list[MessageExt],
+                       failed: list[MessageExt] | None) -> None:
+        """After a ``_claim``ed batch ran: the queue's position passes it; ``failed``, the
+        messages of a failed batch not sent back (``_sent_back``), are kept unacknowledged
+        (commits stay behind them) for redelivery."""
         lock = self._lock  # explicit acquire/release: see _LOCKS
         lock.acquire()
         try:
@@ -685,13 +729,15 @@ class PushConsumer:
             # The direct batch's bytes were counted by the poll only; from here the queue holds
             # them (a failed batch, kept for redelivery) or they are let go.
             size = sum(m.store_size for m in msgs)
-            if ok or pq.dropped:
+            if not failed or pq.dropped:
                 self._release_held(size)
             else:
-                pq.held_bytes += size
-                for m in msgs:
+                kept = sum(m.store_size for m in failed)
+                self._release_held(size - kept)
+                pq.held_bytes += kept
+                for m in failed:
                     heapq.heappush(pq.unacked, m.queue_offset)
-                self._retry_later(pq, msgs)
+                self._retry_later(pq, failed)
             resume = self._batch_done(pq, direct=True)
         finally:
             lock.release()
@@ -722,10 +768,11 @@ class PushConsumer:
         # than wait for the offset file's fsyncs. A revoke writes what is still pending first.
         self._member.submit(offsets)
 
-    def _call(self, msgs: list[MessageExt], started: float | None = None) -> bool:
+    def _call(self, msgs: list[MessageExt], started: float | None = None) -> _Failure | None:
         """Runs the listener on ``msgs`` (``started``: a ``time.perf_counter()`` reading the
-        caller took just before, saving one). True when it reported success. Never raises:
-        whatever the listener raises or returns other than a status is a failure, logged."""
+        caller took just before, saving one). None when it reported success, else the
+        failure. Never raises: whatever the listener raises or returns other than a status is
+        a failure, logged in one line (the traceback at DEBUG level)."""
         listener = self._listener
         if listener is None:  # start() refuses to run without one
             raise IllegalStateError("no message listener registered")
@@ -734,21 +781,28 @@ class PushConsumer:
         try:
             # ``object``: whatever the annotation says, a listener may return anything.
             status: object = listener(msgs)
-        except BaseException:  # noqa: BLE001 - SystemExit too: the batch is retried, the thread lives
-            log.exception("message listener failed on %d message(s) of %s", len(msgs), msgs[0].message_queue)
-            return False
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the batch is retried, the thread lives
+            kind, text = type(exc).__qualname__, _exc_text(exc)
+            log.warning("message listener raised %s: %s on %d message(s) of %s (reconsume times %d)",
+                        kind, text, len(msgs), msgs[0].message_queue, msgs[0].reconsume_times)
+            log.debug("the listener's traceback", exc_info=True)
+            return 0, kind, text
         finally:
             self._listener_time += (time.perf_counter() - started - self._listener_time) * 0.1
         # Identity, not ``in``/``==``: the returned object's ``__eq__`` is the listener's code
         # and may raise (a numpy array's does).
         if status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeOrderlyStatus.SUCCESS:
-            return True
-        if (status is not ConsumeStatus.RECONSUME_LATER
-                and status is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT):
+            return None
+        if status is ConsumeStatus.RECONSUME_LATER:
+            return 0, "", ""
+        if type(status) is ReconsumeLater and not self._orderly:
+            return status.delay_level, "", ""
+        if status is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
             log.warning("message listener returned %s, not a status, for %d message(s) of %s; treated as %s",
                         _describe(status), len(msgs), msgs[0].message_queue,
                         "SUSPEND_CURRENT_QUEUE_A_MOMENT" if self._orderly else "RECONSUME_LATER")
-        return False
+            return _NOT_A_STATUS
+        return 0, "", ""
 
     def _batch_done(self, pq: _ProcessQueue, *, direct: bool = False) -> MessageQueue | None:
         """A batch of ``pq`` stopped running (lock held; ``direct``: the claimed batch, whose
@@ -772,10 +826,46 @@ class PushConsumer:
                 pass  # a listener that outlasted shutdown, or the store closed under it
 
     def _run_concurrent(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
-        self._settle(pq, msgs, self._call(msgs))
+        failure = self._call(msgs)
+        if failure is None:
+            self._settle(pq, msgs, True)
+            return
+        left = self._sent_back(pq, msgs, failure)
+        if len(left) < len(msgs):
+            kept = {id(m) for m in left}
+            self._settle(pq, [m for m in msgs if id(m) not in kept], True)
+        if left:
+            self._settle(pq, left, False, counted=len(left) == len(msgs))
 
-    def _settle(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool) -> None:
-        """After a concurrent batch ran: acknowledge it or schedule its redelivery."""
+    def _sent_back(self, pq: _ProcessQueue, msgs: list[MessageExt], failure: _Failure) -> list[MessageExt]:
+        """Sends a failed batch's messages back to the store (see the module doc); returns
+        those that stay with this consumer for local redelivery: all of them when it does not
+        send back or the queue was revoked meanwhile (its next owner reads it from the
+        committed offset), and each whose send-back failed (logged)."""
+        if not self._sends_back or pq.dropped:
+            return msgs
+        level, kind, text = failure
+        store = self._consumer._core
+        limit = self._consumer.max_reconsume_times
+        left: list[MessageExt] = []
+        for m in msgs:
+            try:
+                try:
+                    store.send_back(self.group, m.commit_log_offset, level, limit, kind, text)
+                except InvalidMessageError as exc:
+                    if level <= 0:
+                        raise
+                    log.warning("delay level %d refused (%s); the automatic level is used", level, exc)
+                    store.send_back(self.group, m.commit_log_offset, 0, limit, kind, text)
+            except MQError as exc:
+                log.error("sending back %s of %s failed (%s); it is redelivered here", m.msg_id,
+                          m.message_queue, exc)
+                left.append(m)
+        return left
+
+    def _settle(self, pq: _ProcessQueue, msgs: list[MessageExt], ok: bool, *, counted: bool = True) -> None:
+        """After a concurrent batch ran: acknowledge it or schedule its redelivery.
+        ``counted``: this call ends the batch's run (a batch settled in two parts ends once)."""
         lock = self._lock  # explicit acquire/release: see _LOCKS
         lock.acquire()
         try:
@@ -784,21 +874,27 @@ class PushConsumer:
                 self._release(pq, msgs)
             else:
                 self._retry_later(pq, msgs)
-            resume = self._batch_done(pq)
+            resume = self._batch_done(pq) if counted else None
         finally:
             lock.release()
         self._resume(resume)
 
     def _run_orderly(self, pq: _ProcessQueue, batch: list[MessageExt]) -> None:
         while True:
-            ok = self._call(batch)
+            failure = self._call(batch)
+            done = batch
+            if failure is not None:
+                done = self._orderly_failed(pq, batch, failure)
+            elif self._attempt_file is not None:
+                self._forget_attempts(pq, batch[-1].queue_offset + 1)
+            ok = len(done) == len(batch)
             with self._cond:
-                if ok:
-                    for _ in batch:
+                if done:
+                    for _ in done:
                         pq.backlog.popleft()
-                    pq.ack(batch)
-                    self._release(pq, batch)
-                else:
+                    pq.ack(done)
+                    self._release(pq, done)
+                if not ok:
                     pq.suspended_until = time.monotonic() + self._suspend_time
                     heapq.heappush(self._timers, (pq.suspended_until, next(self._seq), pq, None))
                 if not ok or pq.dropped or self._state != "running" or not pq.backlog:
@@ -806,6 +902,53 @@ class PushConsumer:
                     break
                 batch = list(itertools.islice(pq.backlog, self._batch))
         self._resume(resume)
+
+
+    def _orderly_failed(self, pq: _ProcessQueue, batch: list[MessageExt], failure: _Failure) -> list[MessageExt]:
+        """Counts an orderly batch's failure durably (``AttemptFile``) and sends the messages
+        at its head that have now failed more than ``max_reconsume_times`` times to the
+        dead-letter topic; returns those (the queue moves past them), or [] when the batch is
+        to be suspended whole. Without an attempt file (BROADCASTING, ``send_back=False``)
+        nothing is counted and the batch is suspended, as always."""
+        attempts = self._attempt_file
+        if attempts is None or pq.dropped:
+            return []
+        _, kind, text = failure
+        try:
+            counts = attempts.failed(pq.mq, [m.queue_offset for m in batch])
+        except MQError as exc:
+            log.error("counting the failure of %s at offset %d failed (%s); it is suspended uncounted",
+                      pq.mq, batch[0].queue_offset, exc)
+            return []
+        # Counts never grow along a queue's backlog (each failure counts a prefix of it), so
+        # the exhausted messages are a prefix of the batch.
+        dead: list[MessageExt] = []
+        limit = self._consumer.max_reconsume_times
+        for m in batch:
+            if counts[m.queue_offset] <= limit:
+                break
+            try:
+                self._consumer._core.send_back(self.group, m.commit_log_offset, -1, limit,
+                                               kind or None, text or None)
+            except MQError as exc:
+                log.error("sending %s of %s to the dead-letter topic failed (%s); it is suspended",
+                          m.msg_id, pq.mq, exc)
+                break
+            log.warning("%s of %s failed %d times: sent to %%DLQ%%%s", m.msg_id, pq.mq,
+                        counts[m.queue_offset], self.group)
+            dead.append(m)
+        if dead:
+            self._forget_attempts(pq, dead[-1].queue_offset + 1)
+        return dead
+
+    def _forget_attempts(self, pq: _ProcessQueue, below: int) -> None:
+        """Drops the failure counts of ``pq``'s messages below ``below`` (consumed)."""
+        if self._attempt_file is None:
+            return
+        try:
+            self._attempt_file.passed(pq.mq, below)
+        except MQError as exc:  # stale counts only: the next failure of the queue drops them
+            log.warning("dropping the failure counts of %s failed: %s", pq.mq, exc)
 
 
 class _Owner:
@@ -821,6 +964,14 @@ class _Owner:
 
     def queues_revoked(self, mqs: list[MessageQueue]) -> Mapping[MessageQueue, int]:
         return self._push._queues_revoked(mqs)
+
+
+def _exc_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when that raises; the store bounds its length."""
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001 - an exception's __str__ is the listener's code
+        return f"(the {type(exc).__qualname__}'s str() raised)"
 
 
 def _describe(obj: object) -> str:

@@ -15,6 +15,7 @@ from mqlite import _core
 from mqlite._args import deprecated, int_arg
 from mqlite._context import ClientContext
 from mqlite.config import store_options
+from mqlite.dlq import DeadLetterQueue, RetryView, retries
 from mqlite.errors import (
     ConsumerGroupActiveError,
     ConsumerGroupNotFoundError,
@@ -29,6 +30,7 @@ from mqlite.offsets import QueueProgress, group_offsets, offset_key
 from mqlite.producer import Compression, Producer
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
+from mqlite.subgroup import SubscriptionGroupConfig, SubscriptionGroups
 from mqlite.topic import TopicConfig, check_topic, parse_tags
 
 __all__ = ["Store", "open"]
@@ -379,6 +381,47 @@ class Store:
     def push_consumer(self, group: str, **options: Any) -> PushConsumer:
         """A ``PushConsumer`` in ``group``; see ``PushConsumer`` for the options."""
         return PushConsumer(self, group, **options)
+
+    def subscription_group(self, group: str) -> SubscriptionGroupConfig:
+        """The group's settings in ``config/subscriptionGroup.json`` (RocketMQ's shape;
+        RocketMQ's defaults when it has no entry): see ``mqlite.subgroup``."""
+        self._live()
+        return SubscriptionGroups(self._client_context.client_root()).get(group)
+
+    def update_subscription_group(
+        self,
+        group: str,
+        *,
+        consume_enable: bool | None = None,
+        consume_broadcast_enable: bool | None = None,
+        retry_max_times: int | None = None,
+        retry_queue_nums: int | None = None,
+    ) -> SubscriptionGroupConfig:
+        """Changes the given settings of ``group`` in ``config/subscriptionGroup.json`` and
+        returns them all. ``retry_max_times`` is the ``max_reconsume_times`` of the group's
+        consumers that pass none; ``consume_enable=False`` takes every queue from the group's
+        CLUSTERING consumers at their next rebalance (``consume_broadcast_enable``: its
+        BROADCASTING ones) until it is enabled again; ``retry_queue_nums`` can only be 1.
+        InvalidConfigError for a bad value, nothing written."""
+        self._live()
+        ctx = self._client_context
+        return SubscriptionGroups(ctx.client_root(), durable=ctx.durable).update(
+            group, consume_enable=consume_enable, consume_broadcast_enable=consume_broadcast_enable,
+            retry_max_times=retry_max_times, retry_queue_nums=retry_queue_nums,
+        )
+
+    def dead_letters(self, group: str) -> DeadLetterQueue:
+        """The dead-letter topic ``%DLQ%<group>`` of a consumer group: list and inspect its
+        messages (with their last error), re-drive them to their origin topics, purge, export
+        (see ``mqlite.dlq``)."""
+        self._live()
+        return DeadLetterQueue(self, group)
+
+    def retries(self, group: str) -> RetryView:
+        """The retries of a consumer group in ``%RETRY%<group>`` that it has not consumed yet
+        (see ``mqlite.dlq``)."""
+        self._live()
+        return retries(self, group)
 
     def consumer_groups(self) -> list[str]:
         """The clustering groups with committed offsets in this store, sorted (RocketMQ's

@@ -17,6 +17,7 @@ CASES = {
     "broadcast.py": "cache-node-3 received 6 messages",
     "asyncio_app.py": "consumed 50 events",
     "sql_filter.py": "SQL amount > 30 AND region = 'eu'",
+    "retry_and_dlq.py": "all 5 consumed: True; 4 went through the retry topic",
 }
 
 

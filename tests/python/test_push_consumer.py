@@ -143,7 +143,7 @@ def test_reconsume_later_and_exceptions_are_redelivered_not_acknowledged(store: 
             raise RuntimeError("boom")
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", threads=2, consume_from=FIRST, retry_delay=0.05, commit_interval=0.05)
+    c = store.push_consumer("g", threads=2, consume_from=FIRST, retry_delay=0.05, send_back=False, commit_interval=0.05)
     c.subscribe("t")
     c.register_message_listener(listener)
     mq = MessageQueue("t", 0)
@@ -175,7 +175,7 @@ def test_messages_arriving_one_by_one_failures_are_kept(store: mqlite.Store) -> 
             raise RuntimeError("boom")
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", threads=2, retry_delay=30, commit_interval=0.02)
+    c = store.push_consumer("g", threads=2, retry_delay=30, send_back=False, commit_interval=0.02)
     c.subscribe("t")
     c.register_message_listener(listener)
     rounds = CommitRounds(c)
@@ -208,7 +208,7 @@ def test_failed_message_survives_shutdown(store: mqlite.Store) -> None:
     p = store.producer()
     for i in range(3):
         p.send(Message("t", str(i).encode()))
-    c = store.push_consumer("g", consume_from=FIRST, retry_delay=10)
+    c = store.push_consumer("g", consume_from=FIRST, retry_delay=10, send_back=False)
     c.subscribe("t")
     called: list[bytes] = []
     c.register_message_listener(
@@ -509,7 +509,7 @@ def test_a_listener_raising_system_exit_is_retried_and_its_thread_lives(
             raise SystemExit("not an Exception")
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", consume_from=FIRST, threads=1, retry_delay=0.05, revoke_timeout=5)
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, retry_delay=0.05, send_back=False, revoke_timeout=5)
     c.subscribe("t")
     c.register_message_listener(listener)
     with caplog.at_level("WARNING", logger="mqlite.consumer"), c:
@@ -768,7 +768,7 @@ def test_a_listener_returning_garbage_is_retried_and_its_thread_lives(
         (after if msgs[0].body == b"after" else retried).set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    c = store.push_consumer("g", consume_from=FIRST, threads=1, orderly=orderly, retry_delay=0.05,
+    c = store.push_consumer("g", consume_from=FIRST, threads=1, orderly=orderly, retry_delay=0.05, send_back=False,
                             suspend_time=0.05)
     c.subscribe("t")
     c.register_message_listener(listener)  # type: ignore[arg-type]

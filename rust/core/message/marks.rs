@@ -23,6 +23,8 @@ impl Marks {
     /// A deliver-at or delay-time property: `TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`,
     /// `TIMER_DELAY_MS` (RocketMQ 5's timer messages) or `__STARTDELIVERTIME`.
     pub const TIMER: Marks = Marks(2);
+    /// A send-back to a retry or DLQ topic (`MQLITE_SEND_BACK`, `store::retry`).
+    pub const SEND_BACK: Marks = Marks(4);
     /// Wanted by a hook that looks at every message, whatever its marks (`selects`); no
     /// message carries it.
     pub const EVERY: Marks = Marks(0x80);
@@ -36,6 +38,7 @@ impl Marks {
             | b"TIMER_DELAY_SEC"
             | b"TIMER_DELAY_MS"
             | b"__STARTDELIVERTIME" => Marks::TIMER,
+            b"MQLITE_SEND_BACK" => Marks::SEND_BACK,
             _ => Marks::NONE,
         }
     }

@@ -29,6 +29,16 @@ pub const DELAY_MS: &str = "MQLITE_DELAY_MS";
 pub const REAL_TOPIC: &str = "REAL_TOPIC";
 /// Original queue id of a delayed / timer / half message.
 pub const REAL_QID: &str = "REAL_QID";
+/// The topic a retried message was first sent to (RocketMQ's).
+pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+/// The message id of a retried message's first attempt (RocketMQ's).
+pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+/// The retry or DLQ topic a send-back goes to (mqlite's own; `store::retry`).
+pub const SEND_BACK: &str = "MQLITE_SEND_BACK";
+/// The type of the error a consumer failed a sent-back message with (mqlite's own).
+pub const ERROR_TYPE: &str = "MQLITE_ERROR_TYPE";
+/// The text of that error, bounded (mqlite's own).
+pub const ERROR: &str = "MQLITE_ERROR";
 /// Half message marker.
 pub const TRAN_MSG: &str = "TRAN_MSG";
 /// Producer group.
@@ -41,6 +51,9 @@ pub const RESERVED: &[&str] = &[
     "WAIT",
     "DELAY",
     "MQLITE_DELAY_MS",
+    "MQLITE_SEND_BACK",
+    "MQLITE_ERROR_TYPE",
+    "MQLITE_ERROR",
     "RETRY_TOPIC",
     "REAL_TOPIC",
     "REAL_QID",

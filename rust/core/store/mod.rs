@@ -25,6 +25,7 @@ mod geometry;
 pub mod hooks;
 mod open;
 mod read;
+pub mod retry;
 mod round_robin;
 pub mod schedule;
 pub mod timer;

@@ -216,6 +216,9 @@ pub(super) fn open_with(
         config.timer_max_delay,
         timers.wake(),
     )));
+    // Send-back before delay levels: a delayed retry is scheduled to its origin topic and
+    // comes back through this hook when due (store/retry/).
+    put_hooks.push(Arc::new(super::retry::SendBackHook));
     put_hooks.push(Arc::new(DelayLevelHook::new(
         config.delay_levels.clone(),
         config.clock.clone(),

@@ -651,9 +651,19 @@ impl PyMessageExt {
 
 #[pymethods]
 impl PyMessageExt {
+    /// The topic the message was sent to: for a retry (a record of a `%RETRY%` topic with a
+    /// `RETRY_TOPIC` property) that origin topic, as RocketMQ's consumer shows it;
+    /// `message_queue` stays the queue it was read from.
     #[getter]
     fn topic(&self) -> PyResult<String> {
-        Ok(self.view()?.topic().to_owned())
+        let v = self.view()?;
+        let stored = v.topic();
+        if stored.starts_with(mqlite::store::retry::RETRY_PREFIX) {
+            if let Some(origin) = v.property(mqlite::message::properties::RETRY_TOPIC) {
+                return Ok(origin.to_owned());
+            }
+        }
+        Ok(stored.to_owned())
     }
     #[getter]
     fn queue_id(&self) -> PyResult<u32> {

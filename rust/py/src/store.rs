@@ -473,6 +473,64 @@ impl PyStore {
         self.record_at(py, off)
     }
 
+    /// Sends the message at `commit_log_offset` back for `group` (`mqlite::store::retry`):
+    /// `delay_level` 0 lets the store pick (3 + reconsume count), a level of the delay table
+    /// chooses it, -1 sends it to the dead-letter topic. Returns (topic, dead, reconsume
+    /// times, delay level).
+    #[pyo3(signature = (group, commit_log_offset, delay_level, max_reconsume_times, error_type = None, error = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_back(
+        &self,
+        py: Python<'_>,
+        group: Str<'_, GroupName>,
+        commit_log_offset: Int,
+        delay_level: Int,
+        max_reconsume_times: Int,
+        error_type: Option<String>,
+        error: Option<String>,
+    ) -> PyResult<(String, bool, i32, u32)> {
+        use mqlite::store::retry::{NextDelay, SendBack};
+        let offset = args::offset(&commit_log_offset, "commit_log_offset")?;
+        let level: i64 = delay_level.to(|v| {
+            crate::errors::InvalidMessageError::new_err(format!("delay_level out of range: {v}"))
+        })?;
+        let delay = match level {
+            -1 => NextDelay::DeadLetter,
+            0 => NextDelay::Auto,
+            l => NextDelay::Level(u32::try_from(l).map_err(|_| {
+                crate::errors::InvalidMessageError::new_err(format!(
+                    "delay_level must be -1 (dead letter), 0 (automatic) or a level, got {l}"
+                ))
+            })?),
+        };
+        let max: u32 = max_reconsume_times.to(|v| {
+            InvalidConfigError::new_err(format!("max_reconsume_times out of range: {v}"))
+        })?;
+        let error = match (&error_type, &error) {
+            (Some(t), Some(e)) => Some((t.as_str(), e.as_str())),
+            (Some(t), None) => Some((t.as_str(), "")),
+            (None, Some(e)) => Some(("", e.as_str())),
+            (None, None) => None,
+        };
+        let group: &str = &group;
+        let req = SendBack {
+            group,
+            commit_log_offset: offset,
+            delay,
+            max_reconsume_times: max,
+            error,
+        };
+        let sent = py
+            .detach(|| self.store.send_back(&req))
+            .map_err(PyMqError)?;
+        Ok((
+            sent.topic,
+            sent.dead,
+            sent.reconsume_times,
+            sent.delay_level,
+        ))
+    }
+
     fn offset_for_timestamp(
         &self,
         py: Python<'_>,
