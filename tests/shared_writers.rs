@@ -48,6 +48,15 @@ fn shared() -> StoreConfig {
     }
 }
 
+/// `store`'s queue `queue` of `TOPIC` holds exactly writer 0's messages `0..n`, in order.
+fn assert_holds_writer_0(store: &Store, queue: u32, n: u64) {
+    let got = common::read_queue(store, TOPIC, queue);
+    assert_eq!(got.len() as u64, n, "queue {queue}");
+    for (i, (off, body)) in got.into_iter().enumerate() {
+        assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
+    }
+}
+
 /// `shared()` with whole files faulted in at creation (prepared files included).
 fn warm() -> StoreConfig {
     StoreConfig {
@@ -475,11 +484,7 @@ fn a_later_opener_cuts_no_unit_another_writer_is_writing() {
         assert_eq!(read_unit(k), originals[(k - 62) as usize], "unit {k}");
     }
     for store in [&a, &b] {
-        let got = common::read_queue(store, TOPIC, 0);
-        assert_eq!(got.len() as u64, n);
-        for (i, (off, body)) in got.into_iter().enumerate() {
-            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
-        }
+        assert_holds_writer_0(store, 0, n);
     }
 }
 
@@ -514,11 +519,7 @@ fn a_later_opener_deletes_no_zero_length_file_beside_running_writers() {
         sent += 1;
     }
     for store in [&a, &b] {
-        let got = common::read_queue(store, TOPIC, 0);
-        assert_eq!(got.len() as u64, sent);
-        for (i, (off, body)) in got.into_iter().enumerate() {
-            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
-        }
+        assert_holds_writer_0(store, 0, sent);
     }
     assert!(
         !std::fs::read_dir(root.join("commitlog")).unwrap().any(|e| e
@@ -563,11 +564,7 @@ fn a_later_opener_takes_no_prepared_queue_file_for_the_queue_end() {
     }
     for store in [&a, &b] {
         common::settle(store);
-        let got = common::read_queue(store, TOPIC, 0);
-        assert_eq!(got.len() as u64, sent);
-        for (i, (off, body)) in got.into_iter().enumerate() {
-            assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
-        }
+        assert_holds_writer_0(store, 0, sent);
     }
 }
 
@@ -605,11 +602,7 @@ fn a_queue_another_writer_grew_before_its_first_use_here_is_served_whole() {
     common::settle(&b);
     for (q, n) in [(0, 150), (1, 100)] {
         for store in [&b, &a] {
-            let got = common::read_queue(store, TOPIC, q);
-            assert_eq!(got.len(), n, "queue {q}");
-            for (i, (off, body)) in got.into_iter().enumerate() {
-                assert_eq!((off, body), (i as u64, body_of(0, i as u64)));
-            }
+            assert_holds_writer_0(store, q, n);
         }
     }
 }

@@ -107,6 +107,9 @@ def test_the_consumer_group_lock_files(tmp_path: Path) -> None:
         assert files == {
             "members.d/c1.lock": (b"", 0o600),
             "orders/members/c1": (b"", 0o600),
+            # A clustering consumer subscribes its group's retry topic too (docs/consumers.md,
+            # Retries); it has no queue, so no slot, until a message is sent back.
+            "%RETRY%billing/members/c1": (b"", 0o600),
             "queues.lock": (b"", 0o600),
             slot: (b"orders", 0o600),
         }

@@ -94,7 +94,8 @@ print(json.dumps(outcome), flush=True)
 
 def test_ctrl_c_interrupts_waits_without_an_end(tmp_path: Path, run_py: RunPy) -> None:
     locked = tmp_path / "locked"
-    with mqlite.open(locked):  # holds the writer lock: the child's open(wait=) must wait
+    # The only writer: the child's open(wait=) must wait for it.
+    with mqlite.open(locked, exclusive=True):
         done = run_py(CHILD, locked, tmp_path / "own", timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
