@@ -134,7 +134,11 @@ fn thousands_of_log_files_and_queues_are_written_reopened_and_read_under_256_des
     store.flush().unwrap();
     store.flush().unwrap();
     let maps = store_mappings(root);
-    assert!(maps <= BUDGET + PINNED, "{maps} mappings after writing");
+    assert!(
+        maps <= BUDGET + PINNED,
+        "{maps} mappings after writing: {:#?}",
+        mappings_under(root)
+    );
     store.close().unwrap();
     drop(store);
     assert_eq!(open_descriptors(), base, "close releases every descriptor");

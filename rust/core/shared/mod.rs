@@ -118,14 +118,7 @@ impl WriterShm {
         if fs::entry_exists(&tmp) {
             fs::remove_file(&tmp)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(file_mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| Error::io("create", &tmp, e))?;
+        let file = fs::create_new_rw(&tmp, file_mode)?;
         let len = capacity.file_len();
         // Sparse: the tables' pages cost memory only once used.
         file.set_len(len as u64)
@@ -140,7 +133,7 @@ impl WriterShm {
         };
         shm.fill(Header::native(identity, capacity), initial)?;
         // A runtime file: renamed into place whole, never synced (module doc).
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        fs::rename(&tmp, &path)?;
         Ok(WriterShm { path, ..shm })
     }
 

@@ -302,7 +302,7 @@ pub(super) fn open_with(
             shared_queues.share_files()?;
             let shm = match attach_to.take() {
                 Some(shm) => shm,
-                None => Arc::new(build_shared(root, &commit_log, &config)?),
+                None => Arc::new(build_shared(root, &commit_log, &config, abnormal)?),
             };
             topics.share(Arc::clone(&shm))?;
             commit_log.files().share();
@@ -374,13 +374,19 @@ pub(super) fn open_with(
                 let seat = Seat::open(root, config.file_mode)?;
                 let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
                 let sched = Arc::clone(&schedule);
+                // The first opener's take-over follows its own recovery: retention waits for
+                // its service's first turn, as an exclusive writer's does (a pass at open
+                // would map the oldest files of a long log). A later take-over follows a
+                // leader that may have died inside its retention pass: it finishes it now.
+                let opening = std::sync::atomic::AtomicBool::new(first_shared);
                 let take_over = Box::new(move || {
                     f.set_leading();
                     // What a dead leader left unflushed, and its sync senders' requests.
                     let _ = f.flush_commit_log();
                     // The whole log indexed here (retention never deletes what is not).
                     let _ = r.dispatch_all();
-                    if let Some(k) = &keep {
+                    let first = opening.swap(false, std::sync::atomic::Ordering::AcqRel);
+                    if let (Some(k), false) = (&keep, first) {
                         let _ = k.delete_expired();
                     }
                     // Delayed messages of every process are delivered here from now on.
@@ -495,7 +501,14 @@ fn attach_shared(root: &Path) -> Result<WriterShm> {
 }
 
 /// The first shared opener's mapping, built from what recovery and dispatch left.
-fn build_shared(root: &Path, log: &CommitLog, config: &StoreConfig) -> Result<WriterShm> {
+/// The whole log counts as flushed after a clean close (the close flushed it), so the first
+/// leader's take-over flush maps no file; after a crash, from what this process knows durable.
+fn build_shared(
+    root: &Path,
+    log: &CommitLog,
+    config: &StoreConfig,
+    abnormal: bool,
+) -> Result<WriterShm> {
     let (queues, last_ts) = {
         let a = log.lock_appender();
         (a.queue_entries(), a.last_store_ts())
@@ -509,7 +522,11 @@ fn build_shared(root: &Path, log: &CommitLog, config: &StoreConfig) -> Result<Wr
     let initial = Initial {
         log_end: end,
         dispatched: end,
-        flushed: log.flushed_offset().min(end),
+        flushed: if abnormal {
+            log.flushed_offset().min(end)
+        } else {
+            end
+        },
         last_store_timestamp: last_ts.max(log.last_store_timestamp()),
         queues,
     };

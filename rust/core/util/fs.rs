@@ -49,6 +49,24 @@ pub fn open_rw(path: &Path, mode: u32) -> Result<File> {
     .map_err(|e| Error::io("open", path, e))
 }
 
+/// Creates a new file for read/write (failing when the name exists) without following
+/// symlinks.
+pub fn create_new_rw(path: &Path, mode: u32) -> Result<File> {
+    durable!(Create(path), || OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path))
+    .map_err(|e| Error::io("create", path, e))
+}
+
+/// rename(from, to), replacing `to`; not synced (the directory's fsync is the caller's).
+pub fn rename(from: &Path, to: &Path) -> Result<()> {
+    durable!(Rename(from, to), || std::fs::rename(from, to)).map_err(|e| Error::io("rename", to, e))
+}
+
 /// True when every byte of the file at `path` is zero (a file preallocated and never
 /// written). Reads at most up to the first non-zero byte.
 pub fn is_all_zero(path: &Path) -> Result<bool> {

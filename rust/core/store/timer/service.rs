@@ -325,7 +325,18 @@ impl TimerService {
         store.catch_up();
         let log = &store.inner.commit_log;
         let end = log.max_offset();
-        let mut off = state.progress.log_offset.max(log.min_offset());
+        // A delivered copy is appended after its timer's record: the scan starts no earlier
+        // than the record of the first timer not yet known delivered, and there is none to do
+        // when no timer is pending (a store that never used timers reads no file here).
+        let first_pending = store.queue(TIMER_TOPIC, 0).ok().flatten().and_then(|q| {
+            let mut unit = Vec::with_capacity(1);
+            q.entries(state.progress.floor.max(q.min_offset()), 1, &mut unit);
+            unit.first().map(|&(_, e)| e.offset)
+        });
+        let mut off = match first_pending {
+            Some(record) => state.progress.log_offset.max(record).max(log.min_offset()),
+            None => end,
+        };
         while off < end {
             let read = log.read_record(off, |v: &RecordView<'_>| {
                 let id = v
