@@ -683,11 +683,10 @@ fn cq_files(root: &Path, queue: u32) -> Vec<PathBuf> {
 fn cq_file_holding(root: &Path, queue: u32, index: u64) -> PathBuf {
     cq_files(root, queue)
         .into_iter()
-        .filter(|p| {
+        .rfind(|p| {
             let start: u64 = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
             start <= index * 20
         })
-        .next_back()
         .unwrap()
 }
 
