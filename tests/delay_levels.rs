@@ -16,10 +16,9 @@ use mqlite::store::schedule::offsets;
 use mqlite::util::clock::ManualClock;
 use mqlite::{Error, MessageRef, PutRequest, RecordView, Routing, Store, StoreConfig, TagFilter};
 
-use common::small_config;
+use common::scheduled::{bodies, clocked_config, commit_log_files, fill_files, T0};
 
 const SCHEDULE: &str = tags::SCHEDULE_TOPIC;
-const T0: i64 = 1_700_000_000_000;
 
 /// The exclusive writer: its delivery thread sleeps long between passes, so the passes the
 /// tests run (`deliver_due`) after moving the manual clock are the ones that deliver. (A
@@ -27,9 +26,8 @@ const T0: i64 = 1_700_000_000_000;
 /// the manual clock delivers a later level first.)
 fn config(clock: &ManualClock) -> StoreConfig {
     StoreConfig {
-        clock: clock.clone().into(),
         shared_writers: false,
-        ..small_config()
+        ..clocked_config(clock)
     }
 }
 
@@ -37,14 +35,6 @@ fn delayed<'a>(topic: &'a str, queue: u32, body: &'a [u8], props: &'a [u8]) -> M
     let mut m = MessageRef::new(topic, queue, body).with_properties(props);
     m.born_timestamp = T0 - 5;
     m
-}
-
-/// Bodies of `topic`/`queue` in queue order.
-fn bodies(store: &Store, topic: &str, queue: u32) -> Vec<Vec<u8>> {
-    let got = store
-        .get_messages(topic, queue, 0, 1000, &TagFilter::all())
-        .unwrap();
-    got.iter().map(|v| v.body().to_vec()).collect()
 }
 
 fn level(n: u32) -> Vec<u8> {
@@ -359,7 +349,8 @@ fn a_custom_level_table_gives_its_delays_and_refuses_levels_beyond_it() {
 #[test]
 fn retention_keeps_the_files_of_pending_delayed_messages() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(common_now());
+    // Retention compares the store clock with file modification times: start at the real time.
+    let clock = ManualClock::new(mqlite::util::clock::now_ms());
     let cfg = StoreConfig {
         file_reserved_time: Duration::from_secs(60),
         ..config(&clock)
@@ -370,13 +361,8 @@ fn retention_keeps_the_files_of_pending_delayed_messages() {
     store
         .put(&delayed("T", 0, b"in two hours", &level(18)))
         .unwrap();
-    let filler = vec![7u8; 16 << 10];
-    for _ in 0..40 {
-        store.put(&MessageRef::new("F", 0, &filler)).unwrap();
-    }
-    store.flush().unwrap();
-    let files = |root: &std::path::Path| std::fs::read_dir(root.join("commitlog")).unwrap().count();
-    let before = files(dir.path());
+    fill_files(&store);
+    let before = commit_log_files(dir.path());
     assert!(before >= 4, "{before} files");
 
     clock.advance(Duration::from_secs(3_600));
@@ -385,15 +371,10 @@ fn retention_keeps_the_files_of_pending_delayed_messages() {
         0,
         "the first file holds a pending message"
     );
-    assert_eq!(files(dir.path()), before);
+    assert_eq!(commit_log_files(dir.path()), before);
 
     clock.advance(Duration::from_secs(3_600));
     store.deliver_due().unwrap();
     assert!(store.delete_expired_files().unwrap() >= 2);
     assert_eq!(bodies(&store, "T", 0), [b"in two hours"]);
-}
-
-/// The real time: retention compares the clock with file modification times.
-fn common_now() -> i64 {
-    mqlite::util::clock::now_ms()
 }

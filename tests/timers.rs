@@ -15,23 +15,8 @@ use mqlite::message::timer::TIMER_TOPIC;
 use mqlite::util::clock::ManualClock;
 use mqlite::{Error, MessageRef, Store, StoreConfig, TagFilter};
 
+use common::scheduled::{bodies, clocked_config as config, commit_log_files, fill_files, T0};
 use common::small_config;
-
-const T0: i64 = 1_700_000_000_000;
-
-fn config(clock: &ManualClock) -> StoreConfig {
-    StoreConfig {
-        clock: clock.clone().into(),
-        ..small_config()
-    }
-}
-
-fn bodies(store: &Store, topic: &str, queue: u32) -> Vec<Vec<u8>> {
-    let got = store
-        .get_messages(topic, queue, 0, 10_000, &TagFilter::all())
-        .unwrap();
-    got.iter().map(|v| v.body().to_vec()).collect()
-}
 
 fn put(store: &Store, topic: &str, body: &[u8], pairs: &[(&str, &str)]) {
     let props = properties::encode(pairs.iter().copied());
@@ -290,13 +275,8 @@ fn retention_keeps_the_files_of_pending_timers() {
     let store = Store::open(dir.path(), cfg).unwrap();
     store.create_topic("T", 1, 6, false, false).unwrap();
     put(&store, "T", b"in two hours", &[("TIMER_DELAY_SEC", "7200")]);
-    let filler = vec![7u8; 16 << 10];
-    for _ in 0..40 {
-        store.put(&MessageRef::new("F", 0, &filler)).unwrap();
-    }
-    store.flush().unwrap();
-    let files = |root: &std::path::Path| std::fs::read_dir(root.join("commitlog")).unwrap().count();
-    let before = files(dir.path());
+    fill_files(&store);
+    let before = commit_log_files(dir.path());
     assert!(before >= 4, "{before} files");
 
     clock.advance(Duration::from_secs(3_600));
@@ -305,7 +285,7 @@ fn retention_keeps_the_files_of_pending_timers() {
         0,
         "the first file holds a pending timer"
     );
-    assert_eq!(files(dir.path()), before);
+    assert_eq!(commit_log_files(dir.path()), before);
 
     clock.advance(Duration::from_secs(3_600));
     store.deliver_due().unwrap();

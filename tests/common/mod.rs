@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use mqlite::{GetStatus, Store, StoreConfig, TagFilter};
 
+pub mod scheduled;
+
 /// Small files so rolls happen after a few records.
 pub fn small_config() -> StoreConfig {
     StoreConfig {
