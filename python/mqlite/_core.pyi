@@ -19,6 +19,7 @@ __all__ = [
     "QueueCursor",
     "Producer",
     "Store",
+    "ManualClock",
     "PollToken",
     "check_topic",
     "check_group",
@@ -257,6 +258,15 @@ class Producer:
     ) -> SendBatchResult: ...
 
 @final
+class ManualClock:
+    """A clock that moves only when told to (mqlite.testing)."""
+    def __new__(cls, start_ms: int) -> ManualClock: ...
+    @property
+    def now_ms(self) -> int: ...
+    def set_ms(self, ms: int) -> None: ...
+    def advance_ms(self, ms: int) -> None: ...
+
+@final
 class Store:
     """An open store (a directory, or ":memory:")."""
     def __new__(
@@ -281,6 +291,7 @@ class Store:
         delay_levels: str | None = None,
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
+        clock: ManualClock | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...
@@ -348,6 +359,7 @@ class Store:
         on_full: Callable[[QueueCursor], object] | None = None,
         start: int = 0,
     ) -> list[MessageExt]: ...
+    def deliver_due(self) -> int: ...
     def delete_expired_files(self) -> int: ...
     def wait_durable(self, end: int) -> bool: ...
     def flush(self) -> None: ...

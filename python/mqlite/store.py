@@ -31,6 +31,7 @@ from mqlite.producer import Compression, Producer
 from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
 from mqlite.subgroup import SubscriptionGroupConfig, SubscriptionGroups
+from mqlite.testing import ManualClock
 from mqlite.topic import TopicConfig, check_topic, parse_tags
 
 __all__ = ["Store", "open"]
@@ -97,6 +98,7 @@ class Store:
         delay_levels: str | None = None,
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
+        clock: ManualClock | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
         options = store_options(
@@ -135,6 +137,13 @@ class Store:
             err = StoreNotADirectoryError(f"{where!r} is not a directory")
             err.errno, err.strerror, err.filename = errno.ENOTDIR, str(err), where
             raise err
+        if clock is not None:
+            if not isinstance(clock, ManualClock):
+                raise InvalidConfigError(
+                    f"clock must be a mqlite.testing.ManualClock, not {type(clock).__name__}",
+                    field="clock",
+                )
+            options["clock"] = clock
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
@@ -302,6 +311,14 @@ class Store:
         """Write dirty pages to disk now (after the files being created in the background, such
         as a new topic's queue files, are complete)."""
         self._live().flush()
+
+    def deliver_due(self) -> int:
+        """Deliver now the delayed, timer and retry messages that the store's clock makes due,
+        in a process that hosts delivery (the only writer, or the leader of several); returns
+        how many it delivered (0 elsewhere). The store's own thread does this by itself; tests
+        on a ``clock=ManualClock(...)`` call it after moving the clock, as that thread wakes
+        on the system's time, not the manual clock's."""
+        return self._live().deliver_due()
 
     def delete_expired_files(self) -> int:
         """Delete every commit-log file last modified more than ``retention_hours`` ago now

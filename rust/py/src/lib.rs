@@ -18,6 +18,7 @@
 //! handlers in between (`interrupt.rs`), so Ctrl-C ends it with KeyboardInterrupt.
 
 mod args;
+mod clock;
 mod cursor;
 mod errors;
 mod group_lock;
@@ -48,6 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cursor::PyQueueCursor>()?;
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<store::PyStore>()?;
+    m.add_class::<clock::PyManualClock>()?;
     m.add_class::<token::PyPollToken>()?;
     Ok(())
 }

@@ -330,7 +330,9 @@ impl PyProducer {
             Some(t) => Some(topic_str(t)?),
             None => None,
         };
-        let now = mqlite::util::clock::now_ms();
+        // The store's clock (the system's unless a test gave a manual one): born and store
+        // timestamps and delivery times then read one time.
+        let now = self.store.config().clock.now_ms();
         let mut uniq = String::with_capacity(n * 32);
         self.ids.next_batch_into(now, n, &mut uniq);
         let mut props: Vec<u8> = Vec::with_capacity(n * 44);
@@ -475,7 +477,9 @@ impl PyProducer {
         routing: Routing<'_>,
         wait: bool,
     ) -> PyResult<PySendResult> {
-        let now = mqlite::util::clock::now_ms();
+        // The store's clock (the system's unless a test gave a manual one): born and store
+        // timestamps and delivery times then read one time.
+        let now = self.store.config().clock.now_ms();
         let uniq = self.ids.next_id(now);
         // The encoded properties go to this thread's reused buffer: no allocation per send.
         let mut props = PROPS.take();

@@ -153,7 +153,8 @@ impl PyStore {
         sync_flush_timeout_ms = None, commit_log_file_size = None, consume_queue_file_units = None,
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
-        delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None
+        delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None,
+        clock = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -177,6 +178,7 @@ impl PyStore {
         delay_levels: Option<Str<'_, DelayLevelsOption>>,
         timer_max_delay_hours: Option<Float>,
         timer_catchup_rate: Option<Int>,
+        clock: Option<PyRef<'_, crate::clock::PyManualClock>>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
         // hold is InvalidConfigError here, and the core's validation checks the rest of each
@@ -259,6 +261,7 @@ impl PyStore {
                 "timer_catchup_rate",
                 defaults.timer_catchup_rate,
             )?,
+            clock: clock.map_or_else(|| defaults.clock.clone(), |c| c.clock.clone().into()),
             ..defaults
         };
         let path = path.to_owned();
@@ -603,6 +606,13 @@ impl PyStore {
             Ok(ready.then_some(()))
         })?;
         Ok(ready.is_some())
+    }
+
+    /// Delivers the delayed, timer and retry messages the store's clock makes due, when this
+    /// process hosts delivery; the number delivered (0 in a process that does not host it).
+    fn deliver_due(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.store.deliver_due())
+            .map_err(|e| PyMqError(e).into())
     }
 
     fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {
