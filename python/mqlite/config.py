@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mqlite._core import ManualClock
 from mqlite.errors import InvalidConfigError
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
     "store_options",
 ]
 
-Kind = Literal["bool", "int", "number", "positive", "flush", "text"]
+Kind = Literal["bool", "int", "number", "positive", "flush", "text", "clock"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class Option:
 
     ``kind`` selects the check: ``"int"`` (an int in ``[minimum, maximum]``), ``"bool"``,
     ``"number"`` (a finite int or float >= 0), ``"positive"`` (the same, > 0), ``"flush"``
-    (``"async"`` or ``"sync"``) or ``"text"`` (a str the core parses). ``default`` is the value in force when the option is not given
+    (``"async"`` or ``"sync"``), ``"text"`` (a str the core parses) or ``"clock"`` (a
+    ``mqlite.testing.ManualClock``). ``default`` is the value in force when the option is not given
     (``None``: none, e.g. no waiting); ``unit`` says how the page shows it."""
 
     name: str
@@ -204,6 +206,14 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "flood consumers; 0 delivers them all at once. Timers that fall due while the store "
         "is open are never held back.",
     ),
+    Option(
+        "clock", "clock", "ManualClock | None", None,
+        "For tests: a mqlite.testing.ManualClock the store reads its time from (store "
+        "timestamps, delivery times of delays, timers and retries, retention age) instead of "
+        "the system's; after moving it, Store.deliver_due() delivers what became due. It "
+        "belongs to this process: another process opening the store reads its own clock.",
+        default_note="the system clock",
+    ),
 )
 
 _BY_NAME: dict[str, Option] = {option.name: option for option in OPEN_OPTIONS}
@@ -314,6 +324,12 @@ def _check(option: Option, value: object) -> object:
     if option.kind == "text":
         if not isinstance(value, str):
             raise InvalidConfigError(f"{name} must be a str, not {type(value).__name__}", field=name)
+        return value
+    if option.kind == "clock":
+        if not isinstance(value, ManualClock):
+            raise InvalidConfigError(
+                f"{name} must be a mqlite.testing.ManualClock, not {type(value).__name__}", field=name
+            )
         return value
     if option.kind == "flush":
         if value not in ("async", "sync"):

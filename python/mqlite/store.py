@@ -121,6 +121,7 @@ class Store:
                 "delay_levels": delay_levels,
                 "timer_max_delay_hours": timer_max_delay_hours,
                 "timer_catchup_rate": timer_catchup_rate,
+                "clock": clock,
             }
         )
         where = os.fsdecode(os.fspath(path))
@@ -137,13 +138,6 @@ class Store:
             err = StoreNotADirectoryError(f"{where!r} is not a directory")
             err.errno, err.strerror, err.filename = errno.ENOTDIR, str(err), where
             raise err
-        if clock is not None:
-            if not isinstance(clock, ManualClock):
-                raise InvalidConfigError(
-                    f"clock must be a mqlite.testing.ManualClock, not {type(clock).__name__}",
-                    field="clock",
-                )
-            options["clock"] = clock
         self._core = _core.Store(where, **options)
         self._path = self._core.path
         self._read_only = self._core.read_only
