@@ -6,7 +6,8 @@
 Reads one JSON command per line on stdin and answers one JSON line on stdout (``{"error":
 "<type>: <text>"}`` when the command raised):
 
-- ``{"op": "open", "path": P, "config": {...}}``: ``mqlite.open(P, shared=True, **config)``
+- ``{"op": "open", "path": P, "config": {...}, "clock_ms": MS}``: ``mqlite.open(P, shared=True,
+  **config)`` on a ``ManualClock(MS)`` (its own: the test sets it with each command's ``now``)
 - ``{"op": "close"}``: closes the store (the process stays, for the next open)
 - ``{"op": "send", "topic": T, "queue": Q, "body": HEX}``: ``{"qo": queue offset}``
 - ``{"op": "batch", "topic": T, "queue": Q, "bodies": [HEX]}``: ``{"qos": [queue offsets]}``
@@ -14,6 +15,15 @@ Reads one JSON command per line on stdin and answers one JSON line on stdout (``
   ``loop_body(S, i)`` for i < N one by one, answering ``{"qo": ..}`` after each
 - ``{"op": "read", "topic": T, "queue": Q, "offset": O, "count": C}``: ``{"bodies": [HEX]}``,
   every message from O on, up to C
+- ``{"op": "scheduled", "topic": T, "queue": Q, "body": HEX, "keys": [K], "tags": G,
+  "properties": {...}, "when": {"delay_level" | "delay_ms" | "deliver_at": N}}``: one send
+  waiting for its time: ``{"qo": queue offset, "scheduled": bool}``
+- ``{"op": "send_back", "topic": T, "queue": Q, "offset": O, "group": G, "max": M, "delay": L}``:
+  a pull consumer of G (``max_reconsume_times=M``) sends the message at O back with level L:
+  ``{"topic": ..., "dead": bool, "reconsume_times": n, "delay_level": l, "was": n}`` (``was``:
+  the message's own reconsume count)
+
+Any command may carry ``"now": MS``: the worker's clock is set to it first.
 """
 
 from __future__ import annotations
@@ -23,8 +33,11 @@ import os
 import sys
 from typing import Any
 
+from datetime import timedelta
+
 import mqlite
 from mqlite import Message, MessageQueue
+from mqlite.testing import ManualClock
 
 
 def loop_body(seed: int, i: int) -> bytes:
@@ -34,6 +47,8 @@ def loop_body(seed: int, i: int) -> bytes:
 def main() -> None:
     store: mqlite.Store | None = None
     producer: Any = None
+    clock = ManualClock(0)
+    consumers: dict[str, mqlite.PullConsumer] = {}
 
     def say(obj: object) -> None:
         os.write(1, (json.dumps(obj) + "\n").encode())
@@ -42,12 +57,18 @@ def main() -> None:
         cmd = json.loads(line)
         op = cmd["op"]
         try:
+            if "now" in cmd:
+                clock.set_ms(cmd["now"])
             if op == "open":
-                store = mqlite.open(cmd["path"], shared=True, **cmd["config"])
+                clock = ManualClock(cmd["clock_ms"])
+                store = mqlite.open(cmd["path"], shared=True, clock=clock, **cmd["config"])
                 producer = store.producer()
                 say({"ok": True})
             elif op == "close":
                 assert store is not None
+                for c in consumers.values():
+                    c.close()
+                consumers.clear()
                 store.close()
                 store = producer = None
                 say({"ok": True})
@@ -75,6 +96,23 @@ def main() -> None:
                     out.extend(m.body.hex() for m in res.messages)
                     offset = res.messages[-1].queue_offset + 1
                 say({"bodies": out})
+            elif op == "scheduled":
+                when = dict(cmd["when"])
+                if "delay_ms" in when:
+                    when["delay"] = timedelta(milliseconds=when.pop("delay_ms"))
+                msg = Message(cmd["topic"], bytes.fromhex(cmd["body"]), keys=cmd["keys"] or None,
+                              tags=cmd["tags"], properties=cmd["properties"], **when)
+                r = producer.send(msg, queue_id=cmd["queue"])
+                say({"qo": r.queue_offset, "scheduled": r.scheduled})
+            elif op == "send_back":
+                assert store is not None
+                group = cmd["group"]
+                if group not in consumers:
+                    consumers[group] = store.pull_consumer(group, max_reconsume_times=cmd["max"])
+                [m] = store.read_result(MessageQueue(cmd["topic"], cmd["queue"]), cmd["offset"], 1).messages
+                sent = consumers[group].send_back(m, cmd["delay"])
+                say({"topic": sent.topic, "dead": sent.dead, "reconsume_times": sent.reconsume_times,
+                     "delay_level": sent.delay_level, "was": m.reconsume_times})
             else:
                 say({"error": f"unknown op {op}"})
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it

@@ -27,8 +27,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -40,25 +38,22 @@ import mqlite
 from mqlite import Message, MessageQueue
 from mqlite import errors as E
 from mqlite.testing import ManualClock
+from scheduled_model import (
+    DELAY_LEVELS, GROUP, MAX_RECONSUME, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels,
+    message_kwargs, offsets_ms, send_back_levels, tags, user_props, when,
+)
 
 pytestmark = pytest.mark.reliability
 
 TOPICS = ("sa", "sb")
 QUEUES = 2
-LEVEL_MS = (1_000, 5_000, 30_000)
 CONFIG = {
     "commit_log_file_size": 64 << 10,
     "consume_queue_file_units": 64,
     "max_message_size": 8 << 10,
     "default_queues": QUEUES,
-    "delay_levels": "1s 5s 30s",
+    "delay_levels": DELAY_LEVELS,
 }
-GROUP = "g"
-RETRY = (f"%RETRY%{GROUP}", 0)
-DLQ = (f"%DLQ%{GROUP}", 0)
-MAX_RECONSUME = 1
-# The manual clock's start: store timestamps and due times are exact.
-T0 = 1_700_000_000_000
 SOAK = os.environ.get("MQLITE_SOAK") == "1"
 
 CRASH_CHILD = textwrap.dedent("""
@@ -81,33 +76,6 @@ CRASH_CHILD = textwrap.dedent("""
 bodies = st.binary(min_size=1, max_size=3000)
 topics = st.sampled_from(TOPICS)
 queues = st.integers(0, QUEUES - 1)
-keys = st.lists(st.sampled_from(["k1", "k2", "k3"]), max_size=2, unique=True)
-tags = st.sampled_from([None, "A", "B"])
-user_props = st.dictionaries(st.sampled_from(["p", "q"]), st.text("xyz", min_size=1, max_size=3), max_size=2)
-
-
-@dataclass
-class Pending:
-    """A message waiting for its time: where it goes, what it must look like there, when."""
-
-    dest: tuple[str, int]
-    due: int
-    body: bytes
-    keys: tuple[str, ...]
-    tags: str | None
-    props: dict[str, str]
-    topic: str  # the topic a consumer sees (a retry's original topic)
-    reconsume_times: int = 0
-    origin: str = ""  # the original message's id
-    extra: dict[str, str] = field(default_factory=dict)  # properties the copy must carry
-
-    def matches(self, m: mqlite.MessageExt) -> bool:
-        return (
-            m.body == self.body and m.keys == self.keys and m.tags == self.tags
-            and m.topic == self.topic and m.reconsume_times == self.reconsume_times
-            and all(m.properties.get(k) == v for k, v in {**self.props, **self.extra}.items())
-            and m.store_timestamp >= self.due  # never early
-        )
 
 
 def _child_env() -> dict[str, str]:
@@ -124,14 +92,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.path = os.path.join(self.dir, "store")
         self.mode = "async"
         self.model: dict[tuple[str, int], list[bytes]] = {(t, q): [] for t in TOPICS for q in range(QUEUES)}
-        self.model[RETRY] = []
-        self.model[DLQ] = []
+        self.scheduled = ScheduledModel(self.model)
         self.crashes = 0
         self.clock = ManualClock(T0)
-        self.pending: list[Pending] = []
-        # Per original message id: how many times a consumer got it (the original, then retries).
-        self.deliveries: dict[str, int] = {}
-        self.failed: set[tuple[str, int, int]] = set()
         self.store = mqlite.open(self.path, flush=self.mode, clock=self.clock, **CONFIG)
         self.producer = self.store.producer()
         self.consumer: mqlite.PullConsumer | None = None
@@ -206,105 +169,41 @@ class StoreMachine(RuleBasedStateMachine):
         event("crash_and_reopen")
 
 
-    @rule(topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300),
-          kind=st.sampled_from(["delay_level", "delay", "deliver_at"]), level=st.integers(1, len(LEVEL_MS)),
-          ms=st.integers(-2_000, 40_000), keys=keys, tags=tags, props=user_props)
+    @rule(topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300), kind=kinds, level=levels,
+          ms=offsets_ms, keys=keys, tags=tags, props=user_props)
     def send_scheduled(self, topic: str, queue: int, body: bytes, kind: str, level: int, ms: int,
                        keys: list[str], tags: str | None, props: dict[str, str]) -> None:
         now = self.clock.now_ms
-        when: dict[str, object]
-        if kind == "delay_level":
-            when, due = {"delay_level": level}, now + LEVEL_MS[level - 1]
-        elif kind == "delay":
-            ms = max(ms, 0)
-            when, due = {"delay": timedelta(milliseconds=ms)}, now + ms
-        else:
-            when, due = {"deliver_at": now + ms}, now + ms
-        msg = Message(topic, body, keys=keys or None, tags=tags, properties=props, **when)  # type: ignore[arg-type]
+        fields, due = when(kind, level, ms, now)
+        msg = Message(topic, body, keys=keys or None, tags=tags, properties=props, **message_kwargs(fields))
         r = self.producer.send(msg, queue_id=queue)
         assert r.message_queue == MessageQueue(topic, queue)
-        assert r.scheduled == (due > now), (kind, ms)
-        if not r.scheduled:
-            q = self.model[(topic, queue)]
-            assert r.queue_offset == len(q)
-            q.append(body)
-            event(f"send_scheduled {kind}: at once")
-            return
-        self.pending.append(Pending((topic, queue), due, body, tuple(keys), tags, props, topic))
-        event(f"send_scheduled {kind}")
+        what = self.scheduled.sent((topic, queue), now, due, (r.queue_offset, r.scheduled), body, keys, tags, props)
+        event(f"send_scheduled {kind}: {what}")
 
-    def _deliver_due(self) -> None:
-        # Two passes at least: the delay-level pass reads its queues as dispatched, and the
-        # timer pass (after it) dispatches first.
-        calls, delivered = 0, 1
-        while delivered or calls < 2:
-            delivered = self.store.deliver_due()
-            calls += 1
-            assert calls < 50, "deliver_due keeps delivering"
-
-    @rule(ms=st.sampled_from([0, 1, 999, 1_000, 4_999, 5_000, 30_000]) | st.integers(0, 40_000))
+    @precondition(lambda self: self.scheduled.pending)
+    @rule(ms=advances)
     def advance(self, ms: int) -> None:
         self.clock.advance_ms(ms)
-        self._deliver_due()
-        now = self.clock.now_ms
-        for dest in {p.dest for p in self.pending}:
-            q = self.model[dest]
-            copies = self.store.read_result(MessageQueue(*dest), len(q), 1000).messages
-            due = [p for p in self.pending if p.dest == dest and p.due <= now]
-            assert len(copies) == len(due), (dest, now, len(copies), len(due))
-            for m in copies:
-                match = next((p for p in due if p.matches(m)), None)
-                assert match is not None, (dest, m, due)
-                due.remove(match)
-                self.pending.remove(match)
-                q.append(m.body)
-                if dest == RETRY:
-                    self.deliveries[match.origin] += 1
-            event("advance: delivered" if copies else "advance: nothing due")
+        deliver_due(self.store)
+        delivered = self.scheduled.check_delivered(self.store, self.clock.now_ms)
+        event("advance: delivered" if delivered else "advance: nothing due")
 
-    def _candidates(self) -> list[tuple[str, int, int]]:
-        return [(t, q, i) for (t, q), msgs in self.model.items() if (t, q) != DLQ
-                for i in range(len(msgs)) if (t, q, i) not in self.failed]
-
-    @rule(pick=st.integers(0, 10**6), retried=st.booleans(), delay=st.sampled_from([0, 1, 2]))
+    @rule(pick=st.integers(0, 10**6), retried=st.booleans(), delay=send_back_levels)
     def fail(self, pick: int, retried: bool, delay: int) -> None:
-        """A consumer of group g got the message (a retry when ``retried`` and there is one)
-        and failed it: send_back."""
-        cands = self._candidates()
-        retries = [c for c in cands if c[:2] == RETRY]
-        cands = retries if retried and retries else cands
-        if not cands:
+        """A consumer of the group got a message and failed it: send_back."""
+        where = self.scheduled.to_fail(pick, retried)
+        if where is None:
             event("fail: nothing to fail")
             return
-        topic, queue, offset = cands[pick % len(cands)]
+        topic, queue, offset = where
         [m] = self.store.read_result(MessageQueue(topic, queue), offset, 1).messages
         if self.consumer is None:
             self.consumer = self.store.pull_consumer(GROUP, max_reconsume_times=MAX_RECONSUME)
-        origin = m.properties.get("ORIGIN_MESSAGE_ID", m.msg_id)
-        seen = self.deliveries.setdefault(origin, 1)
-        assert seen == m.reconsume_times + 1
         now = self.clock.now_ms
-        sent = self.consumer.send_back(m, delay)
-        self.failed.add((topic, queue, offset))
-        user = {k: v for k, v in m.properties.items() if k in ("p", "q")}
-        if seen == MAX_RECONSUME + 1:
-            # Exactly max + 1 deliveries, then the dead-letter queue, at once.
-            assert (sent.topic, sent.dead) == (DLQ[0], True), sent
-            q = self.model[DLQ]
-            [d] = self.store.read_result(MessageQueue(*DLQ), len(q), 10).messages
-            assert (d.body, d.keys, d.tags, d.properties.get("RETRY_TOPIC")) == (m.body, m.keys, m.tags, m.topic)
-            assert all(d.properties.get(k) == v for k, v in user.items())
-            q.append(d.body)
-            event("fail: dead letter")
-            return
-        level = delay or min(3 + m.reconsume_times, len(LEVEL_MS))
-        assert (sent.topic, sent.dead, sent.reconsume_times, sent.delay_level) == (
-            RETRY[0], False, m.reconsume_times + 1, level), sent
-        self.pending.append(Pending(
-            RETRY, now + LEVEL_MS[level - 1], m.body, m.keys, m.tags, user, m.topic,
-            reconsume_times=m.reconsume_times + 1, origin=origin, extra={"ORIGIN_MESSAGE_ID": origin},
-        ))
-        event(f"fail: retry {m.reconsume_times + 1}")
+        s = self.consumer.send_back(m, delay)
+        sent = (s.topic, s.dead, s.reconsume_times, s.delay_level)
+        event("fail: " + self.scheduled.failed_one(self.store, where, m, delay, now, sent))
 
     @rule(case=st.sampled_from(["empty body", "bad topic", "bad queue", "empty batch", "bad max", "neg offset",
                                 "bad level", "negative delay", "delay and level"]))
@@ -316,7 +215,7 @@ class StoreMachine(RuleBasedStateMachine):
             "empty batch": (lambda: self.producer.send_batch([], topic="sa", queue_id=0), E.InvalidBatchError),
             "bad max": (lambda: self.store.read(MessageQueue("sa", 0), 0, 0), E.IllegalArgumentError),
             "neg offset": (lambda: self.store.read(MessageQueue("sa", 0), -1), E.IllegalArgumentError),
-            "bad level": (lambda: self.producer.send(Message("sa", b"x", delay_level=len(LEVEL_MS) + 1), queue_id=0),
+            "bad level": (lambda: self.producer.send(Message("sa", b"x", delay_level=len(DELAY_LEVELS.split()) + 1), queue_id=0),
                           E.InvalidMessageError),
             "negative delay": (lambda: self.producer.send(Message("sa", b"x", delay=-1), queue_id=0),
                                E.InvalidMessageError),
