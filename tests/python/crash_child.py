@@ -10,6 +10,12 @@ Protocol on stdout (one line per ``os.write``, so each line is atomic on the pip
 - ``A <topic> <queue> <queue_offset> <commit_log_offset> <cycle> <producer> <seq>``
                                 one line per message, written only after ``send`` or
                                 ``send_batch`` returned: the parent's record of acknowledgements
+- ``S <topic> <cycle> <producer> <seq> <due_ms>``
+                                a scheduled message acknowledged: a timer (``deliver_at``, to
+                                ``TIMER_TOPIC``, due at ``due_ms``) or a delay level 1 (1 s, to
+                                ``DELAY_TOPIC``; ``due_ms`` 0: due 1 s after it was stored)
+- ``B <cycle> <producer> <seq>``  the consumer failed the message and ``send_back`` returned: its
+                                retry is durable (it reaches ``%RETRY%<GROUP>`` after 1 s)
 
 - ``K <point> <n> <old> <new> <path>``  kill-point mode (``MQLITE_PY_KILL_AT=<point>:<n>``): the n-th
                                 hit of ``point`` was reached; the SHA-256 of the file being
@@ -31,19 +37,30 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mqlite
 from mqlite import _files
 
 # Small files so that commit-log and consume-queue files roll every few hundred messages.
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "commit_log_file_size": 256 << 10,
     "max_message_size": 16 << 10,
     "consume_queue_file_units": 256,
+    "delay_levels": "1s",
 }
 TOPICS = ("crashA", "crashB")
 QUEUES = 4
 GROUP = "crash-group"  # the child's consumer group; it commits offsets while being killed
+TIMER_TOPIC = "crashT"  # timers (deliver_at): delivered exactly once across crashes
+DELAY_TOPIC = "crashD"  # delay level 1: delivered at least once
+SCHEDULED_SHARE = 0.05  # of the sends
+TIMER_MAX_MS = 200  # timers are due within this of their send
+
+
+def fails(seq: int) -> bool:
+    """Whether the consumer fails (sends back) the first delivery of message ``seq``."""
+    return seq % 20 == 3
 HEADER = 26  # b"%08d%02d%010d%05d|": 8 + 2 + 10 + 5 + 1
 DIGEST = 8
 
@@ -113,6 +130,8 @@ def main() -> None:
     emit(f"R {open_ms:.3f} {int(bool(store.stats()['recovery_abnormal']))}\n")
     for topic in TOPICS:
         store.create_topic(topic, QUEUES)
+    for topic in (TIMER_TOPIC, DELAY_TOPIC):
+        store.create_topic(topic, 1)
 
     def run(producer_id: int) -> None:
         rng = random.Random(seed * 1000 + producer_id)
@@ -121,7 +140,18 @@ def main() -> None:
         while True:
             topic = rng.choice(TOPICS)
             queue = rng.randrange(QUEUES)
-            if rng.random() < 0.3:
+            draw = rng.random()
+            if draw < SCHEDULED_SHARE:
+                body = make_body(cycle, producer_id, seq, rng)
+                if draw < SCHEDULED_SHARE / 2:
+                    due = int(time.time() * 1000) + rng.randrange(TIMER_MAX_MS)
+                    producer.send(mqlite.Message(TIMER_TOPIC, body, deliver_at=due))
+                    lines = f"S {TIMER_TOPIC} {cycle} {producer_id} {seq} {due}\n"
+                else:
+                    producer.send(mqlite.Message(DELAY_TOPIC, body, delay_level=1))
+                    lines = f"S {DELAY_TOPIC} {cycle} {producer_id} {seq} 0\n"
+                seq += 1
+            elif draw < 0.3:
                 n = rng.randint(1, 8)
                 bodies = [make_body(cycle, producer_id, seq + k, rng) for k in range(n)]
                 result = producer.send_batch(bodies, topic=topic, queue_id=queue)
@@ -151,7 +181,14 @@ def main() -> None:
         for topic in TOPICS:
             consumer.subscribe(topic)
         while True:
-            if consumer.poll(0.005, 64):
+            got = consumer.poll(0.005, 8)
+            for m in got:
+                if m.reconsume_times == 0 and m.topic in TOPICS:
+                    ident = parse_body(m.body)
+                    if fails(ident[2]):
+                        consumer.send_back(m, 1, error="fails on purpose")
+                        emit("B %d %d %d\n" % ident)
+            if got:
                 consumer.commit()
 
     threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in range(producers)]

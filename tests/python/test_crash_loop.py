@@ -18,6 +18,17 @@ raises; the open reports an abnormal recovery. The original stays crashed for th
 kills land inside recovery and damage accumulates. A new store starts every ``EPOCH`` cycles to
 bound the verification cost.
 
+Scheduled delivery and retries: about 5 % of the child's sends are timers (``deliver_at`` within
+200 ms, topic ``crashT``) or delay level 1 (1 s, ``crashD``), and its consumer fails (sends
+back, level 1) the first delivery of every twentieth message. Each check of a copy asserts that
+no timer is in ``crashT`` twice (exactly once across crashes), that nothing scheduled was
+delivered early (a timer not before its time, a delay not within 1 s of its birth) and that
+every scheduled and retried body is intact. At the end of each epoch the store is opened once more and left to
+deliver: every acknowledged timer and delayed message, and every acknowledged send-back (in
+``%RETRY%crash-group``), must arrive (none lost); a delayed message or a retry may arrive twice
+(delay levels are delivered at least once, docs/design-timers.md and store/schedule/), which is
+counted, not failed.
+
 Kill-point mode (``test_kill_point_loop``): instead of a timed SIGKILL, the child aborts at the
 n-th hit of a named kill point of the Python layer (``mqlite._files.KILL_POINTS``: inside the
 consumer-offset file replace, temp written and before the rename), point and n drawn from a
@@ -50,9 +61,10 @@ from typing import Any
 import pytest
 
 import mqlite
-from crash_child import CONFIG, GROUP, QUEUES, TOPICS, parse_body
+from crash_child import CONFIG, DELAY_TOPIC, GROUP, QUEUES, TIMER_TOPIC, TOPICS, parse_body
 from mqlite import MessageQueue
 from mqlite._files import KILL_POINTS
+from helpers import read_all
 
 pytestmark = pytest.mark.reliability
 
@@ -60,6 +72,9 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "crash_child.py"
 EPOCH = 12  # cycles per store
 FILE_SIZE = CONFIG["commit_log_file_size"]
+RETRY_TOPIC = f"%RETRY%{GROUP}"
+DELAY_MS = 1_000  # delay level 1 of CONFIG's table
+DRAIN_TIMEOUT_S = 30.0  # the end-of-epoch wait for what is scheduled, past its due time
 
 
 def _child_env() -> dict[str, str]:
@@ -161,6 +176,21 @@ class ChildRun:
     def stderr(self) -> str:
         return self.err
 
+    def scheduled(self) -> dict[tuple[str, int, int, int], int]:
+        """Acknowledged scheduled messages: (topic, cycle, producer, seq) -> due ms (0: a
+        delay level)."""
+        out = {}
+        for line in self.lines:
+            if line.startswith("S "):
+                _, topic, cyc, p, seq, due = line.split()
+                out[(topic, int(cyc), int(p), int(seq))] = int(due)
+        return out
+
+    def backs(self) -> set[tuple[int, int, int]]:
+        """Messages the child's consumer sent back, acknowledged."""
+        return {(int(c), int(p), int(q)) for c, p, q in (line.split()[1:] for line in self.lines
+                                                          if line.startswith("B "))}
+
     def acks(self) -> list[Ack]:
         out = []
         for line in self.lines:
@@ -194,6 +224,15 @@ class Figures:
     consumer_offsets_checked: int = 0
     offsets_past_data: int = 0
     torn_offset_files: int = 0
+    scheduled_acked: int = 0
+    sent_back_acked: int = 0
+    scheduled_delivered_checked: int = 0
+    timers_twice: int = 0
+    early: int = 0
+    scheduled_lost: int = 0
+    retries_lost: int = 0
+    delay_level_redeliveries: int = 0
+    retry_redeliveries: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
     records_scanned: list[int] = field(default_factory=list)
@@ -302,6 +341,7 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
                 fig.lost += 1
                 fig.problem(f"lost acked message {ack} (queue max {highs.get((t, q), 0)})")
         fig.acked_messages_checked += len(acked)
+        scheduled_copies(store, fig, {})
         # Committed consumer offsets (the child's consumer group commits while it is killed)
         # never point past the recovered data.
         for p in store.consumer_progress(GROUP):
@@ -313,19 +353,148 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
         store.close()
 
 
+def _idents(store: mqlite.Store, topic: str, fig: Figures) -> list[tuple[tuple[int, int, int], mqlite.MessageExt]]:
+    """Every message of queue 0 of ``topic`` (none if it is not made yet) with its identity;
+    a damaged body is counted."""
+    if topic not in {t.name for t in store.topics()}:
+        return []
+    out = []
+    for m in read_all(store, MessageQueue(topic, 0)):
+        try:
+            out.append((parse_body(m.body), m))
+        except ValueError as exc:
+            fig.corrupt_records += 1
+            fig.problem(f"{topic}@{m.queue_offset}: {exc}")
+    return out
+
+
+def scheduled_copies(store: mqlite.Store, fig: Figures, scheduled: dict[tuple[str, int, int, int], int],
+                     count_redeliveries: bool = False) -> dict[str, set[tuple[int, int, int]]]:
+    """Checks what reached the timer, delay and retry topics (never early, a timer at most
+    once) and returns the identities found per topic; ``scheduled``: the acknowledged ones
+    with their due times (a timer's is checked against its ``TIMER_OUT_MS`` otherwise).
+    ``count_redeliveries``: count the delayed messages and retries found twice (allowed)."""
+    found: dict[str, set[tuple[int, int, int]]] = {}
+    for topic in (TIMER_TOPIC, DELAY_TOPIC, RETRY_TOPIC):
+        seen = found.setdefault(topic, set())
+        for ident, m in _idents(store, topic, fig):
+            fig.scheduled_delivered_checked += 1
+            if topic == TIMER_TOPIC:
+                due = scheduled.get((topic, *ident)) or int(m.properties.get("TIMER_OUT_MS", 0))
+                early = m.store_timestamp < due
+            elif topic == DELAY_TOPIC:
+                early = m.store_timestamp - m.born_timestamp < DELAY_MS
+            else:
+                early = m.reconsume_times != 1 or m.topic not in TOPICS
+            if early:
+                fig.early += 1
+                fig.problem(f"{topic}@{m.queue_offset}: {ident} delivered early or changed: {m} {m.properties}")
+            if ident in seen:
+                if topic == TIMER_TOPIC:
+                    fig.timers_twice += 1
+                    fig.problem(f"timer {ident} delivered twice")
+                elif count_redeliveries and topic == DELAY_TOPIC:
+                    fig.delay_level_redeliveries += 1
+                elif count_redeliveries:
+                    fig.retry_redeliveries += 1
+            seen.add(ident)
+    return found
+
+
+def drain(store_path: Path, scheduled: dict[tuple[str, int, int, int], int], backs: set[tuple[int, int, int]],
+          fig: Figures) -> None:
+    """Opens the store (after the last kill of an epoch) and lets it deliver until every
+    acknowledged scheduled message and send-back has arrived, or DRAIN_TIMEOUT_S past the
+    last due time; what is missing then is lost."""
+    want = {topic: {key[1:] for key in scheduled if key[0] == topic} for topic in (TIMER_TOPIC, DELAY_TOPIC)}
+    want[RETRY_TOPIC] = set(backs)
+    last_due = max([d for d in scheduled.values()] + [int(time.time() * 1000) + DELAY_MS])
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S + max(0.0, last_due / 1000 - time.time())
+    with mqlite.open(store_path, **CONFIG) as store:
+        while True:
+            # Each topic's end before the scan: a message arriving after it wakes the wait. (A
+            # topic not made yet, as the retry topic before its first retry, ends at 0.)
+            made = {t.name for t in store.topics()}
+            ends = {t: store.offsets(MessageQueue(t, 0))[1] if t in made else 0 for t in want}
+            fig_now = Figures()
+            found = scheduled_copies(store, fig_now, scheduled, count_redeliveries=True)
+            missing = {t: want[t] - found.get(t, set()) for t in want}
+            if not any(missing.values()) or time.monotonic() > deadline:
+                break
+            # The event: a new message in one of the topics still missing some.
+            store.wait_for({MessageQueue(t, 0): ends[t] for t, m in missing.items() if m},
+                           timeout=max(0.0, deadline - time.monotonic()))
+    merge(fig, fig_now)
+    for t, m in missing.items():
+        for ident in sorted(m):
+            if t == RETRY_TOPIC:
+                fig.retries_lost += 1
+            else:
+                fig.scheduled_lost += 1
+            fig.problem(f"acknowledged {t} {ident} never delivered")
+    fig.scheduled_acked += len(scheduled)
+    fig.sent_back_acked += len(backs)
+
+
+DRAIN_COUNTS = ("corrupt_records", "early", "timers_twice", "delay_level_redeliveries", "retry_redeliveries",
+                "scheduled_delivered_checked", "scheduled_lost", "retries_lost", "scheduled_acked", "sent_back_acked")
+
+
+def merge(fig: Figures, part: Figures) -> None:
+    """Adds the counts ``drain`` makes (and its problems) of ``part`` to ``fig``."""
+    for key in DRAIN_COUNTS:
+        setattr(fig, key, getattr(fig, key) + getattr(part, key))
+    for text in part.problems:
+        fig.problem(text)
+
+
+class Drain:
+    """``drain`` of a finished epoch's store on a thread, beside the next epoch's cycles (its
+    wait for the last delayed messages then costs the loop nothing); ``join`` adds its figures
+    and deletes the store."""
+
+    def __init__(self, store: Path, scheduled: dict[tuple[str, int, int, int], int],
+                 backs: set[tuple[int, int, int]]) -> None:
+        self.store, self.fig = store, Figures()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(dict(scheduled), set(backs)), daemon=True)
+        self.thread.start()
+
+    def _run(self, scheduled: dict[tuple[str, int, int, int], int], backs: set[tuple[int, int, int]]) -> None:
+        try:
+            drain(self.store, scheduled, backs, self.fig)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by join
+            self.error = exc
+
+    def join(self, fig: Figures) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        merge(fig, self.fig)
+        shutil.rmtree(self.store, ignore_errors=True)
+
+
 def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
     rng = random.Random(seed)
     fig = Figures()
     acked: dict[tuple[str, int, int], Ack] = {}
+    scheduled: dict[tuple[str, int, int, int], int] = {}
+    backs: set[tuple[int, int, int]] = set()
     store = tmp_path / "store-0"
     copy = tmp_path / "copy"
     open_estimate = 3.0
+    draining: Drain | None = None
     for cycle in range(cycles):
         if cycle % EPOCH == 0:
+            if draining is not None:
+                draining.join(fig)
+                draining = None
             if store.exists():
-                shutil.rmtree(store)
+                draining = Drain(store, scheduled, backs)
             store = tmp_path / f"store-{cycle // EPOCH}"
             acked.clear()
+            scheduled.clear()
+            backs.clear()
             fig.epochs += 1
         mode = "sync" if rng.random() < 2 / 3 else "async"
         fig.sync_cycles += mode == "sync"
@@ -366,6 +535,8 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
                 fig.duplicated += 1
                 fig.problem(f"queue offset {key} acknowledged twice: {acked[key]} and {ack}")
             acked[key] = ack
+        scheduled.update(child.scheduled())
+        backs |= child.backs()
         if copy.exists():
             shutil.rmtree(copy)
         if not store.exists():
@@ -376,6 +547,10 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
         # a lock file copied from a dead holder is not locked: flock dies with the process
         verify(copy, acked, fig)
         fig.cycles += 1
+    if draining is not None:
+        draining.join(fig)
+    if store.exists():
+        Drain(store, scheduled, backs).join(fig)
     return fig
 
 
@@ -393,9 +568,11 @@ def check(fig: Figures, cycles: int) -> None:
     s = fig.summary()
     assert fig.cycles == cycles
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
-                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data"):
+                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "timers_twice", "early",
+                "scheduled_lost", "retries_lost"):
         assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
     assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0
+    assert fig.scheduled_acked > 0 and fig.sent_back_acked > 0 and fig.scheduled_delivered_checked > 0
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     assert fig.kills_during_open > 0, "no kill landed inside open"
     assert fig.sync_cycles > 0 and fig.async_cycles > 0
@@ -462,7 +639,8 @@ def test_kill_point_loop(tmp_path: Path) -> None:
     summary_aborts = dict(sorted(aborts.items()))
     print(f"aborts per kill point (seed {seed}): {summary_aborts}")
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
-                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "torn_offset_files"):
+                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "torn_offset_files",
+                "timers_twice", "early"):
         assert summary[key] == 0, f"{key}={summary[key]} (seed {seed}): {fig.problems[:10]}"
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     if not replay:
