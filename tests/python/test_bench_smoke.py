@@ -207,3 +207,28 @@ def test_writers_benchmark_smoke_measures_every_row(tmp_path: Path) -> None:
             assert _positive(row[figure]), (name, figure, row)
     assert "| shared x4 |" in done.stdout
     assert list(work.iterdir()) == [], "writers.py left stores behind"
+
+
+def test_timers_benchmark_quick_measures_every_workload_and_the_dlq_check_passes(tmp_path: Path) -> None:
+    """``benches/python/timers.py --quick``: lateness (none early), the burst, the scheduling
+    rates, pending memory and reopen, and the dead-letter check ("ok"), nothing left behind."""
+    out, work = tmp_path / "timers.json", tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "timers.py"), "--quick", "--json", str(out),
+         "--workdir", str(work)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    [late], [burst], [rate] = data["runs"]["lateness"], data["runs"]["burst"], data["runs"]["schedule_rate"]
+    assert late["received"] == late["n"] and late["early"] == 0 and burst["early"] == 0
+    assert late["store_p99_ms"] >= 0 and burst["n"] > 0 and _positive(burst["rate"])
+    assert all(_positive(rate[f"{k}_rate"]) for k in ("plain", "timer", "delay_level"))
+    assert _positive(data["pending"]["reopen_s"]) and data["pending"]["delivered_at_reopen"] == 0
+    assert data["dlq"]["check"] == "ok", data["dlq"]
+    assert "each delivered max + 1 times, then in the DLQ | ok" in done.stdout
+    assert list(work.iterdir()) == [], "timers.py left stores behind"
