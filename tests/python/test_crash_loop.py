@@ -64,7 +64,7 @@ import mqlite
 from crash_child import CONFIG, DELAY_TOPIC, GROUP, QUEUES, TIMER_TOPIC, TOPICS, parse_body
 from mqlite import MessageQueue
 from mqlite._files import KILL_POINTS
-from helpers import read_all
+from scheduled_checks import delivered, wait_delivered
 
 pytestmark = pytest.mark.reliability
 
@@ -353,21 +353,6 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
         store.close()
 
 
-def _idents(store: mqlite.Store, topic: str, fig: Figures) -> list[tuple[tuple[int, int, int], mqlite.MessageExt]]:
-    """Every message of queue 0 of ``topic`` (none if it is not made yet) with its identity;
-    a damaged body is counted."""
-    if topic not in {t.name for t in store.topics()}:
-        return []
-    out = []
-    for m in read_all(store, MessageQueue(topic, 0)):
-        try:
-            out.append((parse_body(m.body), m))
-        except ValueError as exc:
-            fig.corrupt_records += 1
-            fig.problem(f"{topic}@{m.queue_offset}: {exc}")
-    return out
-
-
 def scheduled_copies(store: mqlite.Store, fig: Figures, scheduled: dict[tuple[str, int, int, int], int],
                      count_redeliveries: bool = False) -> dict[str, set[tuple[int, int, int]]]:
     """Checks what reached the timer, delay and retry topics (never early, a timer at most
@@ -375,9 +360,14 @@ def scheduled_copies(store: mqlite.Store, fig: Figures, scheduled: dict[tuple[st
     with their due times (a timer's is checked against its ``TIMER_OUT_MS`` otherwise).
     ``count_redeliveries``: count the delayed messages and retries found twice (allowed)."""
     found: dict[str, set[tuple[int, int, int]]] = {}
+
+    def damaged(m: mqlite.MessageExt, exc: ValueError) -> None:
+        fig.corrupt_records += 1
+        fig.problem(f"{m.message_queue}@{m.queue_offset}: {exc}")
+
     for topic in (TIMER_TOPIC, DELAY_TOPIC, RETRY_TOPIC):
         seen = found.setdefault(topic, set())
-        for ident, m in _idents(store, topic, fig):
+        for ident, m in delivered(store, topic, parse_body, damaged):
             fig.scheduled_delivered_checked += 1
             if topic == TIMER_TOPIC:
                 due = scheduled.get((topic, *ident)) or int(m.properties.get("TIMER_OUT_MS", 0))
@@ -410,21 +400,16 @@ def drain(store_path: Path, scheduled: dict[tuple[str, int, int, int], int], bac
     want[RETRY_TOPIC] = set(backs)
     last_due = max([d for d in scheduled.values()] + [int(time.time() * 1000) + DELAY_MS])
     deadline = time.monotonic() + DRAIN_TIMEOUT_S + max(0.0, last_due / 1000 - time.time())
+    last = Figures()
+
+    def scan() -> dict[str, set[tuple[int, int, int]]]:
+        nonlocal last
+        last = Figures()  # the counts of the last scan only
+        return scheduled_copies(store, last, scheduled, count_redeliveries=True)
+
     with mqlite.open(store_path, **CONFIG) as store:
-        while True:
-            # Each topic's end before the scan: a message arriving after it wakes the wait. (A
-            # topic not made yet, as the retry topic before its first retry, ends at 0.)
-            made = {t.name for t in store.topics()}
-            ends = {t: store.offsets(MessageQueue(t, 0))[1] if t in made else 0 for t in want}
-            fig_now = Figures()
-            found = scheduled_copies(store, fig_now, scheduled, count_redeliveries=True)
-            missing = {t: want[t] - found.get(t, set()) for t in want}
-            if not any(missing.values()) or time.monotonic() > deadline:
-                break
-            # The event: a new message in one of the topics still missing some.
-            store.wait_for({MessageQueue(t, 0): ends[t] for t, m in missing.items() if m},
-                           timeout=max(0.0, deadline - time.monotonic()))
-    merge(fig, fig_now)
+        missing = wait_delivered(store, want, deadline, scan)
+    merge(fig, last)
     for t, m in missing.items():
         for ident in sorted(m):
             if t == RETRY_TOPIC:
