@@ -66,7 +66,7 @@ fn first_body(t: &str, q: u32) -> Vec<u8> {
 /// Whether queue `q` of topic `i` got a message before the test: one topic in ten (a queue
 /// without a unit has no file, so most of the store costs directories only).
 fn has_first(i: usize) -> bool {
-    i % 10 == 0
+    i.is_multiple_of(10)
 }
 
 /// The queue's first messages: one if `has_first`.
