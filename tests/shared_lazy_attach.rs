@@ -6,6 +6,8 @@
 //!   see every message, including those the first appended after the second opened, to queues
 //!   the second had not touched; when it closes last with queues it never loaded, its
 //!   clean-shutdown record lists them right, so the next open is lazy and exact;
+//! - a queue still pending in the later opener whose records the leader's retention deleted
+//!   meanwhile loads at its first use and goes on at its next offset;
 //! - (`fault-injection`) the first opener, a child, is aborted inside an append holding the
 //!   append lock after the second opened: the second's lazily loaded queues hold exactly the
 //!   acknowledged messages, contiguous, and its sends after the repair continue them.
@@ -188,6 +190,58 @@ fn a_later_opener_loads_no_queue_at_open_and_serves_every_message_at_first_use()
         assert_queue(&c, &t, q, &want);
     }
     c.close().unwrap();
+}
+
+/// The leader's retention deletes the commit-log files that a queue still pending in a later
+/// opener points into (its units all expired): loaded at its first use there, the queue is
+/// checked against the log as it is now, its expired units passed as at an open. (The check
+/// found the records' file gone from under this process's list of files and reported the
+/// queue as damaged.)
+#[test]
+fn a_pending_queue_whose_records_retention_deleted_loads_at_first_use() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    {
+        let s = Store::open(root, exclusive()).unwrap();
+        s.create_topics(&["old", "fill"], 1, 6, false, false)
+            .unwrap();
+        s.put(&MessageRef::new("old", 0, b"expires")).unwrap();
+        let body = vec![b'x'; 8 << 10];
+        while s.commit_log_range().1 < 3 * (128 << 10) {
+            s.put(&MessageRef::new("fill", 0, &body)).unwrap();
+        }
+        s.close().unwrap();
+    }
+    let expire_at_once = StoreConfig {
+        file_reserved_time: Duration::ZERO,
+        ..shared()
+    };
+    let a = Store::open(root, expire_at_once.clone()).unwrap();
+    assert!(
+        a.wait_leader(Duration::from_secs(30)),
+        "the first opener leads"
+    );
+    let b = Store::open(root, expire_at_once).unwrap();
+    assert!(!b.is_leader());
+    assert!(
+        a.delete_expired_files().unwrap() >= 2,
+        "the old files expired"
+    );
+    assert!(!common::commit_log_file(root, 0).exists());
+    let (_, max) = b.queue_offsets("old", 0).unwrap();
+    assert_eq!(max, 1);
+    // The queue goes on at its next offset.
+    let r = b.put(&MessageRef::new("old", 0, b"next")).unwrap();
+    assert_eq!(r.appended.queue_offset, 1);
+    common::settle(&b);
+    let got = b
+        .get_messages("old", 0, 1, 8, &mqlite::TagFilter::all())
+        .unwrap();
+    let bodies: Vec<&[u8]> = got.iter().map(|v| v.body()).collect();
+    assert_eq!(bodies, vec![&b"next"[..]]);
+    b.close().unwrap();
+    a.close().unwrap();
 }
 
 /// The first opener killed inside an append (kill points need the `fault-injection` build).

@@ -309,7 +309,17 @@ impl ConsumeQueueStore {
         QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
         cq.truncate_dirty(at.log_end)?;
         if let Some(log) = &self.log {
-            check_tail(log, &DurableCheck::new(log), &cq, at.resume_from)?;
+            if check_tail(log, &DurableCheck::new(log), &cq, at.resume_from).is_err() {
+                // The leading process's retention may have deleted log files this process
+                // still lists (it lists them at its open, and keeps those it mapped): the
+                // records of the queue's last units are then gone, not damaged. The list is
+                // brought in line with the directory, which puts such units below the log's
+                // minimum, where the check passes them as expired; damage is reported by the
+                // second check. A failed check cut at most tail units that do not index their
+                // records, which the second one would cut too: it is the same check.
+                log.files().refresh(false)?;
+                check_tail(log, &DurableCheck::new(log), &cq, at.resume_from)?;
+            }
             if cq.was_cut_short() {
                 self.reindex(&cq, at.resume_from)?;
             }
