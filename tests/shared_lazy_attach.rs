@@ -8,9 +8,10 @@
 //!   clean-shutdown record lists them right, so the next open is lazy and exact;
 //! - a queue still pending in the later opener whose records the leader's retention deleted
 //!   meanwhile loads at its first use and goes on at its next offset;
-//! - (`fault-injection`) the first opener, a child, is aborted inside an append holding the
-//!   append lock after the second opened: the second's lazily loaded queues hold exactly the
-//!   acknowledged messages, contiguous, and its sends after the repair continue them.
+//! - the first opener, a child, is killed with SIGKILL while it sends to every queue after the
+//!   second opened, and (`fault-injection`) aborted inside an append holding the append lock:
+//!   the second's lazily loaded queues hold the acknowledged messages (and at most the one
+//!   being acknowledged), contiguous, and its sends after the repair continue them.
 //!
 //! The loads are counted by `consume_queue::store::queue_loads`, a process-wide counter: the
 //! tests take `SERIAL` so that no other test of this binary loads queues meanwhile.
@@ -244,8 +245,7 @@ fn a_pending_queue_whose_records_retention_deleted_loads_at_first_use() {
     a.close().unwrap();
 }
 
-/// The first opener killed inside an append (kill points need the `fault-injection` build).
-#[cfg(feature = "fault-injection")]
+/// The first opener, a child, killed while the later opener (this process) runs beside it.
 mod killed {
     use std::collections::BTreeSet;
     use std::io::{BufRead, BufReader, Write};
@@ -256,9 +256,13 @@ mod killed {
     /// The child's store directory (its presence makes the child entry point act).
     const CHILD_DIR: &str = "MQLITE_LAZY_CHILD_DIR";
 
-    /// Child: the first shared opener. Says `OPEN`, waits for a line on its stdin, then sends one
-    /// message to every queue in order, printing `ACK <topic> <queue>` for each acknowledged one,
-    /// until its kill point (`MQLITE_KILL_AT`) aborts it inside an append.
+    fn child_body(t: &str, q: u32) -> Vec<u8> {
+        format!("{t}/{q}/child").into_bytes()
+    }
+
+    /// Child: the first shared opener. Says `OPEN`, waits for a line on its stdin, then sends
+    /// one message to every queue in order (`every_queue`), printing `ACK <n>` after the `n`th
+    /// is acknowledged, until it is killed (or its kill point, `MQLITE_KILL_AT`, aborts it).
     #[test]
     fn lazy_child_first_opener_sends() {
         let Some(dir) = std::env::var_os(CHILD_DIR) else {
@@ -270,90 +274,142 @@ mod killed {
         out.flush().unwrap();
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line).unwrap();
-        for (t, q) in every_queue() {
+        for (n, (t, q)) in (1..).zip(every_queue()) {
             store
-                .put(&MessageRef::new(&t, q, format!("{t}/{q}/child").as_bytes()))
+                .put(&MessageRef::new(&t, q, &child_body(&t, q)))
                 .unwrap();
-            writeln!(out, "ACK {t} {q}").unwrap();
+            writeln!(out, "ACK {n}").unwrap();
             out.flush().unwrap();
         }
         store.close().unwrap();
     }
 
-    fn spawn_first_opener(root: &Path, kill_at: &str) -> Child {
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "killed::lazy_child_first_opener_sends",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR, root)
-            .env("MQLITE_KILL_AT", kill_at)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap()
-    }
-
-    #[test]
-    fn a_first_opener_killed_mid_append_leaves_the_later_openers_lazy_queues_consistent() {
+    /// The store built, the child opened first, this process opened second (loading no
+    /// queue), the child sending until `kill` ends it (given the child and its `ACK` counts as
+    /// they come); then every queue checked at its first use here, and again after this
+    /// process's own sends (its first append repairs what the child left under the lock).
+    fn killed_while_sending(
+        kill_at: Option<&str>,
+        kill: impl FnOnce(&mut Child, &mut dyn Iterator<Item = u64>),
+    ) {
         let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         build(root);
-        // The child dies inside its 200th append, holding the append lock (record written,
-        // nothing published).
-        let mut child = spawn_first_opener(root, "append.unpublished:200");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            let line = lines
-                .next()
-                .expect("the child ended before opening")
-                .unwrap();
-            if line.contains("OPEN") {
-                break;
-            }
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "killed::lazy_child_first_opener_sends",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, root)
+        .env_remove("MQLITE_KILL_AT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+        if let Some(at) = kill_at {
+            cmd.env("MQLITE_KILL_AT", at);
         }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(|l| l.ok());
+        assert!(
+            lines.any(|l| l.contains("OPEN")),
+            "the child ended before opening"
+        );
         let (b, loaded) = open_counting(root, shared());
         assert_eq!(loaded, 0, "the later opener loaded {loaded} queues at open");
         child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-        let acked: BTreeSet<(String, u32)> = lines
-            .map_while(|l| l.ok())
+        let last_ack = std::cell::Cell::new(0);
+        let mut acks = lines
             .filter_map(|l| {
-                let (_, rest) = l.split_once("ACK ")?;
-                let (t, q) = rest.trim().split_once(' ')?;
-                Some((t.to_owned(), q.parse().unwrap()))
+                l.split_once("ACK ")
+                    .map(|(_, n)| n.trim().parse::<u64>().unwrap())
             })
-            .collect();
+            .inspect(|&n| last_ack.set(n));
+        kill(&mut child, &mut acks);
+        acks.for_each(drop);
+        let acked = last_ack.get();
         let status = child.wait().unwrap();
-        assert!(!status.success(), "the child should have been aborted");
-        assert!(!acked.is_empty() && acked.len() < TOPICS * QUEUES as usize);
-        let child_body = |t: &str, q: u32| format!("{t}/{q}/child").into_bytes();
-        let want = |t: &str, q: u32| {
-            let mut w = firsts(t, q);
-            if acked.contains(&(t.to_owned(), q)) {
-                w.push(child_body(t, q));
-            }
-            w
-        };
-        // Every queue, loaded at this first use: the acknowledged messages, nothing torn.
+        assert!(!status.success(), "the child should have been killed");
+        let all = TOPICS * QUEUES as usize;
+        assert!(acked > 0 && acked < all as u64, "{acked} acknowledged");
+        // Every queue, loaded at this first use: the child's messages are a prefix of its
+        // order holding every acknowledged one (and at most the one it was acknowledging when
+        // killed), nothing torn, offsets contiguous.
+        let mut sent_by_child = BTreeSet::new();
         for (t, q) in every_queue() {
-            assert_queue(&b, &t, q, &want(&t, q));
+            let got = read_all(&b, &t, q);
+            let mut want = firsts(&t, q);
+            if got.len() > want.len() {
+                want.push(child_body(&t, q));
+                sent_by_child.insert((t.clone(), q));
+            }
+            assert_eq!(got, want, "{t}:{q}");
         }
+        let prefix: BTreeSet<(String, u32)> = every_queue().take(sent_by_child.len()).collect();
+        assert_eq!(
+            sent_by_child, prefix,
+            "the child's messages are a prefix of its order"
+        );
+        let n = sent_by_child.len() as u64;
+        assert!(
+            n == acked || n == acked + 1,
+            "{n} present, {acked} acknowledged"
+        );
         // `b`'s next append repairs what the child left; its sends continue each queue.
-        for (t, q) in every_queue().step_by(37) {
-            b.put(&MessageRef::new(&t, q, b"after")).unwrap();
+        let after: BTreeSet<(String, u32)> = every_queue().step_by(37).collect();
+        for (t, q) in &after {
+            b.put(&MessageRef::new(t, *q, b"after")).unwrap();
         }
         common::settle(&b);
         for (t, q) in every_queue() {
-            let mut w = want(&t, q);
-            if every_queue().step_by(37).any(|(t2, q2)| t2 == t && q2 == q) {
-                w.push(b"after".to_vec());
+            let mut want = firsts(&t, q);
+            if sent_by_child.contains(&(t.clone(), q)) {
+                want.push(child_body(&t, q));
             }
-            assert_queue(&b, &t, q, &w);
+            if after.contains(&(t.clone(), q)) {
+                want.push(b"after".to_vec());
+            }
+            assert_queue(&b, &t, q, &want);
         }
         b.close().unwrap();
+    }
+
+    /// Every message of the queue as bodies, checked contiguous from 0.
+    fn read_all(store: &Store, t: &str, q: u32) -> Vec<Vec<u8>> {
+        let got = store
+            .get_messages(t, q, 0, 16, &mqlite::TagFilter::all())
+            .unwrap();
+        got.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                assert_eq!(v.queue_offset(), i as u64, "{t}:{q}");
+                v.body().to_vec()
+            })
+            .collect()
+    }
+
+    /// Killed with SIGKILL once it has acknowledged 150 sends: wherever it was (inside an
+    /// append holding the lock, or between two).
+    #[test]
+    fn a_first_opener_killed_while_sending_leaves_the_later_openers_lazy_queues_consistent() {
+        killed_while_sending(None, |child, mut acks| {
+            assert!(
+                Iterator::any(&mut acks, |n| n == 150),
+                "the child ended early"
+            );
+            child.kill().unwrap(); // SIGKILL
+        });
+    }
+
+    /// Aborted at its kill point inside its 200th append, holding the append lock (the record
+    /// written, nothing published).
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn a_first_opener_killed_mid_append_leaves_the_later_openers_lazy_queues_consistent() {
+        killed_while_sending(Some("append.unpublished:200"), |_, _| {});
     }
 }
