@@ -226,7 +226,8 @@ pub fn recover(
 ///
 /// The consume queues attach lazily: every queue is pending, known by the shared table's next
 /// offset, and is loaded and checked at its first use as this recovery would have checked it
-/// (consume_queue/store.rs), so an open costs the same whatever the number of queues. The
+/// (consume_queue/store.rs): the open lists the queues' directories and opens no queue file
+/// (the dispatch that follows loads the queues of the records past the checkpoint). The
 /// first opener after a crash stays eager: it alone may cut the log and the queues, and every
 /// queue must be checked against the log it recovered before any other process appends.
 ///
