@@ -24,6 +24,7 @@ __all__ = [
     "check_group",
     "ofd_try_lock",
     "ofd_unlock",
+    "_queue_loads",
 ]
 
 def check_topic(topic: str) -> None:
@@ -38,6 +39,9 @@ def ofd_try_lock(fd: int, start: int, len: int) -> bool:
 
 def ofd_unlock(fd: int, start: int, len: int) -> None:
     """Release ``fd``'s open file description's locks on bytes ``start..start+len``."""
+
+def _queue_loads() -> int:
+    """Test hook: how many consume queues this process has loaded from their files."""
 
 @disjoint_base
 class Message:

@@ -248,7 +248,7 @@ pub(super) fn open_with(
             None => None,
         };
         let recovered = match &appending {
-            Some(w) => recovery::attach(&commit_log, &derived, &checkpointed, w.log_end())?,
+            Some(w) => recovery::attach(&commit_log, &derived, &checkpointed, w)?,
             None => recovery::recover(
                 &commit_log,
                 &derived,
