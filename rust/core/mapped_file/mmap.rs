@@ -494,10 +494,10 @@ pub fn page_size() -> usize {
     usize::try_from(v).ok().filter(|&p| p > 0).unwrap_or(4096)
 }
 
-/// `posix_fallocate(fd, 0, len)`; returns 0 or the error number.
-pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
+/// `posix_fallocate(fd, offset, len)`; returns 0 or the error number.
+pub fn posix_fallocate(fd: libc::c_int, offset: libc::off_t, len: libc::off_t) -> libc::c_int {
     // SAFETY: plain syscall on a descriptor; no memory is passed.
-    unsafe { libc::posix_fallocate(fd, 0, len) }
+    unsafe { libc::posix_fallocate(fd, offset, len) }
 }
 
 /// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`) over the whole of

@@ -6,6 +6,13 @@
 //! wake-ups. The file holds no data: any content is valid, and a missing or unwritable file only
 //! means the followers that cannot use it poll as before.
 //!
+//! The page's disk block is reserved (`posix_fallocate`) by every process before it maps the
+//! file, the writer and each follower alike, since a file made by `set_len` or an older
+//! mqlite may be a hole: on a full disk a fault into a hole of a shared mapping is a SIGBUS
+//! (on tmpfs even a read's). A reservation that fails (a full disk) leaves that process
+//! without the word: a writer then wakes no follower of another process and its own waiters
+//! of other processes poll; a follower polls. Nothing is lost, wake-ups are only slower.
+//!
 //! Invariants
 //! - A follower sets bit 0, then looks for data, then sleeps only while the word still holds
 //!   what it set (the kernel compares and sleeps atomically).
@@ -34,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use self::protocol::{Look, Word};
 use crate::error::{Error, Result};
+use crate::mapped_file::alloc;
 use crate::mapped_file::mmap::MmapRegion;
 use crate::util::fs;
 
@@ -52,24 +60,20 @@ pub struct WakeWord {
 
 impl WakeWord {
     /// The writer's handle: creates the file (mode `mode`) or reuses it as it is. Reusing
-    /// matters: followers already open keep sleeping on the same file.
+    /// matters: followers already open keep sleeping on the same file. `StoreFull` when the
+    /// page's block cannot be reserved (module doc): the caller goes on without the word.
     pub fn create(root: &Path, mode: u32) -> Result<Self> {
         let path = root.join("wakeup");
         let file = fs::open_rw(&path, mode)?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io("stat", &path, e))?
-            .len();
-        if len < FILE_LEN {
-            file.set_len(FILE_LEN)
-                .map_err(|e| Error::io("truncate", &path, e))?;
-        }
+        // Grows a short file too (the page past its end is reserved with the rest).
+        alloc::preallocate(&file, &path, FILE_LEN)?;
         let map = map(&file, &path)?;
         Ok(WakeWord::new(map))
     }
 
     /// A follower's handle, or `None` when the file is missing (a writer that predates it),
-    /// not writable by this process or too short: the follower then polls.
+    /// not writable by this process, too short, or its page cannot be reserved (a full disk):
+    /// the follower then polls.
     pub fn follow(root: &Path) -> Option<Self> {
         let path = root.join("wakeup");
         let file = std::fs::OpenOptions::new()
@@ -81,6 +85,8 @@ impl WakeWord {
         if file.metadata().ok()?.len() < FILE_LEN {
             return None;
         }
+        // The page may be a hole (module doc): its block is reserved before it is mapped.
+        alloc::preallocate(&file, &path, FILE_LEN).ok()?;
         let map = map(&file, &path).ok()?;
         Some(WakeWord::new(map))
     }
