@@ -10,7 +10,9 @@
    roll to a new file fails with EFBIG -> ``StoreFullError``; raising the limit lets sends
    resume. Works everywhere.
 
-Both run in async and sync flush mode.
+Both run in async and sync flush mode. The other tmpfs tests fill the disk under consumers,
+under a consume queue growing its reservation or mapped again, and before the first touch of
+the runtime files a shared writer maps (the wake-up page, ``run/writer.shm``'s tables).
 """
 
 from __future__ import annotations
@@ -624,16 +626,7 @@ def test_a_sparse_wake_up_page_on_a_full_disk_leaves_the_word_off_and_followers_
     assert out["follower_bodies"] == ["m0", "m1"]
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_a_queue_file_mapped_again_after_idling_reserves_before_writing_on_a_full_disk(
-        tmp_path: Path, mode: str) -> None:
-    """A consume queue idle between two flushes lets go of its file, which is unmapped
-    (max_mapped_files=0). Mapped again for the next units on a full disk, it counts nothing as
-    reserved: the writer's reservation fails with StoreFullError naming the unit file (from a
-    sync-mode send, or from flush()), never a SIGBUS from writing into the file's hole through
-    the new mapping; once space returns every acknowledged message is readable, sends resume,
-    and a reopen shows them all."""
-    done = _run_on_tmpfs(tmp_path, PARKED_CHILD, mode)
+def _check_parked(done: subprocess.CompletedProcess[str], mode: str) -> None:
     assert done.returncode == 0, f"child rc {done.returncode} (135/-7 = SIGBUS): {done.stderr[-3000:]}"
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(out)
@@ -647,3 +640,23 @@ def test_a_queue_file_mapped_again_after_idling_reserves_before_writing_on_a_ful
     assert out["resume_error"] is None
     assert out["acked_after_space_returned"] == 300
     assert out["reopen_all_acked_present"] is True
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_queue_file_mapped_again_after_idling_reserves_before_writing_on_a_full_disk(
+        tmp_path: Path, mode: str) -> None:
+    """A consume queue idle between two flushes lets go of its file, which is unmapped
+    (max_mapped_files=0). Mapped again for the next units on a full disk, it counts nothing as
+    reserved: the writer's reservation fails with StoreFullError naming the unit file (from a
+    sync-mode send, or from flush()), never a SIGBUS from writing into the file's hole through
+    the new mapping; once space returns every acknowledged message is readable, sends resume,
+    and a reopen shows them all."""
+    _check_parked(_run_on_tmpfs(tmp_path, PARKED_CHILD, mode), mode)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_shared_queue_file_mapped_again_on_a_full_disk_never_raises_sigbus(
+        tmp_path: Path, mode: str) -> None:
+    """The test above with the default (shared) open, whose runtime mappings (the wake-up page,
+    run/writer.shm) are reserved before the disk fills: the same outcome, every run."""
+    _check_parked(_run_on_tmpfs(tmp_path, PARKED_CHILD, mode, "shared"), mode)

@@ -540,8 +540,8 @@ impl Store {
     /// Blocks until any of `queues` (topic, queue id, offset) has a message at or after its
     /// offset, or `timeout` passes. Writers wake waiters by notification; shared writers and
     /// read-only followers sleep on the store's wake-up word, which every writer process
-    /// changes after dispatching (so an append in any process wakes them); those without the
-    /// word (a full disk at open) poll the files every few milliseconds.
+    /// changes after dispatching (so an append in any process wakes them); followers without
+    /// the word poll the files every few milliseconds.
     pub fn wait_for_messages(
         &self,
         queues: &[(&str, u32, u64)],
@@ -562,32 +562,33 @@ impl Store {
             }) || self.is_closed()
         };
         let shared = self.inner.commit_log.shared().is_some();
-        if !shared && !self.inner.config.read_only {
-            return Ok(self.inner.notifier.wait_until(timeout, ready));
-        }
-        // Another process's appends wake no local waiter: shared writers and followers sleep
-        // on the wake word, or poll without one (a full disk at open may leave a process
-        // without it, wakeup/mod.rs).
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        // A shared writer's every look first takes in what the other processes appended.
-        let ready = || {
-            if shared && !self.is_closed() {
-                self.catch_up();
-            }
-            ready()
-        };
-        if let Some(w) = &self.inner.wake {
+        if let (Some(w), true) = (&self.inner.wake, shared) {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            // Each look first takes in what the other processes appended.
+            let ready = || {
+                if !self.is_closed() {
+                    self.catch_up();
+                }
+                ready()
+            };
             return Ok(w.wait(deadline, crate::wakeup::FOLLOWER_NAP, ready));
         }
-        loop {
-            if ready() {
-                return Ok(true);
+        if self.inner.config.read_only {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            if let Some(w) = &self.inner.wake {
+                return Ok(w.wait(deadline, crate::wakeup::FOLLOWER_NAP, ready));
             }
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                return Ok(false);
+            loop {
+                if ready() {
+                    return Ok(true);
+                }
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis(2));
         }
+        Ok(self.inner.notifier.wait_until(timeout, ready))
     }
 }
 

@@ -10,8 +10,10 @@
 //! file, the writer and each follower alike, since a file made by `set_len` or an older
 //! mqlite may be a hole: on a full disk a fault into a hole of a shared mapping is a SIGBUS
 //! (on tmpfs even a read's). A reservation that fails (a full disk) leaves that process
-//! without the word: a writer then wakes no follower of another process and its own waiters
-//! of other processes poll; a follower polls. Nothing is lost, wake-ups are only slower.
+//! without the word, which nothing needs: a writer then wakes nobody through it (followers
+//! with the word mapped find new data at their next nap), a read-only follower polls, and a
+//! shared writer's waiters learn of other processes' records from its dispatch thread, which
+//! looks for them every `REPUT_IDLE`. Nothing is lost; wake-ups are only slower.
 //!
 //! Invariants
 //! - A follower sets bit 0, then looks for data, then sleeps only while the word still holds
