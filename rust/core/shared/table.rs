@@ -9,9 +9,9 @@
 //! release store (a slot without its key is empty, whatever its payload).
 //!
 //! The file is sparse: the tables' pages take disk (or, on tmpfs, memory) only once reserved,
-//! a chunk ([`CHUNK`](super::layout::CHUNK)) at a time, with `posix_fallocate` by the holder inserting the first
-//! entry into it, before the count changes (so a full disk is `StoreFull` and changes
-//! nothing). Invariant: no process touches a byte of a chunk whose bit in the header's
+//! a chunk ([`CHUNK`](super::layout::CHUNK)) at a time, with `posix_fallocate` by the holder
+//! inserting the first entry into it, before the count changes (so a full disk is `StoreFull`
+//! and changes nothing). Invariant: no process touches a byte of a chunk whose bit in the header's
 //! reserved-chunk bitmap is clear. A probe reaching such a chunk sees an empty slot without
 //! loading it (nothing was ever inserted there: an insert sets the bit first). The bit is set
 //! with a release store after the blocks are reserved, and read with acquire, so a page of a

@@ -339,6 +339,41 @@ mod tests {
         );
     }
 
+    /// A hole behind the page is reserved by the writer and by a follower before either maps
+    /// it: a fault into it on a full disk would be a SIGBUS.
+    #[test]
+    fn the_page_is_reserved_before_it_is_mapped_even_in_a_sparse_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wakeup");
+        let disk = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let sparse = || {
+            let _ = std::fs::remove_file(&path);
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(FILE_LEN)
+                .unwrap();
+            assert_eq!(disk(), 0, "a hole");
+        };
+        sparse();
+        let f = WakeWord::follow(dir.path()).unwrap();
+        assert!(disk() >= FILE_LEN, "the follower reserved it: {}", disk());
+        drop(f);
+        sparse();
+        let w = WakeWord::create(dir.path(), 0o600).unwrap();
+        assert!(disk() >= FILE_LEN, "the writer reserved it: {}", disk());
+        assert_eq!(word(dir.path()), 0);
+        drop(w);
+        // A new file, too; a short one grows to the page.
+        std::fs::remove_file(&path).unwrap();
+        drop(WakeWord::create(dir.path(), 0o600).unwrap());
+        assert!(disk() >= FILE_LEN);
+        std::fs::write(&path, b"ab").unwrap();
+        drop(WakeWord::create(dir.path(), 0o600).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), FILE_LEN);
+        assert!(disk() >= FILE_LEN);
+    }
+
     #[test]
     fn no_usable_file_means_no_follower_handle() {
         let dir = tempfile::tempdir().unwrap();
