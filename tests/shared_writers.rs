@@ -7,6 +7,8 @@
 //!
 //! - An exclusive open and shared opens refuse each other (`StoreLocked`), both ways.
 //! - Three children send concurrently through rolls of small commit-log files.
+//! - A writer without the wake-up word (a full disk at its open) still sees another writer's
+//!   message while it waits.
 //! - (`fault-injection`) A child aborts at a kill point inside its append (record written, or
 //!   the log just rolled), holding the append lock; two others, held on their stdin until it is dead (a cause, not a timer), go on
 //!   sending without reopening, and the next one to lock repairs what it left.

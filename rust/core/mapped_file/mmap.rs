@@ -47,7 +47,9 @@
 //!    `atomic_u8`), its byte strings (topic names) are written only by the holder of its robust
 //!    mutex (`copy_in`) and read with `copy_out`, and no `&[u8]` of it is ever handed out. The
 //!    mutex's bytes are handed only to the C library (robust.rs). Its creator initialises it
-//!    before the file is renamed into place, so no other process maps it half-built.
+//!    before the file is renamed into place, so no other process maps it half-built. No byte
+//!    of it, nor of the wake-up page, is touched before its disk blocks are reserved: a fault
+//!    into a hole of a shared mapping on a full disk is a SIGBUS (shared/table.rs).
 //!
 //! The fence is this file and robust.rs (the process-shared robust mutex): the only two files
 //! of the crate allowed `unsafe` code (tests/layering.rs checks it).

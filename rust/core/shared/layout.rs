@@ -73,8 +73,8 @@ pub const MIN_QUEUE_SLOTS: u32 = 1 << 16;
 /// See [`MIN_TOPIC_SLOTS`].
 pub const MAX_QUEUE_SLOTS: u32 = 1 << 22;
 
-/// Fewest slots of each table a first opener builds: the mapping is sparse, so slots no
-/// entry uses cost neither disk nor memory, and a store used as the default (shared) open
+/// Fewest slots of each table a first opener builds: the mapping is sparse, so chunks
+/// ([`CHUNK`]) no entry uses cost neither disk nor memory, and a store used as the default (shared) open
 /// must take the topics and queues one process could create alone (tens of thousands)
 /// without `SharedTableFull`.
 pub const FLOOR_TOPIC_SLOTS: u32 = 1 << 16;
