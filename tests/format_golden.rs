@@ -432,6 +432,11 @@ fn writer_shm_header_and_slots_match_fixture() {
     let queue = 4096 + 4096 * 256 + slot * 16;
     assert_eq!(be_u64(&file, queue), key);
     assert_eq!(be_u64(&file, queue + 8), 42);
+    // The reserved-chunk bitmap: the topic's chunk (9) and the queue's (31), in word 0.
+    assert_eq!((topic - 4096) / 65536, 9);
+    assert_eq!((queue - 4096) / 65536, 31);
+    assert_eq!(be_u64(&file, 512), 1 << 9 | 1 << 31, "reserved chunks");
+    assert!((520..768).step_by(8).all(|at| be_u64(&file, at) == 0));
 }
 
 #[test]
