@@ -98,8 +98,21 @@ fn a_delayed_message_is_invisible_until_due_then_delivered_once_as_it_was_sent()
     let names: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         names,
-        ["TAGS", "KEYS", "UNIQ_KEY", "p", "REAL_TOPIC", "REAL_QID"],
-        "the caller's properties, RocketMQ's REAL_* kept, the delay ones cleared"
+        [
+            "TAGS",
+            "KEYS",
+            "UNIQ_KEY",
+            "p",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "MQLITE_TIMER_ID"
+        ],
+        "the caller's properties, RocketMQ's REAL_* kept, the delay ones cleared, the id added"
+    );
+    // Level 3, offset 0 of its queue (FORMAT.md §16).
+    assert_eq!(
+        properties::get(v.properties(), "MQLITE_TIMER_ID"),
+        Some("L3:0")
     );
     assert_eq!(properties::get(v.properties(), "KEYS"), Some("k1 k2"));
     assert_eq!(properties::get(v.properties(), "UNIQ_KEY"), Some("ID1"));

@@ -45,6 +45,10 @@ pub mod at {
     pub const REQUEST_WAKE: usize = 280;
     /// Bumped by every topic change.
     pub const TOPICS_GENERATION: usize = 320;
+    /// Timers and delayed messages announced by the put hooks of every process (a count).
+    pub const TIMER_ARRIVALS: usize = 384;
+    /// `u32` wake word of the thread delivering timers, waiting on `TIMER_ARRIVALS`.
+    pub const TIMER_WAKE: usize = 392;
 }
 
 /// Bytes of one topic slot: a length byte (0: empty), then up to 255 name bytes.

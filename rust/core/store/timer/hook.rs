@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::service::Wake;
+use super::wake::Wake;
 use crate::error::{Error, Result};
 use crate::message::marks::Marks;
 use crate::message::timer::{self, Asked};
@@ -108,7 +108,7 @@ impl PutHook for TimerHook {
         properties::push(&mut props, properties::REAL_QID, &msg.queue_id.to_string());
         properties::push(&mut props, timer::OUT_MS, &at.to_string());
         // Before the append: the service then waits for the record to be dispatched
-        // (service.rs).
+        // (service.rs); with shared writers the leader's thread is woken in its process.
         self.wake.arrival(at);
         Ok(Some(Rewrite {
             topic: timer::TIMER_TOPIC.to_owned(),

@@ -1,23 +1,33 @@
-//! Timer messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a
-//! message that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); the timer
-//! service delivers it to its real topic when due, exactly once (service.rs); its progress is
-//! `config/timerProgress.json` (progress.rs, FORMAT.md §16). Design: docs/design-timers.md.
+//! The timer engine: one engine delivers every message that waits for its time. Timer
+//! messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a message
+//! that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); delayed messages (delay
+//! levels, RocketMQ 4) are stored by their own hook in `SCHEDULE_TOPIC_XXXX` (store/schedule/).
+//! The service delivers both to their real topic when due, exactly once (service.rs, merging
+//! the timer log with the levels' queues, levels.rs), each re-put carrying the timer's id
+//! (id.rs; redeliver.rs); its progress is `config/timerProgress.json` (progress.rs, FORMAT.md
+//! §16) and the levels' `config/delayOffset.json` (FORMAT.md §15). What wakes it is wake.rs.
+//! Design: docs/design-timers.md.
 //!
-//! Guarantees: a timer message is invisible in its topic until its delivery time, never
-//! delivered before it by the store's clock, then delivered once with its body, keys, tags
-//! and properties, across crashes of the process; timers overdue after downtime are all
+//! Guarantees: a timer or delayed message is invisible in its topic until its delivery time,
+//! never delivered before it by the store's clock, then delivered once with its body, keys,
+//! tags and properties, across crashes of the process; those overdue after downtime are all
 //! delivered (no horizon), at the configured catch-up rate; retention keeps every commit-log
-//! file from the one holding the oldest pending timer.
+//! file from the one holding the oldest pending one.
 //!
-//! Hosting: as delay levels (store/schedule/): the timer service runs in the process that
-//! hosts delivery (`Store::start_delivery`), which with shared writers is the leader.
+//! Hosting: the service runs in the process that hosts delivery (`Store::start_delivery`),
+//! which with shared writers is the leader; the hooks of every process wake it.
 
 mod hook;
+pub mod id;
+mod levels;
 pub mod progress;
+mod redeliver;
 mod service;
+mod wake;
 
 pub(in crate::store) use hook::TimerHook;
 pub(in crate::store) use service::TimerService;
+pub(in crate::store) use wake::Wake;
 
 use super::Store;
 

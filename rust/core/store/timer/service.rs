@@ -1,126 +1,77 @@
-//! The timer service: delivers timer messages when due. Two tiers: the durable timer log is
-//! the consume queue of `rmq_sys_wheel_timer` (one unit per timer: commit-log offset, size,
-//! and the exact delivery time in the tags-code slot), fed by dispatch and rebuilt by recovery
-//! like every consume queue; the near tier is an in-memory ordered map of the timers due
-//! within `timer_window` of the clock, filled lazily from the log. Memory grows with the
-//! timers due in the window, not with the number pending.
+//! The timer engine: delivers timer messages and delayed (delay-level) messages when due, one
+//! thread for both. Its sources:
+//! - the timer log: the consume queue of `rmq_sys_wheel_timer` (one unit per timer: commit-log
+//!   offset, size, and the exact delivery time in the tags-code slot), in arrival order, fed
+//!   by dispatch and rebuilt by recovery like every consume queue. Its near tier is an
+//!   in-memory ordered map of the timers due within `timer_window` of the clock, filled lazily
+//!   from the log: memory grows with the timers due in the window, not with the number
+//!   pending. Progress: `config/timerProgress.json` (progress.rs).
+//! - each delay level's queue of `SCHEDULE_TOPIC_XXXX`, already in due order: only its head
+//!   is read (levels.rs). Progress: `config/delayOffset.json`, RocketMQ's file.
+//!
+//! The thread merges them: it delivers the earliest due of the near tier's first timer and the
+//! levels' heads, while it is due.
 //!
 //! Invariants
-//! - A timer's id is its offset in the timer queue. Ids below `cursor` have been looked at:
-//!   each is delivered (`Progress`), in `near`, or due after `horizon` (then `far` holds the
-//!   earliest such time and lowest such id). `horizon` only grows while the service hosts.
-//! - A timer is delivered only once the clock reads the `TIMER_OUT_MS` of its record, read
-//!   from the record at the re-put: never early, whatever the queue unit says.
+//! - A timer's id (id.rs) is its source queue and offset there. Timer-log ids below `cursor`
+//!   have been looked at: each is delivered (`Progress`), in `near`, or due after `horizon`
+//!   (then `far` holds the earliest such time and lowest such id). `horizon` only grows while
+//!   the service hosts. A level is delivered in queue order (levels.rs).
+//! - Nothing is delivered before the clock reads the delivery time its record states, read
+//!   at the re-put (redeliver.rs), whatever the queue unit says.
 //! - A timer is recorded as delivered (in memory) only after its re-put returned, and the
-//!   progress file is written only after a flush that covers every delivery it records; its
-//!   `commitLogOffset` is the log's end at that write, so every later delivery lies after it.
-//! - Before delivering anything, a start reads the progress file afresh and the commit log
-//!   from its `commitLogOffset` to the end, marking every timer whose delivered copy
-//!   (`MQLITE_TIMER_ID`) it finds: a timer delivered before a crash is not delivered again.
-//! - The thread sleeps until the earliest of: the first near timer's time, the time the
-//!   near tier must be refilled (the earliest far timer less half a window), the next
-//!   catch-up slot, or an arrival the put hook announces (hook.rs). A timer announced but not
-//!   yet dispatched is waited for on the store's dispatch notification. The longest sleep is
-//!   `MAX_NAP` (a safety net for wall-clock jumps, not a poll for work); shared writers sleep
-//!   at most `SHARED_MAX_NAP`, as another process's hook announces nothing here.
-//! - Timers already overdue when this process began hosting are delivered at most
-//!   `timer_catchup_rate` per second (counted on the store's clock); the others are not
-//!   limited.
+//!   progress files are written only after a flush that covers every delivery they record:
+//!   `delayOffset.json` first, then `timerProgress.json`, whose `commitLogOffset` is the log's
+//!   end at that write, so every delivery neither file records lies after it.
+//! - Before delivering anything, a start reads both files afresh (`prepare_start`) and the
+//!   commit log from `commitLogOffset` to the end (`recover`), marking every timer whose
+//!   delivered copy (`MQLITE_TIMER_ID`) it finds, of either source: a timer or delayed
+//!   message delivered before a crash is not delivered again.
+//! - The thread sleeps until the earliest of: the first near timer's time, the first level
+//!   head's time, the time the near tier must be refilled (the earliest far timer less half a
+//!   window), the next catch-up slot, or an arrival a put hook announces (wake.rs: of this
+//!   process, or with shared writers of any process through the writer mapping). A timer
+//!   announced but not yet dispatched is waited for on the store's dispatch notification. The
+//!   longest sleep is `MAX_NAP`, a safety net for wall-clock jumps, not a poll for work.
+//! - Timers and delayed messages already overdue when this process began hosting are
+//!   delivered at most `timer_catchup_rate` per second together (counted on the store's
+//!   clock); the others are not limited.
+//! - Hosting: one process at a time delivers (`Store::start_delivery`; with shared writers
+//!   the leader, `host`); starts, stops and caller-run passes are serialised (`hosting`).
 //!
-//! Crash behaviour: exactly once for a crash of the process (kill point
-//! `timer.delivered_unrecorded`): the copy is in the log and recovery finds its id. After a
-//! power cut, a delivery lost with the unflushed tail of the log is delivered again, once.
+//! Crash behaviour: exactly once for a crash of the process (kill points
+//! `timer.delivered_unrecorded`, `schedule.delivered_unrecorded`): the copy is in the log and
+//! recovery finds its id. After a power cut, a delivery lost with the unflushed tail of the
+//! log is delivered again, once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use super::id::{Source, TimerId};
+use super::levels::Levels;
 use super::progress::Progress;
+use super::redeliver::redeliver;
+use super::wake::Wake;
 use crate::dispatch::queue_index::QueueEntry;
 use crate::error::{Error, Result};
+use crate::message::tags::SCHEDULE_TOPIC;
 use crate::message::timer::{self, TIMER_TOPIC};
-use crate::message::{properties, sysflag, MessageRef, RecordView};
+use crate::message::RecordView;
 use crate::service::Service;
-use crate::store::{Inner, PutRequest, Routing, Store};
+use crate::store::{Inner, Store};
 use crate::util::clock::Clock;
 use crate::util::kill_point::kill_point;
 
 /// Longest sleep: a wall-clock jump is noticed within it.
 const MAX_NAP: Duration = Duration::from_secs(10);
-/// Longest sleep with shared writers (see the module doc).
-const SHARED_MAX_NAP: Duration = Duration::from_millis(100);
 /// Back-off after a failed re-put.
 const RETRY_NAP: Duration = Duration::from_secs(1);
 /// How long the thread waits for an announced timer to be dispatched.
 const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
 /// Queue units read at a time.
 const BATCH: usize = 1024;
-
-/// Properties a delivered copy does not keep.
-const CLEARED: [&str; 4] = [
-    properties::REAL_TOPIC,
-    properties::REAL_QID,
-    timer::DELAY_SEC,
-    timer::DELAY_MS,
-];
-
-/// What wakes the service thread: an arrival (with its due time) or a stop.
-#[derive(Debug, Default)]
-pub(in crate::store) struct Wake {
-    state: Mutex<WakeState>,
-    cv: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct WakeState {
-    stopping: bool,
-    announced: Option<i64>,
-    /// While the thread sleeps: the store-clock time it sleeps until.
-    sleeping_until: Option<i64>,
-}
-
-impl Wake {
-    /// A timer due at `due_ms` is being stored.
-    pub(in crate::store) fn arrival(&self, due_ms: i64) {
-        let mut s = self.lock();
-        s.announced = Some(s.announced.map_or(due_ms, |a| a.min(due_ms)));
-        drop(s);
-        self.cv.notify_all();
-    }
-
-    fn stop(&self) {
-        self.lock().stopping = true;
-        self.cv.notify_all();
-    }
-
-    fn rearm(&self) {
-        self.lock().stopping = false;
-    }
-
-    fn take_announced(&self) -> Option<i64> {
-        self.lock().announced.take()
-    }
-
-    /// Sleeps for `nap` (until `until` by the store's clock) unless stopped or a timer is
-    /// announced; false once stopped.
-    fn nap(&self, nap: Duration, until: i64) -> bool {
-        let mut s = self.lock();
-        if s.announced.is_none() {
-            s.sleeping_until = Some(until);
-        }
-        let (mut s, _) = self
-            .cv
-            .wait_timeout_while(s, nap, |s| !s.stopping && s.announced.is_none())
-            .unwrap_or_else(|p| p.into_inner());
-        s.sleeping_until = None;
-        !s.stopping
-    }
-
-    fn lock(&self) -> MutexGuard<'_, WakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// See the module doc.
 #[derive(Debug)]
@@ -132,15 +83,18 @@ pub(in crate::store) struct TimerService {
     persist_every: Duration,
     window_ms: i64,
     catchup_rate: u32,
-    max_nap: Duration,
     wake: Arc<Wake>,
     store: OnceLock<Weak<Inner>>,
     state: Mutex<State>,
+    /// Held while delivery is started, stopped or run by a caller: one at a time.
+    hosting: Mutex<()>,
 }
 
 #[derive(Debug)]
 struct State {
     progress: Progress,
+    /// The delay levels' offsets and heads.
+    levels: Levels,
     /// Recovery ran since this process began hosting.
     loaded: bool,
     cursor: u64,
@@ -150,10 +104,13 @@ struct State {
     near_ids: BTreeSet<u64>,
     /// (earliest due, lowest id) of the looked-at timers due after `horizon`.
     far: Option<(i64, u64)>,
+    /// `progress` changed since it was last written.
     dirty: bool,
     last_persist: Instant,
     hosted_at: i64,
     catchup_sent: u64,
+    /// The sources' ends at the last turn (their sum: it only grows).
+    seen_ends: u64,
 }
 
 /// What one pass did.
@@ -166,15 +123,18 @@ struct Pass {
 }
 
 impl TimerService {
-    /// A service for the store whose config directory is `config_dir`, reading its progress.
+    /// A service for the store whose config directory is `config_dir`, reading its progress
+    /// files.
     ///
     /// # Errors
-    /// `ConfigFile` when `timerProgress.json` and its `.bak` do not decode; I/O failures.
+    /// `ConfigFile` when `timerProgress.json` or `delayOffset.json` and its `.bak` do not
+    /// decode; I/O failures.
     pub(in crate::store) fn new(
         config: &crate::config::StoreConfig,
         config_dir: Option<PathBuf>,
     ) -> Result<Self> {
-        let path = config_dir.map(|d| d.join(super::progress::FILE));
+        let path = config_dir.as_ref().map(|d| d.join(super::progress::FILE));
+        let levels = Levels::new(config_dir)?;
         let progress = match &path {
             Some(p) => Progress::load(p)?,
             None => Progress::default(),
@@ -186,15 +146,11 @@ impl TimerService {
             persist_every: config.flush_interval,
             window_ms: i64::try_from(config.timer_window.as_millis()).unwrap_or(i64::MAX),
             catchup_rate: config.timer_catchup_rate,
-            max_nap: if config.shared_writers {
-                SHARED_MAX_NAP
-            } else {
-                MAX_NAP
-            },
             wake: Arc::new(Wake::default()),
             store: OnceLock::new(),
             state: Mutex::new(State {
                 progress,
+                levels,
                 loaded: false,
                 cursor: 0,
                 horizon: i64::MIN,
@@ -205,18 +161,39 @@ impl TimerService {
                 last_persist: Instant::now(),
                 hosted_at: 0,
                 catchup_sent: 0,
+                seen_ends: 0,
             }),
+            hosting: Mutex::new(()),
         })
     }
 
     /// While the thread sleeps with nothing announced: the time it sleeps until.
     pub(in crate::store) fn sleeping_until(&self) -> Option<i64> {
-        self.wake.lock().sleeping_until
+        self.wake.sleeping_until()
     }
 
-    /// The wake-up the put hook tells of arrivals.
+    /// The wake-up the put hooks tell of arrivals.
     pub(in crate::store) fn wake(&self) -> Arc<Wake> {
         Arc::clone(&self.wake)
+    }
+
+    /// The leader of shared writers hosts delivery (leader.rs): called when this process
+    /// takes the role. A start that fails (the store closing, a progress file unreadable)
+    /// leaves delivery to the next leader or the next open.
+    pub(in crate::store) fn host(&self) {
+        if let Some(inner) = self.store.get().and_then(Weak::upgrade) {
+            let _ = Store::handle(inner).start_delivery();
+        }
+    }
+
+    /// Serialises starting, stopping and caller-run passes (store/schedule/mod.rs).
+    pub(in crate::store) fn hosting(&self) -> MutexGuard<'_, ()> {
+        self.hosting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The level -> next offset table of `delayOffset.json`, as it stands here.
+    pub(in crate::store) fn delay_offsets(&self) -> BTreeMap<u32, u64> {
+        self.lock().levels.table()
     }
 
     /// Binds the service to its store (once, before it starts).
@@ -224,16 +201,26 @@ impl TimerService {
         let _ = self.store.set(store);
     }
 
-    /// Makes the service ready to start hosting: the stop undone, and recovery (the progress
-    /// file read again, the log scanned for deliveries) left to the first pass.
-    pub(in crate::store) fn prepare_start(&self) {
+    /// Makes the service ready to start hosting: both progress files read again unless this
+    /// process holds newer ones (another process may have delivered since), the stop undone,
+    /// and recovery (the log scanned for deliveries) left to the first pass.
+    ///
+    /// # Errors
+    /// As `new`.
+    pub(in crate::store) fn prepare_start(&self) -> Result<()> {
         let mut state = self.lock();
+        if let (false, Some(path)) = (state.dirty, &self.path) {
+            state.progress = Progress::load(path)?;
+        }
+        state.levels.reload()?;
         state.loaded = false;
         drop(state);
         self.wake.rearm();
+        Ok(())
     }
 
-    /// After the thread stopped: makes the log durable and writes the progress.
+    /// After the thread stopped: makes the log durable and writes both progress files, so
+    /// that the next host goes on from here.
     ///
     /// # Errors
     /// The flush's or the write's failure.
@@ -242,7 +229,8 @@ impl TimerService {
         self.persist_durable(store, &mut state)
     }
 
-    /// Writes the progress if it changed, for a close that has just flushed the whole log.
+    /// Writes the progress files if they changed, for a close that has just flushed the whole
+    /// log.
     ///
     /// # Errors
     /// I/O failures.
@@ -254,8 +242,8 @@ impl TimerService {
         self.persist(log.max_offset(), &mut state)
     }
 
-    /// Delivers every timer due now, makes the log durable and writes the progress; returns
-    /// how many this call delivered.
+    /// Delivers every timer and delayed message due now, makes the log durable and writes the
+    /// progress files; returns how many this call delivered.
     ///
     /// # Errors
     /// The first failed read, re-put, flush or progress write.
@@ -291,64 +279,75 @@ impl TimerService {
         end.saturating_sub(p.floor).saturating_sub(done)
     }
 
-    /// The commit-log offset of the oldest timer not known delivered (`u64::MAX`: none):
-    /// retention keeps every file from the one holding it.
+    /// The commit-log offset of the oldest timer or delayed message not known delivered
+    /// (`u64::MAX`: none): retention keeps every file from the one holding it.
     pub(in crate::store) fn pending_floor(&self) -> u64 {
         let Some(inner) = self.store.get().and_then(Weak::upgrade) else {
             return u64::MAX;
         };
         let store = Store::handle(inner);
-        let floor = self.lock().progress.floor;
-        let Ok(q) = store.queue(TIMER_TOPIC, 0) else {
-            return 0;
+        let state = self.lock();
+        let levels = state.levels.pending_floor(&store);
+        let floor = state.progress.floor;
+        drop(state);
+        let log = match store.queue(TIMER_TOPIC, 0) {
+            Err(_) => return 0,
+            Ok(None) => u64::MAX,
+            Ok(Some(q)) if floor >= q.max_offset() => u64::MAX,
+            // Unreadable now: keep everything rather than guess.
+            Ok(Some(q)) => q.entry(floor.max(q.min_offset())).map_or(0, |e| e.offset),
         };
-        let Some(q) = q else {
-            return u64::MAX;
-        };
-        if floor >= q.max_offset() {
-            return u64::MAX;
-        }
-        // Unreadable now: keep everything rather than guess.
-        q.entry(floor.max(q.min_offset())).map_or(0, |e| e.offset)
+        log.min(levels)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Recovery for a new hosting: the progress read again, the log scanned from its
-    /// `commitLogOffset` for delivered ids, the near tier emptied.
+    /// Recovery for a new hosting: the log scanned from `commitLogOffset` for delivered ids
+    /// of either source, the near tier emptied, the levels' heads read.
     fn recover(&self, store: &Store, state: &mut State) -> Result<()> {
-        if let (false, Some(path)) = (state.dirty, &self.path) {
-            state.progress = Progress::load(path)?;
-        }
         store.catch_up();
         let log = &store.inner.commit_log;
         let end = log.max_offset();
-        // A delivered copy is appended after its timer's record: the scan starts no earlier
-        // than the record of the first timer not yet known delivered, and there is none to do
-        // when no timer is pending (a store that never used timers reads no file here).
-        let first_pending = store.queue(TIMER_TOPIC, 0).ok().flatten().and_then(|q| {
+        // A delivered copy is appended after its source record: the scan starts no earlier
+        // than the record of the first timer or delayed message not yet known delivered, and
+        // there is none to do when none is pending (a store that never used them reads no
+        // file here).
+        let first_timer = store.queue(TIMER_TOPIC, 0).ok().flatten().and_then(|q| {
             let mut unit = Vec::with_capacity(1);
             q.entries(state.progress.floor.max(q.min_offset()), 1, &mut unit);
             unit.first().map(|&(_, e)| e.offset)
         });
+        state.levels.refresh(store);
+        let first_pending = [first_timer, state.levels.first_record()]
+            .into_iter()
+            .flatten()
+            .min();
         let mut off = match first_pending {
             Some(record) => state.progress.log_offset.max(record).max(log.min_offset()),
             None => end,
         };
         while off < end {
             let read = log.read_record(off, |v: &RecordView<'_>| {
+                // A stored timer or delayed record may carry a copied id: only a delivered
+                // copy (in its real topic) counts.
+                let stored = matches!(v.topic(), TIMER_TOPIC | SCHEDULE_TOPIC);
                 let id = v
                     .property(timer::TIMER_ID)
-                    .and_then(|i| i.parse::<u64>().ok());
+                    .filter(|_| !stored)
+                    .and_then(TimerId::parse);
                 (v.bytes().len() as u64, id)
             });
             match read {
                 Ok((size, id)) => {
-                    if let Some(id) = id {
-                        state.progress.mark(id);
-                        state.dirty = true;
+                    match id.map(|i| (i.source, i.offset)) {
+                        Some((Source::Log, o)) => {
+                            state.progress.mark(o);
+                            state.dirty = true;
+                        }
+                        Some((Source::Level(l), o)) => state.levels.mark(l, o),
+                        None => {}
                     }
                     off += size.max(1);
                 }
@@ -362,6 +361,7 @@ impl TimerService {
         state.near.clear();
         state.near_ids.clear();
         state.far = None;
+        state.levels.refresh(store);
         state.hosted_at = now;
         state.catchup_sent = 0;
         state.loaded = true;
@@ -410,7 +410,8 @@ impl TimerService {
     }
 
     /// One pass: recovery if due, new units read, the near tier refilled when the far timers
-    /// come within half a window, then every due timer delivered.
+    /// come within half a window, the levels' heads read, then every due timer and delayed
+    /// message delivered, earliest first.
     fn pass(&self, store: &Store, state: &mut State) -> Pass {
         let mut pass = Pass::default();
         if !state.loaded {
@@ -435,7 +436,8 @@ impl TimerService {
             let (floor, cursor) = (state.progress.floor, state.cursor);
             self.load(store, state, floor, Some(cursor));
         }
-        while let Some((&(due, id), &(offset, _))) = state.near.first_key_value() {
+        state.levels.refresh(store);
+        while let Some((due, id, record)) = next_due(state) {
             let now = self.clock.now_ms();
             if due > now {
                 break;
@@ -444,15 +446,23 @@ impl TimerService {
                 pass.next = Some(wait_until);
                 break;
             }
-            match redeliver(store, offset, id, now) {
+            match redeliver(store, record, id, now) {
                 Ok(Some(at)) if at > now => {
                     // The record says later than its unit: wait for the record.
-                    state.near.remove(&(due, id));
-                    state.near.insert((at, id), (offset, 0));
+                    match id.source {
+                        Source::Log => {
+                            state.near.remove(&(due, id.offset));
+                            state.near.insert((at, id.offset), (record, 0));
+                        }
+                        Source::Level(l) => state.levels.postpone(l, at),
+                    }
                     continue;
                 }
                 Ok(_) => {
-                    kill_point!("timer.delivered_unrecorded");
+                    match id.source {
+                        Source::Log => kill_point!("timer.delivered_unrecorded"),
+                        Source::Level(_) => kill_point!("schedule.delivered_unrecorded"),
+                    }
                     if due < state.hosted_at {
                         state.catchup_sent += 1;
                     }
@@ -464,10 +474,15 @@ impl TimerService {
                     break;
                 }
             }
-            state.near.remove(&(due, id));
-            state.near_ids.remove(&id);
-            state.progress.mark(id);
-            state.dirty = true;
+            match id.source {
+                Source::Log => {
+                    state.near.remove(&(due, id.offset));
+                    state.near_ids.remove(&id.offset);
+                    state.progress.mark(id.offset);
+                    state.dirty = true;
+                }
+                Source::Level(l) => state.levels.advance(store, l, id.offset),
+            }
         }
         let floor = [
             state.near_ids.first().copied(),
@@ -483,7 +498,7 @@ impl TimerService {
             state.dirty = true;
         }
         let candidates = [
-            state.near.first_key_value().map(|(&(d, _), _)| d),
+            next_due(state).map(|(d, _, _)| d),
             state.far.map(|(d, _)| d.saturating_sub(half)),
             pass.next,
         ];
@@ -514,16 +529,20 @@ impl TimerService {
 
     /// Makes the log durable through every delivery, then writes the progress.
     fn persist_durable(&self, store: &Store, state: &mut State) -> Result<()> {
-        if !state.dirty || self.path.is_none() {
+        if !(state.dirty || state.levels.dirty) || self.path.is_none() {
             return Ok(());
         }
         store.flush()?;
         self.persist(store.inner.commit_log.max_offset(), state)
     }
 
-    /// Writes the progress, the log durable through `log_end` (every delivery so far).
+    /// Writes both progress files, the log durable through `log_end` (every delivery so far):
+    /// the levels' offsets first, then the timer progress whose `commitLogOffset` says that
+    /// both files record every delivery before `log_end`.
     fn persist(&self, log_end: u64, state: &mut State) -> Result<()> {
-        if let (true, Some(path)) = (state.dirty, &self.path) {
+        let levels_dirty = state.levels.dirty;
+        state.levels.persist(self.clock.now_ms(), self.file_mode)?;
+        if let (true, Some(path)) = (state.dirty || levels_dirty, &self.path) {
             state.progress.log_offset = log_end;
             state
                 .progress
@@ -537,28 +556,72 @@ impl TimerService {
     /// One turn of the thread; returns how long to nap and whether an announced timer is
     /// still to be dispatched.
     fn turn(&self, store: &Store) -> (Duration, bool) {
-        let announced = self.wake.take_announced();
+        let announced = self.wake.take_announced(self.clock.now_ms());
+        if announced.is_some() {
+            // Shared writers: what the other processes appended, followed here.
+            store.catch_up();
+        }
         let mut state = self.lock();
-        let before = state.cursor;
         let pass = self.pass(store, &mut state);
         if state.last_persist.elapsed() >= self.persist_every {
             // Retried at the next turn on failure; the progress stays in memory.
             let _ = self.persist_durable(store, &mut state);
         }
-        let unseen = announced.is_some() && state.cursor == before;
-        let dirty = state.dirty;
+        let ends = self.source_ends(store, &state);
+        let total = ends
+            .iter()
+            .map(|&(_, _, e)| e)
+            .fold(0u64, u64::saturating_add);
+        let unseen = announced.is_some() && total == state.seen_ends;
+        state.seen_ends = total;
+        let dirty = state.dirty || state.levels.dirty;
         drop(state);
         let now = self.clock.now_ms();
         let mut nap = match [pass.next, announced].into_iter().flatten().min() {
             Some(at) => Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0)),
-            None => self.max_nap,
+            None => MAX_NAP,
         };
-        nap = nap.min(self.max_nap);
+        nap = nap.min(MAX_NAP);
         if dirty {
             nap = nap.min(self.persist_every);
         }
         (nap, unseen)
     }
+
+    /// Every source queue with its end: the timer log's, then each level's.
+    fn source_ends(&self, store: &Store, state: &State) -> Vec<(&'static str, u32, u64)> {
+        let log_end = store
+            .queue(TIMER_TOPIC, 0)
+            .ok()
+            .flatten()
+            .map_or(0, |q| q.max_offset());
+        let mut ends = vec![(TIMER_TOPIC, 0, log_end)];
+        ends.extend(
+            state
+                .levels
+                .ends(store)
+                .into_iter()
+                .map(|(q, e)| (SCHEDULE_TOPIC, q, e)),
+        );
+        ends
+    }
+}
+
+/// The earliest of the near tier's first timer and the levels' heads: (due, id, commit-log
+/// offset of its record).
+fn next_due(state: &State) -> Option<(i64, TimerId, u64)> {
+    let log = state
+        .near
+        .first_key_value()
+        .map(|(&(due, id), &(record, _))| (due, TimerId::log(id), record));
+    let level = state
+        .levels
+        .earliest()
+        .map(|(l, h)| (h.due, TimerId::level(l, h.offset), h.record));
+    [log, level]
+        .into_iter()
+        .flatten()
+        .min_by_key(|&(due, _, _)| due)
 }
 
 impl Service for TimerService {
@@ -578,9 +641,8 @@ impl Service for TimerService {
             let (nap, unseen) = self.turn(&store);
             if unseen {
                 // Announced before its append: wait for its dispatch (or the nap).
-                let cursor = self.lock().cursor;
-                let _ = store
-                    .wait_for_messages(&[(TIMER_TOPIC, 0, cursor)], Some(nap.min(ARRIVAL_WAIT)));
+                let ends = self.source_ends(&store, &self.lock());
+                let _ = store.wait_for_messages(&ends, Some(nap.min(ARRIVAL_WAIT)));
                 continue;
             }
             drop(store);
@@ -597,55 +659,4 @@ impl Service for TimerService {
     fn stop(&self) {
         self.wake.stop();
     }
-}
-
-/// Re-puts the timer record at commit-log `offset` to its real topic and queue, carrying
-/// `id`; `Ok(Some(t))` without putting when the record's delivery time `t` is after `now`,
-/// `Ok(None)` after a put or for a record that names no destination (passed over: it can go
-/// nowhere, and waiting for it would hold the floor for good).
-fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64>> {
-    store.get_by_offset(offset, |v| {
-        let props = v.properties();
-        let at = timer::out_ms(props).unwrap_or(i64::MIN);
-        if at > now {
-            return Ok(Some(at));
-        }
-        let real = properties::get(props, properties::REAL_TOPIC);
-        let qid = properties::get(props, properties::REAL_QID).and_then(|q| q.parse::<u32>().ok());
-        let (Some(topic), Some(qid)) = (real, qid) else {
-            return Ok(None);
-        };
-        let mut kept = Vec::with_capacity(props.len() + 64);
-        for (k, val) in properties::iter(props) {
-            if !CLEARED.contains(&k) {
-                properties::push(&mut kept, k, val);
-            }
-        }
-        properties::push(
-            &mut kept,
-            timer::ENQUEUE_MS,
-            &v.store_timestamp().to_string(),
-        );
-        properties::push(&mut kept, timer::DEQUEUE_MS, &now.to_string());
-        properties::push(&mut kept, timer::TIMER_ID, &id.to_string());
-        let msg = MessageRef {
-            topic,
-            queue_id: qid,
-            body: v.body(),
-            flag: v.flag(),
-            properties: &kept,
-            sysflag: v.sysflag() & !(sysflag::BORNHOST_V6 | sysflag::STOREHOST_V6),
-            born_timestamp: v.born_timestamp(),
-            reconsume_times: v.reconsume_times(),
-            prepared_transaction_offset: v.prepared_transaction_offset(),
-        };
-        match store.put_message(&msg, &PutRequest::new(Routing::Queue(qid))) {
-            Ok(_) => Ok(None),
-            // The topic shrank since: the queue the same key would pick now.
-            Err(Error::InvalidQueue { .. }) => store
-                .put_message(&msg, &PutRequest::new(Routing::Hash(qid)))
-                .map(|_| None),
-            Err(e) => Err(e),
-        }
-    })?
 }
