@@ -246,8 +246,7 @@ fn a_delay_level_wins_over_timer_properties() {
 #[test]
 fn an_earlier_arrival_wakes_the_sleeping_service() {
     let dir = tempfile::tempdir().unwrap();
-    // One writer process: its hook's announcements reach the thread (shared writers' leader
-    // also looks every 100 ms, for the other processes' timers).
+    // One writer process: its hook's announcements reach the thread's condvar.
     let cfg = StoreConfig {
         shared_writers: false,
         ..small_config()
@@ -276,6 +275,54 @@ fn an_earlier_arrival_wakes_the_sleeping_service() {
     let v = got.iter().next().unwrap();
     assert_eq!(v.body(), b"soon");
     assert!(v.store_timestamp() >= timer_out(&v));
+}
+
+/// On the system clock, two writer processes (two shared opens): a timer the other one stores,
+/// due soon, wakes the leader's delivery thread asleep towards a timer an hour away (the
+/// writer mapping's timer wake word), and the leader delivers it before that sleep would have
+/// ended: it was woken by the arrival, not by a nap.
+#[test]
+fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = || StoreConfig {
+        shared_writers: true,
+        lock_wait: Some(Duration::from_secs(30)),
+        ..small_config()
+    };
+    let a = Store::open(dir.path(), shared()).unwrap();
+    let b = Store::open(dir.path(), shared()).unwrap();
+    let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
+    assert!(leader.delivers() && !other.delivers());
+    leader.create_topic("T", 1, 6, false, false).unwrap();
+    put(leader, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
+    // The leader's thread asleep towards the late timer (or its 10 s cap): not a short poll.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let asleep_until = loop {
+        let now = mqlite::util::clock::now_ms();
+        if let Some(t) = leader.timer_sleeping_until().filter(|&t| t >= now + 5_000) {
+            break t;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader's thread never slept towards a far time"
+        );
+        std::thread::yield_now();
+    };
+    put(other, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    assert!(leader
+        .wait_for_messages(&[("T", 0, 0)], Some(Duration::from_secs(60)))
+        .unwrap());
+    let got = leader
+        .get_messages("T", 0, 0, 10, &TagFilter::all())
+        .unwrap();
+    let v = got.iter().next().unwrap();
+    assert_eq!(v.body(), b"soon");
+    assert!(v.store_timestamp() >= timer_out(&v), "never early");
+    assert!(
+        v.store_timestamp() < asleep_until,
+        "delivered at {} by a thread asleep until {asleep_until}: woken by the arrival",
+        v.store_timestamp()
+    );
 }
 
 #[test]

@@ -206,18 +206,13 @@ pub(super) fn open_with(
     put_hooks.push(Arc::new(TimerHook::new(
         config.clock.clone(),
         config.timer_max_delay,
-        timers.wake(),
     )));
     // Send-back before delay levels: a delayed retry is scheduled to its origin topic and
     // comes back through this hook when due (store/retry/).
     put_hooks.push(Arc::new(super::retry::SendBackHook));
     // Delay levels: the hook runs after the registered ones (one of them may give a message a
     // level).
-    put_hooks.push(Arc::new(DelayLevelHook::new(
-        config.delay_levels.clone(),
-        config.clock.clone(),
-        timers.wake(),
-    )));
+    put_hooks.push(Arc::new(DelayLevelHook::new(config.delay_levels.clone())));
 
     let first_shared = config.shared_writers && attach_to.is_none();
     let mut report = RecoveryReport::default();
@@ -457,7 +452,7 @@ pub(super) fn open_with(
     });
     timers.attach(Arc::downgrade(&inner));
     if let Some(shm) = inner.commit_log.shared() {
-        // Shared writers: the hooks of every process wake the leader's timer thread.
+        // Shared writers: the puts of every process wake the leader's timer thread.
         timers.wake().share(Arc::clone(shm));
     }
     inner.services.start(services)?;

@@ -12,6 +12,9 @@
 //! - A batch is appended to one queue, under one lock, all or nothing.
 //! - Once `Wait::Durable` returns, the record is in its consume queue (read-your-writes) and,
 //!   in sync mode, on disk.
+//! - A put that stored a timer or delayed message tells the timer engine after its append (in
+//!   whichever process hosts it, store/timer/wake.rs): the engine then finds the record in the
+//!   log, never an announcement of a record still to come.
 
 use super::hooks::{self, Rewrite};
 use super::round_robin::RoundRobin;
@@ -320,11 +323,15 @@ impl Store {
                 }
             }
         }
+        let scheduled = is_scheduled(rewrite.as_ref());
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(Some(PutResult {
             status: PutStatus::PutOk,
             appended,
             queue_id: routed.queue_id,
-            scheduled: is_scheduled(rewrite.as_ref()),
+            scheduled,
         }))
     }
 
@@ -369,11 +376,15 @@ impl Store {
             |r| r.try_dispatch_known(appended.physical_offset, end, &[req]),
             wait,
         )?;
+        let scheduled = is_scheduled(rewrite.as_ref());
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(PutResult {
             status,
             appended,
             queue_id: routed.queue_id,
-            scheduled: is_scheduled(rewrite.as_ref()),
+            scheduled,
         })
     }
 
@@ -495,6 +506,9 @@ impl Store {
         };
         reuse::keep(&PREPARED, prepared);
         reuse::keep(&TAG_VALUES, tag_values);
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(BatchPut {
             queue_id,
             status,
@@ -630,6 +644,13 @@ impl Store {
                     Ok(PutStatus::PutOk)
                 }
             },
+        }
+    }
+
+    /// A timer or delayed message was appended: the timer engine looks at its sources.
+    fn announce_scheduled(&self) {
+        if let Some(t) = &self.inner.timers {
+            t.announce();
         }
     }
 

@@ -15,10 +15,8 @@
 //! - The caller's `TIMER_OUT_MS`, `REAL_TOPIC`, `REAL_QID` and `MQLITE_TIMER_ID` never reach
 //!   the stored record: the hook writes its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::wake::Wake;
 use crate::error::{Error, Result};
 use crate::message::marks::Marks;
 use crate::message::timer::{self, Asked};
@@ -31,8 +29,6 @@ use crate::util::clock::Clock;
 pub(in crate::store) struct TimerHook {
     clock: Clock,
     max_delay_ms: i64,
-    /// The timer service's wake-up: told of each stored timer's delivery time.
-    wake: Arc<Wake>,
 }
 
 /// Properties the hook owns on a stored timer record.
@@ -44,11 +40,10 @@ const OWNED: [&str; 4] = [
 ];
 
 impl TimerHook {
-    pub(in crate::store) fn new(clock: Clock, max_delay: Duration, wake: Arc<Wake>) -> Self {
+    pub(in crate::store) fn new(clock: Clock, max_delay: Duration) -> Self {
         TimerHook {
             clock,
             max_delay_ms: i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX),
-            wake,
         }
     }
 
@@ -107,9 +102,6 @@ impl PutHook for TimerHook {
         properties::push(&mut props, properties::REAL_TOPIC, msg.topic);
         properties::push(&mut props, properties::REAL_QID, &msg.queue_id.to_string());
         properties::push(&mut props, timer::OUT_MS, &at.to_string());
-        // Before the append: the service then waits for the record to be dispatched
-        // (service.rs); with shared writers the leader's thread is woken in its process.
-        self.wake.arrival(at);
         Ok(Some(Rewrite {
             topic: timer::TIMER_TOPIC.to_owned(),
             queue_id: 0,

@@ -27,7 +27,6 @@ mod wake;
 
 pub(in crate::store) use hook::TimerHook;
 pub(in crate::store) use service::TimerService;
-pub(in crate::store) use wake::Wake;
 
 use super::Store;
 

@@ -29,10 +29,11 @@
 //!   message delivered before a crash is not delivered again.
 //! - The thread sleeps until the earliest of: the first near timer's time, the first level
 //!   head's time, the time the near tier must be refilled (the earliest far timer less half a
-//!   window), the next catch-up slot, or an arrival a put hook announces (wake.rs: of this
-//!   process, or with shared writers of any process through the writer mapping). A timer
-//!   announced but not yet dispatched is waited for on the store's dispatch notification. The
-//!   longest sleep is `MAX_NAP`, a safety net for wall-clock jumps, not a poll for work.
+//!   window), the next catch-up slot, or an arrival a put announces after its append (wake.rs:
+//!   of this process, or with shared writers of any process through the writer mapping). An
+//!   arrival makes the thread follow the log to its end and, when that end is not yet
+//!   dispatched here, wait for its dispatch (at most its nap). The longest sleep is `MAX_NAP`,
+//!   a safety net for wall-clock jumps, not a poll for work.
 //! - Timers and delayed messages already overdue when this process began hosting are
 //!   delivered at most `timer_catchup_rate` per second together (counted on the store's
 //!   clock); the others are not limited.
@@ -68,7 +69,7 @@ use crate::util::kill_point::kill_point;
 const MAX_NAP: Duration = Duration::from_secs(10);
 /// Back-off after a failed re-put.
 const RETRY_NAP: Duration = Duration::from_secs(1);
-/// How long the thread waits for an announced timer to be dispatched.
+/// Longest single wait for an announced record's dispatch (between looks at the stop).
 const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
 /// Queue units read at a time.
 const BATCH: usize = 1024;
@@ -109,8 +110,6 @@ struct State {
     last_persist: Instant,
     hosted_at: i64,
     catchup_sent: u64,
-    /// The sources' ends at the last turn (their sum: it only grows).
-    seen_ends: u64,
 }
 
 /// What one pass did.
@@ -161,7 +160,6 @@ impl TimerService {
                 last_persist: Instant::now(),
                 hosted_at: 0,
                 catchup_sent: 0,
-                seen_ends: 0,
             }),
             hosting: Mutex::new(()),
         })
@@ -172,9 +170,15 @@ impl TimerService {
         self.wake.sleeping_until()
     }
 
-    /// The wake-up the put hooks tell of arrivals.
+    /// The thread's wake-up (wake.rs).
     pub(in crate::store) fn wake(&self) -> Arc<Wake> {
         Arc::clone(&self.wake)
+    }
+
+    /// A put appended a timer or delayed message: the thread looks at its sources, in
+    /// whichever process it runs.
+    pub(in crate::store) fn announce(&self) {
+        self.wake.arrival();
     }
 
     /// The leader of shared writers hosts delivery (leader.rs): called when this process
@@ -553,31 +557,24 @@ impl TimerService {
         Ok(())
     }
 
-    /// One turn of the thread; returns how long to nap and whether an announced timer is
-    /// still to be dispatched.
-    fn turn(&self, store: &Store) -> (Duration, bool) {
-        let announced = self.wake.take_announced(self.clock.now_ms());
-        if announced.is_some() {
+    /// One turn of the thread; returns how long to nap and, when an arrival was announced
+    /// whose record is not yet dispatched here, the log end it lies below.
+    fn turn(&self, store: &Store) -> (Duration, Option<u64>) {
+        let announced = self.wake.take_announced().then(|| {
             // Shared writers: what the other processes appended, followed here.
             store.catch_up();
-        }
+            store.inner.commit_log.max_offset()
+        });
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
         if state.last_persist.elapsed() >= self.persist_every {
             // Retried at the next turn on failure; the progress stays in memory.
             let _ = self.persist_durable(store, &mut state);
         }
-        let ends = self.source_ends(store, &state);
-        let total = ends
-            .iter()
-            .map(|&(_, _, e)| e)
-            .fold(0u64, u64::saturating_add);
-        let unseen = announced.is_some() && total == state.seen_ends;
-        state.seen_ends = total;
         let dirty = state.dirty || state.levels.dirty;
         drop(state);
         let now = self.clock.now_ms();
-        let mut nap = match [pass.next, announced].into_iter().flatten().min() {
+        let mut nap = match pass.next {
             Some(at) => Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0)),
             None => MAX_NAP,
         };
@@ -585,7 +582,7 @@ impl TimerService {
         if dirty {
             nap = nap.min(self.persist_every);
         }
-        (nap, unseen)
+        (nap, announced.filter(|&end| dispatched(store) < end))
     }
 
     /// Every source queue with its end: the timer log's, then each level's.
@@ -605,6 +602,15 @@ impl TimerService {
         );
         ends
     }
+}
+
+/// Where this process's dispatch is (`u64::MAX` without one).
+fn dispatched(store: &Store) -> u64 {
+    store
+        .inner
+        .reput
+        .as_ref()
+        .map_or(u64::MAX, |r| r.dispatched_offset())
 }
 
 /// The earliest of the near tier's first timer and the levels' heads: (due, id, commit-log
@@ -638,11 +644,18 @@ impl Service for TimerService {
             if store.is_closed() {
                 return;
             }
-            let (nap, unseen) = self.turn(&store);
-            if unseen {
-                // Announced before its append: wait for its dispatch (or the nap).
-                let ends = self.source_ends(&store, &self.lock());
-                let _ = store.wait_for_messages(&ends, Some(nap.min(ARRIVAL_WAIT)));
+            let (nap, behind) = self.turn(&store);
+            if let Some(end) = behind {
+                // An announced record appended but not yet dispatched here (a sync put not
+                // yet durable): wait for its dispatch, as long as the nap at most.
+                let until = Instant::now() + nap;
+                while dispatched(&store) < end && !self.wake.stopping() && !store.is_closed() {
+                    let Some(left) = until.checked_duration_since(Instant::now()) else {
+                        break;
+                    };
+                    let ends = self.source_ends(&store, &self.lock());
+                    let _ = store.wait_for_messages(&ends, Some(left.min(ARRIVAL_WAIT)));
+                }
                 continue;
             }
             drop(store);

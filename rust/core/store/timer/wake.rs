@@ -1,10 +1,10 @@
-//! What wakes the timer engine's thread: an arrival a put hook announces (a timer or a delayed
-//! message being stored, with its due time), or a stop.
+//! What wakes the timer engine's thread: an arrival (a put appended a timer or a delayed
+//! message, store/write.rs), or a stop.
 //!
 //! Two ways to sleep, one type:
-//! - One writer process: a condvar; the hooks of this process announce on it.
+//! - One writer process: a condvar; the puts of this process announce on it.
 //! - Shared writers (once `share` gave it the writer mapping): the mapping's timer wake word
-//!   (shared/timer_wake.rs). The hook of any process counts its arrival there and wakes the
+//!   (shared/timer_wake.rs). The put of any process counts its arrival there and wakes the
 //!   word, so the leader's thread sleeps on the word until the count moves, a stop, or its nap
 //!   ends: no process's arrival waits for a nap.
 //!
@@ -12,6 +12,8 @@
 //! - An arrival announced after `take_announced` ends the next `nap` at once (local: the
 //!   `announced` flag checked under the lock the condvar waits with; shared: the count
 //!   compared with the one `take_announced` saw, under the wake word's protocol).
+//! - An arrival is announced after its record's append: a look at the log after
+//!   `take_announced` said so finds it (once dispatched).
 //! - `sleeping_until` is set only while the thread sleeps with no arrival pending (a test hook).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -31,8 +33,8 @@ pub(in crate::store) struct Wake {
 #[derive(Debug, Default)]
 struct WakeState {
     stopping: bool,
-    /// The earliest due time announced by this process since the thread last took it.
-    announced: Option<i64>,
+    /// This process announced an arrival since the thread last took them.
+    announced: bool,
     /// The mapping's arrival count when the thread last took the announcements.
     seen: u64,
     /// While the thread sleeps: the store-clock time it sleeps until.
@@ -48,11 +50,9 @@ impl Wake {
         }
     }
 
-    /// A timer or delayed message due at `due_ms` is being stored (before its append).
-    pub(in crate::store) fn arrival(&self, due_ms: i64) {
-        let mut s = self.lock();
-        s.announced = Some(s.announced.map_or(due_ms, |a| a.min(due_ms)));
-        drop(s);
+    /// A timer or delayed message was appended.
+    pub(in crate::store) fn arrival(&self) {
+        self.lock().announced = true;
         self.cv.notify_all();
         if let Some(shm) = self.shared.get() {
             shm.announce_timer();
@@ -72,11 +72,10 @@ impl Wake {
         self.lock().stopping = false;
     }
 
-    /// The arrivals since the last call: the earliest due time this process announced, or
-    /// `now` when another process announced one (its due time is not known here).
-    pub(in crate::store) fn take_announced(&self, now: i64) -> Option<i64> {
+    /// Whether an arrival was announced, by any process, since the last call.
+    pub(in crate::store) fn take_announced(&self) -> bool {
         let mut s = self.lock();
-        let local = s.announced.take();
+        let local = std::mem::take(&mut s.announced);
         let remote = match self.shared.get() {
             Some(shm) => {
                 let count = shm.timer_arrivals();
@@ -86,10 +85,12 @@ impl Wake {
             }
             None => false,
         };
-        match (local, remote) {
-            (_, true) => Some(local.map_or(now, |l| l.min(now))),
-            (l, false) => l,
-        }
+        local || remote
+    }
+
+    /// True once `stop` was called (and not undone).
+    pub(in crate::store) fn stopping(&self) -> bool {
+        self.lock().stopping
     }
 
     /// While the thread sleeps with nothing announced: the time it sleeps until.
@@ -101,13 +102,13 @@ impl Wake {
     /// announced; false once stopped.
     pub(in crate::store) fn nap(&self, nap: Duration, until: i64) -> bool {
         let mut s = self.lock();
-        if s.announced.is_none() {
+        if !s.announced {
             s.sleeping_until = Some(until);
         }
         let mut s = match self.shared.get() {
             None => {
                 self.cv
-                    .wait_timeout_while(s, nap, |s| !s.stopping && s.announced.is_none())
+                    .wait_timeout_while(s, nap, |s| !s.stopping && !s.announced)
                     .unwrap_or_else(|p| p.into_inner())
                     .0
             }
