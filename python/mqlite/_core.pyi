@@ -8,8 +8,11 @@ from typing import Any, ClassVar, Literal, final
 from typing_extensions import Self, disjoint_base
 
 __version__: str
+RESERVED_PROPERTIES: frozenset[str]
+"""The property names a message's ``properties`` may not use (the store's and RocketMQ's)."""
 __all__ = [
     "__version__",
+    "RESERVED_PROPERTIES",
     "Message",
     "MessageQueue",
     "SendResult",
