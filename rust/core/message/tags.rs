@@ -8,8 +8,8 @@
 //!   `MQLITE_DELAY_MS` property, from the store's level table), or, for a record without that
 //!   property (written by RocketMQ), the delay of its level in RocketMQ's default table (a
 //!   level above the highest counts as the highest), as RocketMQ's `computeDeliverTimestamp`
-//!   gives it. The schedule service reads the head of each level's queue and needs no record
-//!   to know whether it is due.
+//!   gives it. The timer engine reads the head of each level's queue and needs no record to
+//!   know whether it is due.
 //!
 //! - A record of `rmq_sys_wheel_timer` with a `TIMER_OUT_MS` has that delivery time: the
 //!   timer topic's consume queue is the timer engine's durable log (store/timer/).

@@ -3,9 +3,9 @@
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
 //! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
 //! registered), the preparer, then the leader's duties: flush and retention (stores with a
-//! directory), then the timer engine (timers and delay levels, timer/), which the leader of shared writers
-//! hosts. A shared writer runs those duties only while it is the elected leader of the
-//! store's writer processes (leader.rs): its `leader` service starts and stops them. A
+//! directory), then the timer engine (timers and delay levels, timer/), which the leader of
+//! shared writers hosts. A shared writer runs those duties only while it is the elected leader
+//! of the store's writer processes (leader.rs): its `leader` service starts and stops them. A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
 //! registered in one list (`DerivedStores`) that recovery, flush, retention, page release,

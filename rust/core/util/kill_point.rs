@@ -53,8 +53,9 @@ pub const POINTS: &[&str] = &[
     // Clean close: the clean-shutdown record in place and durable, the abort marker not yet
     // removed.
     "store.clean_recorded",
-    // Schedule service: a due delayed message re-put to its real topic (the put returned),
-    // its level's offset not yet advanced nor written to `delayOffset.json`.
+    // Timer engine, a delay level: a due delayed message re-put to its real topic (carrying
+    // its MQLITE_TIMER_ID), its level's offset not yet advanced nor written to
+    // `delayOffset.json`.
     "schedule.delivered_unrecorded",
     // Timer engine: a due timer re-put to its real topic (carrying its MQLITE_TIMER_ID), the
     // timer progress not yet recording it.

@@ -49,8 +49,8 @@ impl Store {
     }
 
     /// Makes this process deliver the store's delayed and timer messages: starts the timer
-    /// engine's thread, having read `config/delayOffset.json` and `config/timerProgress.json`. Nothing happens when it runs
-    /// already. A store opened by one writer process starts it at open; with several writer
+    /// engine's thread, having read `config/delayOffset.json` and `config/timerProgress.json`.
+    /// Nothing happens when it runs already. A store opened by one writer process starts it at open; with several writer
     /// processes (`StoreConfig::shared_writers`) the caller makes sure that one process at a
     /// time hosts it.
     ///
@@ -73,7 +73,8 @@ impl Store {
 
     /// Stops this process's delivery of delayed and timer messages (the thread is joined),
     /// then makes the commit log durable and writes the delay offsets and timer progress, so
-    /// that the next process to host delivery goes on from here. Nothing happens when it does not run.
+    /// that the next process to host delivery goes on from here. Nothing happens when it does
+    /// not run.
     ///
     /// # Errors
     /// `Closed`, `UsedAfterFork`, and a failed flush or offsets write (delivery is stopped
