@@ -277,24 +277,44 @@ fn an_earlier_arrival_wakes_the_sleeping_service() {
     assert!(v.store_timestamp() >= timer_out(&v));
 }
 
-/// On the system clock, two writer processes (two shared opens): a timer the other one stores,
-/// due soon, wakes the leader's delivery thread asleep towards a timer an hour away (the
-/// writer mapping's timer wake word), and the leader delivers it before that sleep would have
-/// ended: it was woken by the arrival, not by a nap.
-#[test]
-fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let shared = || StoreConfig {
+/// The store directory of the child process of the test below (its presence makes the child
+/// entry point act).
+const CHILD_DIR: &str = "MQLITE_TIMER_CHILD_DIR";
+
+fn shared_config() -> StoreConfig {
+    StoreConfig {
         shared_writers: true,
         lock_wait: Some(Duration::from_secs(30)),
         ..small_config()
+    }
+}
+
+/// Child of the test below: a second writer process that stores a timer due in 20 ms.
+#[test]
+fn timer_child_stores_a_timer_due_soon() {
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
     };
-    let a = Store::open(dir.path(), shared()).unwrap();
-    let b = Store::open(dir.path(), shared()).unwrap();
-    let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
-    assert!(leader.delivers() && !other.delivers());
+    let store = Store::open(std::path::Path::new(&dir), shared_config()).unwrap();
+    assert!(!store.is_leader());
+    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    store.close().unwrap();
+}
+
+/// On the system clock, two writer processes: a timer the other process (this test binary run
+/// as a child) stores, due soon, wakes the leader's delivery thread asleep towards a timer an
+/// hour away (the writer mapping's timer wake word), and the leader delivers it before that
+/// sleep would have ended: it was woken by the arrival, not by a nap.
+#[test]
+fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
+    if std::env::var_os(CHILD_DIR).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let leader = Store::open(dir.path(), shared_config()).unwrap();
+    assert!(leader.is_leader() && leader.delivers());
     leader.create_topic("T", 1, 6, false, false).unwrap();
-    put(leader, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
+    put(&leader, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
     // The leader's thread asleep towards the late timer (or its 10 s cap): not a short poll.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let asleep_until = loop {
@@ -308,7 +328,20 @@ fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
         );
         std::thread::yield_now();
     };
-    put(other, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "timer_child_stores_a_timer_due_soon",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success(),
+        "child: {}",
+        String::from_utf8_lossy(&child.stdout)
+    );
     assert!(leader
         .wait_for_messages(&[("T", 0, 0)], Some(Duration::from_secs(60)))
         .unwrap());
