@@ -453,7 +453,7 @@ pub(super) fn open_with(
     timers.attach(Arc::downgrade(&inner));
     if let Some(shm) = inner.commit_log.shared() {
         // Shared writers: the puts of every process wake the leader's timer thread.
-        timers.wake().share(Arc::clone(shm));
+        timers.share(Arc::clone(shm));
     }
     inner.services.start(services)?;
     // Delivery runs in one process only: shared writers leave it to the process chosen to

@@ -84,7 +84,7 @@ pub(in crate::store) struct TimerService {
     persist_every: Duration,
     window_ms: i64,
     catchup_rate: u32,
-    wake: Arc<Wake>,
+    wake: Wake,
     store: OnceLock<Weak<Inner>>,
     state: Mutex<State>,
     /// Held while delivery is started, stopped or run by a caller: one at a time.
@@ -145,7 +145,7 @@ impl TimerService {
             persist_every: config.flush_interval,
             window_ms: i64::try_from(config.timer_window.as_millis()).unwrap_or(i64::MAX),
             catchup_rate: config.timer_catchup_rate,
-            wake: Arc::new(Wake::default()),
+            wake: Wake::default(),
             store: OnceLock::new(),
             state: Mutex::new(State {
                 progress,
@@ -170,9 +170,10 @@ impl TimerService {
         self.wake.sleeping_until()
     }
 
-    /// The thread's wake-up (wake.rs).
-    pub(in crate::store) fn wake(&self) -> Arc<Wake> {
-        Arc::clone(&self.wake)
+    /// Shared writers: the thread sleeps on the writer mapping's timer wake word, which the
+    /// puts of every process announce on (wake.rs).
+    pub(in crate::store) fn share(&self, shm: Arc<crate::shared::WriterShm>) {
+        self.wake.share(shm);
     }
 
     /// A put appended a timer or delayed message: the thread looks at its sources, in
@@ -654,7 +655,12 @@ impl Service for TimerService {
                         break;
                     };
                     let ends = self.source_ends(&store, &self.lock());
-                    let _ = store.wait_for_messages(&ends, Some(left.min(ARRIVAL_WAIT)));
+                    if store
+                        .wait_for_messages(&ends, Some(left.min(ARRIVAL_WAIT)))
+                        .is_err()
+                    {
+                        break;
+                    }
                 }
                 continue;
             }
