@@ -428,37 +428,6 @@ fn levels_and_timers_due_together_go_earliest_first() {
     );
 }
 
-/// After downtime, overdue delayed messages share the timers' catch-up rate: a burst of one
-/// second's worth, then one every 1/rate s, whichever source they come from.
-#[test]
-fn overdue_levels_after_downtime_go_at_the_catch_up_rate() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let cfg = || StoreConfig {
-        timer_catchup_rate: 2,
-        ..config(&clock)
-    };
-    {
-        let store = Store::open(dir.path(), cfg()).unwrap();
-        store.create_topic("T", 1, 6, false, false).unwrap();
-        for i in 0..3u8 {
-            store.put(&delayed("T", 0, &[i], &level(1))).unwrap();
-        }
-        let timer = properties::encode([("TIMER_DELAY_MS", "100")]);
-        for i in 3..5u8 {
-            store.put(&delayed("T", 0, &[i], &timer)).unwrap();
-        }
-        store.close().unwrap();
-    }
-    clock.set_ms(T0 + 60_000);
-    let store = Store::open(dir.path(), cfg()).unwrap();
-    for (after, expect) in [(0, 2), (499, 2), (500, 3), (999, 3), (1_000, 4), (1_500, 5)] {
-        clock.set_ms(T0 + 60_000 + after);
-        store.deliver_due().unwrap();
-        assert_eq!(bodies(&store, "T", 0).len(), expect, "+{after} ms");
-    }
-}
-
 /// A crash after delayed messages were re-put and before `delayOffset.json` recorded them
 /// (simulated: the progress files put back as they were before the delivery): the next start
 /// finds the delivered copies' ids (`L<level>:<offset>`) in the log and delivers none again.

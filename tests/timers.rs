@@ -172,8 +172,9 @@ fn far_future_timers_wait_beyond_the_window_and_survive_a_reopen() {
     assert_eq!(store.pending_timers(), 0);
 }
 
+/// Delayed messages (delay levels, the same engine's other source) share the timers' budget.
 #[test]
-fn overdue_timers_after_downtime_go_at_the_catch_up_rate() {
+fn overdue_timers_and_delayed_messages_after_downtime_go_at_the_catch_up_rate() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let cfg = || StoreConfig {
@@ -183,8 +184,11 @@ fn overdue_timers_after_downtime_go_at_the_catch_up_rate() {
     {
         let store = Store::open(dir.path(), cfg()).unwrap();
         store.create_topic("T", 1, 6, false, false).unwrap();
-        for i in 0..5u8 {
+        for i in 0..2u8 {
             put(&store, "T", &[i], &[("TIMER_DELAY_MS", "100")]);
+        }
+        for i in 2..5u8 {
+            put(&store, "T", &[i], &[("DELAY", "1")]);
         }
         store.close().unwrap();
     }
@@ -255,26 +259,42 @@ fn an_earlier_arrival_wakes_the_sleeping_service() {
     store.create_topic("T", 1, 6, false, false).unwrap();
     put(&store, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
     // Once the thread sleeps towards the late timer (or its 10 s cap), put the earlier one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let now = mqlite::util::clock::now_ms();
-    while store.timer_sleeping_until().is_none_or(|t| t < now + 5_000) {
+    asleep_towards_a_far_time(&store);
+    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    // The service's longest sleep is 10 s: delivery within it shows it was woken.
+    delivered_soon(&store, Duration::from_secs(8));
+}
+
+/// Waits until `store`'s timer thread sleeps until at least 5 s from now (a far timer, or its
+/// 10 s cap), and returns the store-clock time it sleeps until.
+fn asleep_towards_a_far_time(store: &Store) -> i64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = mqlite::util::clock::now_ms();
+        if let Some(t) = store.timer_sleeping_until().filter(|&t| t >= now + 5_000) {
+            return t;
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "the thread never slept"
+            "the timer thread never slept towards a far time"
         );
         std::thread::yield_now();
     }
-    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
-    // The service's longest sleep is 10 s: delivery within it shows it was woken.
+}
+
+/// Waits (`timeout` at most) for the timer `soon` in `T`/0, the first message there; checks it
+/// came not early and returns its store time.
+fn delivered_soon(store: &Store, timeout: Duration) -> i64 {
     assert!(store
-        .wait_for_messages(&[("T", 0, 0)], Some(Duration::from_secs(8)))
+        .wait_for_messages(&[("T", 0, 0)], Some(timeout))
         .unwrap());
     let got = store
         .get_messages("T", 0, 0, 10, &TagFilter::all())
         .unwrap();
     let v = got.iter().next().unwrap();
     assert_eq!(v.body(), b"soon");
-    assert!(v.store_timestamp() >= timer_out(&v));
+    assert!(v.store_timestamp() >= timer_out(&v), "never early");
+    v.store_timestamp()
 }
 
 /// The store directory of the child process of the test below (its presence makes the child
@@ -316,18 +336,7 @@ fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
     leader.create_topic("T", 1, 6, false, false).unwrap();
     put(&leader, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
     // The leader's thread asleep towards the late timer (or its 10 s cap): not a short poll.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let asleep_until = loop {
-        let now = mqlite::util::clock::now_ms();
-        if let Some(t) = leader.timer_sleeping_until().filter(|&t| t >= now + 5_000) {
-            break t;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the leader's thread never slept towards a far time"
-        );
-        std::thread::yield_now();
-    };
+    let asleep_until = asleep_towards_a_far_time(&leader);
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -342,19 +351,10 @@ fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
         "child: {}",
         String::from_utf8_lossy(&child.stdout)
     );
-    assert!(leader
-        .wait_for_messages(&[("T", 0, 0)], Some(Duration::from_secs(60)))
-        .unwrap());
-    let got = leader
-        .get_messages("T", 0, 0, 10, &TagFilter::all())
-        .unwrap();
-    let v = got.iter().next().unwrap();
-    assert_eq!(v.body(), b"soon");
-    assert!(v.store_timestamp() >= timer_out(&v), "never early");
+    let delivered = delivered_soon(&leader, Duration::from_secs(60));
     assert!(
-        v.store_timestamp() < asleep_until,
-        "delivered at {} by a thread asleep until {asleep_until}: woken by the arrival",
-        v.store_timestamp()
+        delivered < asleep_until,
+        "delivered at {delivered} by a thread asleep until {asleep_until}: woken by the arrival"
     );
 }
 
