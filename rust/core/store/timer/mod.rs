@@ -1,7 +1,9 @@
 //! Timer messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a
 //! message that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); the timer
 //! service delivers it to its real topic when due, exactly once (service.rs); its progress is
-//! `config/timerProgress.json` (progress.rs, FORMAT.md §16). Design: docs/design-timers.md.
+//! `config/timerProgress.json` (progress.rs, FORMAT.md §16). A pending timer can be cancelled
+//! or rescheduled, and the pending ones listed (control.rs), under the gate every delivery
+//! takes too (gate.rs). Design: docs/design-timers.md.
 //!
 //! Guarantees: a timer message is invisible in its topic until its delivery time, never
 //! delivered before it by the store's clock, then delivered once with its body, keys, tags
@@ -12,19 +14,24 @@
 //! Hosting: as delay levels (store/schedule/): the timer service runs in the process that
 //! hosts delivery (`Store::start_delivery`), which with shared writers is the leader.
 
+mod control;
+mod gate;
 mod hook;
 pub mod progress;
+mod scan;
 mod service;
 
+pub use crate::message::timer_id::TimerId;
+pub use control::{TimerAnswer, TimerFilter, TimerInfo, TimerOutcome, TimerTarget};
 pub(in crate::store) use hook::TimerHook;
 pub(in crate::store) use service::TimerService;
 
 use super::Store;
 
 impl Store {
-    /// How many timer messages are stored and not yet delivered (as far as this process's
-    /// progress knows: a process that does not host delivery sees what the host last
-    /// recorded).
+    /// How many timer messages are stored and neither delivered nor cancelled (as far as this
+    /// process's progress knows: a process that does not host delivery sees what the host
+    /// last recorded). `list_timers` reads the log for the exact list.
     pub fn pending_timers(&self) -> u64 {
         self.inner.timers.as_ref().map_or(0, |t| t.pending(self))
     }

@@ -1,11 +1,14 @@
 //! `config/timerProgress.json` (FORMAT.md §16): how far the timer engine has delivered.
 //!
 //! - `queueOffset`: every timer below this offset of the timer topic's queue is delivered.
-//! - `delivered`: half-open ranges `[from, to)` of timers at or above `queueOffset` delivered
-//!   out of queue order (a later timer due first), sorted, disjoint.
-//! - `commitLogOffset`: every delivery that the two fields above do not record was appended at
-//!   or after this commit-log offset (the log's end when the file was written, after a flush).
-//!   Recovery reads the log from there for `MQLITE_TIMER_ID`s before delivering anything.
+//! - `delivered`: half-open ranges `[from, to)` of timers at or above `queueOffset` done out of
+//!   queue order (a later timer due first, or cancelled), sorted, disjoint. "Done" is delivered
+//!   or cancelled: which one, the cancel queue tells (a cancel record names the timer).
+//! - `rescheduled`: `[id, due ms]` of the pending timers at or above `queueOffset` whose
+//!   delivery time a reschedule record changed (the last one in log order wins).
+//! - `commitLogOffset`: every delivery, cancel and reschedule that the fields above do not
+//!   record was appended at or after this commit-log offset. Recovery reads the log from there
+//!   for `MQLITE_TIMER_ID`s and cancel records before delivering anything.
 //!
 //! Invariants: written only after the commit log is durable through every delivery it
 //! records; replaced atomically with a `.bak` (as every config file); a file that does not
@@ -24,10 +27,12 @@ pub const FILE: &str = "timerProgress.json";
 /// The decoded file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progress {
-    /// Timers below are all delivered.
+    /// Timers below are all done (delivered or cancelled).
     pub floor: u64,
-    /// Delivered timers at or above `floor`: from -> to (half-open, disjoint, not touching).
+    /// Done timers at or above `floor`: from -> to (half-open, disjoint, not touching).
     pub delivered: BTreeMap<u64, u64>,
+    /// Pending timers at or above `floor` with a new delivery time: id -> due ms.
+    pub rescheduled: BTreeMap<u64, i64>,
     /// Where recovery starts looking for deliveries the file does not record.
     pub log_offset: u64,
     /// `dataVersion.counter`.
@@ -63,7 +68,7 @@ impl Progress {
         Ok(())
     }
 
-    /// True when timer `id` is recorded as delivered.
+    /// True when timer `id` is recorded as done (delivered or cancelled).
     pub fn is_delivered(&self, id: u64) -> bool {
         id < self.floor
             || self
@@ -73,8 +78,9 @@ impl Progress {
                 .is_some_and(|(_, &to)| id < to)
     }
 
-    /// Records timer `id` as delivered.
+    /// Records timer `id` as done (delivered or cancelled).
     pub fn mark(&mut self, id: u64) {
+        self.rescheduled.remove(&id);
         if self.is_delivered(id) {
             return;
         }
@@ -100,6 +106,7 @@ impl Progress {
         while let Some(to) = self.delivered.remove(&floor) {
             floor = to;
         }
+        self.rescheduled = self.rescheduled.split_off(&floor);
         self.floor = floor;
     }
 
@@ -109,14 +116,20 @@ impl Progress {
             .iter()
             .map(|(f, t)| format!("[{f}, {t}]"))
             .collect();
+        let moved: Vec<String> = self
+            .rescheduled
+            .iter()
+            .map(|(id, due)| format!("[{id}, {due}]"))
+            .collect();
         format!(
             "{{\n  \"dataVersion\": {{\n    \"counter\": {},\n    \"stateVersion\": 0,\n    \
              \"timestamp\": {now_ms}\n  }},\n  \"queueOffset\": {},\n  \"commitLogOffset\": \
-             {},\n  \"delivered\": [{}]\n}}",
+             {},\n  \"delivered\": [{}],\n  \"rescheduled\": [{}]\n}}",
             self.counter,
             self.floor,
             self.log_offset,
-            ranges.join(", ")
+            ranges.join(", "),
+            moved.join(", ")
         )
     }
 }
@@ -162,6 +175,27 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Progress> {
         delivered.insert(pair.0, pair.1);
         last = pair.1;
     }
+    // Absent in files written before reschedules existed.
+    let mut rescheduled = BTreeMap::new();
+    if let Some(list) = value.get("rescheduled") {
+        let Some(list) = list.as_array() else {
+            return Err(bad("rescheduled", "not a list".into()));
+        };
+        for r in list {
+            let pair = r
+                .as_array()
+                .filter(|p| p.len() == 2)
+                .and_then(|p| Some((p[0].as_u64()?, p[1].as_i64()?)))
+                .filter(|&(id, _)| id >= floor)
+                .ok_or_else(|| {
+                    bad(
+                        "rescheduled",
+                        format!("{r} is not an [id, due ms] pair above the floor"),
+                    )
+                })?;
+            rescheduled.insert(pair.0, pair.1);
+        }
+    }
     let counter = value
         .get("dataVersion")
         .and_then(|d| d.get("counter"))
@@ -170,6 +204,7 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Progress> {
     Ok(Progress {
         floor,
         delivered,
+        rescheduled,
         log_offset,
         counter,
         main_unreadable: false,
@@ -193,6 +228,17 @@ mod tests {
         let text = p.encode(1);
         let back = decode(Path::new("x"), text.as_bytes()).unwrap();
         assert_eq!((back.floor, back.delivered), (6, BTreeMap::from([(9, 10)])));
+        p.rescheduled.insert(7, 1_000);
+        p.rescheduled.insert(8, 2_000);
+        let back = decode(Path::new("x"), p.encode(1).as_bytes()).unwrap();
+        assert_eq!(back.rescheduled, p.rescheduled);
+        p.mark(7);
+        assert!(!p.rescheduled.contains_key(&7));
+        p.raise_floor(11);
+        assert!(p.rescheduled.is_empty());
+        let below =
+            b"{\"queueOffset\":5,\"commitLogOffset\":0,\"delivered\":[],\"rescheduled\":[[4,1]]}";
+        assert!(decode(Path::new("x"), below).is_err());
         assert!(decode(Path::new("x"), b"{\"queueOffset\":1}").is_err());
         let overlapping = b"{\"queueOffset\":0,\"commitLogOffset\":0,\"delivered\":[[1,4],[2,5]]}";
         assert!(decode(Path::new("x"), overlapping).is_err());

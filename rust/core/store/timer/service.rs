@@ -31,16 +31,19 @@
 //! `timer.delivered_unrecorded`): the copy is in the log and recovery finds its id. After a
 //! power cut, a delivery lost with the unflushed tail of the log is delivered again, once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use super::gate::Gate;
 use super::progress::Progress;
+use super::scan::{self, scan_log};
 use crate::dispatch::queue_index::QueueEntry;
 use crate::error::{Error, Result};
 use crate::message::timer::{self, TIMER_TOPIC};
-use crate::message::{properties, sysflag, MessageRef, RecordView};
+use crate::message::timer_id::{Change, CANCEL_QUEUE};
+use crate::message::{properties, sysflag, MessageRef};
 use crate::service::Service;
 use crate::store::{Inner, PutRequest, Routing, Store};
 use crate::util::clock::Clock;
@@ -56,6 +59,10 @@ const RETRY_NAP: Duration = Duration::from_secs(1);
 const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
 /// Queue units read at a time.
 const BATCH: usize = 1024;
+/// How far the log may run ahead of the progress file's `commitLogOffset` while timers are
+/// pending before the file is written again: a cancel in another process reads the log from
+/// there (control.rs), so this bounds what it reads.
+const RESCAN_LIMIT: u64 = 16 << 20;
 
 /// Properties a delivered copy does not keep.
 const CLEARED: [&str; 4] = [
@@ -135,6 +142,8 @@ pub(in crate::store) struct TimerService {
     max_nap: Duration,
     wake: Arc<Wake>,
     store: OnceLock<Weak<Inner>>,
+    /// Taken before `state` by every delivery, cancel and reschedule (gate.rs).
+    gate: Gate,
     state: Mutex<State>,
 }
 
@@ -147,7 +156,13 @@ struct State {
     horizon: i64,
     /// (due, id) -> (commit-log offset, size) of the timers due by `horizon`.
     near: BTreeMap<(i64, u64), (u64, u32)>,
-    near_ids: BTreeSet<u64>,
+    /// id -> due of the timers in `near`.
+    near_ids: BTreeMap<u64, i64>,
+    /// The cancel queue's units below this offset have been applied (or were covered by the
+    /// restart scan).
+    cancel_cursor: u64,
+    /// Every cancel and reschedule record below this commit-log offset is in `progress`.
+    synced_to: u64,
     /// (earliest due, lowest id) of the looked-at timers due after `horizon`.
     far: Option<(i64, u64)>,
     dirty: bool,
@@ -174,6 +189,11 @@ impl TimerService {
         config: &crate::config::StoreConfig,
         config_dir: Option<PathBuf>,
     ) -> Result<Self> {
+        let gate = Gate::new(
+            config_dir.as_deref().and_then(std::path::Path::parent),
+            config.shared_writers,
+            config.file_mode,
+        )?;
         let path = config_dir.map(|d| d.join(super::progress::FILE));
         let progress = match &path {
             Some(p) => Progress::load(p)?,
@@ -193,13 +213,16 @@ impl TimerService {
             },
             wake: Arc::new(Wake::default()),
             store: OnceLock::new(),
+            gate,
             state: Mutex::new(State {
                 progress,
                 loaded: false,
                 cursor: 0,
                 horizon: i64::MIN,
                 near: BTreeMap::new(),
-                near_ids: BTreeSet::new(),
+                near_ids: BTreeMap::new(),
+                cancel_cursor: 0,
+                synced_to: 0,
                 far: None,
                 dirty: false,
                 last_persist: Instant::now(),
@@ -217,6 +240,39 @@ impl TimerService {
     /// The wake-up the put hook tells of arrivals.
     pub(in crate::store) fn wake(&self) -> Arc<Wake> {
         Arc::clone(&self.wake)
+    }
+
+    /// The gate every change of a timer's state is made under.
+    pub(super) fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// The progress this process knows best, for a caller holding the gate: the host's own
+    /// when this process hosts, else the file (the host's last write), else the one read at
+    /// open (an in-memory store).
+    ///
+    /// # Errors
+    /// `ConfigFile` when the file and its `.bak` do not decode; I/O failures.
+    pub(super) fn known_progress(&self) -> Result<Progress> {
+        let state = self.lock();
+        match (&self.path, state.loaded) {
+            (Some(path), false) => Progress::load(path),
+            _ => Ok(state.progress.clone()),
+        }
+    }
+
+    /// A caller holding the gate appended change records: when this process hosts, they are
+    /// applied now, and the thread is woken for `due_ms` (a reschedule's new time).
+    pub(super) fn changed(&self, store: &Store, due_ms: Option<i64>) {
+        let mut state = self.lock();
+        if state.loaded {
+            // A failure leaves them to the next pass, which applies them before delivering.
+            let _ = self.sync_changes(store, &mut state);
+        }
+        drop(state);
+        if let Some(at) = due_ms {
+            self.wake.arrival(at);
+        }
     }
 
     /// Binds the service to its store (once, before it starts).
@@ -251,7 +307,8 @@ impl TimerService {
         log: &crate::commit_log::CommitLog,
     ) -> Result<()> {
         let mut state = self.lock();
-        self.persist(log.max_offset(), &mut state)
+        let end = log.max_offset().min(state.synced_to);
+        self.persist(end, &mut state)
     }
 
     /// Delivers every timer due now, makes the log durable and writes the progress; returns
@@ -262,8 +319,10 @@ impl TimerService {
     pub(in crate::store) fn deliver_due(&self, store: &Store) -> Result<usize> {
         // Read-your-writes for the caller: what it appended is indexed first.
         store.catch_up();
+        let gate = self.gate.take()?;
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
+        drop(gate);
         let persisted = self.persist_durable(store, &mut state);
         if let Some(e) = pass.failed {
             return Err(e);
@@ -323,8 +382,14 @@ impl TimerService {
             state.progress = Progress::load(path)?;
         }
         store.catch_up();
-        let log = &store.inner.commit_log;
-        let end = log.max_offset();
+        // Before the log's end: every cancel unit below it has its record below the end, which
+        // the scan covers.
+        let cancel_units = store
+            .queue(TIMER_TOPIC, CANCEL_QUEUE)
+            .ok()
+            .flatten()
+            .map_or(0, |q| q.max_offset());
+        let end = scan::caught_up(store)?;
         // A delivered copy is appended after its timer's record: the scan starts no earlier
         // than the record of the first timer not yet known delivered, and there is none to do
         // when no timer is pending (a store that never used timers reads no file here).
@@ -333,31 +398,17 @@ impl TimerService {
             q.entries(state.progress.floor.max(q.min_offset()), 1, &mut unit);
             unit.first().map(|&(_, e)| e.offset)
         });
-        let mut off = match first_pending {
-            Some(record) => state.progress.log_offset.max(record).max(log.min_offset()),
+        let from = match first_pending {
+            Some(record) => state.progress.log_offset.max(record),
             None => end,
         };
-        while off < end {
-            let read = log.read_record(off, |v: &RecordView<'_>| {
-                let id = v
-                    .property(timer::TIMER_ID)
-                    .and_then(|i| i.parse::<u64>().ok());
-                (v.bytes().len() as u64, id)
-            });
-            match read {
-                Ok((size, id)) => {
-                    if let Some(id) = id {
-                        state.progress.mark(id);
-                        state.dirty = true;
-                    }
-                    off += size.max(1);
-                }
-                // The blank at the end of a file.
-                Err(_) => off = log.roll_next_file(off),
-            }
+        if scan_log(store, from, end, &mut state.progress) {
+            state.dirty = true;
         }
         let now = self.clock.now_ms();
         state.cursor = state.progress.floor;
+        state.cancel_cursor = cancel_units;
+        state.synced_to = end;
         state.horizon = now.saturating_add(self.window_ms);
         state.near.clear();
         state.near_ids.clear();
@@ -391,18 +442,17 @@ impl TimerService {
             for &(id, e) in &units {
                 if !e.has_record()
                     || state.progress.is_delivered(id)
-                    || state.near_ids.contains(&id)
+                    || state.near_ids.contains_key(&id)
                 {
                     continue;
                 }
-                let due = e.tags_code;
-                if due <= state.horizon {
-                    state.near.insert((due, id), (e.offset, e.size));
-                    state.near_ids.insert(id);
-                } else {
-                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
-                    state.far = Some((d.min(due), i.min(id)));
-                }
+                let due = state
+                    .progress
+                    .rescheduled
+                    .get(&id)
+                    .copied()
+                    .unwrap_or(e.tags_code);
+                place(state, id, due, (e.offset, e.size));
             }
             at = last + 1;
         }
@@ -419,6 +469,13 @@ impl TimerService {
                 pass.next = Some(self.clock.now_ms());
                 return pass;
             }
+        }
+        // Cancels and reschedules appended since the last look, before anything is delivered
+        // (the caller holds the gate: none can be appended meanwhile).
+        if let Err(e) = self.sync_changes(store, state) {
+            pass.failed = Some(e);
+            pass.next = Some(self.clock.now_ms());
+            return pass;
         }
         // No dispatch from here: the reput thread indexes (and retries a failing store on its
         // own schedule), and an announced timer not yet indexed is waited for (`run`).
@@ -444,11 +501,13 @@ impl TimerService {
                 pass.next = Some(wait_until);
                 break;
             }
-            match redeliver(store, offset, id, now) {
+            let moved = state.progress.rescheduled.get(&id).copied();
+            match redeliver(store, offset, id, now, moved) {
                 Ok(Some(at)) if at > now => {
                     // The record says later than its unit: wait for the record.
                     state.near.remove(&(due, id));
                     state.near.insert((at, id), (offset, 0));
+                    state.near_ids.insert(id, at);
                     continue;
                 }
                 Ok(_) => {
@@ -470,7 +529,7 @@ impl TimerService {
             state.dirty = true;
         }
         let floor = [
-            state.near_ids.first().copied(),
+            state.near_ids.first_key_value().map(|(&i, _)| i),
             state.far.map(|(_, i)| i),
             Some(state.cursor),
         ]
@@ -489,6 +548,74 @@ impl TimerService {
         ];
         pass.next = candidates.into_iter().flatten().min();
         pass
+    }
+
+    /// Applies the cancel queue's records appended since the last look (those below
+    /// `synced_to` the restart scan applied): each cancelled timer recorded done and taken out
+    /// of the tiers, each rescheduled one moved.
+    ///
+    /// # Errors
+    /// A cancel record that cannot be read (nothing after it is applied).
+    fn sync_changes(&self, store: &Store, state: &mut State) -> Result<()> {
+        let end = scan::caught_up(store)?;
+        if let Some(q) = store.queue(TIMER_TOPIC, CANCEL_QUEUE)? {
+            let last = q.max_offset();
+            let mut at = state.cancel_cursor.max(q.min_offset());
+            let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
+            'units: while at < last {
+                units.clear();
+                q.entries(
+                    at,
+                    BATCH.min(usize::try_from(last - at).unwrap_or(BATCH)),
+                    &mut units,
+                );
+                if units.is_empty() {
+                    break;
+                }
+                for &(qo, e) in &units {
+                    if e.has_record() && e.offset >= end {
+                        // Appended after `end`: the next look applies it.
+                        break 'units;
+                    }
+                    if e.has_record() && e.offset >= state.synced_to {
+                        let change =
+                            store.get_by_offset(e.offset, |v| Change::of(v.properties()))?;
+                        if let Some(c) = change {
+                            self.apply_live(state, c);
+                        }
+                    }
+                    at = qo + 1;
+                }
+            }
+            state.cancel_cursor = at;
+        }
+        state.synced_to = state.synced_to.max(end);
+        Ok(())
+    }
+
+    /// Applies one change to the progress and to the tiers.
+    fn apply_live(&self, state: &mut State, change: Change) {
+        let id = change.target().offset;
+        if !scan::apply(&mut state.progress, change) {
+            return;
+        }
+        state.dirty = true;
+        let unit = state
+            .near_ids
+            .remove(&id)
+            .and_then(|due| state.near.remove(&(due, id)));
+        if let Change::Reschedule(_, due) = change {
+            match unit {
+                Some(unit) => place(state, id, due, unit),
+                // In the far tier (counted there; the refill reads its unit again), or not yet
+                // looked at (`load` reads the new time).
+                None if id < state.cursor => {
+                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
+                    state.far = Some((d.min(due), i.min(id)));
+                }
+                None => {}
+            }
+        }
     }
 
     /// When a timer overdue since before this hosting must wait for the catch-up rate: the
@@ -524,7 +651,8 @@ impl TimerService {
     /// Writes the progress, the log durable through `log_end` (every delivery so far).
     fn persist(&self, log_end: u64, state: &mut State) -> Result<()> {
         if let (true, Some(path)) = (state.dirty, &self.path) {
-            state.progress.log_offset = log_end;
+            // Cancels of other processes are in `progress` only below `synced_to`.
+            state.progress.log_offset = log_end.min(state.synced_to);
             state
                 .progress
                 .store(path, self.clock.now_ms(), self.file_mode)?;
@@ -538,9 +666,18 @@ impl TimerService {
     /// still to be dispatched.
     fn turn(&self, store: &Store) -> (Duration, bool) {
         let announced = self.wake.take_announced();
+        let Ok(gate) = self.gate.take() else {
+            return (RETRY_NAP, false);
+        };
         let mut state = self.lock();
         let before = state.cursor;
         let pass = self.pass(store, &mut state);
+        drop(gate);
+        if state.cursor > state.progress.floor
+            && store.inner.commit_log.max_offset() > state.progress.log_offset + RESCAN_LIMIT
+        {
+            state.dirty = true;
+        }
         if state.last_persist.elapsed() >= self.persist_every {
             // Retried at the next turn on failure; the progress stays in memory.
             let _ = self.persist_durable(store, &mut state);
@@ -599,14 +736,33 @@ impl Service for TimerService {
     }
 }
 
+/// Puts timer `id` (due `due`, its unit `unit`) in the near tier when due by the horizon,
+/// else counts it in the far tier.
+fn place(state: &mut State, id: u64, due: i64, unit: (u64, u32)) {
+    if due <= state.horizon {
+        state.near.insert((due, id), unit);
+        state.near_ids.insert(id, due);
+    } else {
+        let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
+        state.far = Some((d.min(due), i.min(id)));
+    }
+}
+
 /// Re-puts the timer record at commit-log `offset` to its real topic and queue, carrying
-/// `id`; `Ok(Some(t))` without putting when the record's delivery time `t` is after `now`,
-/// `Ok(None)` after a put or for a record that names no destination (passed over: it can go
-/// nowhere, and waiting for it would hold the floor for good).
-fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64>> {
+/// `id`; `Ok(Some(t))` without putting when its delivery time `t` (`moved` when a reschedule
+/// gave one, else the record's) is after `now`, `Ok(None)` after a put or for a record that
+/// names no destination (passed over: it can go nowhere, and waiting for it would hold the
+/// floor for good).
+fn redeliver(
+    store: &Store,
+    offset: u64,
+    id: u64,
+    now: i64,
+    moved: Option<i64>,
+) -> Result<Option<i64>> {
     store.get_by_offset(offset, |v| {
         let props = v.properties();
-        let at = timer::out_ms(props).unwrap_or(i64::MIN);
+        let at = moved.unwrap_or_else(|| timer::out_ms(props).unwrap_or(i64::MIN));
         if at > now {
             return Ok(Some(at));
         }
@@ -617,9 +773,12 @@ fn redeliver(store: &Store, offset: u64, id: u64, now: i64) -> Result<Option<i64
         };
         let mut kept = Vec::with_capacity(props.len() + 64);
         for (k, val) in properties::iter(props) {
-            if !CLEARED.contains(&k) {
+            if !CLEARED.contains(&k) && !(moved.is_some() && k == timer::OUT_MS) {
                 properties::push(&mut kept, k, val);
             }
+        }
+        if let Some(at) = moved {
+            properties::push(&mut kept, timer::OUT_MS, &at.to_string());
         }
         properties::push(
             &mut kept,
