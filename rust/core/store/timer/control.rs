@@ -20,7 +20,8 @@
 //! Costs: a cancel or reschedule by offset id reads the log from the progress's
 //! `commitLogOffset` (the host writes its progress every flush interval, and again once the log
 //! ran `RESCAN_LIMIT` ahead with timers pending); by key or unique id it also reads the record of
-//! every timer above the progress floor (no index yet); a listing reads each pending record.
+//! every timer above the progress floor, and when none of them matches, of every older timer
+//! still retained (no index yet); a listing reads each pending record.
 //!
 //! Crash behaviour: killed before the append, nothing changed (kill point
 //! `timer.cancel_appended` / `timer.reschedule_appended` just after it): the record is whole
@@ -216,7 +217,7 @@ impl Store {
             View::build(self, svc)?
         };
         let mut found = Vec::new();
-        for_each_timer(self, view.progress.floor, |id, unit, v| {
+        for_each_timer(self, view.progress.floor, u64::MAX, |id, unit, v| {
             if let State::Pending(due) = view.state(self, id, Some(unit)) {
                 let info = info(id, due, v);
                 let keep = filter.topic.is_none_or(|t| t == info.topic)
@@ -264,19 +265,27 @@ impl Store {
                 (_, Some(m)) => (Some(m.unique.as_str()), None, None),
                 _ => (None, None, None),
             };
-            for_each_timer(self, view.progress.floor, |id, e, v| {
-                let hit = match (unique, key) {
-                    (Some(u), _) => v.property(properties::UNIQ_KEY) == Some(u),
-                    (None, Some(k)) => {
-                        let to = v.property(properties::REAL_TOPIC).unwrap_or("");
-                        topic.is_none_or(|t| t == to) && v.keys().any(|x| x == k)
-                    }
-                    (None, None) => false,
-                };
-                if hit {
-                    named.push((id, Some(e), Some(info(id, e.tags_code, v))));
+            let matches = |v: &RecordView<'_>| match (unique, key) {
+                (Some(u), _) => v.property(properties::UNIQ_KEY) == Some(u),
+                (None, Some(k)) => {
+                    let to = v.property(properties::REAL_TOPIC).unwrap_or("");
+                    topic.is_none_or(|t| t == to) && v.keys().any(|x| x == k)
                 }
-            })?;
+                (None, None) => false,
+            };
+            // The timers not known done first; only when none matches, the older ones still
+            // retained (all done), so that a done timer gets its true answer.
+            let floor = view.progress.floor;
+            for (from, until) in [(floor, u64::MAX), (0, floor)] {
+                for_each_timer(self, from, until, |id, e, v| {
+                    if matches(v) {
+                        named.push((id, Some(e), Some(info(id, e.tags_code, v))));
+                    }
+                })?;
+                if !named.is_empty() {
+                    break;
+                }
+            }
         }
         if named.is_empty() {
             return Ok(vec![TimerAnswer {
@@ -391,19 +400,21 @@ fn first_record(store: &Store, floor: u64) -> Option<u64> {
     unit.first().map(|&(_, e)| e.offset)
 }
 
-/// Calls `f` with each timer at or above `floor` and its record (one read each).
+/// Calls `f` with each timer in `[floor, until)` whose record is retained, and its record (one
+/// read each).
 ///
 /// # Errors
 /// A record that cannot be read.
 fn for_each_timer(
     store: &Store,
     floor: u64,
+    until: u64,
     mut f: impl FnMut(TimerId, QueueEntry, &RecordView<'_>),
 ) -> Result<()> {
     let Some(q) = store.queue(TIMER_TOPIC, 0)? else {
         return Ok(());
     };
-    let end = q.max_offset();
+    let end = q.max_offset().min(until);
     let mut at = floor.max(q.min_offset());
     let min_log = store.inner.commit_log.min_offset();
     let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
