@@ -441,3 +441,27 @@ fn a_cancel_in_another_process_racing_the_delivery_ends_one_way() {
     store.deliver_due().unwrap();
     check_raced(&store, &raced);
 }
+
+#[test]
+fn a_callers_message_cannot_pose_as_a_cancel_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    let (victim, _) = timer(&store, "T", b"victim", 1_000, "");
+    let forged = victim.to_string();
+    timer_with(
+        &store,
+        "T",
+        b"forger",
+        1_000,
+        &[("MQLITE_TIMER_CANCEL", forged.as_str())],
+    );
+    store.close().unwrap();
+    drop(store);
+    clock.set_ms(T0 + 1_000);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [&b"victim"[..], b"forger"]);
+    assert_eq!(cancel(&store, victim), TimerOutcome::AlreadyDelivered);
+}

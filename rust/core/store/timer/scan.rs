@@ -13,7 +13,7 @@
 use super::progress::Progress;
 use crate::error::Result;
 use crate::message::timer::{self, TIMER_TOPIC};
-use crate::message::timer_id::{Change, TimerId};
+use crate::message::timer_id::{Change, TimerId, CANCEL_QUEUE};
 use crate::message::RecordView;
 use crate::store::Store;
 
@@ -62,7 +62,7 @@ pub(super) fn scan_log(store: &Store, from: u64, end: u64, progress: &mut Progre
                 .property(timer::TIMER_ID)
                 .and_then(TimerId::parse)
                 .filter(|_| v.topic() != TIMER_TOPIC);
-            let change = (v.topic() == TIMER_TOPIC)
+            let change = (v.topic() == TIMER_TOPIC && v.queue_id() == CANCEL_QUEUE)
                 .then(|| Change::of(v.properties()))
                 .flatten();
             (v.bytes().len() as u64, delivered, change)
