@@ -67,17 +67,22 @@ class TimerChange:
     timer: PendingTimer | None
 
 
-def _timer(row: tuple[str, str, int, list[str], str | None, str | None, int, str]) -> PendingTimer:
+#: A timer as the binding gives it: (id, topic, queue id, keys, unique id, tags, due ms,
+#: offset id).
+TimerRow = tuple[str, str, int, list[str], "str | None", "str | None", int, str]
+
+
+def _timer(row: TimerRow) -> PendingTimer:
     id_, topic, queue_id, keys, unique_id, tags, due_ms, offset_id = row
     return PendingTimer(id_, topic, queue_id, tuple(keys), unique_id, tags, due_ms, offset_id)
 
 
-def changes(rows: list[tuple[str | None, str, tuple | None]]) -> list[TimerChange]:  # type: ignore[type-arg]
+def changes(rows: list[tuple[str | None, str, TimerRow | None]]) -> list[TimerChange]:
     """The binding's answer as TimerChange objects."""
     return [TimerChange(TimerOutcome(o), i, None if t is None else _timer(t)) for i, o, t in rows]
 
 
-def timers(rows: list[tuple]) -> list[PendingTimer]:  # type: ignore[type-arg]
+def timers(rows: list[TimerRow]) -> list[PendingTimer]:
     """The binding's listing as PendingTimer objects."""
     return [_timer(r) for r in rows]
 

@@ -773,7 +773,8 @@ fn redeliver(
         };
         let mut kept = Vec::with_capacity(props.len() + 64);
         for (k, val) in properties::iter(props) {
-            if !CLEARED.contains(&k) && !(moved.is_some() && k == timer::OUT_MS) {
+            let replaced = moved.is_some() && k == timer::OUT_MS;
+            if !(CLEARED.contains(&k) || replaced) {
                 properties::push(&mut kept, k, val);
             }
         }
