@@ -1,4 +1,4 @@
-//! A timer's id and the records that change a timer's state (FORMAT.md §16.3).
+//! A timer's id and the records that change a timer's state (FORMAT.md §16.1).
 //!
 //! A timer is named by the queue of the topic it waits in and its offset there: today every
 //! deliver-at timer waits in queue 0 of `rmq_sys_wheel_timer`; the type leaves room for timers

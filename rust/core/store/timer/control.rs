@@ -1,4 +1,4 @@
-//! Cancel, reschedule and list pending timers (FORMAT.md §16.3, docs/design-timers.md).
+//! Cancel, reschedule and list pending timers (FORMAT.md §16.1, docs/design-timers.md).
 //!
 //! A cancel appends a cancel record naming the timer to the timer topic's cancel queue; a
 //! reschedule appends a reschedule record naming it and its new delivery time (one append:
