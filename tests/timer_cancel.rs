@@ -97,8 +97,8 @@ fn a_cancelled_timer_is_never_delivered_even_after_a_restart() {
     store.close().unwrap();
     drop(store);
 
-    // A cancel whose record the host never applied (made by a process that does not host,
-    // then every process closed): the restart's scan finds it.
+    // A cancel made just before a close: the next open's host finds it (in the progress file
+    // or by its scan of the log; a kill before either is tests/kill_points.rs).
     let store = Store::open(dir.path(), config(&clock)).unwrap();
     let (c, _) = timer(&store, "T", b"c", 1_000, "");
     store.close().unwrap();
