@@ -94,6 +94,9 @@ fn a_cancelled_timer_is_never_delivered_even_after_a_restart() {
     assert_eq!(bodies(&store, "T"), [b"b"]);
     assert_eq!(cancel(&store, b), TimerOutcome::AlreadyDelivered);
     assert_eq!(cancel(&store, a), TimerOutcome::AlreadyCancelled);
+    let found = store.cancel_timer(TimerTarget::Id(b)).unwrap();
+    let t = found[0].timer.as_ref().unwrap();
+    assert_eq!((t.id, t.topic.as_str(), t.due_ms), (b, "T", T0 + 1_000));
     store.close().unwrap();
     drop(store);
 

@@ -339,7 +339,8 @@ class Store:
         Cost: by ``offset_msg_id``, a read of the log written since the delivering process last
         recorded its progress; by ``msg_id`` or ``key``, also one record read per timer not yet
         known done (no index yet). A malformed ``msg_id``, both or neither of ``msg_id`` and
-        ``key``, or ``topic`` without ``key`` raise IllegalArgumentError and write nothing."""
+        ``key``, or ``topic`` without ``key`` raise IllegalArgumentError and write nothing. A
+        store error part way through a cancel by key leaves the timers before it cancelled."""
         m, k, t = _timers.target(msg_id, key, topic)
         return _timers.changes(self._live()._change_timers(m, k, t))
 

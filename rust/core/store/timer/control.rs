@@ -34,7 +34,7 @@ use super::service::TimerService;
 use crate::dispatch::queue_index::QueueEntry;
 use crate::error::{Error, Result};
 use crate::message::msg_id::{self, UniqueId};
-use crate::message::timer::{self, TIMER_TOPIC};
+use crate::message::timer::TIMER_TOPIC;
 use crate::message::timer_id::{Change, TimerId, CANCEL_QUEUE};
 use crate::message::{properties, MessageRef, RecordView};
 use crate::store::Store;
@@ -177,7 +177,8 @@ impl Store {
     ///
     /// # Errors
     /// `InvalidArgument` for a message id that is not one (nothing written); `ReadOnly`,
-    /// `Closed`, `Poisoned`; a failed read or append.
+    /// `Closed`, `Poisoned`; a failed read or append (a key's timers before the failed one stay
+    /// cancelled).
     pub fn cancel_timer(&self, target: TimerTarget<'_>) -> Result<Vec<TimerAnswer>> {
         self.change_timers(target, None)
     }
@@ -296,62 +297,70 @@ impl Store {
         }
         let mut answers = Vec::with_capacity(named.len());
         let mut appended = false;
-        for (id, u, mut timer) in named {
-            let outcome = match view.state(self, id, u) {
-                State::Missing => TimerOutcome::NotFound,
-                State::Delivered => TimerOutcome::AlreadyDelivered,
-                State::Cancelled => TimerOutcome::AlreadyCancelled,
-                State::Pending(due) => {
-                    let change = match due_ms {
-                        None => Change::Cancel(id),
-                        Some(at) => Change::Reschedule(id, at),
-                    };
-                    let props = change.encode();
-                    // The body names the timer too (a record's body is never empty).
-                    let body = id.to_string();
-                    self.put_internal(
-                        &MessageRef::new(TIMER_TOPIC, CANCEL_QUEUE, body.as_bytes())
-                            .with_properties(&props),
-                    )?;
-                    appended = true;
-                    if timer.is_none() {
-                        timer =
-                            u.and_then(|u| self.get_by_offset(u.offset, |v| info(id, due, v)).ok());
-                    }
-                    match due_ms {
-                        None => {
-                            kill_point!("timer.cancel_appended");
-                            TimerOutcome::Cancelled
-                        }
-                        Some(at) => {
-                            kill_point!("timer.reschedule_appended");
-                            if let Some(t) = timer.as_mut() {
-                                t.due_ms = at;
-                            }
-                            TimerOutcome::Rescheduled
-                        }
-                    }
-                }
-            };
-            if outcome != TimerOutcome::Rescheduled {
+        let answer_each = || -> Result<()> {
+            for (id, u, timer) in named {
+                let mut timer = timer.or_else(|| {
+                    let u = u.filter(QueueEntry::has_record)?;
+                    self.get_by_offset(u.offset, |v| info(id, u.tags_code, v))
+                        .ok()
+                });
+                let state = view.state(self, id, u);
                 if let (Some(t), Some(&due)) =
                     (timer.as_mut(), view.progress.rescheduled.get(&id.offset))
                 {
                     t.due_ms = due;
                 }
+                let outcome = match state {
+                    State::Missing => {
+                        timer = None;
+                        TimerOutcome::NotFound
+                    }
+                    State::Delivered => TimerOutcome::AlreadyDelivered,
+                    State::Cancelled => TimerOutcome::AlreadyCancelled,
+                    State::Pending(_) => {
+                        let change = match due_ms {
+                            None => Change::Cancel(id),
+                            Some(at) => Change::Reschedule(id, at),
+                        };
+                        let props = change.encode();
+                        // The body names the timer too (a record's body is never empty).
+                        let body = id.to_string();
+                        self.put_internal(
+                            &MessageRef::new(TIMER_TOPIC, CANCEL_QUEUE, body.as_bytes())
+                                .with_properties(&props),
+                        )?;
+                        appended = true;
+                        match due_ms {
+                            None => {
+                                kill_point!("timer.cancel_appended");
+                                TimerOutcome::Cancelled
+                            }
+                            Some(at) => {
+                                kill_point!("timer.reschedule_appended");
+                                if let Some(t) = timer.as_mut() {
+                                    t.due_ms = at;
+                                }
+                                TimerOutcome::Rescheduled
+                            }
+                        }
+                    }
+                };
+                answers.push(TimerAnswer {
+                    id: Some(id),
+                    outcome,
+                    timer,
+                });
             }
-            answers.push(TimerAnswer {
-                id: Some(id),
-                outcome,
-                timer,
-            });
-        }
+            Ok(())
+        };
+        let result = answer_each();
         if appended {
-            // The host in this process applies them now (its thread wakes for an earlier time).
+            // The host in this process applies them now (its thread wakes for an earlier time),
+            // those before a failure too.
             svc.changed(self, due_ms);
         }
         drop(gate);
-        Ok(answers)
+        result.map(|()| answers)
     }
 }
 
@@ -490,11 +499,7 @@ fn info(id: TimerId, due: i64, v: &RecordView<'_>) -> TimerInfo {
         keys: v.keys().map(str::to_owned).collect(),
         unique_id: v.property(properties::UNIQ_KEY).map(str::to_owned),
         tags: v.tags().map(str::to_owned),
-        due_ms: if due == i64::MIN {
-            timer::out_ms(v.properties()).unwrap_or(due)
-        } else {
-            due
-        },
+        due_ms: due,
         commit_log_offset: v.physical_offset(),
     }
 }
