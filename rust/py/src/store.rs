@@ -86,10 +86,7 @@ fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDi
 /// A topic's queue count: `[1, MAX_QUEUES]`, else `IllegalArgumentError`.
 /// A timer as a tuple: (id, topic, queue id, keys, unique id, tags, due ms, offset id).
 fn timer_row<'py>(py: Python<'py>, t: &TimerInfo) -> PyResult<Bound<'py, PyAny>> {
-    let offset_id = mqlite::message::msg_id::offset_msg_id(
-        &mqlite::message::codec::STORE_HOST,
-        t.commit_log_offset,
-    );
+    let offset_id = t.offset_msg_id();
     (
         t.id.to_string(),
         t.topic.as_str(),

@@ -96,6 +96,13 @@ pub struct TimerInfo {
     pub commit_log_offset: u64,
 }
 
+impl TimerInfo {
+    /// The offset message id of the timer record (a cancel by it is direct).
+    pub fn offset_msg_id(&self) -> String {
+        msg_id::offset_msg_id(&crate::message::codec::STORE_HOST, self.commit_log_offset)
+    }
+}
+
 /// One timer a cancel or reschedule matched, and what it did; `id` is `None` when nothing
 /// matched (`NotFound`).
 #[derive(Debug, Clone, PartialEq, Eq)]
