@@ -141,3 +141,17 @@ def test_an_unknown_id_is_a_not_found_answer_and_writes_nothing(tmp_path: Path) 
             [c] = store.cancel_timer(msg_id)
             assert (c.outcome, c.id, c.timer) == (TimerOutcome.NOT_FOUND, None, None)
         assert log_end(store) == end
+
+
+def test_a_cancel_by_a_handle_that_does_not_deliver_is_honoured_by_the_one_that_does(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "s") as leader, mqlite.open(tmp_path / "s") as other:
+        leader.create_topic("t", 1)
+        doomed = leader.producer().send(Message("t", b"doomed", keys="k", delay=0.3))
+        [c] = other.cancel_timer(key="k")
+        assert c.outcome is TimerOutcome.CANCELLED and c.id == str(doomed.queue_offset)
+        other.producer().send(Message("t", b"marker", delay=0.4))
+        with leader.pull_consumer("g", consume_from=FIRST) as consumer:
+            consumer.subscribe("t")
+            # The marker was due after the cancelled one: it arrives alone.
+            assert [m.body for m in poll_until(consumer, 1)] == [b"marker"]
+        assert [x.outcome for x in leader.cancel_timer(doomed.msg_id)] == [TimerOutcome.ALREADY_CANCELLED]
