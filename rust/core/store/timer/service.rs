@@ -7,16 +7,24 @@
 //!
 //! Invariants
 //! - A timer's id is its offset in the timer queue. Ids below `cursor` have been looked at:
-//!   each is delivered (`Progress`), in `near`, or due after `horizon` (then `far` holds the
-//!   earliest such time and lowest such id). `horizon` only grows while the service hosts.
-//! - A timer is delivered only once the clock reads the `TIMER_OUT_MS` of its record, read
-//!   from the record at the re-put: never early, whatever the queue unit says.
-//! - A timer is recorded as delivered (in memory) only after its re-put returned, and the
-//!   progress file is written only after a flush that covers every delivery it records; its
-//!   `commitLogOffset` is the log's end at that write, so every later delivery lies after it.
+//!   each is done (delivered or cancelled, `Progress`), in `near`, or due after `horizon`
+//!   (then `far` holds the earliest such time and lowest such id). `horizon` only grows while
+//!   the service hosts.
+//! - A timer is delivered only once the clock reads its delivery time (its record's
+//!   `TIMER_OUT_MS`, or the time a reschedule gave it), read at the re-put: never early,
+//!   whatever the queue unit says.
+//! - A pass runs under the timer gate (gate.rs) and, before delivering anything, applies every
+//!   cancel and reschedule record appended to the cancel queue since its last look
+//!   (`sync_changes`): a cancelled timer is never re-put, a rescheduled one goes at its new time.
+//! - A timer is recorded as done (in memory) only after its re-put returned, and the progress
+//!   file is written only after a flush that covers every delivery it records; its
+//!   `commitLogOffset` is the log's end at that write or the end through which the cancel queue
+//!   was applied (`synced_to`), whichever is lower, so every later delivery, cancel and
+//!   reschedule lies after it.
 //! - Before delivering anything, a start reads the progress file afresh and the commit log
 //!   from its `commitLogOffset` to the end, marking every timer whose delivered copy
-//!   (`MQLITE_TIMER_ID`) it finds: a timer delivered before a crash is not delivered again.
+//!   (`MQLITE_TIMER_ID`) or cancel record it finds and applying every reschedule (scan.rs): a
+//!   timer delivered or cancelled before a crash is not delivered (again).
 //! - The thread sleeps until the earliest of: the first near timer's time, the time the
 //!   near tier must be refilled (the earliest far timer less half a window), the next
 //!   catch-up slot, or an arrival the put hook announces (hook.rs). A timer announced but not
@@ -28,8 +36,9 @@
 //!   limited.
 //!
 //! Crash behaviour: exactly once for a crash of the process (kill point
-//! `timer.delivered_unrecorded`): the copy is in the log and recovery finds its id. After a
-//! power cut, a delivery lost with the unflushed tail of the log is delivered again, once.
+//! `timer.delivered_unrecorded`): the copy is in the log and recovery finds its id; a cancel
+//! or reschedule record is found the same way (control.rs). After a power cut, a delivery lost
+//! with the unflushed tail of the log is delivered again, once.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
