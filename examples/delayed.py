@@ -16,7 +16,7 @@ from pathlib import Path
 import mqlite
 from mqlite import ConsumeFromWhere, Message, TimerOutcome
 
-PAY_WITHIN = 2.0  # seconds an order may stay unpaid (minutes in real life)
+PAY_WITHIN = 3.0  # seconds an order may stay unpaid (minutes in real life)
 
 
 def main(path: Path) -> int:

@@ -34,7 +34,7 @@ def test_a_cancelled_timer_is_not_delivered_and_each_answer_is_true(tmp_path: Pa
     with mqlite.open(tmp_path / "s") as store:
         store.create_topic("t", 1)
         p = store.producer()
-        doomed = p.send(Message("t", b"doomed", delay=0.2, keys="order-1"))
+        doomed = p.send(Message("t", b"doomed", delay=HOUR, keys="order-1"))
         soon = p.send(Message("t", b"soon", delay=0.2))
         assert store.pending_timers() == 2
         [c] = store.cancel_timer(doomed.msg_id)
@@ -48,8 +48,11 @@ def test_a_cancelled_timer_is_not_delivered_and_each_answer_is_true(tmp_path: Pa
             assert [m.body for m in poll_until(consumer, 1)] == [b"soon"]
             [d] = store.cancel_timer(soon.offset_msg_id)
             assert d.outcome is TimerOutcome.ALREADY_DELIVERED
-            # The cancelled one never comes: a later message arrives alone.
-            p.send(Message("t", b"after"))
+            # A cancelled timer stays cancelled: moving it to now moves nothing, and a later
+            # message arrives alone.
+            [r] = store.reschedule_timer(doomed.msg_id, delay=0)
+            assert r.outcome is TimerOutcome.ALREADY_CANCELLED
+            p.send(Message("t", b"after", delay=0.1))
             assert [m.body for m in poll_until(consumer, 1)] == [b"after"]
         assert store.pending_timers() == 0
     # And not after a reopen either.
@@ -84,7 +87,7 @@ def test_reschedule_later_and_earlier(tmp_path: Path) -> None:
         store.create_topic("t", 1)
         p = store.producer()
         hour = p.send(Message("t", b"hour", delay=HOUR))
-        soon = p.send(Message("t", b"soon", delay=0.1))
+        soon = p.send(Message("t", b"soon", delay=HOUR))
         [r] = store.reschedule_timer(soon.msg_id, delay=2 * HOUR)
         assert r.outcome is TimerOutcome.RESCHEDULED and r.id == str(soon.queue_offset)
         later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=3)
@@ -146,12 +149,15 @@ def test_an_unknown_id_is_a_not_found_answer_and_writes_nothing(tmp_path: Path) 
 def test_a_cancel_by_a_handle_that_does_not_deliver_is_honoured_by_the_one_that_does(tmp_path: Path) -> None:
     with mqlite.open(tmp_path / "s") as leader, mqlite.open(tmp_path / "s") as other:
         leader.create_topic("t", 1)
-        doomed = leader.producer().send(Message("t", b"doomed", keys="k", delay=0.3))
+        doomed = leader.producer().send(Message("t", b"doomed", keys="k", delay=HOUR))
         [c] = other.cancel_timer(key="k")
         assert c.outcome is TimerOutcome.CANCELLED and c.id == str(doomed.queue_offset)
-        other.producer().send(Message("t", b"marker", delay=0.4))
+        # The delivering handle sees the cancel: moving the timer to now moves nothing.
+        [r] = leader.reschedule_timer(doomed.offset_msg_id, delay=0)
+        assert r.outcome is TimerOutcome.ALREADY_CANCELLED
+        other.producer().send(Message("t", b"marker", delay=0.1))
         with leader.pull_consumer("g", consume_from=FIRST) as consumer:
             consumer.subscribe("t")
-            # The marker was due after the cancelled one: it arrives alone.
+            # The marker arrives alone.
             assert [m.body for m in poll_until(consumer, 1)] == [b"marker"]
         assert [x.outcome for x in leader.cancel_timer(doomed.msg_id)] == [TimerOutcome.ALREADY_CANCELLED]
