@@ -242,7 +242,9 @@ fn a_delay_level_wins_over_timer_properties() {
         &[("DELAY", "1"), ("TIMER_DELAY_SEC", "100")],
     );
     assert_eq!(bodies(&store, "SCHEDULE_TOPIC_XXXX", 0), [b"x"]);
-    assert_eq!(store.pending_timers(), 0);
+    // Pending as a level-1 message, not as a timer of the timer log.
+    assert!(store.topic(TIMER_TOPIC).unwrap().is_none());
+    assert_eq!(store.pending_timers(), 1);
 }
 
 /// On the system clock: a timer due soon, put while the service sleeps towards a timer an hour

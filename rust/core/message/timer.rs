@@ -28,7 +28,7 @@ pub const ENQUEUE_MS: &str = "TIMER_ENQUEUE_MS";
 /// On a delivered copy: the time it was delivered.
 pub const DEQUEUE_MS: &str = "TIMER_DEQUEUE_MS";
 /// On a delivered copy (of a timer or a delay level): the timer's id, its source queue and
-/// offset there (`store::timer::id`: `42` for the timer topic's queue, `L3:17` for level 3).
+/// offset there (`message::timer_id`: `42` for the timer topic's queue, `L3:17` for level 3).
 /// Recovery looks for it to learn what was delivered after the last progress write.
 pub const TIMER_ID: &str = "MQLITE_TIMER_ID";
 

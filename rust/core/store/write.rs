@@ -667,6 +667,44 @@ impl Store {
         Ok(())
     }
 
+    /// Appends one record the store itself writes into a system topic (a timer's cancel or
+    /// reschedule record, store/timer/control.rs): validated as a caller's message, its queue
+    /// created if needed, no hook run, and waited for as `put` waits.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub(in crate::store) fn put_internal(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.check_writable()?;
+        validate::check_sizes(
+            msg.body.len(),
+            msg.properties.len(),
+            self.inner.max_message_size,
+        )?;
+        let checked = properties::check_encoded(msg.properties)?;
+        self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        let prepared = Prepared::new(*msg)?;
+        let appended = self.inner.commit_log.put(&prepared)?;
+        let code = tags::of_record(
+            msg.topic,
+            msg.properties,
+            checked.tags,
+            appended.store_timestamp,
+        );
+        let req = known_request(msg, &appended, code);
+        let end = appended.physical_offset + u64::from(appended.size);
+        let status = self.after_append(
+            end,
+            |r| r.try_dispatch_known(appended.physical_offset, end, &[req]),
+            true,
+        )?;
+        Ok(PutResult {
+            status,
+            appended,
+            queue_id: msg.queue_id,
+            scheduled: false,
+        })
+    }
+
     pub(super) fn check_writable(&self) -> Result<()> {
         self.check_usable()?;
         if self.inner.config.read_only {

@@ -60,6 +60,12 @@ pub const POINTS: &[&str] = &[
     // Timer engine: a due timer re-put to its real topic (carrying its MQLITE_TIMER_ID), the
     // timer progress not yet recording it.
     "timer.delivered_unrecorded",
+    // Timer cancel: the cancel record appended (the put returned) under the timer gate, the
+    // answer not yet returned and the gate still held.
+    "timer.cancel_appended",
+    // Timer reschedule: the reschedule record appended under the timer gate, the answer not
+    // yet returned and the gate still held.
+    "timer.reschedule_appended",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

@@ -13,14 +13,15 @@
 //!   as in RocketMQ); a delivered copy (it carries `MQLITE_TIMER_ID`), a record already in the
 //!   timer topic and a message that reaches no consume queue are left alone.
 //! - The caller's `TIMER_OUT_MS`, `REAL_TOPIC`, `REAL_QID` and `MQLITE_TIMER_ID` never reach
-//!   the stored record: the hook writes its own.
+//!   the stored record: the hook writes its own. Nor do `MQLITE_TIMER_CANCEL` and
+//!   `MQLITE_TIMER_RESCHEDULE_MS`, which only a cancel or reschedule record carries.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::message::marks::Marks;
 use crate::message::timer::{self, Asked};
-use crate::message::{properties, sysflag, MessageRef};
+use crate::message::{properties, sysflag, timer_id, MessageRef};
 use crate::store::hooks::{PutHook, Rewrite};
 use crate::util::clock::Clock;
 
@@ -31,12 +32,15 @@ pub(in crate::store) struct TimerHook {
     max_delay_ms: i64,
 }
 
-/// Properties the hook owns on a stored timer record.
-const OWNED: [&str; 4] = [
+/// Properties the hook owns on a stored timer record (a change record's names among them:
+/// only a cancel or reschedule may write those).
+const OWNED: [&str; 6] = [
     timer::OUT_MS,
     properties::REAL_TOPIC,
     properties::REAL_QID,
     timer::TIMER_ID,
+    timer_id::CANCEL,
+    timer_id::RESCHEDULE_MS,
 ];
 
 impl TimerHook {

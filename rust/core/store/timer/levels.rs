@@ -2,13 +2,16 @@
 //! `SCHEDULE_TOPIC_XXXX` (level n is queue n - 1, FORMAT.md §15) holds its messages in due
 //! order (one delay per level, store times that only grow), so the engine needs only each
 //! level's head, merged with its near tier. How far each level is delivered is
-//! `config/delayOffset.json`, in RocketMQ's shape (store/schedule/offsets.rs).
+//! `config/delayOffset.json`, in RocketMQ's shape (store/schedule/offsets.rs); the offsets live
+//! in memory in the progress (progress.rs), beside the level messages done out of order.
 //!
 //! Invariants
-//! - A level is delivered in queue order: its offset moves past a message only after that
-//!   message's re-put returned, so "delivered" is exactly "below the level's offset", and a
-//!   delivered copy found by recovery (`MQLITE_TIMER_ID` `L<level>:<offset>`) moves the
-//!   level's offset past it.
+//! - A level's head is delivered in queue order: its offset moves past a message only after
+//!   that message's re-put returned, or when it is done out of order (cancelled) or moved (a
+//!   reschedule: the engine then delivers it at its new time from the progress's
+//!   `level_moved`, not as a head). So a level message is done when it is below its level's
+//!   offset and not moved, or marked done; and a head's delivered copy found by recovery
+//!   (`MQLITE_TIMER_ID` `L<level>:<offset>`) moves the level's offset past it.
 //! - `heads` holds, per level, the unit at its offset when that unit is readable: its due time
 //!   (the unit's tags code, the record's delivery time) and its record's place.
 //! - An offset outside its queue (a store copied without its queues, retention of a level no
@@ -18,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::progress::Progress;
 use crate::error::Result;
 use crate::message::tags::SCHEDULE_TOPIC;
 use crate::store::schedule::offsets::{self, DelayOffsets};
@@ -39,83 +43,74 @@ pub(super) struct Head {
 pub(super) struct Levels {
     /// `config/delayOffset.json` (`None`: an in-memory store).
     path: Option<PathBuf>,
+    /// The file as last read or written (the progress holds the live table).
     offsets: DelayOffsets,
-    /// The offsets changed since they were last written.
-    pub dirty: bool,
     heads: BTreeMap<u32, Head>,
 }
 
 impl Levels {
-    /// The levels of the store whose config directory is `config_dir`, reading their offsets.
+    /// The levels of the store whose config directory is `config_dir`, reading their offsets
+    /// into `progress`.
     ///
     /// # Errors
     /// `ConfigFile` when `delayOffset.json` and its `.bak` do not decode; I/O failures.
-    pub fn new(config_dir: Option<PathBuf>) -> Result<Self> {
+    pub fn new(config_dir: Option<PathBuf>, progress: &mut Progress) -> Result<Self> {
         let path = config_dir.map(|d| d.join(offsets::FILE));
         let offsets = match &path {
             Some(p) => DelayOffsets::load(p)?,
             None => DelayOffsets::default(),
         };
+        progress.levels = offsets.table.clone();
         Ok(Levels {
             path,
             offsets,
-            dirty: false,
             heads: BTreeMap::new(),
         })
     }
 
-    /// A new hosting: the offsets read again unless this process holds newer ones (another
-    /// process may have delivered since), the heads forgotten.
+    /// A new hosting: the offsets read again into `progress` unless this process holds newer
+    /// ones (another process may have delivered since), the heads forgotten.
     ///
     /// # Errors
     /// As `new`.
-    pub fn reload(&mut self) -> Result<()> {
-        if let (false, Some(path)) = (self.dirty, &self.path) {
+    pub fn reload(&mut self, progress: &mut Progress) -> Result<()> {
+        if let (false, Some(path)) = (self.dirty(progress), &self.path) {
             self.offsets = DelayOffsets::load(path)?;
+            progress.levels = self.offsets.table.clone();
         }
         self.heads.clear();
         Ok(())
     }
 
-    /// Level -> next offset to deliver.
-    pub fn table(&self) -> BTreeMap<u32, u64> {
-        self.offsets.table.clone()
-    }
-
-    /// Recovery found the delivered copy of `level`'s message at `offset`: that message and
-    /// every one before it are delivered (queue order).
-    pub fn mark(&mut self, level: u32, offset: u64) {
-        let next = offset.saturating_add(1);
-        if self.offsets.table.get(&level).copied().unwrap_or(0) < next {
-            self.offsets.table.insert(level, next);
-            self.heads.remove(&level);
-            self.dirty = true;
-        }
+    /// The offsets in `progress` changed since they were last read or written.
+    pub fn dirty(&self, progress: &Progress) -> bool {
+        self.offsets.table != progress.levels
     }
 
     /// Reads every level's head (a unit per level).
-    pub fn refresh(&mut self, store: &Store) {
+    pub fn refresh(&mut self, store: &Store, progress: &mut Progress) {
         for level in 1..=level_count(store) {
-            self.refresh_level(store, level);
+            self.refresh_level(store, progress, level);
         }
     }
 
-    /// Reads `level`'s head.
-    pub fn refresh_level(&mut self, store: &Store, level: u32) {
+    /// Reads `level`'s head, stepping over the messages done out of order or moved.
+    pub fn refresh_level(&mut self, store: &Store, progress: &mut Progress, level: u32) {
         self.heads.remove(&level);
         let Some(q) = store.queue(SCHEDULE_TOPIC, level - 1).ok().flatten() else {
             return;
         };
         loop {
-            let offset = self.offsets.table.get(&level).copied().unwrap_or(0);
+            let offset = progress.level_offset(level);
             let clamped = offset.clamp(q.min_offset(), q.max_offset().max(q.min_offset()));
             if clamped != offset {
-                self.offsets.table.insert(level, clamped);
-                self.dirty = true;
+                progress.set_level_offset(level, clamped);
                 continue;
             }
+            let stepped = progress.level_done.contains(&(level, offset))
+                || progress.level_moved.contains_key(&(level, offset));
             match q.entry(offset) {
-                Some(e) if e.has_record() => {
+                Some(e) if e.has_record() && !stepped => {
                     let head = Head {
                         due: e.tags_code,
                         offset,
@@ -124,8 +119,7 @@ impl Levels {
                     self.heads.insert(level, head);
                 }
                 Some(_) => {
-                    self.offsets.table.insert(level, offset + 1);
-                    self.dirty = true;
+                    progress.set_level_offset(level, offset + 1);
                     continue;
                 }
                 None => {}
@@ -149,87 +143,109 @@ impl Levels {
         }
     }
 
-    /// `level`'s head was delivered: the level moves on to its next message.
-    pub fn advance(&mut self, store: &Store, level: u32, offset: u64) {
-        self.offsets.table.insert(level, offset.saturating_add(1));
-        self.dirty = true;
-        self.refresh_level(store, level);
-    }
-
-    /// The lowest commit-log offset of a level message not yet delivered, among the heads
-    /// read (`None`: none).
-    pub fn first_record(&self) -> Option<u64> {
-        self.heads.values().map(|h| h.record).min()
-    }
-
-    /// Writes the offsets if they changed (the log already durable through every delivery
-    /// they record).
+    /// Writes the offsets in `progress` if they changed (the log already durable through every
+    /// delivery they record).
     ///
     /// # Errors
     /// I/O failures (the offsets stay dirty).
-    pub fn persist(&mut self, now_ms: i64, mode: u32) -> Result<()> {
-        if let (true, Some(path)) = (self.dirty, &self.path) {
-            self.offsets.store(path, now_ms, mode)?;
+    pub fn persist(&mut self, progress: &Progress, now_ms: i64, mode: u32) -> Result<()> {
+        if let (true, Some(path)) = (self.dirty(progress), &self.path) {
+            let last = std::mem::replace(&mut self.offsets.table, progress.levels.clone());
+            if let Err(e) = self.offsets.store(path, now_ms, mode) {
+                self.offsets.table = last;
+                return Err(e);
+            }
         }
-        self.dirty = false;
         Ok(())
-    }
-
-    /// The lowest commit-log offset of a level message not yet delivered, read from the
-    /// queues (`u64::MAX`: none; 0 when a queue cannot be read: keep everything rather than
-    /// guess).
-    pub fn pending_floor(&self, store: &Store) -> u64 {
-        let mut floor = u64::MAX;
-        for level in 1..=level_count(store) {
-            let q = match store.queue(SCHEDULE_TOPIC, level - 1) {
-                Ok(Some(q)) => q,
-                Ok(None) => continue,
-                Err(_) => return 0,
-            };
-            let offset = self.offsets.table.get(&level).copied().unwrap_or(0);
-            let from = offset.max(q.min_offset());
-            if from >= q.max_offset() {
-                continue;
-            }
-            // The first unit that stands for a record (placeholders are stepped over).
-            let mut at = from;
-            let mut units = Vec::with_capacity(16);
-            loop {
-                units.clear();
-                q.entries(at, 16, &mut units);
-                let Some(&(last, _)) = units.last() else {
-                    return 0;
-                };
-                if let Some(&(_, e)) = units.iter().find(|(_, e)| e.has_record()) {
-                    floor = floor.min(e.offset);
-                    break;
-                }
-                at = last + 1;
-                if at >= q.max_offset() {
-                    break;
-                }
-            }
-        }
-        floor
-    }
-
-    /// Each level's queue with its end (for a wait on any of them growing).
-    pub fn ends(&self, store: &Store) -> Vec<(u32, u64)> {
-        (0..level_count(store))
-            .map(|q| {
-                let end = store
-                    .queue(SCHEDULE_TOPIC, q)
-                    .ok()
-                    .flatten()
-                    .map_or(0, |cq| cq.max_offset());
-                (q, end)
-            })
-            .collect()
     }
 }
 
+/// Reads `delayOffset.json` into `progress` (for a process that does not host delivery).
+///
+/// # Errors
+/// As `Levels::new`.
+pub(super) fn load_offsets(config_dir: &std::path::Path, progress: &mut Progress) -> Result<()> {
+    progress.levels = DelayOffsets::load(&config_dir.join(offsets::FILE))?.table;
+    Ok(())
+}
+
+/// The lowest commit-log offset of a level message not yet done, read from the queues
+/// (`u64::MAX`: none; 0 when a queue cannot be read: keep everything rather than guess): the
+/// first record at or above each level's offset, and each moved message's record.
+pub(super) fn pending_floor(store: &Store, progress: &Progress) -> u64 {
+    let mut floor = u64::MAX;
+    for &(level, offset) in progress.level_moved.keys() {
+        match store.queue(SCHEDULE_TOPIC, level - 1) {
+            Ok(Some(q)) => {
+                if let Some(e) = q.entry(offset).filter(|e| e.has_record()) {
+                    floor = floor.min(e.offset);
+                }
+            }
+            Ok(None) => {}
+            Err(_) => return 0,
+        }
+    }
+    for level in 1..=level_count(store) {
+        let q = match store.queue(SCHEDULE_TOPIC, level - 1) {
+            Ok(Some(q)) => q,
+            Ok(None) => continue,
+            Err(_) => return 0,
+        };
+        let from = progress.level_offset(level).max(q.min_offset());
+        if from >= q.max_offset() {
+            continue;
+        }
+        // The first unit that stands for a record (placeholders are stepped over).
+        let mut at = from;
+        let mut units = Vec::with_capacity(16);
+        loop {
+            units.clear();
+            q.entries(at, 16, &mut units);
+            let Some(&(last, _)) = units.last() else {
+                return 0;
+            };
+            if let Some(&(_, e)) = units.iter().find(|(_, e)| e.has_record()) {
+                floor = floor.min(e.offset);
+                break;
+            }
+            at = last + 1;
+            if at >= q.max_offset() {
+                break;
+            }
+        }
+    }
+    floor
+}
+
+/// Level messages stored and not done: the units from each level's offset, less those done
+/// out of order, plus the moved ones the offset passed.
+pub(super) fn pending(store: &Store, progress: &Progress) -> u64 {
+    let units: u64 = ends(store)
+        .into_iter()
+        .map(|(q, end)| end.saturating_sub(progress.level_offset(q + 1)))
+        .sum();
+    let above = |&(l, o): &(u32, u64)| o >= progress.level_offset(l);
+    let done = progress.level_done.iter().filter(|k| above(k)).count();
+    let moved_below = progress.level_moved.keys().filter(|k| !above(k)).count();
+    units.saturating_sub(done as u64) + moved_below as u64
+}
+
+/// Each level's queue (0-based) with its end (for a wait on any of them growing).
+pub(super) fn ends(store: &Store) -> Vec<(u32, u64)> {
+    (0..level_count(store))
+        .map(|q| {
+            let end = store
+                .queue(SCHEDULE_TOPIC, q)
+                .ok()
+                .flatten()
+                .map_or(0, |cq| cq.max_offset());
+            (q, end)
+        })
+        .collect()
+}
+
 /// Levels that have a queue (queues of the schedule topic); 0 before the first delayed message.
-fn level_count(store: &Store) -> u32 {
+pub(super) fn level_count(store: &Store) -> u32 {
     store
         .topic(SCHEDULE_TOPIC)
         .ok()

@@ -1,13 +1,14 @@
 //! The re-put of a due timer or delayed message to its real topic and queue.
 //!
 //! Invariants
-//! - The record's own delivery time is checked against the clock first (`TIMER_OUT_MS` for the
-//!   timer log, store time plus the level's delay for a level): nothing is put early, whatever
-//!   its queue unit says.
+//! - The delivery time is checked against the clock first: the time a reschedule gave the
+//!   timer, else its record's own (`TIMER_OUT_MS` for the timer log, store time plus the
+//!   level's delay for a level): nothing is put early, whatever its queue unit says.
 //! - The copy keeps body, flag, SYSFLAG, born time, reconsume count, keys, tags and the
 //!   caller's properties, and carries the timer's id (`MQLITE_TIMER_ID`, id.rs) and nothing of
 //!   a stale one. A timer-log copy drops `REAL_TOPIC`, `REAL_QID` and the delay properties
-//!   and gains `TIMER_ENQUEUE_MS` / `TIMER_DEQUEUE_MS` (RocketMQ 5); a level copy drops
+//!   and gains `TIMER_ENQUEUE_MS` / `TIMER_DEQUEUE_MS` (RocketMQ 5), and a rescheduled one's
+//!   `TIMER_OUT_MS` is its new time; a level copy drops
 //!   `DELAY`, `MQLITE_DELAY_MS`, `TIMER_DELIVER_MS` and `TIMER_DELAY_SEC` and keeps
 //!   `REAL_TOPIC` and `REAL_QID` (RocketMQ 4's `ScheduleMessageService`).
 //! - It goes to queue `REAL_QID`, or to the queue the same key picks when the topic now has
@@ -15,9 +16,9 @@
 //!   it can go nowhere, and waiting for it would hold its source back for good. A re-put the
 //!   store refuses is an error: the timer stays pending and is tried again, never dropped.
 
-use super::id::{Source, TimerId};
 use crate::error::{Error, Result};
 use crate::message::timer;
+use crate::message::timer_id::{Source, TimerId};
 use crate::message::{properties, sysflag, tags, MessageRef};
 use crate::store::{PutRequest, Routing, Store};
 
@@ -40,16 +41,23 @@ const CLEARED_LEVEL: [&str; 5] = [
 ];
 
 /// Re-puts the record at commit-log `offset`, timer `id`: `Ok(Some(t))` without putting when
-/// the record's delivery time `t` is after `now`, `Ok(None)` after a put or for a record that
-/// names no destination.
-pub(super) fn redeliver(store: &Store, offset: u64, id: TimerId, now: i64) -> Result<Option<i64>> {
+/// its delivery time `t` (`moved` when a reschedule gave one, else the record's) is after
+/// `now`, `Ok(None)` after a put or for a record that names no destination.
+pub(super) fn redeliver(
+    store: &Store,
+    offset: u64,
+    id: TimerId,
+    now: i64,
+    moved: Option<i64>,
+) -> Result<Option<i64>> {
     store.get_by_offset(offset, |v| {
         let props = v.properties();
-        let at = match id.source {
-            Source::Log => timer::out_ms(props),
-            Source::Level(_) => tags::delivery_time(props, v.store_timestamp()),
-        }
-        .unwrap_or(i64::MIN);
+        let at = moved
+            .or_else(|| match id.source {
+                Source::Log => timer::out_ms(props),
+                Source::Level(_) => tags::delivery_time(props, v.store_timestamp()),
+            })
+            .unwrap_or(i64::MIN);
         if at > now {
             return Ok(Some(at));
         }
@@ -63,12 +71,16 @@ pub(super) fn redeliver(store: &Store, offset: u64, id: TimerId, now: i64) -> Re
             Source::Level(_) => &CLEARED_LEVEL,
         };
         let mut kept = Vec::with_capacity(props.len() + 64);
+        let replaced = |k: &str| moved.is_some() && id.source == Source::Log && k == timer::OUT_MS;
         for (k, val) in properties::iter(props) {
-            if !cleared.contains(&k) {
+            if !(cleared.contains(&k) || replaced(k)) {
                 properties::push(&mut kept, k, val);
             }
         }
         if id.source == Source::Log {
+            if let Some(at) = moved {
+                properties::push(&mut kept, timer::OUT_MS, &at.to_string());
+            }
             properties::push(
                 &mut kept,
                 timer::ENQUEUE_MS,

@@ -13,27 +13,36 @@
 //! levels' heads, while it is due.
 //!
 //! Invariants
-//! - A timer's id (id.rs) is its source queue and offset there. Timer-log ids below `cursor`
-//!   have been looked at: each is delivered (`Progress`), in `near`, or due after `horizon`
-//!   (then `far` holds the earliest such time and lowest such id). `horizon` only grows while
-//!   the service hosts. A level is delivered in queue order (levels.rs).
-//! - Nothing is delivered before the clock reads the delivery time its record states, read
-//!   at the re-put (redeliver.rs), whatever the queue unit says.
-//! - A timer is recorded as delivered (in memory) only after its re-put returned, and the
-//!   progress files are written only after a flush that covers every delivery they record:
+//! - A timer's id (`message::timer_id`) is its source queue and offset there. Timer-log ids
+//!   below `cursor` have been looked at: each is done (delivered or cancelled, `Progress`), in
+//!   `near`, or due after `horizon` (then `far` holds the earliest such time and lowest such
+//!   id). `horizon` only grows while the service hosts. A level's head goes in queue order;
+//!   a moved level message (a reschedule) waits in the progress's `level_moved` (levels.rs).
+//! - Nothing is delivered before the clock reads its delivery time: the time a reschedule gave
+//!   it, else the one its record states, read at the re-put (redeliver.rs), whatever the queue
+//!   unit says.
+//! - A pass runs under the timer gate (gate.rs), for both sources, and before delivering
+//!   anything applies every cancel and reschedule record appended to the cancel queue since
+//!   its last look (`sync_changes`): a cancelled timer is never re-put, a rescheduled one goes
+//!   at its new time.
+//! - A timer is recorded as done (in memory) only after its re-put returned, and the progress
+//!   files are written only after a flush that covers every delivery they record:
 //!   `delayOffset.json` first, then `timerProgress.json`, whose `commitLogOffset` is the log's
-//!   end at that write, so every delivery neither file records lies after it.
+//!   end at that write or the end through which the cancel queue was applied (`synced_to`),
+//!   whichever is lower, so every delivery, cancel and reschedule neither file records lies
+//!   after it.
 //! - Before delivering anything, a start reads both files afresh (`prepare_start`) and the
-//!   commit log from `commitLogOffset` to the end (`recover`), marking every timer whose
-//!   delivered copy (`MQLITE_TIMER_ID`) it finds, of either source: a timer or delayed
-//!   message delivered before a crash is not delivered again.
+//!   commit log from `commitLogOffset` to the end (`recover`, scan.rs), applying every
+//!   delivered copy (`MQLITE_TIMER_ID`) and change record it finds, of either source: a timer
+//!   or delayed message delivered or cancelled before a crash is not delivered (again).
 //! - The thread sleeps until the earliest of: the first near timer's time, the first level
-//!   head's time, the time the near tier must be refilled (the earliest far timer less half a
-//!   window), the next catch-up slot, or an arrival a put announces after its append (wake.rs:
-//!   of this process, or with shared writers of any process through the writer mapping). An
-//!   arrival makes the thread follow the log to its end and, when that end is not yet
-//!   dispatched here, wait for its dispatch (at most its nap). The longest sleep is `MAX_NAP`,
-//!   a safety net for wall-clock jumps, not a poll for work.
+//!   head's or moved level message's time, the time the near tier must be refilled (the
+//!   earliest far timer less half a window), the next catch-up slot, or an arrival announced
+//!   after its append (wake.rs: a put or a change record, of this process, or with shared
+//!   writers of any process through the writer mapping). An arrival makes the thread follow
+//!   the log to its end and, when that end is not yet dispatched here, wait for its dispatch
+//!   (at most its nap). The longest sleep is `MAX_NAP`, a safety net for wall-clock jumps,
+//!   not a poll for work.
 //! - Timers and delayed messages already overdue when this process began hosting are
 //!   delivered at most `timer_catchup_rate` per second together (counted on the store's
 //!   clock); the others are not limited.
@@ -42,24 +51,26 @@
 //!
 //! Crash behaviour: exactly once for a crash of the process (kill points
 //! `timer.delivered_unrecorded`, `schedule.delivered_unrecorded`): the copy is in the log and
-//! recovery finds its id. After a power cut, a delivery lost with the unflushed tail of the
-//! log is delivered again, once.
+//! recovery finds its id; a cancel or reschedule record is found the same way (control.rs).
+//! After a power cut, a delivery lost with the unflushed tail of the log is delivered again,
+//! once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::id::{Source, TimerId};
-use super::levels::Levels;
+use super::gate::Gate;
+use super::levels::{self, Levels};
 use super::progress::Progress;
 use super::redeliver::redeliver;
+use super::scan::{self, scan_log};
 use super::wake::Wake;
 use crate::dispatch::queue_index::QueueEntry;
 use crate::error::{Error, Result};
 use crate::message::tags::SCHEDULE_TOPIC;
-use crate::message::timer::{self, TIMER_TOPIC};
-use crate::message::RecordView;
+use crate::message::timer::TIMER_TOPIC;
+use crate::message::timer_id::{Change, Source, TimerId, CANCEL_QUEUE};
 use crate::service::Service;
 use crate::store::{Inner, Store};
 use crate::util::clock::Clock;
@@ -73,6 +84,10 @@ const RETRY_NAP: Duration = Duration::from_secs(1);
 const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
 /// Queue units read at a time.
 const BATCH: usize = 1024;
+/// How far the log may run ahead of the progress file's `commitLogOffset` while timers are
+/// pending before the file is written again: a cancel in another process reads the log from
+/// there (control.rs), so this bounds what it reads.
+const RESCAN_LIMIT: u64 = 16 << 20;
 
 /// See the module doc.
 #[derive(Debug)]
@@ -86,6 +101,8 @@ pub(in crate::store) struct TimerService {
     catchup_rate: u32,
     wake: Wake,
     store: OnceLock<Weak<Inner>>,
+    /// Taken before `state` by every delivery pass, cancel and reschedule (gate.rs).
+    gate: Gate,
     state: Mutex<State>,
     /// Held while delivery is started, stopped or run by a caller: one at a time.
     hosting: Mutex<()>,
@@ -93,8 +110,9 @@ pub(in crate::store) struct TimerService {
 
 #[derive(Debug)]
 struct State {
+    /// What is done, of both sources (the levels' offsets included).
     progress: Progress,
-    /// The delay levels' offsets and heads.
+    /// The delay levels' heads and their offsets file.
     levels: Levels,
     /// Recovery ran since this process began hosting.
     loaded: bool,
@@ -102,7 +120,13 @@ struct State {
     horizon: i64,
     /// (due, id) -> (commit-log offset, size) of the timers due by `horizon`.
     near: BTreeMap<(i64, u64), (u64, u32)>,
-    near_ids: BTreeSet<u64>,
+    /// id -> due of the timers in `near`.
+    near_ids: BTreeMap<u64, i64>,
+    /// The cancel queue's units below this offset have been applied (or were covered by the
+    /// restart scan).
+    cancel_cursor: u64,
+    /// Every cancel and reschedule record below this commit-log offset is in `progress`.
+    synced_to: u64,
     /// (earliest due, lowest id) of the looked-at timers due after `horizon`.
     far: Option<(i64, u64)>,
     /// `progress` changed since it was last written.
@@ -132,12 +156,17 @@ impl TimerService {
         config: &crate::config::StoreConfig,
         config_dir: Option<PathBuf>,
     ) -> Result<Self> {
+        let gate = Gate::new(
+            config_dir.as_deref().and_then(std::path::Path::parent),
+            config.shared_writers,
+            config.file_mode,
+        )?;
         let path = config_dir.as_ref().map(|d| d.join(super::progress::FILE));
-        let levels = Levels::new(config_dir)?;
-        let progress = match &path {
+        let mut progress = match &path {
             Some(p) => Progress::load(p)?,
             None => Progress::default(),
         };
+        let levels = Levels::new(config_dir, &mut progress)?;
         Ok(TimerService {
             clock: config.clock.clone(),
             path,
@@ -147,6 +176,7 @@ impl TimerService {
             catchup_rate: config.timer_catchup_rate,
             wake: Wake::default(),
             store: OnceLock::new(),
+            gate,
             state: Mutex::new(State {
                 progress,
                 levels,
@@ -154,7 +184,9 @@ impl TimerService {
                 cursor: 0,
                 horizon: i64::MIN,
                 near: BTreeMap::new(),
-                near_ids: BTreeSet::new(),
+                near_ids: BTreeMap::new(),
+                cancel_cursor: 0,
+                synced_to: 0,
                 far: None,
                 dirty: false,
                 last_persist: Instant::now(),
@@ -182,6 +214,44 @@ impl TimerService {
         self.wake.arrival();
     }
 
+    /// The gate every change of a timer's state is made under.
+    pub(super) fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// The progress this process knows best, of both sources, for a caller holding the gate:
+    /// the host's own when this process hosts, else the files (the host's last writes), else
+    /// the one read at open (an in-memory store).
+    ///
+    /// # Errors
+    /// `ConfigFile` when a file and its `.bak` do not decode; I/O failures.
+    pub(super) fn known_progress(&self) -> Result<Progress> {
+        let state = self.lock();
+        match (&self.path, state.loaded) {
+            (Some(path), false) => {
+                let mut p = Progress::load(path)?;
+                if let Some(dir) = path.parent() {
+                    levels::load_offsets(dir, &mut p)?;
+                }
+                Ok(p)
+            }
+            _ => Ok(state.progress.clone()),
+        }
+    }
+
+    /// A caller holding the gate appended change records: when this process hosts, they are
+    /// applied now; the thread that hosts, in whichever process, is woken (a reschedule may
+    /// have made a timer due earlier).
+    pub(super) fn changed(&self, store: &Store) {
+        let mut state = self.lock();
+        if state.loaded {
+            // A failure leaves them to the next pass, which applies them before delivering.
+            let _ = self.sync_changes(store, &mut state);
+        }
+        drop(state);
+        self.wake.arrival();
+    }
+
     /// The leader of shared writers hosts delivery (leader.rs): called when this process
     /// takes the role. A start that fails (the store closing, a progress file unreadable)
     /// leaves delivery to the next leader or the next open.
@@ -198,7 +268,7 @@ impl TimerService {
 
     /// The level -> next offset table of `delayOffset.json`, as it stands here.
     pub(in crate::store) fn delay_offsets(&self) -> BTreeMap<u32, u64> {
-        self.lock().levels.table()
+        self.lock().progress.levels.clone()
     }
 
     /// Binds the service to its store (once, before it starts).
@@ -213,13 +283,16 @@ impl TimerService {
     /// # Errors
     /// As `new`.
     pub(in crate::store) fn prepare_start(&self) -> Result<()> {
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         if let (false, Some(path)) = (state.dirty, &self.path) {
+            let levels = std::mem::take(&mut state.progress.levels);
             state.progress = Progress::load(path)?;
+            state.progress.levels = levels;
         }
-        state.levels.reload()?;
+        state.levels.reload(&mut state.progress)?;
         state.loaded = false;
-        drop(state);
+        drop(guard);
         self.wake.rearm();
         Ok(())
     }
@@ -244,7 +317,8 @@ impl TimerService {
         log: &crate::commit_log::CommitLog,
     ) -> Result<()> {
         let mut state = self.lock();
-        self.persist(log.max_offset(), &mut state)
+        let end = log.max_offset().min(state.synced_to);
+        self.persist(end, &mut state)
     }
 
     /// Delivers every timer and delayed message due now, makes the log durable and writes the
@@ -255,8 +329,10 @@ impl TimerService {
     pub(in crate::store) fn deliver_due(&self, store: &Store) -> Result<usize> {
         // Read-your-writes for the caller: what it appended is indexed first.
         store.catch_up();
+        let gate = self.gate.take()?;
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
+        drop(gate);
         let persisted = self.persist_durable(store, &mut state);
         if let Some(e) = pass.failed {
             return Err(e);
@@ -265,8 +341,9 @@ impl TimerService {
         Ok(pass.delivered)
     }
 
-    /// Timers stored and not yet delivered, as far as this process knows (the log from the
-    /// recorded floor, less the recorded deliveries).
+    /// Timers of both sources stored and neither delivered nor cancelled, as far as this
+    /// process knows (the timer log from the recorded floor less the recorded done ones; each
+    /// level's queue from its offset less its done ones, plus its moved ones).
     pub(in crate::store) fn pending(&self, store: &Store) -> u64 {
         store.catch_up();
         let end = store
@@ -281,7 +358,8 @@ impl TimerService {
             .iter()
             .map(|(f, t)| t.min(&end).saturating_sub(*f))
             .sum();
-        end.saturating_sub(p.floor).saturating_sub(done)
+        let log = end.saturating_sub(p.floor).saturating_sub(done);
+        log + levels::pending(store, p)
     }
 
     /// The commit-log offset of the oldest timer or delayed message not known delivered
@@ -292,7 +370,7 @@ impl TimerService {
         };
         let store = Store::handle(inner);
         let state = self.lock();
-        let levels = state.levels.pending_floor(&store);
+        let levels = levels::pending_floor(&store, &state.progress);
         let floor = state.progress.floor;
         drop(state);
         let log = match store.queue(TIMER_TOPIC, 0) {
@@ -310,63 +388,47 @@ impl TimerService {
     }
 
     /// Recovery for a new hosting: the log scanned from `commitLogOffset` for delivered ids
-    /// of either source, the near tier emptied, the levels' heads read.
+    /// and change records of either source (scan.rs), the near tier emptied, the levels'
+    /// heads read.
     fn recover(&self, store: &Store, state: &mut State) -> Result<()> {
-        store.catch_up();
-        let log = &store.inner.commit_log;
-        let end = log.max_offset();
-        // A delivered copy is appended after its source record: the scan starts no earlier
-        // than the record of the first timer or delayed message not yet known delivered, and
-        // there is none to do when none is pending (a store that never used them reads no
-        // file here).
-        let first_timer = store.queue(TIMER_TOPIC, 0).ok().flatten().and_then(|q| {
-            let mut unit = Vec::with_capacity(1);
-            q.entries(state.progress.floor.max(q.min_offset()), 1, &mut unit);
-            unit.first().map(|&(_, e)| e.offset)
-        });
-        state.levels.refresh(store);
-        let first_pending = [first_timer, state.levels.first_record()]
-            .into_iter()
+        // Before the log's end: every cancel unit below it has its record below the end, which
+        // the scan covers.
+        let cancel_units = store
+            .queue(TIMER_TOPIC, CANCEL_QUEUE)
+            .ok()
             .flatten()
-            .min();
-        let mut off = match first_pending {
+            .map_or(0, |q| q.max_offset());
+        let end = scan::caught_up(store)?;
+        let log = &store.inner.commit_log;
+        // A delivered copy or change record is appended after its source record: the scan
+        // starts no earlier than the record of the first timer or delayed message not yet known
+        // done, and there is none to do when none is pending (a store that never used them
+        // reads no file here).
+        let first_timer = first_log_record(store, state.progress.floor);
+        let first_level = levels::pending_floor(store, &state.progress);
+        let first_pending = [
+            first_timer,
+            (first_level != u64::MAX).then_some(first_level),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let from = match first_pending {
             Some(record) => state.progress.log_offset.max(record).max(log.min_offset()),
             None => end,
         };
-        while off < end {
-            let read = log.read_record(off, |v: &RecordView<'_>| {
-                // A stored timer or delayed record may carry a copied id: only a delivered
-                // copy (in its real topic) counts.
-                let stored = matches!(v.topic(), TIMER_TOPIC | SCHEDULE_TOPIC);
-                let id = v
-                    .property(timer::TIMER_ID)
-                    .filter(|_| !stored)
-                    .and_then(TimerId::parse);
-                (v.bytes().len() as u64, id)
-            });
-            match read {
-                Ok((size, id)) => {
-                    match id.map(|i| (i.source, i.offset)) {
-                        Some((Source::Log, o)) => {
-                            state.progress.mark(o);
-                            state.dirty = true;
-                        }
-                        Some((Source::Level(l), o)) => state.levels.mark(l, o),
-                        None => {}
-                    }
-                    off += size.max(1);
-                }
-                // The blank at the end of a file.
-                Err(_) => off = log.roll_next_file(off),
-            }
+        if scan_log(store, from, end, &mut state.progress) {
+            state.dirty = true;
         }
         let now = self.clock.now_ms();
         state.cursor = state.progress.floor;
+        state.cancel_cursor = cancel_units;
+        state.synced_to = end;
         state.horizon = now.saturating_add(self.window_ms);
         state.near.clear();
         state.near_ids.clear();
         state.far = None;
-        state.levels.refresh(store);
+        state.levels.refresh(store, &mut state.progress);
         state.hosted_at = now;
         state.catchup_sent = 0;
         state.loaded = true;
@@ -374,8 +436,8 @@ impl TimerService {
     }
 
     /// Reads the timer queue's units in `[from, to)` (`to = None`: to its end), putting each
-    /// timer not delivered and not in `near` into `near` (due by `horizon`) or `far`; returns
-    /// the offset after the last unit read.
+    /// timer not done and not in `near` into `near` (due by `horizon`) or `far`; returns the
+    /// offset after the last unit read.
     fn load(&self, store: &Store, state: &mut State, from: u64, to: Option<u64>) -> u64 {
         let Some(q) = store.queue(TIMER_TOPIC, 0).ok().flatten() else {
             return from;
@@ -396,27 +458,26 @@ impl TimerService {
             for &(id, e) in &units {
                 if !e.has_record()
                     || state.progress.is_delivered(id)
-                    || state.near_ids.contains(&id)
+                    || state.near_ids.contains_key(&id)
                 {
                     continue;
                 }
-                let due = e.tags_code;
-                if due <= state.horizon {
-                    state.near.insert((due, id), (e.offset, e.size));
-                    state.near_ids.insert(id);
-                } else {
-                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
-                    state.far = Some((d.min(due), i.min(id)));
-                }
+                let due = state
+                    .progress
+                    .rescheduled
+                    .get(&id)
+                    .copied()
+                    .unwrap_or(e.tags_code);
+                place(state, id, due, (e.offset, e.size));
             }
             at = last + 1;
         }
         at
     }
 
-    /// One pass: recovery if due, new units read, the near tier refilled when the far timers
-    /// come within half a window, the levels' heads read, then every due timer and delayed
-    /// message delivered, earliest first.
+    /// One pass (the caller holds the gate): recovery if due, the change records applied, new
+    /// units read, the near tier refilled when the far timers come within half a window, the
+    /// levels' heads read, then every due timer and delayed message delivered, earliest first.
     fn pass(&self, store: &Store, state: &mut State) -> Pass {
         let mut pass = Pass::default();
         if !state.loaded {
@@ -425,6 +486,13 @@ impl TimerService {
                 pass.next = Some(self.clock.now_ms());
                 return pass;
             }
+        }
+        // Cancels and reschedules appended since the last look, before anything is delivered
+        // (the caller holds the gate: none can be appended meanwhile).
+        if let Err(e) = self.sync_changes(store, state) {
+            pass.failed = Some(e);
+            pass.next = Some(self.clock.now_ms());
+            return pass;
         }
         // No dispatch from here: the reput thread indexes (and retries a failing store on its
         // own schedule), and an announced timer not yet indexed is waited for (`run`).
@@ -441,8 +509,8 @@ impl TimerService {
             let (floor, cursor) = (state.progress.floor, state.cursor);
             self.load(store, state, floor, Some(cursor));
         }
-        state.levels.refresh(store);
-        while let Some((due, id, record)) = next_due(state) {
+        state.levels.refresh(store, &mut state.progress);
+        while let Some((due, id, record)) = next_due(store, state) {
             let now = self.clock.now_ms();
             if due > now {
                 break;
@@ -451,13 +519,15 @@ impl TimerService {
                 pass.next = Some(wait_until);
                 break;
             }
-            match redeliver(store, record, id, now) {
+            let moved = state.progress.moved(id);
+            match redeliver(store, record, id, now, moved) {
                 Ok(Some(at)) if at > now => {
                     // The record says later than its unit: wait for the record.
                     match id.source {
                         Source::Log => {
                             state.near.remove(&(due, id.offset));
                             state.near.insert((at, id.offset), (record, 0));
+                            state.near_ids.insert(id.offset, at);
                         }
                         Source::Level(l) => state.levels.postpone(l, at),
                     }
@@ -479,18 +549,21 @@ impl TimerService {
                     break;
                 }
             }
+            state.progress.delivered(id);
             match id.source {
                 Source::Log => {
                     state.near.remove(&(due, id.offset));
                     state.near_ids.remove(&id.offset);
-                    state.progress.mark(id.offset);
                     state.dirty = true;
                 }
-                Source::Level(l) => state.levels.advance(store, l, id.offset),
+                Source::Level(l) => {
+                    state.dirty |= moved.is_some();
+                    state.levels.refresh_level(store, &mut state.progress, l);
+                }
             }
         }
         let floor = [
-            state.near_ids.first().copied(),
+            state.near_ids.first_key_value().map(|(&i, _)| i),
             state.far.map(|(_, i)| i),
             Some(state.cursor),
         ]
@@ -503,12 +576,87 @@ impl TimerService {
             state.dirty = true;
         }
         let candidates = [
-            next_due(state).map(|(d, _, _)| d),
+            next_due(store, state).map(|(d, _, _)| d),
             state.far.map(|(d, _)| d.saturating_sub(half)),
             pass.next,
         ];
         pass.next = candidates.into_iter().flatten().min();
         pass
+    }
+
+    /// Applies the cancel queue's records appended since the last look (those below
+    /// `synced_to` the restart scan applied): each cancelled timer recorded done and taken out
+    /// of the tiers, each rescheduled one moved.
+    ///
+    /// # Errors
+    /// A change record that cannot be read (nothing after it is applied).
+    fn sync_changes(&self, store: &Store, state: &mut State) -> Result<()> {
+        let end = scan::caught_up(store)?;
+        if let Some(q) = store.queue(TIMER_TOPIC, CANCEL_QUEUE)? {
+            let last = q.max_offset();
+            let mut at = state.cancel_cursor.max(q.min_offset());
+            let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
+            'units: while at < last {
+                units.clear();
+                q.entries(
+                    at,
+                    BATCH.min(usize::try_from(last - at).unwrap_or(BATCH)),
+                    &mut units,
+                );
+                if units.is_empty() {
+                    break;
+                }
+                for &(qo, e) in &units {
+                    if e.has_record() && e.offset >= end {
+                        // Appended after `end`: the next look applies it.
+                        break 'units;
+                    }
+                    if e.has_record() && e.offset >= state.synced_to {
+                        let change =
+                            store.get_by_offset(e.offset, |v| Change::of(v.properties()))?;
+                        if let Some(c) = change {
+                            self.apply_live(store, state, c);
+                        }
+                    }
+                    at = qo + 1;
+                }
+            }
+            state.cancel_cursor = at;
+        }
+        state.synced_to = state.synced_to.max(end);
+        Ok(())
+    }
+
+    /// Applies one change to the progress and to the tiers (a level's head is read again).
+    fn apply_live(&self, store: &Store, state: &mut State, change: Change) {
+        let id = change.target();
+        if !scan::apply(&mut state.progress, change) {
+            return;
+        }
+        state.dirty = true;
+        let Source::Log = id.source else {
+            if let Source::Level(l) = id.source {
+                state.levels.refresh_level(store, &mut state.progress, l);
+            }
+            return;
+        };
+        let id = id.offset;
+        let unit = state
+            .near_ids
+            .remove(&id)
+            .and_then(|due| state.near.remove(&(due, id)));
+        if let Change::Reschedule(_, due) = change {
+            match unit {
+                Some(unit) => place(state, id, due, unit),
+                // In the far tier (counted there; the refill reads its unit again), or not yet
+                // looked at (`load` reads the new time).
+                None if id < state.cursor => {
+                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
+                    state.far = Some((d.min(due), i.min(id)));
+                }
+                None => {}
+            }
+        }
     }
 
     /// When a timer overdue since before this hosting must wait for the catch-up rate: the
@@ -534,7 +682,8 @@ impl TimerService {
 
     /// Makes the log durable through every delivery, then writes the progress.
     fn persist_durable(&self, store: &Store, state: &mut State) -> Result<()> {
-        if !(state.dirty || state.levels.dirty) || self.path.is_none() {
+        let dirty = state.dirty || state.levels.dirty(&state.progress);
+        if !dirty || self.path.is_none() {
             return Ok(());
         }
         store.flush()?;
@@ -543,12 +692,15 @@ impl TimerService {
 
     /// Writes both progress files, the log durable through `log_end` (every delivery so far):
     /// the levels' offsets first, then the timer progress whose `commitLogOffset` says that
-    /// both files record every delivery before `log_end`.
+    /// both files record every delivery, cancel and reschedule before it.
     fn persist(&self, log_end: u64, state: &mut State) -> Result<()> {
-        let levels_dirty = state.levels.dirty;
-        state.levels.persist(self.clock.now_ms(), self.file_mode)?;
+        let levels_dirty = state.levels.dirty(&state.progress);
+        state
+            .levels
+            .persist(&state.progress, self.clock.now_ms(), self.file_mode)?;
         if let (true, Some(path)) = (state.dirty || levels_dirty, &self.path) {
-            state.progress.log_offset = log_end;
+            // Changes of other processes are in `progress` only below `synced_to`.
+            state.progress.log_offset = log_end.min(state.synced_to);
             state
                 .progress
                 .store(path, self.clock.now_ms(), self.file_mode)?;
@@ -566,13 +718,22 @@ impl TimerService {
             store.catch_up();
             store.inner.commit_log.max_offset()
         });
+        let Ok(gate) = self.gate.take() else {
+            return (RETRY_NAP, None);
+        };
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
+        drop(gate);
+        if state.cursor > state.progress.floor
+            && store.inner.commit_log.max_offset() > state.progress.log_offset + RESCAN_LIMIT
+        {
+            state.dirty = true;
+        }
         if state.last_persist.elapsed() >= self.persist_every {
             // Retried at the next turn on failure; the progress stays in memory.
             let _ = self.persist_durable(store, &mut state);
         }
-        let dirty = state.dirty || state.levels.dirty;
+        let dirty = state.dirty || state.levels.dirty(&state.progress);
         drop(state);
         let now = self.clock.now_ms();
         let mut nap = match pass.next {
@@ -585,24 +746,47 @@ impl TimerService {
         }
         (nap, announced.filter(|&end| dispatched(store) < end))
     }
+}
 
-    /// Every source queue with its end: the timer log's, then each level's.
-    fn source_ends(&self, store: &Store, state: &State) -> Vec<(&'static str, u32, u64)> {
-        let log_end = store
-            .queue(TIMER_TOPIC, 0)
+/// Every source queue with its end: the timer log's, its cancel queue's, then each level's.
+fn source_ends(store: &Store) -> Vec<(&'static str, u32, u64)> {
+    let end = |q| {
+        store
+            .queue(TIMER_TOPIC, q)
             .ok()
             .flatten()
-            .map_or(0, |q| q.max_offset());
-        let mut ends = vec![(TIMER_TOPIC, 0, log_end)];
-        ends.extend(
-            state
-                .levels
-                .ends(store)
-                .into_iter()
-                .map(|(q, e)| (SCHEDULE_TOPIC, q, e)),
-        );
-        ends
+            .map_or(0, |q| q.max_offset())
+    };
+    let mut ends = vec![
+        (TIMER_TOPIC, 0, end(0)),
+        (TIMER_TOPIC, CANCEL_QUEUE, end(CANCEL_QUEUE)),
+    ];
+    ends.extend(
+        levels::ends(store)
+            .into_iter()
+            .map(|(q, e)| (SCHEDULE_TOPIC, q, e)),
+    );
+    ends
+}
+
+/// Puts timer `id` (due `due`, its unit `unit`) in the near tier when due by the horizon,
+/// else counts it in the far tier.
+fn place(state: &mut State, id: u64, due: i64, unit: (u64, u32)) {
+    if due <= state.horizon {
+        state.near.insert((due, id), unit);
+        state.near_ids.insert(id, due);
+    } else {
+        let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
+        state.far = Some((d.min(due), i.min(id)));
     }
+}
+
+/// The commit-log offset of the first timer record at or above timer-log offset `floor`.
+pub(super) fn first_log_record(store: &Store, floor: u64) -> Option<u64> {
+    let q = store.queue(TIMER_TOPIC, 0).ok().flatten()?;
+    let mut unit = Vec::with_capacity(1);
+    q.entries(floor.max(q.min_offset()), 1, &mut unit);
+    unit.first().map(|&(_, e)| e.offset)
 }
 
 /// Where this process's dispatch is (`u64::MAX` without one).
@@ -614,9 +798,9 @@ fn dispatched(store: &Store) -> u64 {
         .map_or(u64::MAX, |r| r.dispatched_offset())
 }
 
-/// The earliest of the near tier's first timer and the levels' heads: (due, id, commit-log
-/// offset of its record).
-fn next_due(state: &State) -> Option<(i64, TimerId, u64)> {
+/// The earliest of the near tier's first timer, the levels' heads and the moved level
+/// messages: (due, id, commit-log offset of its record).
+fn next_due(store: &Store, state: &State) -> Option<(i64, TimerId, u64)> {
     let log = state
         .near
         .first_key_value()
@@ -625,7 +809,18 @@ fn next_due(state: &State) -> Option<(i64, TimerId, u64)> {
         .levels
         .earliest()
         .map(|(l, h)| (h.due, TimerId::level(l, h.offset), h.record));
-    [log, level]
+    // Moved level messages are few (each is a caller's reschedule): all of them are looked at.
+    let moved = state
+        .progress
+        .level_moved
+        .iter()
+        .filter_map(|(&(l, o), &due)| {
+            let q = store.queue(SCHEDULE_TOPIC, l - 1).ok().flatten()?;
+            let e = q.entry(o).filter(QueueEntry::has_record)?;
+            Some((due, TimerId::level(l, o), e.offset))
+        })
+        .min_by_key(|&(due, _, _)| due);
+    [log, level, moved]
         .into_iter()
         .flatten()
         .min_by_key(|&(due, _, _)| due)
@@ -654,7 +849,7 @@ impl Service for TimerService {
                     let Some(left) = until.checked_duration_since(Instant::now()) else {
                         break;
                     };
-                    let ends = self.source_ends(&store, &self.lock());
+                    let ends = source_ends(&store);
                     if store
                         .wait_for_messages(&ends, Some(left.min(ARRIVAL_WAIT)))
                         .is_err()
