@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use mqlite::message::timer::TIMER_TOPIC;
 use mqlite::message::timer_id::CANCEL_QUEUE;
 use mqlite::message::{properties, tags};
-use mqlite::store::timer::{TimerId, TimerOutcome, TimerTarget};
+use mqlite::store::timer::{Source, TimerId, TimerOutcome, TimerTarget};
 use mqlite::util::clock::ManualClock;
 use mqlite::util::kill_point::{self, POINTS};
 use mqlite::{Appended, FlushMode, MessageRef, Store, StoreConfig, TagFilter};
@@ -135,9 +135,10 @@ impl Event {
 
 /// The workload: two topics, puts and batches over three queues (one of them past a
 /// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a delayed
-/// message (level 1) every 10 puts and, 5 puts later, the clock a second on and the due ones
-/// delivered, a timer every 10 puts (every fourth cancelled at once, and every fourth moved
-/// an hour on), a clean close and reopen halfway, a third topic, and a final close.
+/// message (level 1) every 10 puts (every fourth cancelled at once) and, 5 puts later, the
+/// clock a second on and the due ones delivered, a timer every 10 puts (every fourth cancelled
+/// at once, and every fourth moved an hour on), a clean close and reopen halfway, a third
+/// topic, and a final close. The cancels alternate: a timer's first, then a level message's.
 fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
     let clock = ManualClock::new(START_MS);
     let mut store = Store::open(root, config(mode, &clock)).unwrap();
@@ -186,6 +187,13 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 put.appended.physical_offset,
                 seq,
             ));
+            if step % 40 == 13 {
+                let id = TimerId::level(put.queue_id + 1, put.appended.queue_offset);
+                sink(Event::Cancelling(seq));
+                let a = store.cancel_timer(TimerTarget::Id(id)).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Cancelled);
+                sink(Event::Cancelled(seq));
+            }
             seq += 1;
         } else if step % 10 == 7 {
             // Acknowledged where it is stored: the timer topic's one queue.
@@ -615,7 +623,7 @@ fn kill_points_crash_loop() {
 
 /// A kill after a delayed message's re-put and before its level's offset is recorded: the next
 /// open finds the delivered copy's id (`L<level>:<offset>`) in the log and delivers that
-/// message no second time; none is lost.
+/// message no second time; none is lost, and none that was cancelled is delivered.
 #[test]
 fn a_kill_between_a_delivery_and_its_offset_delivers_every_delayed_message_once() {
     let point = "schedule.delivered_unrecorded";
@@ -631,6 +639,7 @@ fn a_kill_between_a_delivery_and_its_offset_delivers_every_delayed_message_once(
                 _ => None,
             })
             .collect();
+        let cancelled = |seq: &u64| events.contains(&Event::Cancelling(*seq));
         assert!(delayed.len() >= n as usize, "{delayed:?}");
 
         // A day later every pending message is due.
@@ -652,23 +661,26 @@ fn a_kill_between_a_delivery_and_its_offset_delivers_every_delayed_message_once(
         }
         for seq in &delayed {
             assert_eq!(
-                copies.get(seq),
-                Some(&1),
-                "delayed message {seq} delivered once ({point}:{n}): {copies:?}"
+                copies.get(seq).copied().unwrap_or(0),
+                usize::from(!cancelled(seq)),
+                "delayed message {seq} delivered once unless cancelled ({point}:{n}): {copies:?}"
             );
         }
         store.close().unwrap();
     }
 }
 
-/// The acknowledged timers of a run, by message number: (timer id, whether a cancel of it
-/// began, the time a reschedule of it asked for).
+/// The acknowledged timers of a run, of both sources, by message number: (timer id, whether a
+/// cancel of it began, the time a reschedule of it asked for).
 fn timers_of(events: &[Event]) -> BTreeMap<u64, (TimerId, bool, Option<i64>)> {
     let mut timers = BTreeMap::new();
     for e in events {
         match e {
             Event::Ack(t, _, qo, _, seq) if t == TIMER_TOPIC => {
                 timers.insert(*seq, (TimerId::log(*qo), false, None));
+            }
+            Event::Ack(t, q, qo, _, seq) if t == tags::SCHEDULE_TOPIC => {
+                timers.insert(*seq, (TimerId::level(q + 1, *qo), false, None));
             }
             Event::Cancelling(seq) => timers.get_mut(seq).unwrap().1 = true,
             Event::Rescheduling(seq, at) => timers.get_mut(seq).unwrap().2 = Some(*at),
@@ -736,11 +748,12 @@ fn a_kill_between_a_timer_delivery_and_its_progress_delivers_every_timer_once() 
 
 /// A kill after a cancel record was appended, before the cancel returned: the timer is never
 /// delivered (the restart's scan finds the record), a second cancel says it was cancelled,
-/// and every other timer is delivered once.
+/// and every other timer is delivered once. The first cancel of the workload is a timer-log
+/// timer's, the second a delay-level message's: both kinds are killed after their record.
 #[test]
 fn a_kill_after_a_cancel_record_never_delivers_that_timer() {
     let point = "timer.cancel_appended";
-    for (n, mode) in [(1, FlushMode::Sync), (2, FlushMode::Async)] {
+    for (n, mode, level) in [(1, FlushMode::Sync, false), (2, FlushMode::Async, true)] {
         let dir = tempfile::tempdir().unwrap();
         let (outcome, events) = run_child(dir.path(), point, n, mode);
         assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
@@ -764,8 +777,13 @@ fn a_kill_after_a_cancel_record_never_delivers_that_timer() {
             );
         }
         let (id, _, _) = timers[&unanswered[0]];
+        assert_eq!(
+            matches!(id.source, Source::Level(_)),
+            level,
+            "{id} ({point}:{n})"
+        );
         let a = store.cancel_timer(TimerTarget::Id(id)).unwrap();
-        assert_eq!(a[0].outcome, TimerOutcome::AlreadyCancelled);
+        assert_eq!(a[0].outcome, TimerOutcome::AlreadyCancelled, "{id}");
         store.close().unwrap();
     }
 }

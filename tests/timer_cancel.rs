@@ -60,6 +60,33 @@ fn timer_with(
     )
 }
 
+/// A delayed message of `level` to `topic` (queue 0) with `keys`; returns its id (`L<level>:
+/// <offset>`) and the put's offset id.
+fn delayed(store: &Store, topic: &str, body: &[u8], level: u32, keys: &str) -> (TimerId, String) {
+    delayed_with(store, topic, body, level, &[("KEYS", keys)])
+}
+
+fn delayed_with(
+    store: &Store,
+    topic: &str,
+    body: &[u8],
+    level: u32,
+    extra: &[(&str, &str)],
+) -> (TimerId, String) {
+    let level_text = level.to_string();
+    let mut pairs = vec![("DELAY", level_text.as_str())];
+    pairs.extend(extra.iter().filter(|(_, v)| !v.is_empty()));
+    let props = properties::encode(pairs);
+    let r = store
+        .put(&MessageRef::new(topic, 0, body).with_properties(&props))
+        .unwrap();
+    assert!(r.scheduled);
+    (
+        TimerId::level(level, r.appended.queue_offset),
+        r.appended.offset_msg_id(),
+    )
+}
+
 fn bodies(store: &Store, topic: &str) -> Vec<Vec<u8>> {
     let got = store
         .get_messages(topic, 0, 0, 10_000, &TagFilter::all())
@@ -324,10 +351,24 @@ fn listing_filters_by_topic_key_and_due_range_earliest_first() {
 /// Delivery and cancel of `n` due timers, each pair started together: the outcome the cancel
 /// reports is what happened.
 fn race(deliverer: &Store, canceller: &Store, clock: &ManualClock, round: &str, n: usize) {
+    race_with(deliverer, canceller, clock, round, n, |s, b| {
+        timer(s, "T", b, 1_000, "").0
+    });
+}
+
+/// `race` for the timers `make` stores, each due within a second.
+fn race_with(
+    deliverer: &Store,
+    canceller: &Store,
+    clock: &ManualClock,
+    round: &str,
+    n: usize,
+    make: impl Fn(&Store, &[u8]) -> TimerId,
+) {
     let mut raced = Vec::new();
     for i in 0..n {
         let body = format!("{round}{i}");
-        let (id, _) = timer(canceller, "T", body.as_bytes(), 1_000, "");
+        let id = make(canceller, body.as_bytes());
         clock.advance(Duration::from_secs(1));
         let start = Arc::new(Barrier::new(2));
         let outcome = std::thread::scope(|s| {
@@ -378,6 +419,152 @@ fn a_cancel_racing_the_delivery_in_another_thread_or_store_handle_ends_one_way()
     let b = Store::open(dir.path(), config(&clock)).unwrap();
     let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
     race(leader, other, &clock, "handle", 20);
+}
+
+/// A level message's cancel racing its delivery (another thread, then another store handle):
+/// the gate serialises the level's head as it does the timer log.
+#[test]
+fn a_level_cancel_racing_its_delivery_ends_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let a = Store::open(dir.path(), config(&clock)).unwrap();
+    a.create_topic("T", 1, 6, false, false).unwrap();
+    // Level 1 is 1 s (RocketMQ's default table).
+    let level1 = |s: &Store, b: &[u8]| delayed(s, "T", b, 1, "").0;
+    race_with(&a, &a, &clock, "thread", 20, level1);
+    let b = Store::open(dir.path(), config(&clock)).unwrap();
+    let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
+    race_with(leader, other, &clock, "handle", 20, level1);
+}
+
+/// A delay-level message is a timer like any other: listed with its level id, cancelled and
+/// rescheduled by id, offset id, unique id or key, counted by `pending_timers`; a rescheduled
+/// one keeps its id, leaves its level's order and goes at its new time, never early, across a
+/// restart; `delayOffset.json` keeps RocketMQ's shape.
+#[test]
+fn a_delay_level_message_is_listed_cancelled_and_rescheduled_like_a_timer() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    // Level 2 is 5 s.
+    let (a, _) = delayed(&store, "T", b"a", 2, "ka");
+    let (b, _) = delayed(&store, "T", b"b", 2, "kb");
+    let (c, c_offset_id) = delayed(&store, "T", b"c", 2, "");
+    let uniq = "0A0B0C0D0E0F10111213141516171819";
+    let (d, _) = delayed_with(&store, "T", b"d", 2, &[("UNIQ_KEY", uniq)]);
+    let (t, _) = timer(&store, "T", b"t", 3_000, "");
+    assert_eq!(
+        [a, b, c, d].map(|i| i.to_string()),
+        ["L2:0", "L2:1", "L2:2", "L2:3"]
+    );
+    assert_eq!(store.pending_timers(), 5);
+    let listed = store
+        .list_timers(&TimerFilter {
+            limit: 10,
+            ..TimerFilter::default()
+        })
+        .unwrap();
+    let seen: Vec<(TimerId, i64)> = listed.iter().map(|i| (i.id, i.due_ms)).collect();
+    assert_eq!(
+        seen,
+        [
+            (t, T0 + 3_000),
+            (a, T0 + 5_000),
+            (b, T0 + 5_000),
+            (c, T0 + 5_000),
+            (d, T0 + 5_000)
+        ]
+    );
+    assert_eq!(
+        (listed[1].topic.as_str(), listed[1].keys.clone()),
+        ("T", vec!["ka".to_owned()])
+    );
+
+    assert_eq!(cancel(&store, a), TimerOutcome::Cancelled);
+    assert_eq!(cancel(&store, a), TimerOutcome::AlreadyCancelled);
+    let by_key = store
+        .cancel_timer(TimerTarget::Key {
+            key: "kb",
+            topic: Some("T"),
+        })
+        .unwrap();
+    assert_eq!(
+        (by_key.len(), by_key[0].id, by_key[0].outcome),
+        (1, Some(b), TimerOutcome::Cancelled)
+    );
+    let moved = store
+        .reschedule_timer(TimerTarget::MsgId(&c_offset_id), T0 + 20_000)
+        .unwrap();
+    assert_eq!(
+        (moved[0].id, moved[0].outcome),
+        (Some(c), TimerOutcome::Rescheduled)
+    );
+    assert_eq!(moved[0].timer.as_ref().unwrap().due_ms, T0 + 20_000);
+    // Earlier than its level's delay, and than the timer-log timer.
+    assert_eq!(listed[4].unique_id.as_deref(), Some(uniq));
+    let earlier = store
+        .reschedule_timer(TimerTarget::MsgId(uniq), T0 + 1_000)
+        .unwrap();
+    assert_eq!(
+        (earlier[0].id, earlier[0].outcome),
+        (Some(d), TimerOutcome::Rescheduled)
+    );
+    assert_eq!(store.pending_timers(), 3);
+
+    // The store's own thread may deliver too: what is in the topic is checked, not counts.
+    clock.set_ms(T0 + 999);
+    store.deliver_due().unwrap();
+    assert!(bodies(&store, "T").is_empty());
+    clock.set_ms(T0 + 1_000);
+    store.deliver_due().unwrap();
+    let got = store
+        .get_messages("T", 0, 0, 10, &TagFilter::all())
+        .unwrap();
+    let first = got.iter().next().unwrap();
+    assert_eq!(
+        (first.body(), first.property("MQLITE_TIMER_ID")),
+        (&b"d"[..], Some("L2:3"))
+    );
+    clock.set_ms(T0 + 5_000);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [b"d", b"t"]);
+    assert_eq!(cancel(&store, d), TimerOutcome::AlreadyDelivered);
+    assert_eq!(cancel(&store, b), TimerOutcome::AlreadyCancelled);
+    // The level's head passed every message: the cancelled and the moved ones are recorded
+    // out of order, in timerProgress.json.
+    assert_eq!(store.delay_offsets().get(&2), Some(&4));
+    store.close().unwrap();
+    drop(store);
+
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    assert_eq!(store.pending_timers(), 1);
+    let listed = store
+        .list_timers(&TimerFilter {
+            limit: 10,
+            ..TimerFilter::default()
+        })
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|i| (i.id, i.due_ms)).collect::<Vec<_>>(),
+        [(c, T0 + 20_000)]
+    );
+    clock.set_ms(T0 + 19_999);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [b"d", b"t"]);
+    clock.set_ms(T0 + 20_000);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [b"d", b"t", b"c"]);
+    assert_eq!(store.pending_timers(), 0);
+    for (id, expect) in [
+        (a, TimerOutcome::AlreadyCancelled),
+        (c, TimerOutcome::AlreadyDelivered),
+        (TimerId::level(2, 4), TimerOutcome::NotFound),
+        (TimerId::level(7, 0), TimerOutcome::NotFound),
+    ] {
+        assert_eq!(cancel(&store, id), expect, "{id}");
+    }
+    store.close().unwrap();
 }
 
 /// Child of the cross-process race: opens the store, says READY, then for each line `<id>` on

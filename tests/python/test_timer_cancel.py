@@ -161,3 +161,34 @@ def test_a_cancel_by_a_handle_that_does_not_deliver_is_honoured_by_the_one_that_
             # The marker arrives alone.
             assert [m.body for m in poll_until(consumer, 1)] == [b"marker"]
         assert [x.outcome for x in leader.cancel_timer(doomed.msg_id)] == [TimerOutcome.ALREADY_CANCELLED]
+
+
+def test_a_delay_level_message_is_listed_cancelled_and_rescheduled_by_its_level_id(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "s") as store:
+        store.create_topic("t", 1)
+        p = store.producer()
+        # Level 18 is two hours (RocketMQ's default table): nothing is delivered on its own.
+        doomed = p.send(Message("t", b"doomed", delay_level=18, keys="lvl"))
+        moved = p.send(Message("t", b"moved", delay_level=18))
+        assert store.pending_timers() == 2
+        listed = store.list_timers()
+        assert [t.id for t in listed] == [f"L18:{doomed.queue_offset}", f"L18:{moved.queue_offset}"]
+        assert listed[0].topic == "t" and listed[0].keys == ("lvl",)
+        [c] = store.cancel_timer(key="lvl")
+        assert (c.outcome, c.id) == (TimerOutcome.CANCELLED, listed[0].id)
+        assert [x.outcome for x in store.cancel_timer(doomed.offset_msg_id)] == [TimerOutcome.ALREADY_CANCELLED]
+        assert store.pending_timers() == 1
+        # Moved to now: it keeps its level id and goes at once, out of its level's order.
+        [r] = store.reschedule_timer(moved.msg_id, delay=0)
+        assert (r.outcome, r.id) == (TimerOutcome.RESCHEDULED, listed[1].id)
+        with store.pull_consumer("g", consume_from=FIRST) as consumer:
+            consumer.subscribe("t")
+            [m] = poll_until(consumer, 1)
+            assert m.body == b"moved"
+            assert m.get_property("MQLITE_TIMER_ID") == listed[1].id
+        assert [x.outcome for x in store.cancel_timer(moved.msg_id)] == [TimerOutcome.ALREADY_DELIVERED]
+        assert store.pending_timers() == 0 and store.list_timers() == []
+    # The cancel holds across a reopen.
+    with mqlite.open(tmp_path / "s") as store:
+        assert [x.outcome for x in store.cancel_timer(key="lvl")] == [TimerOutcome.ALREADY_CANCELLED]
+        assert store.pending_timers() == 0
