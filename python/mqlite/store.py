@@ -329,6 +329,8 @@ class Store:
     ) -> list[TimerChange]:
         """Cancel the pending timer message named by ``msg_id`` (a send's ``msg_id`` or
         ``offset_msg_id``) or every one whose message has ``key`` (of ``topic`` when given).
+        A timer is a message sent with ``deliver_at`` or ``delay``, or with a ``delay_level``
+        (retries included): both kinds are cancelled, moved and listed alike.
 
         Returns one TimerChange per timer matched, with its outcome: ``CANCELLED`` (it will
         never be delivered; the cancel is durable before this returns), ``ALREADY_DELIVERED``,
@@ -357,7 +359,7 @@ class Store:
         naive ones local time, or epoch ms) or ``delay`` (a timedelta or seconds) from now.
 
         Each pending one keeps its id and is delivered at the new time, never before it (a
-        past time is due at once): outcome ``RESCHEDULED``, durable before this returns (one
+        past time is due at once; a delayed message leaves its level's order): outcome ``RESCHEDULED``, durable before this returns (one
         record, so a crash never leaves it cancelled without its new time). Otherwise the
         outcomes of ``cancel_timer``. Give exactly one of ``deliver_at`` and ``delay``; a
         negative delay or a time more than ``timer_max_delay_hours`` ahead raises
@@ -393,8 +395,8 @@ class Store:
         return _timers.timers(self._live()._list_timers(topic, key, lo, hi, n))
 
     def pending_timers(self) -> int:
-        """How many timer messages are stored and neither delivered nor cancelled, as far as
-        this process knows (a process that does not deliver sees what the delivering one last
+        """How many timer and delayed (delay-level) messages are stored and neither delivered
+        nor cancelled, as far as this process knows (a process that does not deliver sees what the delivering one last
         recorded). Cheap: no record is read. ``list_timers`` gives the exact list."""
         return self._live().pending_timers()
 

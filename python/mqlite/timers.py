@@ -38,8 +38,11 @@ class TimerOutcome(str, enum.Enum):
 class PendingTimer:
     """A stored timer: where it goes and when.
 
-    ``id`` is the timer's id (its offset in the timer log, as text); ``offset_msg_id`` names
-    its stored record, the cheapest way to cancel it (``cancel_timer(t.offset_msg_id)``)."""
+    A timer is a message sent with ``deliver_at`` or ``delay``, or with a ``delay_level``. ``id``
+    is its id as text: its offset in the timer log (``"42"``), or ``L<level>:<offset>`` for a
+    delay level (``"L3:17"``); a delivered copy carries it as ``MQLITE_TIMER_ID``.
+    ``offset_msg_id`` names its stored record, the cheapest way to cancel it
+    (``cancel_timer(t.offset_msg_id)``)."""
 
     id: str
     topic: str

@@ -1,7 +1,8 @@
-//! The timer gate: the one lock under which a timer changes state. A delivery (the re-put of
-//! a due timer), a cancel and a reschedule each take it around "look at the timer, append the
-//! record that changes it", so that for one timer exactly one of them wins and each answer is
-//! what the log says when the gate is let go.
+//! The timer gate: the one lock under which a timer, of either source (the timer log or a
+//! delay level), changes state. A delivery pass (the re-puts of due timers of both sources), a
+//! cancel and a reschedule each take it around "look at the timer, append the record that
+//! changes it", so that for one timer exactly one of them wins and each answer is what the log
+//! says when the gate is let go.
 //!
 //! Two layers: a mutex for the threads of this store handle, then (shared writers only) the
 //! OFD write lock on byte `TIMER_BYTE` of the store's `lock` file, through a descriptor of

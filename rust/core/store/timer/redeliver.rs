@@ -5,7 +5,7 @@
 //!   timer, else its record's own (`TIMER_OUT_MS` for the timer log, store time plus the
 //!   level's delay for a level): nothing is put early, whatever its queue unit says.
 //! - The copy keeps body, flag, SYSFLAG, born time, reconsume count, keys, tags and the
-//!   caller's properties, and carries the timer's id (`MQLITE_TIMER_ID`, id.rs) and nothing of
+//!   caller's properties, and carries the timer's id (`MQLITE_TIMER_ID`, `message::timer_id`) and nothing of
 //!   a stale one. A timer-log copy drops `REAL_TOPIC`, `REAL_QID` and the delay properties
 //!   and gains `TIMER_ENQUEUE_MS` / `TIMER_DEQUEUE_MS` (RocketMQ 5), and a rescheduled one's
 //!   `TIMER_OUT_MS` is its new time; a level copy drops
