@@ -77,7 +77,7 @@ impl TimerId {
                 let level: u32 = level
                     .parse()
                     .ok()
-                    .filter(|&l| l >= 1 && l < 1 << LEVEL_BITS)?;
+                    .filter(|l| (1..1 << LEVEL_BITS).contains(l))?;
                 TimerId::level(level, offset.parse().ok()?)
             }
         };
