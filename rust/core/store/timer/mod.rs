@@ -27,6 +27,7 @@ pub mod progress;
 mod redeliver;
 mod scan;
 mod service;
+mod tiers;
 mod wake;
 
 pub use crate::message::timer_id::{Source, TimerId};

@@ -1,23 +1,15 @@
 //! The timer engine: delivers timer messages and delayed (delay-level) messages when due, one
-//! thread for both. Its sources:
-//! - the timer log: the consume queue of `rmq_sys_wheel_timer` (one unit per timer: commit-log
-//!   offset, size, and the exact delivery time in the tags-code slot), in arrival order, fed
-//!   by dispatch and rebuilt by recovery like every consume queue. Its near tier is an
-//!   in-memory ordered map of the timers due within `timer_window` of the clock, filled lazily
-//!   from the log: memory grows with the timers due in the window, not with the number
-//!   pending. Progress: `config/timerProgress.json` (progress.rs).
-//! - each delay level's queue of `SCHEDULE_TOPIC_XXXX`, already in due order: only its head
-//!   is read (levels.rs). Progress: `config/delayOffset.json`, RocketMQ's file.
-//!
-//! The thread merges them: it delivers the earliest due of the near tier's first timer and the
-//! levels' heads, while it is due.
+//! thread for both. Its sources: the timer log, with its near tier (tiers.rs; progress:
+//! `config/timerProgress.json`), and each delay level's queue of `SCHEDULE_TOPIC_XXXX`, already
+//! in due order, of which only the head is read (levels.rs; progress: `config/delayOffset.json`,
+//! RocketMQ's file). The thread merges them: it delivers the earliest due of the near tier's
+//! first timer, the levels' heads and the moved level messages, while it is due.
 //!
 //! Invariants
-//! - A timer's id (`message::timer_id`) is its source queue and offset there. Timer-log ids
-//!   below `cursor` have been looked at: each is done (delivered or cancelled, `Progress`), in
-//!   `near`, or due after `horizon` (then `far` holds the earliest such time and lowest such
-//!   id). `horizon` only grows while the service hosts. A level's head goes in queue order;
-//!   a moved level message (a reschedule) waits in the progress's `level_moved` (levels.rs).
+//! - A timer's id (`message::timer_id`) is its source queue and offset there. The timer log's
+//!   tiers hold every pending timer-log timer they looked at (tiers.rs). A level's head goes in
+//!   queue order; a moved level message (a reschedule) waits in the progress's `level_moved`
+//!   (levels.rs).
 //! - Nothing is delivered before the clock reads its delivery time: the time a reschedule gave
 //!   it, else the one its record states, read at the re-put (redeliver.rs), whatever the queue
 //!   unit says.
@@ -65,6 +57,7 @@ use super::levels::{self, Levels};
 use super::progress::Progress;
 use super::redeliver::redeliver;
 use super::scan::{self, scan_log};
+use super::tiers::Tiers;
 use super::wake::Wake;
 use crate::dispatch::queue_index::QueueEntry;
 use crate::error::{Error, Result};
@@ -82,7 +75,7 @@ const MAX_NAP: Duration = Duration::from_secs(10);
 const RETRY_NAP: Duration = Duration::from_secs(1);
 /// Longest single wait for an announced record's dispatch (between looks at the stop).
 const ARRIVAL_WAIT: Duration = Duration::from_millis(50);
-/// Queue units read at a time.
+/// Cancel-queue units read at a time.
 const BATCH: usize = 1024;
 /// How far the log may run ahead of the progress file's `commitLogOffset` while timers are
 /// pending before the file is written again: a cancel in another process reads the log from
@@ -116,19 +109,13 @@ struct State {
     levels: Levels,
     /// Recovery ran since this process began hosting.
     loaded: bool,
-    cursor: u64,
-    horizon: i64,
-    /// (due, id) -> (commit-log offset, size) of the timers due by `horizon`.
-    near: BTreeMap<(i64, u64), (u64, u32)>,
-    /// id -> due of the timers in `near`.
-    near_ids: BTreeMap<u64, i64>,
+    /// The timer log's near and far tiers.
+    log: Tiers,
     /// The cancel queue's units below this offset have been applied (or were covered by the
     /// restart scan).
     cancel_cursor: u64,
     /// Every cancel and reschedule record below this commit-log offset is in `progress`.
     synced_to: u64,
-    /// (earliest due, lowest id) of the looked-at timers due after `horizon`.
-    far: Option<(i64, u64)>,
     /// `progress` changed since it was last written.
     dirty: bool,
     last_persist: Instant,
@@ -181,13 +168,9 @@ impl TimerService {
                 progress,
                 levels,
                 loaded: false,
-                cursor: 0,
-                horizon: i64::MIN,
-                near: BTreeMap::new(),
-                near_ids: BTreeMap::new(),
+                log: Tiers::default(),
                 cancel_cursor: 0,
                 synced_to: 0,
-                far: None,
                 dirty: false,
                 last_persist: Instant::now(),
                 hosted_at: 0,
@@ -421,58 +404,16 @@ impl TimerService {
             state.dirty = true;
         }
         let now = self.clock.now_ms();
-        state.cursor = state.progress.floor;
+        state
+            .log
+            .reset(state.progress.floor, now.saturating_add(self.window_ms));
         state.cancel_cursor = cancel_units;
         state.synced_to = end;
-        state.horizon = now.saturating_add(self.window_ms);
-        state.near.clear();
-        state.near_ids.clear();
-        state.far = None;
         state.levels.refresh(store, &mut state.progress);
         state.hosted_at = now;
         state.catchup_sent = 0;
         state.loaded = true;
         Ok(())
-    }
-
-    /// Reads the timer queue's units in `[from, to)` (`to = None`: to its end), putting each
-    /// timer not done and not in `near` into `near` (due by `horizon`) or `far`; returns the
-    /// offset after the last unit read.
-    fn load(&self, store: &Store, state: &mut State, from: u64, to: Option<u64>) -> u64 {
-        let Some(q) = store.queue(TIMER_TOPIC, 0).ok().flatten() else {
-            return from;
-        };
-        let end = to.unwrap_or_else(|| q.max_offset());
-        let mut at = from.max(q.min_offset());
-        let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
-        while at < end {
-            units.clear();
-            q.entries(
-                at,
-                BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
-                &mut units,
-            );
-            let Some(&(last, _)) = units.last() else {
-                break;
-            };
-            for &(id, e) in &units {
-                if !e.has_record()
-                    || state.progress.is_delivered(id)
-                    || state.near_ids.contains_key(&id)
-                {
-                    continue;
-                }
-                let due = state
-                    .progress
-                    .rescheduled
-                    .get(&id)
-                    .copied()
-                    .unwrap_or(e.tags_code);
-                place(state, id, due, (e.offset, e.size));
-            }
-            at = last + 1;
-        }
-        at
     }
 
     /// One pass (the caller holds the gate): recovery if due, the change records applied, new
@@ -496,19 +437,12 @@ impl TimerService {
         }
         // No dispatch from here: the reput thread indexes (and retries a failing store on its
         // own schedule), and an announced timer not yet indexed is waited for (`run`).
-        let cursor = state.cursor;
-        state.cursor = self.load(store, state, cursor, None);
+        state.log.follow(store, &state.progress);
         let now = self.clock.now_ms();
         let half = self.window_ms / 2;
-        if state
-            .far
-            .is_some_and(|(d, _)| d.saturating_sub(half) <= now)
-        {
-            state.horizon = now.saturating_add(self.window_ms);
-            state.far = None;
-            let (floor, cursor) = (state.progress.floor, state.cursor);
-            self.load(store, state, floor, Some(cursor));
-        }
+        state
+            .log
+            .refill(store, &state.progress, now, self.window_ms);
         state.levels.refresh(store, &mut state.progress);
         while let Some((due, id, record)) = next_due(store, state) {
             let now = self.clock.now_ms();
@@ -524,11 +458,7 @@ impl TimerService {
                 Ok(Some(at)) if at > now => {
                     // The record says later than its unit: wait for the record.
                     match id.source {
-                        Source::Log => {
-                            state.near.remove(&(due, id.offset));
-                            state.near.insert((at, id.offset), (record, 0));
-                            state.near_ids.insert(id.offset, at);
-                        }
+                        Source::Log => state.log.postpone(due, id.offset, at),
                         Source::Level(l) => state.levels.postpone(l, at),
                     }
                     continue;
@@ -552,8 +482,7 @@ impl TimerService {
             state.progress.delivered(id);
             match id.source {
                 Source::Log => {
-                    state.near.remove(&(due, id.offset));
-                    state.near_ids.remove(&id.offset);
+                    state.log.remove(due, id.offset);
                     state.dirty = true;
                 }
                 Source::Level(l) => {
@@ -562,22 +491,14 @@ impl TimerService {
                 }
             }
         }
-        let floor = [
-            state.near_ids.first_key_value().map(|(&i, _)| i),
-            state.far.map(|(_, i)| i),
-            Some(state.cursor),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(state.cursor);
+        let floor = state.log.floor();
         if floor > state.progress.floor {
             state.progress.raise_floor(floor);
             state.dirty = true;
         }
         let candidates = [
             next_due(store, state).map(|(d, _, _)| d),
-            state.far.map(|(d, _)| d.saturating_sub(half)),
+            state.log.refill_at(half),
             pass.next,
         ];
         pass.next = candidates.into_iter().flatten().min();
@@ -634,28 +555,9 @@ impl TimerService {
             return;
         }
         state.dirty = true;
-        let Source::Log = id.source else {
-            if let Source::Level(l) = id.source {
-                state.levels.refresh_level(store, &mut state.progress, l);
-            }
-            return;
-        };
-        let id = id.offset;
-        let unit = state
-            .near_ids
-            .remove(&id)
-            .and_then(|due| state.near.remove(&(due, id)));
-        if let Change::Reschedule(_, due) = change {
-            match unit {
-                Some(unit) => place(state, id, due, unit),
-                // In the far tier (counted there; the refill reads its unit again), or not yet
-                // looked at (`load` reads the new time).
-                None if id < state.cursor => {
-                    let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
-                    state.far = Some((d.min(due), i.min(id)));
-                }
-                None => {}
-            }
+        match id.source {
+            Source::Log => state.log.apply(id.offset, change),
+            Source::Level(l) => state.levels.refresh_level(store, &mut state.progress, l),
         }
     }
 
@@ -724,7 +626,7 @@ impl TimerService {
         let mut state = self.lock();
         let pass = self.pass(store, &mut state);
         drop(gate);
-        if state.cursor > state.progress.floor
+        if state.log.cursor > state.progress.floor
             && store.inner.commit_log.max_offset() > state.progress.log_offset + RESCAN_LIMIT
         {
             state.dirty = true;
@@ -769,18 +671,6 @@ fn source_ends(store: &Store) -> Vec<(&'static str, u32, u64)> {
     ends
 }
 
-/// Puts timer `id` (due `due`, its unit `unit`) in the near tier when due by the horizon,
-/// else counts it in the far tier.
-fn place(state: &mut State, id: u64, due: i64, unit: (u64, u32)) {
-    if due <= state.horizon {
-        state.near.insert((due, id), unit);
-        state.near_ids.insert(id, due);
-    } else {
-        let (d, i) = state.far.unwrap_or((i64::MAX, u64::MAX));
-        state.far = Some((d.min(due), i.min(id)));
-    }
-}
-
 /// The commit-log offset of the first timer record at or above timer-log offset `floor`.
 pub(super) fn first_log_record(store: &Store, floor: u64) -> Option<u64> {
     let q = store.queue(TIMER_TOPIC, 0).ok().flatten()?;
@@ -802,9 +692,9 @@ fn dispatched(store: &Store) -> u64 {
 /// messages: (due, id, commit-log offset of its record).
 fn next_due(store: &Store, state: &State) -> Option<(i64, TimerId, u64)> {
     let log = state
-        .near
-        .first_key_value()
-        .map(|(&(due, id), &(record, _))| (due, TimerId::log(id), record));
+        .log
+        .first()
+        .map(|(due, id, record)| (due, TimerId::log(id), record));
     let level = state
         .levels
         .earliest()
