@@ -462,8 +462,7 @@ fn timer_progress_file_matches_the_golden_vector() {
         floor: 12,
         delivered: BTreeMap::from([(14, 16), (20, 21)]),
         rescheduled: BTreeMap::from([(17, 1_700_000_600_000)]),
-        // delayOffset.json's table: not in this file.
-        levels: BTreeMap::new(),
+        levels: BTreeMap::from([(1, 3), (3, 12)]),
         level_done: std::collections::BTreeSet::from([(3, 13)]),
         level_moved: BTreeMap::from([((3, 15), 1_700_000_700_000)]),
         log_offset: 65_536,

@@ -135,10 +135,11 @@ impl Event {
 
 /// The workload: two topics, puts and batches over three queues (one of them past a
 /// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a delayed
-/// message (level 1) every 10 puts (every fourth cancelled at once) and, 5 puts later, the
-/// clock a second on and the due ones delivered, a timer every 10 puts (every fourth cancelled
-/// at once, and every fourth moved an hour on), a clean close and reopen halfway, a third
-/// topic, and a final close. The cancels alternate: a timer's first, then a level message's.
+/// message (level 1) every 10 puts (every fourth cancelled at once, and every fourth moved an
+/// hour on) and, 5 puts later, the clock a second on and the due ones delivered, a timer every
+/// 10 puts (every fourth cancelled at once, and every fourth moved an hour on), a clean close
+/// and reopen halfway, a third topic, and a final close. The cancels and the reschedules
+/// alternate: a timer's first, then a level message's.
 fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
     let clock = ManualClock::new(START_MS);
     let mut store = Store::open(root, config(mode, &clock)).unwrap();
@@ -187,12 +188,18 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 put.appended.physical_offset,
                 seq,
             ));
+            let id = TimerTarget::Id(TimerId::level(put.queue_id + 1, put.appended.queue_offset));
             if step % 40 == 13 {
-                let id = TimerId::level(put.queue_id + 1, put.appended.queue_offset);
                 sink(Event::Cancelling(seq));
-                let a = store.cancel_timer(TimerTarget::Id(id)).unwrap();
+                let a = store.cancel_timer(id).unwrap();
                 assert_eq!(a[0].outcome, TimerOutcome::Cancelled);
                 sink(Event::Cancelled(seq));
+            } else if step % 40 == 33 {
+                let at = clock.now_ms() + 3_600_000;
+                sink(Event::Rescheduling(seq, at));
+                let a = store.reschedule_timer(id, at).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Rescheduled);
+                sink(Event::Rescheduled(seq));
             }
             seq += 1;
         } else if step % 10 == 7 {
@@ -789,11 +796,12 @@ fn a_kill_after_a_cancel_record_never_delivers_that_timer() {
 }
 
 /// A kill after a reschedule record was appended, before the reschedule returned: the timer
-/// is not delivered at its old time, and is delivered once at its new one.
+/// is not delivered at its old time, and is delivered once at its new one. The first
+/// reschedule of the workload is a timer-log timer's, the second a delay-level message's.
 #[test]
 fn a_kill_after_a_reschedule_record_delivers_at_the_new_time_once() {
     let point = "timer.reschedule_appended";
-    for (n, mode) in [(1, FlushMode::Sync), (2, FlushMode::Async)] {
+    for (n, mode, level) in [(1, FlushMode::Sync, false), (2, FlushMode::Async, true)] {
         let dir = tempfile::tempdir().unwrap();
         let (outcome, events) = run_child(dir.path(), point, n, mode);
         assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
@@ -808,6 +816,12 @@ fn a_kill_after_a_reschedule_record_delivers_at_the_new_time_once() {
                 _ => None,
             })
             .unwrap();
+        let (id, _, _) = timers[&seq];
+        assert_eq!(
+            matches!(id.source, Source::Level(_)),
+            level,
+            "{id} ({point}:{n})"
+        );
         // Just before the new time every timer with its old time is due: not this one.
         let (store, copies) = timer_copies(dir.path(), mode, at - 1, &timers);
         assert_eq!(copies.get(&seq), None, "{point}:{n}");
@@ -822,6 +836,34 @@ fn a_kill_after_a_reschedule_record_delivers_at_the_new_time_once() {
                 "{s}"
             );
         }
+        store.close().unwrap();
+    }
+}
+
+/// A kill after `timerProgress.json` was written and before its mirror `delayOffset.json`:
+/// the next open takes the larger offset of the two, so no delayed message is delivered twice,
+/// and none the workload moved an hour on (its move recorded by the progress only) is lost.
+/// The kills fall at the writes that follow the first level message's move (the pass that
+/// steps over it) and around them.
+#[test]
+fn a_kill_between_the_progress_and_its_mirror_repeats_and_loses_no_delayed_message() {
+    let point = "timer.progress_written";
+    for n in [3, 4, 5] {
+        let mode = FlushMode::Sync;
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let timers = timers_of(&events);
+        let (store, copies) = timer_copies(dir.path(), mode, START_MS + 86_400_000, &timers);
+        for (seq, (id, cancelled, _)) in &timers {
+            assert_eq!(
+                copies.get(seq).copied().unwrap_or(0),
+                usize::from(!cancelled),
+                "{id} ({point}:{n}): {copies:?}"
+            );
+        }
+        assert_eq!(store.pending_timers(), 0, "{point}:{n}");
         store.close().unwrap();
     }
 }

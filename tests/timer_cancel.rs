@@ -655,3 +655,60 @@ fn a_callers_message_cannot_pose_as_a_cancel_record() {
     assert_eq!(bodies(&store, "T"), [&b"victim"[..], b"forger"]);
     assert_eq!(cancel(&store, victim), TimerOutcome::AlreadyDelivered);
 }
+
+/// `timerProgress.json` records the levels' offsets too and is written before its mirror
+/// `delayOffset.json`; a reader takes the larger offset of the two. A crash between the two
+/// writes (the mirror behind) repeats no delayed message and loses no moved one.
+#[test]
+fn a_crash_between_the_progress_and_delay_offset_writes_repeats_no_delayed_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let offsets = dir.path().join("config").join("delayOffset.json");
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    // Level 1 is 1 s: w delivered, then m0, m1, m2 stored and the files written.
+    delayed(&store, "T", b"w", 1, "");
+    clock.set_ms(T0 + 1_000);
+    store.deliver_due().unwrap();
+    delayed(&store, "T", b"m0", 1, "");
+    let (m1, _) = delayed(&store, "T", b"m1", 1, "");
+    delayed(&store, "T", b"m2", 1, "");
+    store.close().unwrap();
+    drop(store);
+    let behind = std::fs::read(&offsets).unwrap();
+
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    let moved = store
+        .reschedule_timer(TimerTarget::Id(m1), T0 + 60_000)
+        .unwrap();
+    assert_eq!(moved[0].outcome, TimerOutcome::Rescheduled);
+    clock.set_ms(T0 + 2_000);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [&b"w"[..], b"m0", b"m2"]);
+    assert_eq!(store.delay_offsets().get(&1), Some(&4));
+    // A second pass: the progress's commitLogOffset then lies after those deliveries.
+    clock.set_ms(T0 + 2_500);
+    store.deliver_due().unwrap();
+    store.close().unwrap();
+    drop(store);
+
+    // The crash: the progress written, its mirror not.
+    std::fs::write(&offsets, &behind).unwrap();
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [&b"w"[..], b"m0", b"m2"]);
+    assert_eq!(store.delay_offsets().get(&1), Some(&4));
+    assert_eq!(store.pending_timers(), 1);
+    clock.set_ms(T0 + 59_999);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [&b"w"[..], b"m0", b"m2"]);
+    clock.set_ms(T0 + 60_000);
+    store.deliver_due().unwrap();
+    assert_eq!(bodies(&store, "T"), [&b"w"[..], b"m0", b"m2", b"m1"]);
+    assert_eq!(store.pending_timers(), 0);
+    store.close().unwrap();
+    drop(store);
+    // The mirror caught up at the close.
+    let mirror = String::from_utf8(std::fs::read(&offsets).unwrap()).unwrap();
+    assert!(mirror.contains("\"1\": 4"), "{mirror}");
+}

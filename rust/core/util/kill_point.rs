@@ -66,6 +66,9 @@ pub const POINTS: &[&str] = &[
     // Timer reschedule: the reschedule record appended under the timer gate, the answer not
     // yet returned and the gate still held.
     "timer.reschedule_appended",
+    // Timer engine: `timerProgress.json` written (both sources' progress), its mirror
+    // `delayOffset.json` not yet.
+    "timer.progress_written",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

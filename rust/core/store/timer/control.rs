@@ -10,8 +10,9 @@
 //!
 //! Invariants
 //! - Under the gate, a timer's state is what its progress (the host's in memory when this
-//!   process hosts, else `timerProgress.json`) and the log after the progress's
-//!   `commitLogOffset` say together (scan.rs): nothing can change it until the gate is let go.
+//!   process hosts, else `timerProgress.json` with `delayOffset.json`) and the log after the
+//!   progress's `commitLogOffset` say together (scan.rs): nothing can change it until the gate
+//!   is let go.
 //! - A change record is appended only for a timer found pending under the gate, and the
 //!   delivery of a timer happens only under the gate after every change record before it was
 //!   applied: for one timer exactly one of its delivery and its cancel happens, and the answer

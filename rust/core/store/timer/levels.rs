@@ -1,9 +1,10 @@
 //! The delay levels as sources of the timer engine: each level's queue of
 //! `SCHEDULE_TOPIC_XXXX` (level n is queue n - 1, FORMAT.md §15) holds its messages in due
 //! order (one delay per level, store times that only grow), so the engine needs only each
-//! level's head, merged with its near tier. How far each level is delivered is
-//! `config/delayOffset.json`, in RocketMQ's shape (store/schedule/offsets.rs); the offsets live
-//! in memory in the progress (progress.rs), beside the level messages done out of order.
+//! level's head, merged with its near tier. How far each level is delivered is recorded in the
+//! progress (progress.rs, `timerProgress.json`), beside the level messages done out of order,
+//! and mirrored in `config/delayOffset.json`, RocketMQ's file and shape
+//! (store/schedule/offsets.rs), so that a RocketMQ broker goes on from it.
 //!
 //! Invariants
 //! - A level's head is delivered in queue order: its offset moves past a message only after
@@ -14,6 +15,9 @@
 //!   (`MQLITE_TIMER_ID` `L<level>:<offset>`) moves the level's offset past it.
 //! - `heads` holds, per level, the unit at its offset when that unit is readable: its due time
 //!   (the unit's tags code, the record's delivery time) and its record's place.
+//! - `delayOffset.json` is read before `timerProgress.json` and written after it, and a reader
+//!   takes the larger offset of the two per level: the offsets read never pass a message whose
+//!   move or cancel the progress read does not record.
 //! - An offset outside its queue (a store copied without its queues, retention of a level no
 //!   one delivered) restarts at the nearest end; a slot that stands for no record is stepped
 //!   over.
@@ -49,18 +53,17 @@ pub(super) struct Levels {
 }
 
 impl Levels {
-    /// The levels of the store whose config directory is `config_dir`, reading their offsets
-    /// into `progress`.
+    /// The levels of the store whose config directory is `config_dir`, reading
+    /// `delayOffset.json` (before the caller reads the progress: module doc).
     ///
     /// # Errors
     /// `ConfigFile` when `delayOffset.json` and its `.bak` do not decode; I/O failures.
-    pub fn new(config_dir: Option<PathBuf>, progress: &mut Progress) -> Result<Self> {
+    pub fn new(config_dir: Option<PathBuf>) -> Result<Self> {
         let path = config_dir.map(|d| d.join(offsets::FILE));
         let offsets = match &path {
             Some(p) => DelayOffsets::load(p)?,
             None => DelayOffsets::default(),
         };
-        progress.levels = offsets.table.clone();
         Ok(Levels {
             path,
             offsets,
@@ -68,18 +71,22 @@ impl Levels {
         })
     }
 
-    /// A new hosting: the offsets read again into `progress` unless this process holds newer
-    /// ones (another process may have delivered since), the heads forgotten.
+    /// Reads `delayOffset.json` again (before the caller reads the progress again), the heads
+    /// forgotten.
     ///
     /// # Errors
     /// As `new`.
-    pub fn reload(&mut self, progress: &mut Progress) -> Result<()> {
-        if let (false, Some(path)) = (self.dirty(progress), &self.path) {
+    pub fn reload(&mut self) -> Result<()> {
+        if let Some(path) = &self.path {
             self.offsets = DelayOffsets::load(path)?;
-            progress.levels = self.offsets.table.clone();
         }
         self.heads.clear();
         Ok(())
+    }
+
+    /// Merges the offsets read from `delayOffset.json` into `progress` (module doc).
+    pub fn merge_into(&self, progress: &mut Progress) {
+        progress.merge_levels(&self.offsets.table);
     }
 
     /// The offsets in `progress` changed since they were last read or written.
@@ -143,8 +150,8 @@ impl Levels {
         }
     }
 
-    /// Writes the offsets in `progress` if they changed (the log already durable through every
-    /// delivery they record).
+    /// Writes the offsets in `progress` to `delayOffset.json` if they changed, after the
+    /// progress that records them.
     ///
     /// # Errors
     /// I/O failures (the offsets stay dirty).
@@ -160,13 +167,13 @@ impl Levels {
     }
 }
 
-/// Reads `delayOffset.json` into `progress` (for a process that does not host delivery).
+/// Reads `delayOffset.json` (before the progress file, module doc), for a process that does
+/// not host delivery.
 ///
 /// # Errors
 /// As `Levels::new`.
-pub(super) fn load_offsets(config_dir: &std::path::Path, progress: &mut Progress) -> Result<()> {
-    progress.levels = DelayOffsets::load(&config_dir.join(offsets::FILE))?.table;
-    Ok(())
+pub(super) fn load_offsets(config_dir: &std::path::Path) -> Result<BTreeMap<u32, u64>> {
+    Ok(DelayOffsets::load(&config_dir.join(offsets::FILE))?.table)
 }
 
 /// The lowest commit-log offset of a level message not yet done, read from the queues

@@ -1,7 +1,5 @@
-//! `config/timerProgress.json` (FORMAT.md §16): how far the timer engine has delivered, and
-//! in memory the delay levels' offsets too (`config/delayOffset.json`, FORMAT.md §15, a file of
-//! its own in RocketMQ's shape, read and written by levels.rs): together, which timers of
-//! either source are done.
+//! `config/timerProgress.json` (FORMAT.md §16): how far the timer engine has delivered, of
+//! both sources: which timers of the timer log and which delay-level messages are done.
 //!
 //! - `queueOffset`: every timer below this offset of the timer topic's queue is delivered.
 //! - `delivered`: half-open ranges `[from, to)` of timers at or above `queueOffset` done out of
@@ -9,6 +7,10 @@
 //!   or cancelled: which one, the cancel queue tells (a cancel record names the timer).
 //! - `rescheduled`: `[id, due ms]` of the pending timers at or above `queueOffset` whose
 //!   delivery time a reschedule record changed (the last one in log order wins).
+//! - `levelOffsets`: `[level, offset]`: every message of the level below the offset is done,
+//!   but the moved ones. `config/delayOffset.json` (FORMAT.md §15, levels.rs) mirrors them in
+//!   RocketMQ's shape, written after this file; a reader takes the larger of the two per level
+//!   (the mirror is behind after a crash between the writes, ahead when RocketMQ delivered).
 //! - `levelDone`: `[level, offset]` of the level messages at or above their level's offset done
 //!   out of queue order (cancelled, or rescheduled and then delivered or cancelled); dropped
 //!   once the level's offset passes them.
@@ -43,8 +45,8 @@ pub struct Progress {
     pub delivered: BTreeMap<u64, u64>,
     /// Pending timers at or above `floor` with a new delivery time: id -> due ms.
     pub rescheduled: BTreeMap<u64, i64>,
-    /// `delayOffset.json`'s table (its own file): level -> next offset; every message of the
-    /// level below it is done, except those in `level_moved`.
+    /// Level -> next offset; every message of the level below it is done, except those in
+    /// `level_moved` (`levelOffsets`, mirrored by `delayOffset.json`).
     pub levels: BTreeMap<u32, u64>,
     /// (level, offset) of done level messages at or above their level's offset.
     pub level_done: BTreeSet<(u32, u64)>,
@@ -140,6 +142,15 @@ impl Progress {
         self.levels.get(&level).copied().unwrap_or(0)
     }
 
+    /// Takes each level's offset of `table` (a `delayOffset.json`) where it is ahead.
+    pub fn merge_levels(&mut self, table: &BTreeMap<u32, u64>) {
+        for (&level, &offset) in table {
+            if offset > self.level_offset(level) {
+                self.set_level_offset(level, offset);
+            }
+        }
+    }
+
     /// Moves level `level`'s offset to `offset` (up or, for a queue that lost its head, to the
     /// nearest end), forgetting the done marks it passes.
     pub fn set_level_offset(&mut self, level: u32, offset: u64) {
@@ -216,6 +227,11 @@ impl Progress {
             .iter()
             .map(|(id, due)| format!("[{id}, {due}]"))
             .collect();
+        let level_offsets: Vec<String> = self
+            .levels
+            .iter()
+            .map(|(l, o)| format!("[{l}, {o}]"))
+            .collect();
         let level_done: Vec<String> = self
             .level_done
             .iter()
@@ -229,13 +245,14 @@ impl Progress {
         format!(
             "{{\n  \"dataVersion\": {{\n    \"counter\": {},\n    \"stateVersion\": 0,\n    \
              \"timestamp\": {now_ms}\n  }},\n  \"queueOffset\": {},\n  \"commitLogOffset\": \
-             {},\n  \"delivered\": [{}],\n  \"rescheduled\": [{}],\n  \"levelDone\": [{}],\n  \
-             \"levelRescheduled\": [{}]\n}}",
+             {},\n  \"delivered\": [{}],\n  \"rescheduled\": [{}],\n  \"levelOffsets\": [{}],\n  \
+             \"levelDone\": [{}],\n  \"levelRescheduled\": [{}]\n}}",
             self.counter,
             self.floor,
             self.log_offset,
             ranges.join(", "),
             moved.join(", "),
+            level_offsets.join(", "),
             level_done.join(", "),
             level_moved.join(", ")
         )
@@ -334,6 +351,10 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Progress> {
             })
             .collect()
     };
+    let levels = level_list("levelOffsets", 2)?
+        .into_iter()
+        .map(|p| (p[0] as u32, p[1]))
+        .collect();
     let level_done = level_list("levelDone", 2)?
         .into_iter()
         .map(|p| (p[0] as u32, p[1]))
@@ -351,7 +372,7 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Progress> {
         floor,
         delivered,
         rescheduled,
-        levels: BTreeMap::new(),
+        levels,
         level_done,
         level_moved,
         log_offset,
@@ -410,9 +431,21 @@ mod tests {
         assert_eq!(p.moved(l12), Some(5_000));
         let back = decode(Path::new("x"), p.encode(1).as_bytes()).unwrap();
         assert_eq!(
-            (back.level_done.clone(), back.level_moved.clone()),
-            (p.level_done.clone(), p.level_moved.clone())
+            (
+                back.levels.clone(),
+                back.level_done.clone(),
+                back.level_moved.clone()
+            ),
+            (
+                p.levels.clone(),
+                p.level_done.clone(),
+                p.level_moved.clone()
+            )
         );
+        // A delayOffset.json behind is ignored, one ahead taken.
+        let mut merged = back.clone();
+        merged.merge_levels(&BTreeMap::from([(3, 5), (4, 2)]));
+        assert_eq!(merged.levels, BTreeMap::from([(3, 10), (4, 2)]));
         // The head delivered in order past the cancelled and the moved one.
         p.delivered(l10);
         p.set_level_offset(3, 13);

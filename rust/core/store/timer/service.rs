@@ -19,10 +19,10 @@
 //!   at its new time.
 //! - A timer is recorded as done (in memory) only after its re-put returned, and the progress
 //!   files are written only after a flush that covers every delivery they record:
-//!   `delayOffset.json` first, then `timerProgress.json`, whose `commitLogOffset` is the log's
-//!   end at that write or the end through which the cancel queue was applied (`synced_to`),
-//!   whichever is lower, so every delivery, cancel and reschedule neither file records lies
-//!   after it.
+//!   `timerProgress.json` first (both sources), whose `commitLogOffset` is the log's end at that
+//!   write or the end through which the cancel queue was applied (`synced_to`), whichever is
+//!   lower, so every delivery, cancel and reschedule it does not record lies after it; then its
+//!   mirror `delayOffset.json`, read first and merged (levels.rs).
 //! - Before delivering anything, a start reads both files afresh (`prepare_start`) and the
 //!   commit log from `commitLogOffset` to the end (`recover`, scan.rs), applying every
 //!   delivered copy (`MQLITE_TIMER_ID`) and change record it finds, of either source: a timer
@@ -43,7 +43,9 @@
 //!
 //! Crash behaviour: exactly once for a crash of the process (kill points
 //! `timer.delivered_unrecorded`, `schedule.delivered_unrecorded`): the copy is in the log and
-//! recovery finds its id; a cancel or reschedule record is found the same way (control.rs).
+//! recovery finds its id; a cancel or reschedule record is found the same way (control.rs). A
+//! crash between the two progress files (`timer.progress_written`) leaves the mirror behind,
+//! which the next read's merge ignores.
 //! After a power cut, a delivery lost with the unflushed tail of the log is delivered again,
 //! once.
 
@@ -149,11 +151,13 @@ impl TimerService {
             config.file_mode,
         )?;
         let path = config_dir.as_ref().map(|d| d.join(super::progress::FILE));
+        // delayOffset.json first (levels.rs).
+        let levels = Levels::new(config_dir)?;
         let mut progress = match &path {
             Some(p) => Progress::load(p)?,
             None => Progress::default(),
         };
-        let levels = Levels::new(config_dir, &mut progress)?;
+        levels.merge_into(&mut progress);
         Ok(TimerService {
             clock: config.clock.clone(),
             path,
@@ -212,10 +216,13 @@ impl TimerService {
         let state = self.lock();
         match (&self.path, state.loaded) {
             (Some(path), false) => {
+                // delayOffset.json first (levels.rs).
+                let table = match path.parent() {
+                    Some(dir) => levels::load_offsets(dir)?,
+                    None => BTreeMap::new(),
+                };
                 let mut p = Progress::load(path)?;
-                if let Some(dir) = path.parent() {
-                    levels::load_offsets(dir, &mut p)?;
-                }
+                p.merge_levels(&table);
                 Ok(p)
             }
             _ => Ok(state.progress.clone()),
@@ -268,12 +275,14 @@ impl TimerService {
     pub(in crate::store) fn prepare_start(&self) -> Result<()> {
         let mut guard = self.lock();
         let state = &mut *guard;
-        if let (false, Some(path)) = (state.dirty, &self.path) {
-            let levels = std::mem::take(&mut state.progress.levels);
+        if let (false, false, Some(path)) =
+            (state.dirty, state.levels.dirty(&state.progress), &self.path)
+        {
+            // delayOffset.json first (levels.rs).
+            state.levels.reload()?;
             state.progress = Progress::load(path)?;
-            state.progress.levels = levels;
+            state.levels.merge_into(&mut state.progress);
         }
-        state.levels.reload(&mut state.progress)?;
         state.loaded = false;
         drop(guard);
         self.wake.rearm();
@@ -584,7 +593,7 @@ impl TimerService {
 
     /// Makes the log durable through every delivery, then writes the progress.
     fn persist_durable(&self, store: &Store, state: &mut State) -> Result<()> {
-        let dirty = state.dirty || state.levels.dirty(&state.progress);
+        let dirty = state.loaded && (state.dirty || state.levels.dirty(&state.progress));
         if !dirty || self.path.is_none() {
             return Ok(());
         }
@@ -593,13 +602,15 @@ impl TimerService {
     }
 
     /// Writes both progress files, the log durable through `log_end` (every delivery so far):
-    /// the levels' offsets first, then the timer progress whose `commitLogOffset` says that
-    /// both files record every delivery, cancel and reschedule before it.
+    /// the timer progress (of both sources) whose `commitLogOffset` says that it records every
+    /// delivery, cancel and reschedule before it, then its mirror `delayOffset.json`.
     fn persist(&self, log_end: u64, state: &mut State) -> Result<()> {
+        if !state.loaded {
+            // Never hosted since the open: nothing of its own to record (the offsets merged at
+            // open are the host's to write).
+            return Ok(());
+        }
         let levels_dirty = state.levels.dirty(&state.progress);
-        state
-            .levels
-            .persist(&state.progress, self.clock.now_ms(), self.file_mode)?;
         if let (true, Some(path)) = (state.dirty || levels_dirty, &self.path) {
             // Changes of other processes are in `progress` only below `synced_to`.
             state.progress.log_offset = log_end.min(state.synced_to);
@@ -608,6 +619,12 @@ impl TimerService {
                 .store(path, self.clock.now_ms(), self.file_mode)?;
         }
         state.dirty = false;
+        if levels_dirty {
+            kill_point!("timer.progress_written");
+        }
+        state
+            .levels
+            .persist(&state.progress, self.clock.now_ms(), self.file_mode)?;
         state.last_persist = Instant::now();
         Ok(())
     }
