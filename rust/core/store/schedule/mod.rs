@@ -2,7 +2,10 @@
 //! stores a message with a `DELAY` level in `SCHEDULE_TOPIC_XXXX` (hook.rs), the timer engine
 //! (store/timer/) delivers it to its real topic when due, and `config/delayOffset.json`
 //! records how far each level is delivered (offsets.rs, FORMAT.md §15), in RocketMQ's shape:
-//! a RocketMQ broker opening the store goes on from it, and this store from RocketMQ's.
+//! a RocketMQ broker opening the store goes on from it, and this store from RocketMQ's. It
+//! mirrors the engine's own record of the levels in `timerProgress.json` (written first; the
+//! larger offset of the two is taken), which also holds what RocketMQ's shape cannot: the
+//! delayed messages cancelled or rescheduled out of their level's order.
 //!
 //! Guarantees (the engine's): a delayed message is invisible in its topic until its delivery
 //! time, then delivered with its body, keys, tags and properties; per level, in the order

@@ -4,8 +4,9 @@
 //! levels, RocketMQ 4) are stored by their own hook in `SCHEDULE_TOPIC_XXXX` (store/schedule/).
 //! The service delivers both to their real topic when due, exactly once (service.rs, merging
 //! the timer log with the levels' queues, levels.rs), each re-put carrying the timer's id
-//! (`message::timer_id`; redeliver.rs); its progress is `config/timerProgress.json`
-//! (progress.rs, FORMAT.md §16) and the levels' `config/delayOffset.json` (FORMAT.md §15).
+//! (`message::timer_id`; redeliver.rs); the progress of both is `config/timerProgress.json`
+//! (progress.rs, FORMAT.md §16), the levels' offsets mirrored in RocketMQ's
+//! `config/delayOffset.json` (FORMAT.md §15).
 //! What wakes it is wake.rs. Any pending timer of either source can be cancelled or
 //! rescheduled, and the pending ones listed (control.rs), under the gate every delivery takes
 //! too (gate.rs). Design: docs/design-timers.md.

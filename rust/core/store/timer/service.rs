@@ -1,9 +1,10 @@
 //! The timer engine: delivers timer messages and delayed (delay-level) messages when due, one
-//! thread for both. Its sources: the timer log, with its near tier (tiers.rs; progress:
-//! `config/timerProgress.json`), and each delay level's queue of `SCHEDULE_TOPIC_XXXX`, already
-//! in due order, of which only the head is read (levels.rs; progress: `config/delayOffset.json`,
-//! RocketMQ's file). The thread merges them: it delivers the earliest due of the near tier's
-//! first timer, the levels' heads and the moved level messages, while it is due.
+//! thread for both. Its sources: the timer log, with its near tier (tiers.rs), and each delay
+//! level's queue of `SCHEDULE_TOPIC_XXXX`, already in due order, of which only the head is read
+//! (levels.rs). The progress of both is `config/timerProgress.json` (progress.rs), the levels'
+//! offsets mirrored in `config/delayOffset.json`, RocketMQ's file. The thread merges the
+//! sources: it delivers the earliest due of the near tier's first timer, the levels' heads and
+//! the moved level messages, while it is due.
 //!
 //! Invariants
 //! - A timer's id (`message::timer_id`) is its source queue and offset there. The timer log's
@@ -45,9 +46,8 @@
 //! `timer.delivered_unrecorded`, `schedule.delivered_unrecorded`): the copy is in the log and
 //! recovery finds its id; a cancel or reschedule record is found the same way (control.rs). A
 //! crash between the two progress files (`timer.progress_written`) leaves the mirror behind,
-//! which the next read's merge ignores.
-//! After a power cut, a delivery lost with the unflushed tail of the log is delivered again,
-//! once.
+//! which the next read's merge ignores. After a power cut, a delivery lost with the unflushed
+//! tail of the log is delivered again, once.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
