@@ -46,10 +46,13 @@ pub mod at {
     pub const REQUEST_WAKE: usize = 280;
     /// Bumped by every topic change.
     pub const TOPICS_GENERATION: usize = 320;
+    /// Timers and delayed messages announced by the put hooks of every process (a count).
+    pub const TIMER_ARRIVALS: usize = 384;
+    /// `u32` wake word of the thread delivering timers, waiting on `TIMER_ARRIVALS`.
+    pub const TIMER_WAKE: usize = 392;
     /// The reserved-chunk bitmap: [`super::RESERVED_WORDS`] big-endian words, bit `c % 64`
     /// (least significant first) of word `c / 64` set once chunk `c` of the tables
-    /// ([`super::CHUNK`] bytes from [`super::HEADER_LEN`]) has its disk blocks. Bytes 384..400
-    /// belong to the timer engine.
+    /// ([`super::CHUNK`] bytes from [`super::HEADER_LEN`]) has its disk blocks.
     pub const RESERVED: usize = 512;
 }
 

@@ -3,7 +3,8 @@
 //! process-shared mutex), the log end, the append in progress, the dispatch and flush
 //! progress, the topics generation, and the queue-offset table. docs/design-many-writers.md
 //! says how the store uses it; this module is the mapping and its protocols (the append,
-//! protocol.rs; the group commit across processes, group_commit.rs).
+//! protocol.rs; the group commit across processes, group_commit.rs; the timer engine's
+//! wake-up across processes, timer_wake.rs).
 //!
 //! Invariants
 //! - The file is a runtime file, never a source of truth: it is built from what recovery
@@ -32,6 +33,7 @@ mod group_commit;
 pub mod layout;
 pub mod protocol;
 mod table;
+mod timer_wake;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};

@@ -37,6 +37,11 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The property names a message's `properties` may not use (the store's and RocketMQ's).
+    m.add(
+        "RESERVED_PROPERTIES",
+        pyo3::types::PyFrozenSet::new(m.py(), mqlite::message::properties::RESERVED)?,
+    )?;
     m.add_function(wrap_pyfunction!(names::check_topic, m)?)?;
     m.add_function(wrap_pyfunction!(names::check_group, m)?)?;
     m.add_function(wrap_pyfunction!(group_lock::ofd_try_lock, m)?)?;
