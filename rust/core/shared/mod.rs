@@ -39,6 +39,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering as StdOrdering;
+use std::sync::Mutex;
 
 use self::layout::{at, Capacity, Header, StoreIdentity};
 use self::protocol::{QueueSlot, Repair, Repaired, Reserved, State, Word};
@@ -71,8 +72,8 @@ pub struct Initial {
 #[derive(Debug)]
 pub struct WriterShm {
     path: PathBuf,
-    /// The mapped file, kept open to reserve the tables' chunks (table.rs).
-    file: File,
+    /// The mapped file, kept open to reserve the tables' chunks (table.rs) until `release`.
+    file: Mutex<Option<File>>,
     region: MmapRegion,
     capacity: Capacity,
 }
@@ -106,6 +107,8 @@ impl WriterShm {
     /// zeros in private memory; a closed store makes none that matters.
     pub fn release(&self) {
         let _ = self.region.detach_file();
+        // The descriptor goes too: a closed store holds nothing of the store's files open.
+        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
 
@@ -161,7 +164,7 @@ impl WriterShm {
             MmapRegion::map_file(&file, len, true, false).map_err(|e| Error::io("mmap", tmp, e))?;
         let shm = WriterShm {
             path: tmp.to_path_buf(),
-            file,
+            file: Mutex::new(Some(file)),
             region,
             capacity,
         };
@@ -236,7 +239,7 @@ impl WriterShm {
             .map_err(|e| Error::io("mmap", &path, e))?;
         Ok(Attached::Valid(WriterShm {
             path,
-            file,
+            file: Mutex::new(Some(file)),
             region,
             capacity: header.capacity,
         }))

@@ -21,6 +21,7 @@
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 use super::layout::{
     at, chunk_of, chunk_range, queue_hash, queue_key, reserved_bit, topic_hash, Capacity,
@@ -35,8 +36,8 @@ use crate::mapped_file::mmap::{page_size, MmapRegion};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tables<'a> {
     pub(super) region: &'a MmapRegion,
-    /// The mapped file: chunks are reserved through it.
-    pub(super) file: &'a File,
+    /// The mapped file: chunks are reserved through it (`None` once the store closed).
+    pub(super) file: &'a Mutex<Option<File>>,
     pub(super) capacity: Capacity,
     pub(super) path: &'a Path,
 }
@@ -119,7 +120,11 @@ impl<'a> Tables<'a> {
         let page = page_size();
         let start = start / page * page;
         let end = end.div_ceil(page).saturating_mul(page).min(file_len);
-        alloc::preallocate_range(self.file, self.path, start as u64, (end - start) as u64)?;
+        {
+            let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            let file = file.as_ref().ok_or(Error::Closed)?;
+            alloc::preallocate_range(file, self.path, start as u64, (end - start) as u64)?;
+        }
         let (word, bit) = reserved_bit(chunk);
         let w = self.word(word)?;
         let now = u64::from_be(w.load(Ordering::Acquire)) | bit;

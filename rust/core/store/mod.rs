@@ -492,6 +492,9 @@ impl Inner {
         if let Some(seat) = &self.leader {
             seat.resign();
         }
+        if let Some(t) = &self.timers {
+            t.gate().release();
+        }
         if let Some(shm) = self.commit_log.shared() {
             shm.release();
         }

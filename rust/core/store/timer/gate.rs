@@ -64,6 +64,12 @@ impl Gate {
         })
     }
 
+    /// Store close: the descriptor is closed (a closed store holds none of the store's files
+    /// open); later takes use the mutex alone.
+    pub(in crate::store) fn release(&self) {
+        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
     /// Takes the gate, waiting for the thread or process that holds it.
     ///
     /// # Errors

@@ -202,7 +202,7 @@ impl TimerService {
     }
 
     /// The gate every change of a timer's state is made under.
-    pub(super) fn gate(&self) -> &Gate {
+    pub(in crate::store) fn gate(&self) -> &Gate {
         &self.gate
     }
 
