@@ -1,8 +1,8 @@
-//! Scheduled delivery by delay level (store/schedule/): a message with a `DELAY` level is
-//! stored in `SCHEDULE_TOPIC_XXXX` and delivered to its real topic once the store's clock reads
-//! its delivery time. Every test runs on a manual clock and delivers with `deliver_due`, so
-//! nothing waits on time. The store's own schedule thread sees the same clock and may deliver
-//! first, so the tests assert what the topics hold, never how many one call delivered.
+//! Scheduled delivery by delay level (store/schedule/, delivered by the timer engine,
+//! store/timer/): a message with a `DELAY` level is stored in `SCHEDULE_TOPIC_XXXX` and
+//! delivered to its real topic once the store's clock reads its delivery time, exactly once. Every test runs on a manual clock and delivers with `deliver_due`, so
+//! nothing waits on time. The store's own timer-engine thread sees the same clock and may
+//! deliver first, so the tests assert what the topics hold, never how many one call delivered.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,10 +20,9 @@ use common::scheduled::{bodies, clocked_config, commit_log_files, fill_files, T0
 
 const SCHEDULE: &str = tags::SCHEDULE_TOPIC;
 
-/// The exclusive writer: its delivery thread sleeps long between passes, so the passes the
-/// tests run (`deliver_due`) after moving the manual clock are the ones that deliver. (A
-/// shared writer's leader looks every 100 ms: a pass of its thread that straddles a jump of
-/// the manual clock delivers a later level first.)
+/// The exclusive writer: its delivery thread sleeps until the next due time by the system's
+/// pace, so the passes the tests run (`deliver_due`) after moving the manual clock are the ones
+/// that deliver.
 fn config(clock: &ManualClock) -> StoreConfig {
     StoreConfig {
         shared_writers: false,
@@ -88,8 +87,21 @@ fn a_delayed_message_is_invisible_until_due_then_delivered_once_as_it_was_sent()
     let names: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         names,
-        ["TAGS", "KEYS", "UNIQ_KEY", "p", "REAL_TOPIC", "REAL_QID"],
-        "the caller's properties, RocketMQ's REAL_* kept, the delay ones cleared"
+        [
+            "TAGS",
+            "KEYS",
+            "UNIQ_KEY",
+            "p",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "MQLITE_TIMER_ID"
+        ],
+        "the caller's properties, RocketMQ's REAL_* kept, the delay ones cleared, the id added"
+    );
+    // Level 3, offset 0 of its queue (FORMAT.md §16).
+    assert_eq!(
+        properties::get(v.properties(), "MQLITE_TIMER_ID"),
+        Some("L3:0")
     );
     assert_eq!(properties::get(v.properties(), "KEYS"), Some("k1 k2"));
     assert_eq!(properties::get(v.properties(), "UNIQ_KEY"), Some("ID1"));
@@ -377,4 +389,87 @@ fn retention_keeps_the_files_of_pending_delayed_messages() {
     store.deliver_due().unwrap();
     assert!(store.delete_expired_files().unwrap() >= 2);
     assert_eq!(bodies(&store, "T", 0), [b"in two hours"]);
+}
+
+/// Levels and timers are one engine's sources: due together, they are delivered earliest
+/// first, whichever source holds them.
+#[test]
+fn levels_and_timers_due_together_go_earliest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.create_topic("T", 1, 6, false, false).unwrap();
+    let timer = |ms: &str| properties::encode([("TIMER_DELAY_MS", ms)]);
+    store.put(&delayed("T", 0, b"t500", &timer("500"))).unwrap();
+    store.put(&delayed("T", 0, b"level1", &level(1))).unwrap();
+    store
+        .put(&delayed("T", 0, b"t1500", &timer("1500")))
+        .unwrap();
+    clock.advance(Duration::from_secs(2));
+    store.deliver_due().unwrap();
+    assert_eq!(
+        bodies(&store, "T", 0),
+        [&b"t500"[..], b"level1", b"t1500"],
+        "the level's 1 s between the timers' 0.5 s and 1.5 s"
+    );
+}
+
+/// A crash after delayed messages were re-put and before `delayOffset.json` recorded them
+/// (simulated: the progress files put back as they were before the delivery): the next start
+/// finds the delivered copies' ids (`L<level>:<offset>`) in the log and delivers none again.
+#[test]
+fn a_start_skips_delayed_messages_the_log_shows_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config_dir = dir.path().join("config");
+    let files = [
+        "delayOffset.json",
+        "delayOffset.json.bak",
+        "timerProgress.json",
+        "timerProgress.json.bak",
+    ];
+    {
+        let store = Store::open(dir.path(), config(&clock)).unwrap();
+        store.create_topic("T", 1, 6, false, false).unwrap();
+        for body in [b"a", b"b"] {
+            store.put(&delayed("T", 0, body, &level(1))).unwrap();
+        }
+        store.put(&delayed("T", 0, b"c", &level(2))).unwrap();
+        store.close().unwrap();
+    }
+    let before: Vec<Option<Vec<u8>>> = files
+        .iter()
+        .map(|f| std::fs::read(config_dir.join(f)).ok())
+        .collect();
+    {
+        clock.advance(Duration::from_secs(1));
+        let store = Store::open(dir.path(), config(&clock)).unwrap();
+        store.deliver_due().unwrap();
+        assert_eq!(bodies(&store, "T", 0), [b"a", b"b"]);
+        assert_eq!(store.delay_offsets().get(&1), Some(&2));
+        store.close().unwrap();
+    }
+    for (f, content) in files.iter().zip(&before) {
+        let path = config_dir.join(f);
+        match content {
+            Some(c) => std::fs::write(&path, c).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    clock.advance(Duration::from_secs(10));
+    let store = Store::open(dir.path(), config(&clock)).unwrap();
+    store.deliver_due().unwrap();
+    assert_eq!(
+        bodies(&store, "T", 0),
+        [&b"a"[..], b"b", b"c"],
+        "each delivered once"
+    );
+    assert_eq!(store.delay_offsets(), [(1, 2), (2, 1)].into());
+}
+
+/// The real time: retention compares the clock with file modification times.
+fn common_now() -> i64 {
+    mqlite::util::clock::now_ms()
 }

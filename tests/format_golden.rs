@@ -432,6 +432,11 @@ fn writer_shm_header_and_slots_match_fixture() {
     let queue = 4096 + 4096 * 256 + slot * 16;
     assert_eq!(be_u64(&file, queue), key);
     assert_eq!(be_u64(&file, queue + 8), 42);
+    // The reserved-chunk bitmap: the topic's chunk (9) and the queue's (31), in word 0.
+    assert_eq!((topic - 4096) / 65536, 9);
+    assert_eq!((queue - 4096) / 65536, 31);
+    assert_eq!(be_u64(&file, 512), 1 << 9 | 1 << 31, "reserved chunks");
+    assert!((520..768).step_by(8).all(|at| be_u64(&file, at) == 0));
 }
 
 #[test]
@@ -450,4 +455,49 @@ fn delay_offsets_file_matches_the_golden_vector() {
     // RocketMQ's fastjson form: unquoted level keys, no dataVersion (4.x).
     let rocketmq = b"{\"offsetTable\":{1:3,3:12,18:0}}";
     assert_eq!(offsets::decode(&path, rocketmq).unwrap().table, table);
+}
+
+#[test]
+fn timer_progress_file_matches_the_golden_vector() {
+    use mqlite::store::timer::progress::{self, Progress};
+    use std::collections::BTreeMap;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/timer_progress.json");
+    let expected = std::fs::read(&path).unwrap();
+    let mut p = Progress {
+        floor: 12,
+        delivered: BTreeMap::from([(14, 16), (20, 21)]),
+        rescheduled: BTreeMap::from([(17, 1_700_000_600_000)]),
+        levels: BTreeMap::from([(1, 3), (3, 12)]),
+        level_done: std::collections::BTreeSet::from([(3, 13)]),
+        level_moved: BTreeMap::from([((3, 15), 1_700_000_700_000)]),
+        log_offset: 65_536,
+        counter: 6,
+        main_unreadable: false,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join(progress::FILE);
+    p.store(&written, 1_700_000_000_000, 0o644).unwrap();
+    assert_eq!(std::fs::read(&written).unwrap(), expected);
+    let read = progress::decode(&path, &expected).unwrap();
+    assert_eq!(read, p);
+}
+
+#[test]
+fn timer_cancel_and_reschedule_records_match_the_golden_bytes() {
+    use mqlite::message::tags;
+    use mqlite::message::timer::TIMER_TOPIC;
+    use mqlite::message::timer_id::{Change, TimerId};
+    let cancel = Change::Cancel(TimerId::log(5)).encode();
+    assert_eq!(cancel, b"MQLITE_TIMER_CANCEL\x015\x02");
+    assert_eq!(tags::of_record(TIMER_TOPIC, &cancel, None, 0), 5);
+    let id = TimerId::parse("L3:17").unwrap();
+    let moved = Change::Reschedule(id, 1_700_000_600_000).encode();
+    assert_eq!(
+        moved,
+        b"MQLITE_TIMER_CANCEL\x01L3:17\x02MQLITE_TIMER_RESCHEDULE_MS\x011700000600000\x02"
+    );
+    assert_eq!(
+        tags::of_record(TIMER_TOPIC, &moved, None, 0),
+        (3 << 48) | 17
+    );
 }

@@ -28,7 +28,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mqlite::message::timer::TIMER_TOPIC;
+use mqlite::message::timer_id::CANCEL_QUEUE;
 use mqlite::message::{properties, tags};
+use mqlite::store::timer::{Source, TimerId, TimerOutcome, TimerTarget};
 use mqlite::util::clock::ManualClock;
 use mqlite::util::kill_point::{self, POINTS};
 use mqlite::{Appended, FlushMode, MessageRef, Store, StoreConfig, TagFilter};
@@ -89,6 +91,14 @@ enum Event {
     Topic(String),
     /// A put returned: topic, queue, queue offset, commit-log offset, message number.
     Ack(String, u32, u64, u64, u64),
+    /// The timer of message `seq` is about to be cancelled.
+    Cancelling(u64),
+    /// Its cancel returned `Cancelled`.
+    Cancelled(u64),
+    /// The timer of message `seq` is about to be moved to the given time (epoch ms).
+    Rescheduling(u64, i64),
+    /// Its reschedule returned `Rescheduled`.
+    Rescheduled(u64),
 }
 
 impl Event {
@@ -96,6 +106,10 @@ impl Event {
         match self {
             Event::Topic(t) => format!("T {t}"),
             Event::Ack(t, q, qo, clo, seq) => format!("A {t} {q} {qo} {clo} {seq}"),
+            Event::Cancelling(seq) => format!("X {seq}"),
+            Event::Cancelled(seq) => format!("C {seq}"),
+            Event::Rescheduling(seq, at) => format!("Y {seq} {at}"),
+            Event::Rescheduled(seq) => format!("R {seq}"),
         }
     }
 
@@ -110,6 +124,10 @@ impl Event {
                 clo.parse().ok()?,
                 seq.parse().ok()?,
             )),
+            ["X", seq] => Some(Event::Cancelling(seq.parse().ok()?)),
+            ["C", seq] => Some(Event::Cancelled(seq.parse().ok()?)),
+            ["Y", seq, at] => Some(Event::Rescheduling(seq.parse().ok()?, at.parse().ok()?)),
+            ["R", seq] => Some(Event::Rescheduled(seq.parse().ok()?)),
             _ => None,
         }
     }
@@ -117,8 +135,11 @@ impl Event {
 
 /// The workload: two topics, puts and batches over three queues (one of them past a
 /// consume-queue file), commit-log rolls, a flush (checkpoint) every 25 puts, a delayed
-/// message (level 1) every 10 puts and, 5 puts later, the clock a second on and the due ones
-/// delivered, a clean close and reopen halfway, a third topic, and a final close.
+/// message (level 1) every 10 puts (every fourth cancelled at once, and every fourth moved an
+/// hour on) and, 5 puts later, the clock a second on and the due ones delivered, a timer every
+/// 10 puts (every fourth cancelled at once, and every fourth moved an hour on), a clean close
+/// and reopen halfway, a third topic, and a final close. The cancels and the reschedules
+/// alternate: a timer's first, then a level message's.
 fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
     let clock = ManualClock::new(START_MS);
     let mut store = Store::open(root, config(mode, &clock)).unwrap();
@@ -167,6 +188,19 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 put.appended.physical_offset,
                 seq,
             ));
+            let id = TimerTarget::Id(TimerId::level(put.queue_id + 1, put.appended.queue_offset));
+            if step % 40 == 13 {
+                sink(Event::Cancelling(seq));
+                let a = store.cancel_timer(id).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Cancelled);
+                sink(Event::Cancelled(seq));
+            } else if step % 40 == 33 {
+                let at = clock.now_ms() + 3_600_000;
+                sink(Event::Rescheduling(seq, at));
+                let a = store.reschedule_timer(id, at).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Rescheduled);
+                sink(Event::Rescheduled(seq));
+            }
             seq += 1;
         } else if step % 10 == 7 {
             // Acknowledged where it is stored: the timer topic's one queue.
@@ -181,6 +215,19 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 put.appended.physical_offset,
                 seq,
             ));
+            let id = TimerTarget::Id(TimerId::log(put.appended.queue_offset));
+            if step % 40 == 7 {
+                sink(Event::Cancelling(seq));
+                let a = store.cancel_timer(id).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Cancelled);
+                sink(Event::Cancelled(seq));
+            } else if step % 40 == 27 {
+                let at = clock.now_ms() + 3_600_000;
+                sink(Event::Rescheduling(seq, at));
+                let a = store.reschedule_timer(id, at).unwrap();
+                assert_eq!(a[0].outcome, TimerOutcome::Rescheduled);
+                sink(Event::Rescheduled(seq));
+            }
             seq += 1;
         } else {
             let b = body(seq);
@@ -318,7 +365,7 @@ fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
                 ))
                 }
             },
-            Event::Topic(_) => {}
+            _ => {}
         }
     }
     if let Some(cp) = store.checkpoint() {
@@ -364,7 +411,7 @@ fn read_contents(store: &Store) -> Result<Contents, String> {
                 .map_err(|e| format!("read of {}/{q}: {e}", t.topic_name))?;
             let mut expect = 0;
             for v in got.iter() {
-                let seq = seq_of(v.body()).ok_or_else(|| {
+                let seq = record_seq(&t.topic_name, q, v.body()).ok_or_else(|| {
                     format!(
                         "{}/{q}@{}: a body the workload never wrote",
                         t.topic_name,
@@ -403,7 +450,7 @@ fn read_contents(store: &Store) -> Result<Contents, String> {
                 v.queue_id(),
                 v.queue_offset(),
                 v.bytes().len(),
-                seq_of(v.body()),
+                record_seq(v.topic(), v.queue_id(), v.body()),
             )
         });
         match rec {
@@ -438,6 +485,19 @@ fn read_contents(store: &Store) -> Result<Contents, String> {
         queued,
     })
 }
+
+/// The message number of a record's body; `CHANGE` for a timer's cancel or reschedule record
+/// (its body is the timer's id).
+fn record_seq(topic: &str, queue: u32, body: &[u8]) -> Option<u64> {
+    if topic == TIMER_TOPIC && queue == CANCEL_QUEUE {
+        let id = std::str::from_utf8(body).ok()?;
+        return TimerId::parse(id).map(|_| CHANGE);
+    }
+    seq_of(body)
+}
+
+/// `record_seq` of a cancel or reschedule record.
+const CHANGE: u64 = u64::MAX;
 
 /// xorshift64*, seeded.
 struct Rng(u64);
@@ -568,10 +628,11 @@ fn kill_points_crash_loop() {
     );
 }
 
-/// A kill after a delayed message's re-put and before its level's offset is recorded: the
-/// next open delivers that message again (at least once) and loses none of the others.
+/// A kill after a delayed message's re-put and before its level's offset is recorded: the next
+/// open finds the delivered copy's id (`L<level>:<offset>`) in the log and delivers that
+/// message no second time; none is lost, and none that was cancelled is delivered.
 #[test]
-fn a_kill_between_a_delivery_and_its_offset_delivers_it_again_and_loses_nothing() {
+fn a_kill_between_a_delivery_and_its_offset_delivers_every_delayed_message_once() {
     let point = "schedule.delivered_unrecorded";
     for (n, mode) in [(1, FlushMode::Sync), (3, FlushMode::Async)] {
         let dir = tempfile::tempdir().unwrap();
@@ -585,12 +646,13 @@ fn a_kill_between_a_delivery_and_its_offset_delivers_it_again_and_loses_nothing(
                 _ => None,
             })
             .collect();
+        let cancelled = |seq: &u64| events.contains(&Event::Cancelling(*seq));
         assert!(delayed.len() >= n as usize, "{delayed:?}");
 
         // A day later every pending message is due.
         let clock = ManualClock::new(START_MS + 86_400_000);
         let store = Store::open(dir.path(), config(mode, &clock)).unwrap();
-        store.deliver_due().unwrap();
+        while store.deliver_due().unwrap() > 0 {}
         let mut copies: BTreeMap<u64, usize> = BTreeMap::new();
         for t in TOPICS {
             for q in 0..2 {
@@ -605,26 +667,66 @@ fn a_kill_between_a_delivery_and_its_offset_delivers_it_again_and_loses_nothing(
             }
         }
         for seq in &delayed {
-            assert!(
-                copies.contains_key(seq),
-                "delayed message {seq} lost ({point}:{n})"
+            assert_eq!(
+                copies.get(seq).copied().unwrap_or(0),
+                usize::from(!cancelled(seq)),
+                "delayed message {seq} delivered once unless cancelled ({point}:{n}): {copies:?}"
             );
         }
-        // Each delivery pass of the workload delivers one message and records it: the n-th,
-        // killed before its offset was written, is delivered twice, every other once.
-        let twice: Vec<u64> = copies
-            .iter()
-            .filter(|(_, c)| **c == 2)
-            .map(|(s, _)| *s)
-            .collect();
-        assert_eq!(twice, [delayed[n as usize - 1]], "{copies:?}");
-        assert!(copies.values().all(|c| *c <= 2), "{copies:?}");
         store.close().unwrap();
     }
 }
 
+/// The acknowledged timers of a run, of both sources, by message number: (timer id, whether a
+/// cancel of it began, the time a reschedule of it asked for).
+fn timers_of(events: &[Event]) -> BTreeMap<u64, (TimerId, bool, Option<i64>)> {
+    let mut timers = BTreeMap::new();
+    for e in events {
+        match e {
+            Event::Ack(t, _, qo, _, seq) if t == TIMER_TOPIC => {
+                timers.insert(*seq, (TimerId::log(*qo), false, None));
+            }
+            Event::Ack(t, q, qo, _, seq) if t == tags::SCHEDULE_TOPIC => {
+                timers.insert(*seq, (TimerId::level(q + 1, *qo), false, None));
+            }
+            Event::Cancelling(seq) => timers.get_mut(seq).unwrap().1 = true,
+            Event::Rescheduling(seq, at) => timers.get_mut(seq).unwrap().2 = Some(*at),
+            _ => {}
+        }
+    }
+    timers
+}
+
+/// Opens the crashed store at `root` with the clock at `at_ms`, delivers everything due and
+/// counts the copies of each message of `timers` in the topics.
+fn timer_copies(
+    root: &Path,
+    mode: FlushMode,
+    at_ms: i64,
+    timers: &BTreeMap<u64, (TimerId, bool, Option<i64>)>,
+) -> (Store, BTreeMap<u64, usize>) {
+    let clock = ManualClock::new(at_ms);
+    let store = Store::open(root, config(mode, &clock)).unwrap();
+    while store.deliver_due().unwrap() > 0 {}
+    let mut copies: BTreeMap<u64, usize> = BTreeMap::new();
+    for t in TOPICS {
+        for q in 0..2 {
+            if let Ok(got) = store.get_messages(t, q, 0, 1000, &TagFilter::all()) {
+                for v in got.iter() {
+                    let seq = seq_of(v.body()).unwrap();
+                    if timers.contains_key(&seq) {
+                        *copies.entry(seq).or_default() += 1;
+                    }
+                }
+            }
+        }
+    }
+    (store, copies)
+}
+
 /// A kill after a timer's re-put and before its progress is recorded: the next open finds the
-/// delivered copy's timer id in the log and delivers that timer no second time; none is lost.
+/// delivered copy's timer id in the log and delivers that timer no second time; none is lost,
+/// and none that was cancelled is delivered.
 #[test]
 fn a_kill_between_a_timer_delivery_and_its_progress_delivers_every_timer_once() {
     let point = "timer.delivered_unrecorded";
@@ -633,40 +735,135 @@ fn a_kill_between_a_timer_delivery_and_its_progress_delivers_every_timer_once() 
         let (outcome, events) = run_child(dir.path(), point, n, mode);
         assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
         check_store(dir.path(), &events).unwrap();
-        let timers: Vec<u64> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Ack(t, _, _, _, seq) if t == TIMER_TOPIC => Some(*seq),
-                _ => None,
-            })
-            .collect();
+        let timers = timers_of(&events);
         assert!(timers.len() >= n as usize, "{timers:?}");
 
         // A day later every pending timer is due.
-        let clock = ManualClock::new(START_MS + 86_400_000);
-        let store = Store::open(dir.path(), config(mode, &clock)).unwrap();
-        while store.deliver_due().unwrap() > 0 {}
-        let mut copies: BTreeMap<u64, usize> = BTreeMap::new();
-        for t in TOPICS {
-            for q in 0..2 {
-                if let Ok(got) = store.get_messages(t, q, 0, 1000, &TagFilter::all()) {
-                    for v in got.iter() {
-                        let seq = seq_of(v.body()).unwrap();
-                        if timers.contains(&seq) {
-                            *copies.entry(seq).or_default() += 1;
-                        }
-                    }
-                }
-            }
-        }
-        for seq in &timers {
+        let (store, copies) = timer_copies(dir.path(), mode, START_MS + 86_400_000, &timers);
+        for (seq, (_, cancelled, _)) in &timers {
+            let expect = usize::from(!cancelled);
             assert_eq!(
-                copies.get(seq),
-                Some(&1),
-                "timer {seq} delivered once ({point}:{n}): {copies:?}"
+                copies.get(seq).copied().unwrap_or(0),
+                expect,
+                "timer {seq} ({point}:{n}): {copies:?}"
             );
         }
         assert_eq!(store.pending_timers(), 0);
+        store.close().unwrap();
+    }
+}
+
+/// A kill after a cancel record was appended, before the cancel returned: the timer is never
+/// delivered (the restart's scan finds the record), a second cancel says it was cancelled,
+/// and every other timer is delivered once. The first cancel of the workload is a timer-log
+/// timer's, the second a delay-level message's: both kinds are killed after their record.
+#[test]
+fn a_kill_after_a_cancel_record_never_delivers_that_timer() {
+    let point = "timer.cancel_appended";
+    for (n, mode, level) in [(1, FlushMode::Sync, false), (2, FlushMode::Async, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let timers = timers_of(&events);
+        let unanswered: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Cancelling(seq) if !events.contains(&Event::Cancelled(*seq)) => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(unanswered.len(), 1, "{events:?}");
+        let (store, copies) = timer_copies(dir.path(), mode, START_MS + 86_400_000, &timers);
+        for (seq, (_, cancelled, _)) in &timers {
+            let expect = usize::from(!cancelled);
+            assert_eq!(
+                copies.get(seq).copied().unwrap_or(0),
+                expect,
+                "timer {seq} ({point}:{n}): {copies:?}"
+            );
+        }
+        let (id, _, _) = timers[&unanswered[0]];
+        assert_eq!(
+            matches!(id.source, Source::Level(_)),
+            level,
+            "{id} ({point}:{n})"
+        );
+        let a = store.cancel_timer(TimerTarget::Id(id)).unwrap();
+        assert_eq!(a[0].outcome, TimerOutcome::AlreadyCancelled, "{id}");
+        store.close().unwrap();
+    }
+}
+
+/// A kill after a reschedule record was appended, before the reschedule returned: the timer
+/// is not delivered at its old time, and is delivered once at its new one. The first
+/// reschedule of the workload is a timer-log timer's, the second a delay-level message's.
+#[test]
+fn a_kill_after_a_reschedule_record_delivers_at_the_new_time_once() {
+    let point = "timer.reschedule_appended";
+    for (n, mode, level) in [(1, FlushMode::Sync, false), (2, FlushMode::Async, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let timers = timers_of(&events);
+        let (seq, at) = events
+            .iter()
+            .find_map(|e| match e {
+                Event::Rescheduling(seq, at) if !events.contains(&Event::Rescheduled(*seq)) => {
+                    Some((*seq, *at))
+                }
+                _ => None,
+            })
+            .unwrap();
+        let (id, _, _) = timers[&seq];
+        assert_eq!(
+            matches!(id.source, Source::Level(_)),
+            level,
+            "{id} ({point}:{n})"
+        );
+        // Just before the new time every timer with its old time is due: not this one.
+        let (store, copies) = timer_copies(dir.path(), mode, at - 1, &timers);
+        assert_eq!(copies.get(&seq), None, "{point}:{n}");
+        store.close().unwrap();
+        drop(store);
+        let (store, copies) = timer_copies(dir.path(), mode, at, &timers);
+        assert_eq!(copies.get(&seq), Some(&1), "{point}:{n}");
+        for (s, (_, cancelled, _)) in &timers {
+            assert_eq!(
+                copies.get(s).copied().unwrap_or(0),
+                usize::from(!cancelled),
+                "{s}"
+            );
+        }
+        store.close().unwrap();
+    }
+}
+
+/// A kill after `timerProgress.json` was written and before its mirror `delayOffset.json`:
+/// the next open takes the larger offset of the two, so no delayed message is delivered twice,
+/// and none the workload moved an hour on (its move recorded by the progress only) is lost.
+/// The kills fall at the writes that follow the first level message's move (the pass that
+/// steps over it) and around them.
+#[test]
+fn a_kill_between_the_progress_and_its_mirror_repeats_and_loses_no_delayed_message() {
+    let point = "timer.progress_written";
+    for n in [3, 4, 5] {
+        let mode = FlushMode::Sync;
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap();
+        let timers = timers_of(&events);
+        let (store, copies) = timer_copies(dir.path(), mode, START_MS + 86_400_000, &timers);
+        for (seq, (id, cancelled, _)) in &timers {
+            assert_eq!(
+                copies.get(seq).copied().unwrap_or(0),
+                usize::from(!cancelled),
+                "{id} ({point}:{n}): {copies:?}"
+            );
+        }
+        assert_eq!(store.pending_timers(), 0, "{point}:{n}");
         store.close().unwrap();
     }
 }

@@ -93,7 +93,7 @@ fn open(root: &std::path::Path, hooks: Vec<Arc<dyn PutHook>>) -> Store {
     .unwrap()
 }
 
-/// A clock that never moves: the store's schedule service never finds the messages these
+/// A clock that never moves: the store's timer engine never finds the messages these
 /// tests delay due, so they stay in the schedule topic.
 fn config() -> StoreConfig {
     StoreConfig {

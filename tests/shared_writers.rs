@@ -7,6 +7,8 @@
 //!
 //! - An exclusive open and shared opens refuse each other (`StoreLocked`), both ways.
 //! - Three children send concurrently through rolls of small commit-log files.
+//! - A writer without the wake-up word (a full disk at its open) still sees another writer's
+//!   message while it waits.
 //! - (`fault-injection`) A child aborts at a kill point inside its append (record written, or
 //!   the log just rolled), holding the append lock; two others, held on their stdin until it is dead (a cause, not a timer), go on
 //!   sending without reopening, and the next one to lock repairs what it left.
@@ -299,6 +301,29 @@ fn two_shared_writers_interleave_and_see_each_other() {
     b.close().unwrap();
     let reopened = Store::open(dir.path(), exclusive()).unwrap();
     assert_eq!(contents(&reopened), want);
+}
+
+/// A shared writer without the wake-up word (a full disk left its page unreserved; here the
+/// `wakeup` name is a directory, so no process can map it) still sees another writer's
+/// message while it waits: its dispatch thread looks for other processes' records on its own
+/// (every `REPUT_IDLE`) and wakes the waiter, so the message ends the wait, not the timeout.
+#[test]
+fn a_shared_writer_without_the_wake_word_polls_for_another_writers_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("wakeup")).unwrap();
+    let a = Store::open(dir.path(), shared()).unwrap();
+    a.create_topic(TOPIC, 1, 6, false, false).unwrap();
+    let b = Store::open(dir.path(), shared()).unwrap();
+    assert!(!b
+        .wait_for_messages(&[(TOPIC, 0, 0)], Some(Duration::ZERO))
+        .unwrap());
+    std::thread::scope(|s| {
+        let waiter =
+            s.spawn(|| b.wait_for_messages(&[(TOPIC, 0, 0)], Some(Duration::from_secs(30))));
+        a.put(&MessageRef::new(TOPIC, 0, b"from a")).unwrap();
+        assert!(waiter.join().unwrap().unwrap(), "the wait timed out");
+    });
+    assert_eq!(common::read_queue(&b, TOPIC, 0).len(), 1);
 }
 
 /// Each writer keeps the mapping's queue slots it used (commit_log/shared.rs): writers that

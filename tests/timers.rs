@@ -157,8 +157,9 @@ fn far_future_timers_wait_beyond_the_window_and_survive_a_reopen() {
     assert_eq!(store.pending_timers(), 0);
 }
 
+/// Delayed messages (delay levels, the same engine's other source) share the timers' budget.
 #[test]
-fn overdue_timers_after_downtime_go_at_the_catch_up_rate() {
+fn overdue_timers_and_delayed_messages_after_downtime_go_at_the_catch_up_rate() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let cfg = || StoreConfig {
@@ -168,8 +169,11 @@ fn overdue_timers_after_downtime_go_at_the_catch_up_rate() {
     {
         let store = Store::open(dir.path(), cfg()).unwrap();
         store.create_topic("T", 1, 6, false, false).unwrap();
-        for i in 0..5u8 {
+        for i in 0..2u8 {
             put(&store, "T", &[i], &[("TIMER_DELAY_MS", "100")]);
+        }
+        for i in 2..5u8 {
+            put(&store, "T", &[i], &[("DELAY", "1")]);
         }
         store.close().unwrap();
     }
@@ -223,7 +227,9 @@ fn a_delay_level_wins_over_timer_properties() {
         &[("DELAY", "1"), ("TIMER_DELAY_SEC", "100")],
     );
     assert_eq!(bodies(&store, "SCHEDULE_TOPIC_XXXX", 0), [b"x"]);
-    assert_eq!(store.pending_timers(), 0);
+    // Pending as a level-1 message, not as a timer of the timer log.
+    assert!(store.topic(TIMER_TOPIC).unwrap().is_none());
+    assert_eq!(store.pending_timers(), 1);
 }
 
 /// On the system clock: a timer due soon, put while the service sleeps towards a timer an hour
@@ -231,8 +237,7 @@ fn a_delay_level_wins_over_timer_properties() {
 #[test]
 fn an_earlier_arrival_wakes_the_sleeping_service() {
     let dir = tempfile::tempdir().unwrap();
-    // One writer process: its hook's announcements reach the thread (shared writers' leader
-    // also looks every 100 ms, for the other processes' timers).
+    // One writer process: its hook's announcements reach the thread's condvar.
     let cfg = StoreConfig {
         shared_writers: false,
         ..small_config()
@@ -241,26 +246,103 @@ fn an_earlier_arrival_wakes_the_sleeping_service() {
     store.create_topic("T", 1, 6, false, false).unwrap();
     put(&store, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
     // Once the thread sleeps towards the late timer (or its 10 s cap), put the earlier one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let now = mqlite::util::clock::now_ms();
-    while store.timer_sleeping_until().is_none_or(|t| t < now + 5_000) {
+    asleep_towards_a_far_time(&store);
+    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    // The service's longest sleep is 10 s: delivery within it shows it was woken.
+    delivered_soon(&store, Duration::from_secs(8));
+}
+
+/// Waits until `store`'s timer thread sleeps until at least 5 s from now (a far timer, or its
+/// 10 s cap), and returns the store-clock time it sleeps until.
+fn asleep_towards_a_far_time(store: &Store) -> i64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = mqlite::util::clock::now_ms();
+        if let Some(t) = store.timer_sleeping_until().filter(|&t| t >= now + 5_000) {
+            return t;
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "the thread never slept"
+            "the timer thread never slept towards a far time"
         );
         std::thread::yield_now();
     }
-    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
-    // The service's longest sleep is 10 s: delivery within it shows it was woken.
+}
+
+/// Waits (`timeout` at most) for the timer `soon` in `T`/0, the first message there; checks it
+/// came not early and returns its store time.
+fn delivered_soon(store: &Store, timeout: Duration) -> i64 {
     assert!(store
-        .wait_for_messages(&[("T", 0, 0)], Some(Duration::from_secs(8)))
+        .wait_for_messages(&[("T", 0, 0)], Some(timeout))
         .unwrap());
     let got = store
         .get_messages("T", 0, 0, 10, &TagFilter::all())
         .unwrap();
     let v = got.iter().next().unwrap();
     assert_eq!(v.body(), b"soon");
-    assert!(v.store_timestamp() >= timer_out(&v));
+    assert!(v.store_timestamp() >= timer_out(&v), "never early");
+    v.store_timestamp()
+}
+
+/// The store directory of the child process of the test below (its presence makes the child
+/// entry point act).
+const CHILD_DIR: &str = "MQLITE_TIMER_CHILD_DIR";
+
+fn shared_config() -> StoreConfig {
+    StoreConfig {
+        shared_writers: true,
+        lock_wait: Some(Duration::from_secs(30)),
+        ..small_config()
+    }
+}
+
+/// Child of the test below: a second writer process that stores a timer due in 20 ms.
+#[test]
+fn timer_child_stores_a_timer_due_soon() {
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
+    };
+    let store = Store::open(std::path::Path::new(&dir), shared_config()).unwrap();
+    assert!(!store.is_leader());
+    put(&store, "T", b"soon", &[("TIMER_DELAY_MS", "20")]);
+    store.close().unwrap();
+}
+
+/// On the system clock, two writer processes: a timer the other process (this test binary run
+/// as a child) stores, due soon, wakes the leader's delivery thread asleep towards a timer an
+/// hour away (the writer mapping's timer wake word), and the leader delivers it before that
+/// sleep would have ended: it was woken by the arrival, not by a nap.
+#[test]
+fn a_timer_another_process_stores_wakes_the_leaders_sleeping_thread() {
+    if std::env::var_os(CHILD_DIR).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let leader = Store::open(dir.path(), shared_config()).unwrap();
+    assert!(leader.is_leader() && leader.delivers());
+    leader.create_topic("T", 1, 6, false, false).unwrap();
+    put(&leader, "T", b"late", &[("TIMER_DELAY_SEC", "3600")]);
+    // The leader's thread asleep towards the late timer (or its 10 s cap): not a short poll.
+    let asleep_until = asleep_towards_a_far_time(&leader);
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "timer_child_stores_a_timer_due_soon",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success(),
+        "child: {}",
+        String::from_utf8_lossy(&child.stdout)
+    );
+    let delivered = delivered_soon(&leader, Duration::from_secs(60));
+    assert!(
+        delivered < asleep_until,
+        "delivered at {delivered} by a thread asleep until {asleep_until}: woken by the arrival"
+    );
 }
 
 #[test]

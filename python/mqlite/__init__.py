@@ -71,6 +71,7 @@ from mqlite.subgroup import SubscriptionGroupConfig
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
 from mqlite.store import Store, open
+from mqlite.timers import PendingTimer, TimerChange, TimerOutcome
 from mqlite.topic import TopicConfig
 
 __version__: str = _core.__version__
@@ -93,6 +94,9 @@ __all__ = [
     "DeadLetterQueue",
     "RetryView",
     "SubscriptionGroupConfig",
+    "PendingTimer",
+    "TimerChange",
+    "TimerOutcome",
     "ConsumeFromWhere",
     "MessageModel",
     "AllocateMessageQueueStrategy",

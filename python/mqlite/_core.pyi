@@ -8,8 +8,11 @@ from typing import Any, ClassVar, Literal, final
 from typing_extensions import Self, disjoint_base
 
 __version__: str
+RESERVED_PROPERTIES: frozenset[str]
+"""The property names a message's ``properties`` may not use (the store's and RocketMQ's)."""
 __all__ = [
     "__version__",
+    "RESERVED_PROPERTIES",
     "Message",
     "MessageQueue",
     "SendResult",
@@ -25,6 +28,7 @@ __all__ = [
     "check_group",
     "ofd_try_lock",
     "ofd_unlock",
+    "_queue_loads",
 ]
 
 def check_topic(topic: str) -> None:
@@ -39,6 +43,9 @@ def ofd_try_lock(fd: int, start: int, len: int) -> bool:
 
 def ofd_unlock(fd: int, start: int, len: int) -> None:
     """Release ``fd``'s open file description's locks on bytes ``start..start+len``."""
+
+def _queue_loads() -> int:
+    """Test hook: how many consume queues this process has loaded from their files."""
 
 @disjoint_base
 class Message:
@@ -361,6 +368,25 @@ class Store:
     ) -> list[MessageExt]: ...
     def deliver_due(self) -> int: ...
     def delete_expired_files(self) -> int: ...
+    def pending_timers(self) -> int: ...
+    def _change_timers(
+        self,
+        msg_id: str | None,
+        key: str | None,
+        topic: str | None,
+        due_ms: int | None = None,
+        delay_ms: int | None = None,
+    ) -> list[tuple[str | None, str, tuple[str, str, int, list[str], str | None, str | None, int, str] | None]]:
+        """(id, outcome, (id, topic, queue_id, keys, unique_id, tags, due_ms, offset_msg_id))
+        per timer matched."""
+    def _list_timers(
+        self,
+        topic: str | None,
+        key: str | None,
+        due_from: int | None,
+        due_to: int | None,
+        limit: int,
+    ) -> list[tuple[str, str, int, list[str], str | None, str | None, int, str]]: ...
     def wait_durable(self, end: int) -> bool: ...
     def flush(self) -> None: ...
     def stats(self) -> dict[str, Any]: ...

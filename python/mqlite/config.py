@@ -201,10 +201,10 @@ OPEN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "timer_catchup_rate", "int", "int", 10_000,
-        "Timers already overdue when a process begins delivering (after the store was closed "
-        "past their time) are delivered at most this many a second, so a restart does not "
-        "flood consumers; 0 delivers them all at once. Timers that fall due while the store "
-        "is open are never held back.",
+        "Timers and delayed messages already overdue when a process begins delivering (after "
+        "the store was closed past their time) are delivered at most this many a second, "
+        "together, so a restart does not flood consumers; 0 delivers them all at once. Those "
+        "that fall due while the store is open are never held back.",
     ),
     Option(
         "clock", "clock", "ManualClock | None", None,

@@ -48,13 +48,10 @@ class Store(Protocol):
 __all__ = ["DeadLetter", "DeadLetterQueue", "RetryView"]
 
 _READ = 256
-# Properties a re-driven copy does not take: the store's and the retry's bookkeeping.
-_NOT_REDRIVEN = frozenset({
-    "KEYS", "TAGS", "UNIQ_KEY", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MQLITE_ERROR_TYPE", "MQLITE_ERROR",
-    "MQLITE_SEND_BACK", "MQLITE_DELAY_MS", "REAL_TOPIC", "REAL_QID", "DELAY", "WAIT",
-    "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET",
-    "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
-})
+# Properties a re-driven copy does not take: every name reserved for the store's and RocketMQ's
+# bookkeeping (the retry's, the timers', delivery's), which a user's message may not carry; keys
+# and tags go as the message's own fields.
+_NOT_REDRIVEN = _core.RESERVED_PROPERTIES
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,13 @@ import errno
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
 from mqlite import _core
+from mqlite import timers as _timers
 from mqlite._args import deprecated, int_arg
 from mqlite._context import ClientContext
 from mqlite.config import store_options
@@ -32,6 +33,7 @@ from mqlite.pull import PullConsumer
 from mqlite.push import PushConsumer
 from mqlite.subgroup import SubscriptionGroupConfig, SubscriptionGroups
 from mqlite.testing import ManualClock
+from mqlite.timers import PendingTimer, TimerChange
 from mqlite.topic import TopicConfig, check_topic, parse_tags
 
 __all__ = ["Store", "open"]
@@ -330,6 +332,84 @@ class Store:
         by checking the records the writer has added since its last look (it cannot see the
         writer's position), and reports it as ``dispatched_offset`` too."""
         return self._live().stats()
+
+    # -- pending timers ---------------------------------------------------------------------------
+
+    def cancel_timer(
+        self, msg_id: str | None = None, *, key: str | None = None, topic: str | None = None
+    ) -> list[TimerChange]:
+        """Cancel the pending timer message named by ``msg_id`` (a send's ``msg_id`` or
+        ``offset_msg_id``) or every one whose message has ``key`` (of ``topic`` when given).
+        A timer is a message sent with ``deliver_at`` or ``delay``, or with a ``delay_level``
+        (retries included): both kinds are cancelled, moved and listed alike.
+
+        Returns one TimerChange per timer matched, with its outcome: ``CANCELLED`` (it will
+        never be delivered; the cancel is durable before this returns), ``ALREADY_DELIVERED``,
+        ``ALREADY_CANCELLED``, or a single ``NOT_FOUND`` when nothing matched (an unknown id is
+        an answer, not an error: the store cannot tell it from a timer retention removed). A
+        cancel racing the delivery, in any process, ends one way: the answer is what happened.
+
+        Cost: by ``offset_msg_id``, a read of the log written since the delivering process last
+        recorded its progress; by ``msg_id`` or ``key``, also one record read per timer not yet
+        known done (no index yet). A malformed ``msg_id``, both or neither of ``msg_id`` and
+        ``key``, or ``topic`` without ``key`` raise IllegalArgumentError and write nothing. A
+        store error part way through a cancel by key leaves the timers before it cancelled."""
+        m, k, t = _timers.target(msg_id, key, topic)
+        return _timers.changes(self._live()._change_timers(m, k, t))
+
+    def reschedule_timer(
+        self,
+        msg_id: str | None = None,
+        *,
+        key: str | None = None,
+        topic: str | None = None,
+        deliver_at: datetime | int | None = None,
+        delay: timedelta | float | None = None,
+    ) -> list[TimerChange]:
+        """Move pending timers (named as for ``cancel_timer``) to ``deliver_at`` (a datetime,
+        naive ones local time, or epoch ms) or ``delay`` (a timedelta or seconds) from now.
+
+        Each pending one keeps its id and is delivered at the new time, never before it (a
+        past time is due at once; a delayed message leaves its level's order): outcome ``RESCHEDULED``, durable before this returns (one
+        record, so a crash never leaves it cancelled without its new time). Otherwise the
+        outcomes of ``cancel_timer``. Give exactly one of ``deliver_at`` and ``delay``; a
+        negative delay or a time more than ``timer_max_delay_hours`` ahead raises
+        IllegalArgumentError and writes nothing."""
+        m, k, t = _timers.target(msg_id, key, topic)
+        if (deliver_at is None) == (delay is None):
+            raise IllegalArgumentError("give exactly one of deliver_at and delay")
+        core = self._live()
+        if delay is not None:
+            return _timers.changes(core._change_timers(m, k, t, delay_ms=_timers.delay_ms(delay)))
+        due = _timers.epoch_ms("deliver_at", deliver_at)
+        return _timers.changes(core._change_timers(m, k, t, due_ms=due))
+
+    def list_timers(
+        self,
+        *,
+        topic: str | None = None,
+        key: str | None = None,
+        due_from: datetime | int | None = None,
+        due_to: datetime | int | None = None,
+        limit: int = 1000,
+    ) -> list[PendingTimer]:
+        """The pending timers (neither delivered nor cancelled) going to ``topic``, whose
+        message has ``key``, due in ``[due_from, due_to)``; the earliest due first, at most
+        ``limit``. Reads one record per pending timer (and the log since the delivering
+        process's last recorded progress). ``pending_timers()`` is the cheap count."""
+        for name, value in (("topic", topic), ("key", key)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        lo = None if due_from is None else _timers.epoch_ms("due_from", due_from)
+        hi = None if due_to is None else _timers.epoch_ms("due_to", due_to)
+        n = _timers.limit_arg(limit)
+        return _timers.timers(self._live()._list_timers(topic, key, lo, hi, n))
+
+    def pending_timers(self) -> int:
+        """How many timer and delayed (delay-level) messages are stored and neither delivered
+        nor cancelled, as far as this process knows (a process that does not deliver sees what the delivering one last
+        recorded). Cheap: no record is read. ``list_timers`` gives the exact list."""
+        return self._live().pending_timers()
 
     # -- reading --------------------------------------------------------------------------------
 

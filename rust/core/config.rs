@@ -94,9 +94,10 @@ pub struct StoreConfig {
     /// How far ahead of the clock the timer engine keeps pending timers in memory (the near
     /// horizon; later ones stay in the timer log only). 60 s by default, in [1 s, 1 day].
     pub timer_window: Duration,
-    /// Timers that were already overdue when this process began delivering (after downtime)
-    /// are delivered at most this many per second; 0 means no limit. Timers that fall due
-    /// while the engine runs are never limited. 10,000 by default.
+    /// Timers and delayed messages that were already overdue when this process began
+    /// delivering (after downtime) are delivered at most this many per second, together; 0
+    /// means no limit. Those that fall due while the engine runs are never limited. 10,000 by
+    /// default.
     pub timer_catchup_rate: u32,
 }
 

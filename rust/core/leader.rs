@@ -1,6 +1,6 @@
 //! The leader of a store's shared writers (docs/design-many-writers.md, Roles): the one
-//! process that runs the background duties (flush, checkpoint, retention; later the schedule,
-//! timer and transaction-check services). [`LeaderRole`] is the one place that starts and
+//! process that runs the background duties (flush, checkpoint, retention, the timer engine's
+//! delivery; later the transaction checks). [`LeaderRole`] is the one place that starts and
 //! stops them; the store registers them there (store/open.rs), and an exclusive writer, its
 //! own leader, runs them directly.
 //!

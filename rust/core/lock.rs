@@ -39,6 +39,11 @@ use crate::util::fs;
 /// free for the election; an exclusive writer's and a broker's whole-file locks cover it too.
 pub const LEADER_BYTE: libc::off_t = 1 << 32;
 
+/// The byte of `lock` whose OFD write lock serialises every state change of a timer among
+/// shared writers (a delivery, a cancel, a reschedule: store/timer/gate.rs). Above
+/// [`LEADER_BYTE`], so that shared writers' read locks leave it free.
+pub const TIMER_BYTE: libc::off_t = LEADER_BYTE + 1;
+
 /// Holds the writer lock (exclusive, or shared among shared writers) until dropped.
 #[derive(Debug)]
 pub struct StoreLock {

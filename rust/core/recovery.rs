@@ -40,6 +40,7 @@ use crate::checkpoint::{CheckpointData, RocketMqCheckpoint, StoreProgress};
 use crate::commit_log::CommitLog;
 use crate::dispatch::derived::DerivedStores;
 use crate::error::{Error, Result};
+use crate::shared::Writer;
 
 /// What recovery found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -217,10 +218,18 @@ pub fn recover(
 }
 
 /// Recovery of a later shared writer (`StoreConfig::shared_writers`), holding the shared
-/// append lock: another process recovered the log when it opened first, and every append
-/// since published whole records up to the mapping's `log_end`, so nothing is scanned or cut.
-/// The writer continues at `log_end`, and each derived store is loaded and recovers from its
-/// durable progress against that end, as step 4 above says.
+/// append lock (`writer`): another process recovered the log when it opened first, and every
+/// append since published whole records up to the mapping's `log_end`, so nothing is scanned
+/// or cut. The writer continues at `log_end`, and each derived store attaches
+/// (`DerivedStore::attach`) and recovers from its durable progress against that end, as step 4
+/// above says.
+///
+/// The consume queues attach lazily: every queue is pending, known by the shared table's next
+/// offset, and is loaded and checked at its first use as this recovery would have checked it
+/// (consume_queue/store.rs): the open lists the queues' directories and opens no queue file
+/// (the dispatch that follows loads the queues of the records past the checkpoint). The
+/// first opener after a crash stays eager: it alone may cut the log and the queues, and every
+/// queue must be checked against the log it recovered before any other process appends.
 ///
 /// # Errors
 /// As `recover`'s step 4.
@@ -228,9 +237,10 @@ pub fn attach(
     commit_log: &CommitLog,
     stores: &DerivedStores,
     checkpointed: &Checkpointed,
-    log_end: u64,
+    writer: &Writer<'_>,
 ) -> Result<Recovered> {
     let min = commit_log.min_offset();
+    let log_end = writer.log_end();
     {
         let mut a = commit_log.lock_appender();
         commit_log.follow_to(&mut a, log_end, true)?;
@@ -241,7 +251,14 @@ pub fn attach(
         .map_or(0, |c| c.confirm_phy_offset)
         .min(log_end);
     commit_log.set_flushed_offset(durable);
-    stores.load(false)?;
+    // Read under the append lock: each queue's next offset as of `log_end`.
+    let next_offset = |topic: &str, queue_id: u32| -> Result<Option<u64>> {
+        writer
+            .find_queue(topic, queue_id)?
+            .map(|slot| writer.next_offset(slot))
+            .transpose()
+    };
+    stores.attach(log_end, &next_offset)?;
     let mut starts = Vec::with_capacity(stores.len());
     let mut reput_from: Option<u64> = None;
     for s in stores.iter() {

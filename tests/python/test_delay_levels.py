@@ -1,6 +1,6 @@
 """Message(delay_level=n): scheduled delivery by delay level, end to end on a real store.
 
-The store's schedule thread delivers on the system clock; a consumer's poll waiting for the
+The store's timer-engine thread delivers on the system clock; a consumer's poll waiting for the
 message is the event (no sleep). Rust tests (tests/delay_levels.rs) cover timing on a manual
 clock."""
 

@@ -18,6 +18,7 @@ CASES = {
     "asyncio_app.py": "consumed 50 events",
     "sql_filter.py": "SQL amount > 30 AND region = 'eu'",
     "retry_and_dlq.py": "all 5 consumed: True; 4 went through the retry topic",
+    "delayed.py": "auto-cancelled 2 unpaid orders: o2, o4",
 }
 
 

@@ -437,6 +437,30 @@ def test_dlq_redrive_by_id_key_topic_or_all_then_purge(store: mqlite.Store) -> N
     assert [d.body for d in store.dead_letters("g").list()] == [b"b1"]
 
 
+def test_a_dead_letter_that_waited_on_a_timer_and_a_retry_is_redriven_with_its_own_properties(
+    fast_store: mqlite.Store,
+) -> None:
+    """The copies the store delivers late carry its bookkeeping (the timer id of the timer and
+    of the delayed retry, the timer's times); a re-drive sends the user's properties only."""
+    store = fast_store
+    store.create_topic("t", 1)
+    store.producer().send(Message("t", b"late", keys=["k"], properties={"user": "u"}, delay=0.05))
+    with store.pull_consumer("g", consume_from=FIRST, max_reconsume_times=1) as c:
+        c.subscribe("t")
+        (m,) = _poll_until(c, "the timer's delivery")
+        assert m.get_property("MQLITE_TIMER_ID") is not None
+        c.send_back(m, error="bad")
+        c.commit()
+        (again,) = _poll_until(c, "the retry's delivery")
+        assert (again.get_property("MQLITE_TIMER_ID") or "").startswith("L")
+        assert c.send_back(again, error="still bad").dead
+        c.commit()
+    (r,) = store.dead_letters("g").redrive(all=True)
+    copy = store.get(r.offset_msg_id)
+    assert (copy.topic, copy.body, copy.keys, copy.get_property("user")) == ("t", b"late", ("k",), "u")
+    assert copy.get_property("MQLITE_TIMER_ID") is None and copy.get_property("TIMER_ENQUEUE_MS") is None
+
+
 def test_retry_view_lists_the_retries_not_consumed_yet(fast_store: mqlite.Store) -> None:
     store = fast_store
     store.create_topic("t", 1)

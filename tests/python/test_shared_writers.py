@@ -306,3 +306,37 @@ def test_first_opener_after_a_clean_close_sees_what_another_wrote(store_path: Pa
         first.producer().send(Message("shared", b"0:0"), queue_id=0)
     with mqlite.open(store_path) as again:
         assert [m.body for m in again.read(MessageQueue("shared", 0), 0, 10)] == [*want, b"0:0"]
+
+
+LATER_OPENER = """
+import json, sys, mqlite
+from mqlite import MessageQueue
+from mqlite._core import _queue_loads
+
+path, topic = sys.argv[1], sys.argv[2]
+before = _queue_loads()
+with mqlite.open(path) as store:
+    at_open = _queue_loads() - before
+    bodies = [m.body.decode() for m in store.read(MessageQueue(topic, 1), 0, 10)]
+    after_read = _queue_loads() - before
+print(json.dumps([at_open, after_read, bodies]))
+"""
+
+
+def test_a_later_opener_loads_no_queue_at_open(store_path: Path, run_py: RunPy) -> None:
+    """A process that opens beside a running writer loads no consume queue at its open, however
+    many the store has: each is loaded (and checked) at its first use. (Every queue was loaded
+    at the open, so each worker of a pool paid for the whole store and mapped files of queues
+    it never used.) Counted by the core's queue-load counter, not timed."""
+    topics = [f"lazy{i:03d}" for i in range(150)]
+    with mqlite.open(store_path, consume_queue_file_units=64) as store:
+        store.create_topics(topics, 4)
+        producer = store.producer()
+        for t in topics[::10]:
+            producer.send(Message(t, t.encode()), queue_id=1)
+    with mqlite.open(store_path):
+        done = run_py(LATER_OPENER, store_path, "lazy020")
+        assert done.returncode == 0, done.stderr
+        at_open, after_read, bodies = json.loads(done.stdout.strip().splitlines()[-1])
+    assert at_open == 0, f"the later opener loaded {at_open} of 600 queues at open"
+    assert (after_read, bodies) == (1, ["lazy020"])

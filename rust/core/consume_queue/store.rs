@@ -11,9 +11,25 @@
 //! first use (a read, a dispatch, a topic change, or
 //! retention), which loads it exactly as an open without the record would have and checks it
 //! against the record. After a crash, or when the record is missing or does not match the
-//! recovered commit log, every queue is loaded at open, as before. With shared writers, other
-//! processes may append to a pending queue before its first use here: the check then covers
-//! the units up to the record's end, and the units past it are theirs (`load_pending`).
+//! recovered commit log, every queue is loaded at open, as before: the first opener after a
+//! crash checks every queue against the log it recovered before any other process may append.
+//! With shared writers, other processes may append to a pending queue before its first use
+//! here: the check then covers the units up to the record's end, and the units past it are
+//! theirs (`load_pending`).
+//!
+//! A later shared writer (recovery.rs `attach`) opens lazily too: `attach` lists the queues'
+//! directories and makes every queue pending, known by the shared table's next offset as the
+//! append lock's holder read it (authoritative for what appenders reserved; the units other
+//! processes dispatched may lag it). At its first use a queue is loaded and checked exactly as
+//! the eager attach checked every queue at open (`load_attached`), against the log end and the
+//! durable progress of the attach. That is sound later because this process dispatches every
+//! record from its resume point on, and a dispatched record of a pending queue loads it first:
+//! a queue still pending has no record at or past the resume point, so its units on disk up to
+//! the attach's log end are the ones the eager check would have seen, and any past it (other
+//! processes' dispatch, since) are dropped from this view and written again, the same bytes at
+//! the same places, when this process's dispatch reaches their records. A queue the shared
+//! table knows but that has no directory has never been dispatched by any process, so its
+//! records are all past the resume point and its first dispatch here creates it.
 //!
 //! Invariant: a path is built only from a valid topic name (`[A-Za-z0-9_%|-]`, checked in
 //! `dir_of`, the one place names become paths), so a directory can never leave the store root,
@@ -30,7 +46,7 @@ use super::unit::CqUnit;
 use super::ConsumeQueue;
 use crate::commit_log::recovery::DurableCheck;
 use crate::commit_log::CommitLog;
-use crate::dispatch::derived::{DerivedStore, Progress};
+use crate::dispatch::derived::{DerivedStore, NextOffset, Progress};
 use crate::dispatch::queue_index::{LogicalQueue, QueueIndex};
 use crate::dispatch::{DispatchRequest, Dispatcher};
 use crate::error::{Error, Result};
@@ -43,8 +59,10 @@ use crate::util::fs;
 /// A topic's queues by queue id.
 type ById = Vec<Option<Arc<ConsumeQueue>>>;
 type QueueMap = HashMap<String, ById, crate::util::hash::FastBuild>;
-/// Queues known from the clean-shutdown record and not loaded yet: topic -> queue id -> (next
-/// queue offset, max physical offset).
+/// Queues not loaded yet (module doc): topic -> queue id -> (next queue offset, max physical
+/// offset). A later shared writer's pending queue has, for its max physical offset, the log
+/// end of the attach: no record of the queue lies between the end of its last unit's record
+/// and that end (module doc), which is what the clean-shutdown record needs of it.
 type PendingMap = HashMap<String, HashMap<u32, (u64, u64)>, crate::util::hash::FastBuild>;
 
 /// Queues loaded from their files in this process (every store): the scale tier's check that
@@ -60,6 +78,16 @@ pub fn queue_loads() -> u64 {
 
 /// `trusted_end` while no record is trusted.
 const NO_RECORD: u64 = u64::MAX;
+
+/// Where a later shared writer attached (`ConsumeQueueStore::attach`): what its pending queues
+/// are checked against when they load.
+#[derive(Debug, Clone, Copy)]
+struct AttachPoint {
+    /// The shared log end when it attached, holding the append lock.
+    log_end: u64,
+    /// The consume queues' durable progress, where their check starts (`recover`).
+    resume_from: u64,
+}
 
 /// All consume queues.
 #[derive(Debug)]
@@ -95,6 +123,9 @@ pub struct ConsumeQueueStore {
     log: Option<Arc<CommitLog>>,
     // Other processes write the queues' files too (`share_files`).
     shared_files: AtomicBool,
+    // Set by `attach` (a later shared writer): pending queues are checked against it rather
+    // than against a clean-shutdown record.
+    attached: Mutex<Option<AttachPoint>>,
 }
 
 impl ConsumeQueueStore {
@@ -127,6 +158,7 @@ impl ConsumeQueueStore {
             log_min: AtomicU64::new(0),
             log: None,
             shared_files: AtomicBool::new(false),
+            attached: Mutex::new(None),
         }
     }
 
@@ -236,6 +268,65 @@ impl ConsumeQueueStore {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn attach_point(&self) -> Option<AttachPoint> {
+        *self.attached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A later shared writer's open (module doc): every queue with a directory is pending, at
+    /// the next offset `next_offset` gives it (0 when the table does not have it: no record
+    /// of it was appended); no queue file is opened.
+    fn attach_lazily(&self, log_end: u64, next_offset: &NextOffset<'_>) -> Result<()> {
+        let dirs = self.queue_dirs()?;
+        let mut pending = self.lock_pending();
+        pending.clear();
+        for (topic, queue_id) in dirs {
+            let next = next_offset(&topic, queue_id)?.unwrap_or(0);
+            pending
+                .entry(topic)
+                .or_default()
+                .insert(queue_id, (next, log_end));
+        }
+        *self.attached.lock().unwrap_or_else(|p| p.into_inner()) = Some(AttachPoint {
+            log_end,
+            // Raised by `recover` to the durable progress; from 0, a check covers every unit.
+            resume_from: 0,
+        });
+        self.has_pending
+            .store(!pending.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    /// A later shared writer's pending queue, loaded from its files and checked exactly as the
+    /// eager attach checked every queue at open: units pointing at or past the attach's log
+    /// end dropped, the tail from the durable progress on checked against the log (a unit
+    /// that does not index its record is cut from this view only: another process may be
+    /// writing it), and, when that cut the queue short, its units from the cut up to the
+    /// durable progress written again from the log; this process's dispatch writes the rest as
+    /// it reaches their records (the module doc has why nothing between is missing).
+    fn load_attached(&self, topic: &str, queue_id: u32, at: AttachPoint) -> Result<ConsumeQueue> {
+        let cq = self.new_queue(topic, queue_id)?;
+        cq.recover(false)?;
+        QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
+        cq.truncate_dirty(at.log_end)?;
+        if let Some(log) = &self.log {
+            if check_tail(log, &DurableCheck::new(log), &cq, at.resume_from).is_err() {
+                // The leading process's retention may have deleted log files this process
+                // still lists (it lists them at its open, and keeps those it mapped): the
+                // records of the queue's last units are then gone, not damaged. The list is
+                // brought in line with the directory, which puts such units below the log's
+                // minimum, where the check passes them as expired; damage is reported by the
+                // second check. A failed check cut at most tail units that do not index their
+                // records, which the second one would cut too: it is the same check.
+                log.files().refresh(false)?;
+                check_tail(log, &DurableCheck::new(log), &cq, at.resume_from)?;
+            }
+            if cq.was_cut_short() {
+                self.reindex(&cq, at.resume_from)?;
+            }
+        }
+        Ok(cq)
+    }
+
     /// Loads the pending queue `topic:queue_id` from its files, as an open after a clean close
     /// without the record would have, and checks it ends where the record says. `Ok(None)`:
     /// not pending (unknown, or loaded meanwhile by another thread: then it is in the map).
@@ -247,6 +338,10 @@ impl ConsumeQueueStore {
         else {
             return Ok(queue_in(&self.read(), topic, queue_id));
         };
+        if let Some(at) = self.attach_point() {
+            let cq = self.load_attached(topic, queue_id, at)?;
+            return Ok(Some(self.finish_load(&mut pending, topic, queue_id, cq)));
+        }
         let cq = self.new_queue(topic, queue_id)?;
         cq.recover(false)?;
         QUEUE_LOADS.fetch_add(1, Ordering::Relaxed);
@@ -358,7 +453,7 @@ impl ConsumeQueueStore {
     }
 
     /// Loads every pending queue (recovery that cannot trust the record; retention, which must
-    /// see every queue's files).
+    /// see every queue's files), each checked as at its first use.
     fn load_all_pending(&self) -> Result<()> {
         if !self.has_pending.load(Ordering::Acquire) {
             return Ok(());
@@ -375,7 +470,9 @@ impl ConsumeQueueStore {
     }
 
     /// The state of every queue for the clean-shutdown record: the loaded ones as they are,
-    /// the pending ones as the record they came from said (nothing changed them).
+    /// the pending ones as they were known when they became pending (nothing changed them:
+    /// this process's dispatch, complete at a clean close, would have loaded a queue it
+    /// indexed a record of).
     fn states(&self) -> Vec<QueueState> {
         let mut out: Vec<QueueState> = self
             .all()
@@ -471,9 +568,9 @@ impl ConsumeQueueStore {
     /// From now on other processes write the queues' files too (shared writers): a queue
     /// loaded later keeps an all-zero last file (`ConsumeQueue::with_shared_files`), and a
     /// pending queue other processes appended to is checked at its first use up to the end the
-    /// clean-shutdown record gives it (`load_pending`). Set by a later shared opener before its
-    /// recovery (it has nothing pending: the first opener's recovery removed the record), and
-    /// by the first one after its own, before the others may open.
+    /// clean-shutdown record gives it (`load_pending`), or, in a later shared opener, as its
+    /// attach would have checked it (`load_attached`). Set by a later shared opener before its
+    /// recovery, and by the first one after its own, before the others may open.
     ///
     /// # Errors
     /// None today; kept for the open's error path.
@@ -687,6 +784,14 @@ impl DerivedStore for ConsumeQueueStore {
         self.load_all(abnormal).map(drop)
     }
 
+    /// Every queue pending, no queue file opened (module doc).
+    fn attach(&self, log_end: u64, next_offset: &NextOffset<'_>) -> Result<()> {
+        if self.read_only {
+            return self.load(false);
+        }
+        self.attach_lazily(log_end, next_offset)
+    }
+
     /// Units pointing at or past `log_end` go; units past `resume_from` are kept only while
     /// each points at exactly the record it claims to index; a queue that a damaged unit or a
     /// short file cut short below that point is re-dispatched from the end of its last good
@@ -695,8 +800,18 @@ impl DerivedStore for ConsumeQueueStore {
     /// Pending queues need nothing when the record is trusted: it names this recovered end,
     /// and every record below it is durably in the queues, so no unit points at or past the
     /// end and none was written after `resume_from`. Otherwise the record is dropped and every
-    /// queue loaded first.
+    /// queue loaded first. A later shared writer's pending queues get this check at their
+    /// first use (`load_attached`), from the `resume_from` given here.
     fn recover(&self, log: &CommitLog, log_end: u64, resume_from: u64) -> Result<u64> {
+        // A later shared writer: its pending queues are checked from here when they load.
+        if let Some(at) = self
+            .attached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            at.resume_from = resume_from;
+        }
         let end = self.trusted_end.swap(NO_RECORD, Ordering::AcqRel);
         if end != NO_RECORD && (end != log_end || resume_from < log_end) {
             // Not the store the record describes: forget it and load every queue as an open

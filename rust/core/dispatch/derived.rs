@@ -3,7 +3,8 @@
 //! registered list the store's recovery, flush, retention and close iterate.
 //!
 //! Lifecycle, in the order the store calls it (RocketMQ's FileQueueLifeCycle):
-//! 1. `load(abnormal)` once recovery has scanned the commit log and changed nothing yet;
+//! 1. `load(abnormal)` once recovery has scanned the commit log and changed nothing yet, or
+//!    `attach(log_end, next_offset)` for a later shared writer (recovery.rs `attach`);
 //! 2. `recover(log, end, resume_from)`: drop what points at or past the log's recovered end,
 //!    verify the tail written after the checkpoint, and say where dispatch must resume;
 //! 3. `recovered()` once the checkpoint holds every resume point (files set aside in step 2
@@ -49,6 +50,10 @@ pub struct Progress {
     pub store_timestamp: i64,
 }
 
+/// The shared table's next offset of (topic, queue id), read by the append lock's holder
+/// (`None`: the table has no such queue).
+pub type NextOffset<'a> = dyn Fn(&str, u32) -> Result<Option<u64>> + 'a;
+
 /// Everything built from the commit log. See the module doc for the order of calls.
 pub trait DerivedStore: Dispatcher {
     /// Whether consumers depend on it (see the module doc). Consume queues are critical.
@@ -67,6 +72,18 @@ pub trait DerivedStore: Dispatcher {
     /// # Errors
     /// I/O failures and damage that is not a torn tail.
     fn load(&self, abnormal: bool) -> Result<()>;
+
+    /// A later shared writer's load (recovery.rs `attach`), holding the append lock beside
+    /// running writers: the commit log ends at `log_end`, and `next_offset` gives the shared
+    /// table's next offset of a queue (`None`: not in the table). `recover` follows, as after
+    /// `load`. Loads the files (`load(false)`) unless the store can defer them.
+    ///
+    /// # Errors
+    /// As `load`.
+    fn attach(&self, log_end: u64, next_offset: &NextOffset<'_>) -> Result<()> {
+        let _ = (log_end, next_offset);
+        self.load(false)
+    }
 
     /// Drops data pointing at or past `log_end` (the recovered end of the commit log), checks
     /// what was written after `resume_from` (this store's durable progress, clamped to the
@@ -209,6 +226,16 @@ impl DerivedStores {
     /// The first failure.
     pub fn load(&self, abnormal: bool) -> Result<()> {
         self.all.iter().try_for_each(|s| s.load(abnormal))
+    }
+
+    /// `attach` on each.
+    ///
+    /// # Errors
+    /// The first failure.
+    pub fn attach(&self, log_end: u64, next_offset: &NextOffset<'_>) -> Result<()> {
+        self.all
+            .iter()
+            .try_for_each(|s| s.attach(log_end, next_offset))
     }
 
     /// `recovered` on each.

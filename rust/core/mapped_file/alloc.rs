@@ -12,6 +12,11 @@
 //!
 //! Invariant (both shapes): the single writer of a file writes through the mapping only below
 //! its reserved end (`MappedFile::reserved`); bytes below it have real blocks.
+//!
+//! Runtime files shared by processes through a mapping (the wake-up page, `run/writer.shm`)
+//! reserve a range (`preallocate_range`) before any process touches its pages: on tmpfs even a
+//! read of a hole through a shared mapping allocates a page, so there a read fault on a full
+//! disk is a SIGBUS too.
 
 use std::fs::File;
 use std::path::Path;
@@ -44,14 +49,23 @@ pub fn next_reserve(end: u64, reserved: u64, initial: u64, size: u64) -> u64 {
 /// Reserves real disk blocks for the bytes `[0, len)` of `file` (never sparse). Bytes already
 /// reserved or written are kept as they are.
 pub fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
+    preallocate_range(file, path, 0, len)
+}
+
+/// Reserves real disk blocks for the bytes `[start, start + len)` of `file`, growing it if it
+/// is shorter; bytes already reserved or written are kept as they are. A full disk is
+/// `Error::StoreFull` and reserves nothing that a caller could rely on.
+pub fn preallocate_range(file: &File, path: &Path, start: u64, len: u64) -> Result<()> {
     use std::os::unix::io::AsRawFd;
-    let len_off = libc::off_t::try_from(len)
-        .map_err(|_| Error::io("fallocate", path, std::io::Error::other("length too large")))?;
+    let too_large = || Error::io("fallocate", path, std::io::Error::other("range too large"));
+    let start_off = libc::off_t::try_from(start).map_err(|_| too_large())?;
+    let len_off = libc::off_t::try_from(len).map_err(|_| too_large())?;
+    start_off.checked_add(len_off).ok_or_else(too_large)?;
     // posix_fallocate returns the error number instead of setting errno.
-    let rc = fallocate_raw(file.as_raw_fd(), len_off);
+    let rc = fallocate_raw(file.as_raw_fd(), start_off, len_off);
     match rc {
         0 => Ok(()),
-        libc::EOPNOTSUPP | libc::EINVAL => zero_fill(file, path, len),
+        libc::EOPNOTSUPP | libc::EINVAL => zero_fill(file, path, start, start + len),
         e => Err(Error::io(
             "fallocate",
             path,
@@ -74,23 +88,23 @@ pub fn extend_sparse(file: &File, path: &Path, len: u64) -> Result<()> {
     Ok(())
 }
 
-fn fallocate_raw(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
+fn fallocate_raw(fd: libc::c_int, start: libc::off_t, len: libc::off_t) -> libc::c_int {
     // posix_fallocate is declared unsafe by the libc crate; the crate keeps its unsafe code in
     // the mmap fence, so it is called through the fence's helper.
-    super::mmap::posix_fallocate(fd, len)
+    super::mmap::posix_fallocate(fd, start, len)
 }
 
 /// Fallback for file systems without fallocate: writes real zeros over every 4 KiB page of
-/// `[0, len)` that reads as zeros (a hole, or bytes past the end), so no page stays sparse;
-/// pages holding data are left as they are.
-fn zero_fill(file: &File, path: &Path, len: u64) -> Result<()> {
+/// `[start, end)` that reads as zeros (a hole, or bytes past the end), so no page stays
+/// sparse; pages holding data are left as they are. `start` is a multiple of 4 KiB.
+fn zero_fill(file: &File, path: &Path, start: u64, end: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
     const PAGE: usize = 4096;
     const CHUNK: usize = 1 << 20;
     let mut buf = vec![0u8; CHUNK];
-    let mut pos = 0u64;
-    while pos < len {
-        let n = usize::try_from((len - pos).min(CHUNK as u64)).unwrap_or(CHUNK);
+    let mut pos = start;
+    while pos < end {
+        let n = usize::try_from((end - pos).min(CHUNK as u64)).unwrap_or(CHUNK);
         let chunk = buf.get_mut(..n).unwrap_or_default();
         // Bytes past the end of the file read as nothing: they count as zeros.
         let mut got = 0;
@@ -167,7 +181,7 @@ mod tests {
             .unwrap();
         file.set_len(64 << 10).unwrap();
         file.write_all_at(b"data", 8192).unwrap();
-        zero_fill(&file, &path, 128 << 10).unwrap();
+        zero_fill(&file, &path, 0, 128 << 10).unwrap();
         let meta = file.metadata().unwrap();
         assert_eq!(meta.len(), 128 << 10);
         assert!(meta.blocks() * 512 >= 128 << 10, "no hole left");

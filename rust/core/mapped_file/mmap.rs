@@ -47,7 +47,9 @@
 //!    `atomic_u8`), its byte strings (topic names) are written only by the holder of its robust
 //!    mutex (`copy_in`) and read with `copy_out`, and no `&[u8]` of it is ever handed out. The
 //!    mutex's bytes are handed only to the C library (robust.rs). Its creator initialises it
-//!    before the file is renamed into place, so no other process maps it half-built.
+//!    before the file is renamed into place, so no other process maps it half-built. No byte
+//!    of it, nor of the wake-up page, is touched before its disk blocks are reserved: a fault
+//!    into a hole of a shared mapping on a full disk is a SIGBUS (shared/table.rs).
 //!
 //! The fence is this file and robust.rs (the process-shared robust mutex): the only two files
 //! of the crate allowed `unsafe` code (tests/layering.rs checks it).
@@ -494,10 +496,10 @@ pub fn page_size() -> usize {
     usize::try_from(v).ok().filter(|&p| p > 0).unwrap_or(4096)
 }
 
-/// `posix_fallocate(fd, 0, len)`; returns 0 or the error number.
-pub fn posix_fallocate(fd: libc::c_int, len: libc::off_t) -> libc::c_int {
+/// `posix_fallocate(fd, offset, len)`; returns 0 or the error number.
+pub fn posix_fallocate(fd: libc::c_int, offset: libc::off_t, len: libc::off_t) -> libc::c_int {
     // SAFETY: plain syscall on a descriptor; no memory is passed.
-    unsafe { libc::posix_fallocate(fd, 0, len) }
+    unsafe { libc::posix_fallocate(fd, offset, len) }
 }
 
 /// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`) over the whole of

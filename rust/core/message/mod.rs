@@ -9,6 +9,7 @@ pub mod msg_id;
 pub mod properties;
 pub mod tags;
 pub mod timer;
+pub mod timer_id;
 pub mod validate;
 pub mod view;
 

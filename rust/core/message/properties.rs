@@ -86,6 +86,8 @@ pub const RESERVED: &[&str] = &[
     "TIMER_DEL_UNIQKEY",
     "TIMER_DELAY_LEVEL",
     "MQLITE_TIMER_ID",
+    "MQLITE_TIMER_CANCEL",
+    "MQLITE_TIMER_RESCHEDULE_MS",
     "__CRC32#",
     "DUP_INFO",
     "INSTANCE_ID",

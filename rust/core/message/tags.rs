@@ -8,16 +8,18 @@
 //!   `MQLITE_DELAY_MS` property, from the store's level table), or, for a record without that
 //!   property (written by RocketMQ), the delay of its level in RocketMQ's default table (a
 //!   level above the highest counts as the highest), as RocketMQ's `computeDeliverTimestamp`
-//!   gives it. The schedule service reads the head of each level's queue and needs no record
-//!   to know whether it is due.
+//!   gives it. The timer engine reads the head of each level's queue and needs no record to
+//!   know whether it is due.
 //!
 //! - A record of `rmq_sys_wheel_timer` with a `TIMER_OUT_MS` has that delivery time: the
-//!   timer topic's consume queue is the timer engine's durable log (store/timer/).
+//!   timer topic's consume queue is the timer engine's durable log (store/timer/). A cancel
+//!   or reschedule record of its cancel queue has the code form of the timer it changes
+//!   (`message::timer_id`).
 //!
 //! The code is a function of the stored record alone (topic, properties, store timestamp): a
 //! code the record could not reproduce would change when recovery rebuilds the queue.
 
-use super::{properties, timer};
+use super::{properties, timer, timer_id};
 
 /// The delay of each level in milliseconds, level 1 first: RocketMQ's default
 /// `messageDelayLevel` ("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").
@@ -71,7 +73,8 @@ pub enum TopicRule {
     Tags,
     /// `SCHEDULE_TOPIC_XXXX`: the delivery time of a record with a DELAY level.
     Schedule,
-    /// `rmq_sys_wheel_timer`: the delivery time of a timer record (its `TIMER_OUT_MS`).
+    /// `rmq_sys_wheel_timer`: the delivery time of a timer record (its `TIMER_OUT_MS`); the
+    /// code form of the timer a cancel or reschedule record changes (`message::timer_id`).
     Timer,
 }
 
@@ -93,7 +96,8 @@ impl TopicRule {
     pub fn code(self, props: &[u8], tags: Option<&str>, store_timestamp: i64) -> i64 {
         let at = match self {
             TopicRule::Schedule => delivery_time(props, store_timestamp),
-            TopicRule::Timer => timer::out_ms(props),
+            TopicRule::Timer => timer::out_ms(props)
+                .or_else(|| timer_id::Change::of(props).map(|c| c.target().code())),
             TopicRule::Tags => None,
         };
         if let Some(at) = at {

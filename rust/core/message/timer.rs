@@ -27,8 +27,9 @@ pub const OUT_MS: &str = "TIMER_OUT_MS";
 pub const ENQUEUE_MS: &str = "TIMER_ENQUEUE_MS";
 /// On a delivered copy: the time it was delivered.
 pub const DEQUEUE_MS: &str = "TIMER_DEQUEUE_MS";
-/// On a delivered copy: the timer's id, its offset in the timer topic's queue. Recovery looks
-/// for it to learn which timers were delivered after the last checkpoint.
+/// On a delivered copy (of a timer or a delay level): the timer's id, its source queue and
+/// offset there (`message::timer_id`: `42` for the timer topic's queue, `L3:17` for level 3).
+/// Recovery looks for it to learn what was delivered after the last progress write.
 pub const TIMER_ID: &str = "MQLITE_TIMER_ID";
 
 /// What the timer properties of a message ask for.

@@ -6,8 +6,9 @@ use crate::util::crc::crc32;
 
 /// `"MQLW"`.
 pub const MAGIC: u32 = 0x4D51_4C57;
-/// Layout version; a mapping of another version is rebuilt, never read.
-pub const VERSION: u32 = 1;
+/// Layout version; a mapping of another version is rebuilt, never read. Version 2 added the
+/// reserved-chunk bitmap ([`at::RESERVED`]).
+pub const VERSION: u32 = 2;
 /// The header page.
 pub const HEADER_LEN: usize = 4096;
 /// Bytes of the header's constant part covered by its CRC (the CRC follows them).
@@ -45,7 +46,21 @@ pub mod at {
     pub const REQUEST_WAKE: usize = 280;
     /// Bumped by every topic change.
     pub const TOPICS_GENERATION: usize = 320;
+    /// Timers and delayed messages announced by the put hooks of every process (a count).
+    pub const TIMER_ARRIVALS: usize = 384;
+    /// `u32` wake word of the thread delivering timers, waiting on `TIMER_ARRIVALS`.
+    pub const TIMER_WAKE: usize = 392;
+    /// The reserved-chunk bitmap: [`super::RESERVED_WORDS`] big-endian words, bit `c % 64`
+    /// (least significant first) of word `c / 64` set once chunk `c` of the tables
+    /// ([`super::CHUNK`] bytes from [`super::HEADER_LEN`]) has its disk blocks.
+    pub const RESERVED: usize = 512;
 }
+
+/// The tables are reserved on disk in chunks of this many bytes, each before its first write
+/// (the file is otherwise sparse). A multiple of both slot sizes and of the page size.
+pub const CHUNK: usize = 64 << 10;
+/// Words of the reserved-chunk bitmap: room for the largest tables.
+pub const RESERVED_WORDS: usize = 32;
 
 /// Bytes of one topic slot: a length byte (0: empty), then up to 255 name bytes.
 pub const TOPIC_SLOT: usize = 256;
@@ -61,13 +76,38 @@ pub const MIN_QUEUE_SLOTS: u32 = 1 << 16;
 /// See [`MIN_TOPIC_SLOTS`].
 pub const MAX_QUEUE_SLOTS: u32 = 1 << 22;
 
-/// Fewest slots of each table a first opener builds: the mapping is sparse, so slots no
-/// entry uses cost neither disk nor memory, and a store used as the default (shared) open
+/// Fewest slots of each table a first opener builds: the mapping is sparse, so chunks
+/// ([`CHUNK`]) no entry uses cost neither disk nor memory, and a store used as the default (shared) open
 /// must take the topics and queues one process could create alone (tens of thousands)
 /// without `SharedTableFull`.
 pub const FLOOR_TOPIC_SLOTS: u32 = 1 << 16;
 /// See [`FLOOR_TOPIC_SLOTS`].
 pub const FLOOR_QUEUE_SLOTS: u32 = 1 << 20;
+
+// Every chunk of the largest tables has its bit, and the bitmap stays inside the header page.
+const _: () = assert!(
+    (MAX_TOPIC_SLOTS as usize * TOPIC_SLOT + MAX_QUEUE_SLOTS as usize * QUEUE_SLOT)
+        <= RESERVED_WORDS * 64 * CHUNK
+);
+const _: () = assert!(at::RESERVED + RESERVED_WORDS * 8 <= HEADER_LEN);
+// A topic table is whole chunks, so no chunk holds slots of both tables.
+const _: () = assert!((MIN_TOPIC_SLOTS as usize * TOPIC_SLOT).is_multiple_of(CHUNK));
+
+/// The chunk of the tables holding byte `pos` of the file (`pos` past the header).
+pub fn chunk_of(pos: usize) -> usize {
+    pos.saturating_sub(HEADER_LEN) / CHUNK
+}
+
+/// The byte of the header holding chunk `chunk`'s bitmap word, and the bit (a mask).
+pub fn reserved_bit(chunk: usize) -> (usize, u64) {
+    (at::RESERVED + chunk / 64 * 8, 1u64 << (chunk % 64))
+}
+
+/// The bytes `[start, end)` of chunk `chunk` in a file of `file_len` bytes.
+pub fn chunk_range(chunk: usize, file_len: usize) -> (usize, usize) {
+    let start = HEADER_LEN + chunk * CHUNK;
+    (start.min(file_len), (start + CHUNK).min(file_len))
+}
 
 /// FNV-1a, 64 bits: the topic table's hash of a name.
 pub fn topic_hash(name: &[u8]) -> u64 {
@@ -300,7 +340,7 @@ mod tests {
         assert!(Header::check(&abi.encode(), &h, len).is_err());
         assert!(Header::check(&h.encode(), &h, len - 1).is_err());
         let mut bad = h.encode();
-        bad[7] = 2;
+        bad[7] = VERSION as u8 + 1;
         assert!(Header::check(&bad, &h, len)
             .unwrap_err()
             .contains("version"));

@@ -3,7 +3,8 @@
 //! process-shared mutex), the log end, the append in progress, the dispatch and flush
 //! progress, the topics generation, and the queue-offset table. docs/design-many-writers.md
 //! says how the store uses it; this module is the mapping and its protocols (the append,
-//! protocol.rs; the group commit across processes, group_commit.rs).
+//! protocol.rs; the group commit across processes, group_commit.rs; the timer engine's
+//! wake-up across processes, timer_wake.rs).
 //!
 //! Invariants
 //! - The file is a runtime file, never a source of truth: it is built from what recovery
@@ -15,6 +16,12 @@
 //!   written only by the holder of the append lock (protocol.rs, table.rs), `log_end` is
 //!   loaded with acquire by anyone. The topics generation is written only by the holder of the
 //!   topic journal's lock (topic_config/shared.rs), after the records it counts are written.
+//! - The file is sparse, and nothing of it is touched before its disk blocks are reserved: on
+//!   a full disk a fault into a hole of a shared mapping is a SIGBUS (on tmpfs even a read's).
+//!   The header page is reserved by `create` before anything is written (a full disk there is
+//!   `StoreFull` from the open), the tables a chunk at a time by the insert that first needs
+//!   one, which records it in the header's bitmap (table.rs); `attach` reads the header with
+//!   `pread`, which never allocates, before it maps anything.
 //! - A holder that dies leaves the lock reporting it ([`AppendLock::OwnerDied`]); the next
 //!   holder repairs (`protocol::repair`) before anything else, then marks the lock consistent.
 //!
@@ -26,11 +33,13 @@ mod group_commit;
 pub mod layout;
 pub mod protocol;
 mod table;
+mod timer_wake;
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering as StdOrdering;
+use std::sync::Mutex;
 
 use self::layout::{at, Capacity, Header, StoreIdentity};
 use self::protocol::{QueueSlot, Repair, Repaired, Reserved, State, Word};
@@ -63,6 +72,8 @@ pub struct Initial {
 #[derive(Debug)]
 pub struct WriterShm {
     path: PathBuf,
+    /// The mapped file, kept open to reserve the tables' chunks (table.rs) until `release`.
+    file: Mutex<Option<File>>,
     region: MmapRegion,
     capacity: Capacity,
 }
@@ -96,6 +107,8 @@ impl WriterShm {
     /// zeros in private memory; a closed store makes none that matters.
     pub fn release(&self) {
         let _ = self.region.detach_file();
+        // The descriptor goes too: a closed store holds nothing of the store's files open.
+        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
 
@@ -119,22 +132,44 @@ impl WriterShm {
             fs::remove_file(&tmp)?;
         }
         let file = fs::create_new_rw(&tmp, file_mode)?;
+        let built = Self::build(file, &tmp, identity, capacity, initial).and_then(|shm| {
+            // A runtime file: renamed into place whole, never synced (module doc).
+            fs::rename(&tmp, &path)?;
+            Ok(WriterShm { path, ..shm })
+        });
+        if built.is_err() {
+            // A full disk: the space the half-built file took is given back.
+            let _ = fs::remove_file(&tmp);
+        }
+        built
+    }
+
+    fn build(
+        file: File,
+        tmp: &Path,
+        identity: StoreIdentity,
+        capacity: Capacity,
+        initial: &Initial,
+    ) -> Result<WriterShm> {
         let len = capacity.file_len();
-        // Sparse: the tables' pages cost memory only once used.
+        // Sparse: the tables' chunks take disk or memory only once reserved (table.rs); the
+        // header page, written at once, is reserved first.
         file.set_len(len as u64)
-            .map_err(|e| Error::io("ftruncate", &tmp, e))?;
-        let region = MmapRegion::map_file(&file, len, true, false)
-            .map_err(|e| Error::io("mmap", &tmp, e))?;
-        drop(file);
+            .map_err(|e| Error::io("ftruncate", tmp, e))?;
+        let head = layout::HEADER_LEN
+            .max(crate::mapped_file::mmap::page_size())
+            .min(len);
+        crate::mapped_file::alloc::preallocate(&file, tmp, head as u64)?;
+        let region =
+            MmapRegion::map_file(&file, len, true, false).map_err(|e| Error::io("mmap", tmp, e))?;
         let shm = WriterShm {
-            path: tmp.clone(),
+            path: tmp.to_path_buf(),
+            file: Mutex::new(Some(file)),
             region,
             capacity,
         };
         shm.fill(Header::native(identity, capacity), initial)?;
-        // A runtime file: renamed into place whole, never synced (module doc).
-        fs::rename(&tmp, &path)?;
-        Ok(WriterShm { path, ..shm })
+        Ok(shm)
     }
 
     fn fill(&self, header: Header, initial: &Initial) -> Result<()> {
@@ -190,11 +225,10 @@ impl WriterShm {
         if file_len < layout::HEADER_LEN as u64 {
             return Ok(Attached::Rebuild(format!("file is {file_len} bytes")));
         }
-        let head_map = MmapRegion::map_file(&file, layout::HEADER_LEN, true, false)
-            .map_err(|e| Error::io("mmap", &path, e))?;
+        // Read, not mapped: a hole reads as zeros without taking a page (module doc).
         let mut head = [0u8; 64];
-        head_map.copy_out(0, &mut head);
-        drop(head_map);
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| Error::io("read", &path, e))?;
         let expect = Header::native(identity, Capacity::for_counts(0, 0));
         let header = match Header::check(&head, &expect, file_len) {
             Ok(h) => h,
@@ -205,6 +239,7 @@ impl WriterShm {
             .map_err(|e| Error::io("mmap", &path, e))?;
         Ok(Attached::Valid(WriterShm {
             path,
+            file: Mutex::new(Some(file)),
             region,
             capacity: header.capacity,
         }))
@@ -217,6 +252,7 @@ impl WriterShm {
     fn tables(&self) -> Tables<'_> {
         Tables {
             region: &self.region,
+            file: &self.file,
             capacity: self.capacity,
             path: &self.path,
         }
@@ -527,6 +563,109 @@ mod tests {
         let rebuilt = build(b.path(), Vec::new());
         assert_eq!(rebuilt.log_end(), 500);
         assert!(!fs::entry_exists(&b.path().join("run/.writer.shm.tmp")));
+    }
+
+    /// Bytes of disk (or tmpfs memory) the file holds.
+    fn disk_bytes(root: &Path) -> u64 {
+        std::fs::metadata(path_of(root)).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn a_table_chunk_is_reserved_whole_before_its_first_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), Vec::new());
+        let page = layout::HEADER_LEN.max(crate::mapped_file::mmap::page_size()) as u64;
+        let empty = disk_bytes(dir.path());
+        assert!(
+            empty >= layout::HEADER_LEN as u64,
+            "the header page is reserved: {empty}"
+        );
+        assert!(empty <= page, "no table chunk yet: {empty}");
+        let w = held(shm.lock().unwrap());
+        let slot = w.queue_slot("T", 0).unwrap();
+        // One chunk of the topic table and one of the queue table, whole, though the entry
+        // touched one page of each.
+        let chunks = 2 * layout::CHUNK as u64;
+        let one = disk_bytes(dir.path());
+        assert!(one >= chunks + layout::HEADER_LEN as u64, "{one}");
+        assert!(one <= chunks + 3 * page, "{one}");
+        let t = shm.tables();
+        let topic = t.topic("T", false).unwrap().unwrap();
+        assert!(t.is_reserved(shm.capacity().topics_at() + topic as usize * layout::TOPIC_SLOT));
+        assert!(t.is_reserved(shm.capacity().queues_at() + slot.0 as usize * layout::QUEUE_SLOT));
+        // Another queue whose slot lies in the same chunk reserves nothing more.
+        let home = |q: u32| {
+            let slots = u64::from(shm.capacity().queue_slots);
+            let index = layout::queue_hash(layout::queue_key(topic, q)) & (slots - 1);
+            t.queue_pos(QueueSlot(index as u32))
+        };
+        let chunk = layout::chunk_of(t.queue_pos(slot));
+        let near = (1..u32::MAX)
+            .find(|&q| layout::chunk_of(home(q)) == chunk)
+            .unwrap();
+        w.queue_slot("T", near).unwrap();
+        assert!(disk_bytes(dir.path()) <= one + 2 * page);
+        // Another process's mapping sees the entries through the bitmap.
+        drop(w);
+        let Attached::Valid(other) = WriterShm::attach(dir.path()).unwrap() else {
+            panic!("not attached");
+        };
+        assert_eq!(
+            held(other.lock().unwrap()).find_queue("T", 0).unwrap(),
+            Some(slot)
+        );
+    }
+
+    #[test]
+    fn a_probe_into_an_unreserved_chunk_sees_an_empty_slot_without_loading_it() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let shm = build(dir.path(), Vec::new());
+        let w = held(shm.lock().unwrap());
+        w.queue_slot("T", 0).unwrap();
+        let t = shm.tables();
+        let topic = t.topic("T", false).unwrap().unwrap();
+        // A queue whose home slot lies in a chunk no insert reserved.
+        let home = |q: u32| {
+            let slots = u64::from(shm.capacity().queue_slots);
+            let index = layout::queue_hash(layout::queue_key(topic, q)) & (slots - 1);
+            t.queue_pos(QueueSlot(index as u32))
+        };
+        let q = (1..u32::MAX).find(|&q| !t.is_reserved(home(q))).unwrap();
+        // Its key written there behind the bitmap's back (as a hole would read on a file
+        // system that faults one in): a probe that loaded the slot would find it.
+        let key = layout::queue_key(topic, q).to_be_bytes();
+        shm.file
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .write_all_at(&key, home(q) as u64)
+            .unwrap();
+        assert_eq!(w.find_queue("T", q).unwrap(), None);
+        assert!(!t.is_reserved(home(q)), "a lookup reserves nothing");
+        // The same for the topic table: a name planted in an unreserved chunk is not read.
+        let name = (0..)
+            .map(|i| format!("U{i}"))
+            .find(|n| {
+                let slots = u64::from(shm.capacity().topic_slots);
+                let id = layout::topic_hash(n.as_bytes()) & (slots - 1);
+                !t.is_reserved(shm.capacity().topics_at() + id as usize * layout::TOPIC_SLOT)
+            })
+            .unwrap();
+        let slots = u64::from(shm.capacity().topic_slots);
+        let id = layout::topic_hash(name.as_bytes()) & (slots - 1);
+        let mut planted = vec![name.len() as u8];
+        planted.extend_from_slice(name.as_bytes());
+        let at = shm.capacity().topics_at() + id as usize * layout::TOPIC_SLOT;
+        shm.file
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .write_all_at(&planted, at as u64)
+            .unwrap();
+        assert_eq!(t.topic(&name, false).unwrap(), None);
     }
 
     #[test]

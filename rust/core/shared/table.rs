@@ -7,21 +7,37 @@
 //! table's count first (a death leaves it one too high, which only brings the full error one
 //! entry closer), then the slot's payload (name bytes, or next offset), then its key with a
 //! release store (a slot without its key is empty, whatever its payload).
+//!
+//! The file is sparse: the tables' pages take disk (or, on tmpfs, memory) only once reserved,
+//! a chunk ([`CHUNK`](super::layout::CHUNK)) at a time, with `posix_fallocate` by the holder
+//! inserting the first entry into it, before the count changes (so a full disk is `StoreFull`
+//! and changes nothing). Invariant: no process touches a byte of a chunk whose bit in the header's
+//! reserved-chunk bitmap is clear. A probe reaching such a chunk sees an empty slot without
+//! loading it (nothing was ever inserted there: an insert sets the bit first). The bit is set
+//! with a release store after the blocks are reserved, and read with acquire, so a page of a
+//! chunk with its bit set never faults into a hole, which on a full disk is a SIGBUS (on tmpfs
+//! even for a read).
 
+use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 use super::layout::{
-    at, queue_hash, queue_key, topic_hash, Capacity, HEADER_LEN, QUEUE_SLOT, TOPIC_SLOT,
+    at, chunk_of, chunk_range, queue_hash, queue_key, reserved_bit, topic_hash, Capacity,
+    HEADER_LEN, QUEUE_SLOT, TOPIC_SLOT,
 };
 use super::protocol::QueueSlot;
 use crate::error::{Error, Result};
-use crate::mapped_file::mmap::MmapRegion;
+use crate::mapped_file::alloc;
+use crate::mapped_file::mmap::{page_size, MmapRegion};
 
 /// The tables of one mapping.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tables<'a> {
     pub(super) region: &'a MmapRegion,
+    /// The mapped file: chunks are reserved through it (`None` once the store closed).
+    pub(super) file: &'a Mutex<Option<File>>,
     pub(super) capacity: Capacity,
     pub(super) path: &'a Path,
 }
@@ -78,13 +94,57 @@ impl<'a> Tables<'a> {
         Ok(())
     }
 
-    /// Counts one more entry of a table of `slots` slots, or reports it full.
-    fn take_one(&self, used_at: usize, slots: u32, table: &'static str) -> Result<()> {
+    /// Whether the chunk holding byte `pos` has its disk blocks (module doc).
+    pub(super) fn is_reserved(&self, pos: usize) -> bool {
+        let (word, bit) = reserved_bit(chunk_of(pos));
+        self.atomic(word)
+            .is_some_and(|w| u64::from_be(w.load(Ordering::Acquire)) & bit != 0)
+    }
+
+    /// Reserves the disk blocks of the chunk holding byte `pos`, then records it in the
+    /// bitmap; nothing when it is already reserved. Only the append lock's holder (or the
+    /// creator, before any process maps the file) calls it, so the bit's load and store do not
+    /// race. A full disk is `StoreFull`, the bit left clear.
+    pub(super) fn reserve(&self, pos: usize) -> Result<()> {
+        if self.is_reserved(pos) {
+            return Ok(());
+        }
+        let chunk = chunk_of(pos);
+        let file_len = self.capacity.file_len();
+        let (start, end) = chunk_range(chunk, file_len);
+        if start >= end {
+            return Err(self.outside(pos));
+        }
+        // Whole pages: a fault brings in the page around a byte, which on a system with pages
+        // larger than 4 KiB holds bytes of the neighbouring chunk too.
+        let page = page_size();
+        let start = start / page * page;
+        let end = end.div_ceil(page).saturating_mul(page).min(file_len);
+        {
+            let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            let file = file.as_ref().ok_or(Error::Closed)?;
+            alloc::preallocate_range(file, self.path, start as u64, (end - start) as u64)?;
+        }
+        let (word, bit) = reserved_bit(chunk);
+        let w = self.word(word)?;
+        let now = u64::from_be(w.load(Ordering::Acquire)) | bit;
+        w.store(now.to_be(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Reports a table of `slots` slots full if it holds its limit already.
+    fn check_room(&self, used_at: usize, slots: u32, table: &'static str) -> Result<u64> {
         let used = self.load(used_at)?;
         let limit = Capacity::limit(slots);
         if used >= u64::from(limit) {
             return Err(Error::SharedTableFull { table, limit });
         }
+        Ok(used)
+    }
+
+    /// Counts one more entry of a table of `slots` slots, or reports it full.
+    fn take_one(&self, used_at: usize, slots: u32, table: &'static str) -> Result<()> {
+        let used = self.check_room(used_at, slots, table)?;
         self.store(used_at, used + 1)
     }
 
@@ -110,12 +170,25 @@ impl<'a> Tables<'a> {
         for i in 0..u64::from(slots) {
             let id = ((h + i) & mask) as u32;
             let pos = self.capacity.topics_at() + id as usize * TOPIC_SLOT;
-            let flag = self.flag(pos)?;
-            let l = flag.load(Ordering::Acquire);
+            // A slot of an unreserved chunk is empty and is not loaded (module doc).
+            let reserved = self.is_reserved(pos);
+            let l = if reserved {
+                self.flag(pos)?.load(Ordering::Acquire)
+            } else {
+                0
+            };
             if l == 0 {
                 if !insert {
                     return Ok(None);
                 }
+                // The count is checked before the chunk is reserved, so a full table takes
+                // no disk; the chunk is reserved before the count changes, so a full disk
+                // changes nothing.
+                self.check_room(at::TOPICS_USED, slots, "topic")?;
+                if !reserved {
+                    self.reserve(pos)?;
+                }
+                let flag = self.flag(pos)?;
                 self.take_one(at::TOPICS_USED, slots, "topic")?;
                 if !self.region.copy_in(pos + 1, bytes) {
                     return Err(self.outside(pos));
@@ -166,7 +239,9 @@ impl<'a> Tables<'a> {
         for i in 0..u64::from(slots) {
             let index = ((h + i) & mask) as u32;
             let pos = self.queue_pos(QueueSlot(index));
-            let k = self.load(pos)?;
+            // A slot of an unreserved chunk is empty and is not loaded (module doc).
+            let reserved = self.is_reserved(pos);
+            let k = if reserved { self.load(pos)? } else { 0 };
             if k == key {
                 return Ok(Some(QueueSlot(index)));
             }
@@ -174,6 +249,10 @@ impl<'a> Tables<'a> {
                 let Some(initial) = insert else {
                     return Ok(None);
                 };
+                self.check_room(at::QUEUES_USED, slots, "queue")?;
+                if !reserved {
+                    self.reserve(pos)?;
+                }
                 self.take_one(at::QUEUES_USED, slots, "queue")?;
                 self.store(pos + 8, initial)?;
                 self.store(pos, key)?;
@@ -187,7 +266,7 @@ impl<'a> Tables<'a> {
     }
 
     #[inline(always)]
-    fn queue_pos(&self, slot: QueueSlot) -> usize {
+    pub(super) fn queue_pos(&self, slot: QueueSlot) -> usize {
         self.capacity.queues_at() + slot.0 as usize * QUEUE_SLOT
     }
 

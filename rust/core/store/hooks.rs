@@ -3,9 +3,11 @@
 //! messages, transactions and retry send-back each land as one hook.
 //!
 //! Invariants
-//! - Hooks are the only way into a system topic (`topic_config::is_system_topic`): a caller's
-//!   message to one is refused before any hook runs, and a hook's rewrite into one is
-//!   accepted, the topic being created (or grown) to hold the queue the hook chose.
+//! - Hooks are the only way a caller's message reaches a system topic
+//!   (`topic_config::is_system_topic`): a caller's message to one is refused before any hook
+//!   runs, and a hook's rewrite into one is accepted, the topic being created (or grown) to
+//!   hold the queue the hook chose. The store's own records (a timer's cancel and reschedule
+//!   records) go there through `Store::put_internal`, which runs no hook.
 //! - A hook sees the message as the hooks before it left it, already routed to its queue, and
 //!   its rewrite is validated as a caller's message is (sizes, property syntax): a faulty hook
 //!   gets a typed error, never a bad record.

@@ -3,9 +3,9 @@
 //! Threads of a writable store are services (service.rs), started in this order and stopped in
 //! reverse: reput (dispatch), derived (the non-critical derived stores' dispatch, when any is
 //! registered), the preparer, then the leader's duties: flush and retention (stores with a
-//! directory), then schedule (delay levels, schedule/), which the leader of shared writers
-//! hosts. A shared writer runs those duties only while it is the elected leader of the
-//! store's writer processes (leader.rs): its `leader` service starts and stops them. A
+//! directory), then the timer engine (timers and delay levels, timer/), which the leader of
+//! shared writers hosts. A shared writer runs those duties only while it is the elected leader
+//! of the store's writer processes (leader.rs): its `leader` service starts and stops them. A
 //! read-only store starts none: it maps files read-only and follows the writer by re-reading
 //! the directories from its own calls (follow.rs). Derived stores (consume queues) are
 //! registered in one list (`DerivedStores`) that recovery, flush, retention, page release,
@@ -97,11 +97,9 @@ struct Inner {
     /// What the hooks want together (`hooks::wanted`): a message with none of these marks
     /// runs no hook code.
     hooks_want: crate::message::marks::Marks,
-    /// Delivers delayed messages (writable stores).
-    schedule: Option<Arc<schedule::ScheduleService>>,
-    /// Delivers timer messages (writable stores), hosted with `schedule`.
+    /// The timer engine: delivers timer and delayed messages (writable stores).
     timers: Option<Arc<timer::TimerService>>,
-    /// The schedule service's thread while this process hosts delivery (schedule/mod.rs):
+    /// The timer engine's thread while this process hosts delivery (schedule/mod.rs):
     /// started and stopped on its own, apart from `services`, and stopped before them.
     delivery: Services,
     topics: TopicTable,
@@ -444,11 +442,8 @@ impl Inner {
                 _ => Ok(()),
             };
             result = followed.and_then(|()| f.flush_all());
-            if let (Ok(()), Some(s)) = (&result, &self.schedule) {
-                // The log is durable through every delivery: the offsets may say so.
-                result = s.persist_after_flush();
-            }
             if let (Ok(()), Some(t)) = (&result, &self.timers) {
+                // The log is durable through every delivery: the progress files may say so.
                 result = t.persist_after_flush(&self.commit_log);
             }
             if result.is_ok() && r.has_followers() {
@@ -496,6 +491,9 @@ impl Inner {
         // After the last flush and checkpoint: the next leader takes over from here.
         if let Some(seat) = &self.leader {
             seat.resign();
+        }
+        if let Some(t) = &self.timers {
+            t.gate().release();
         }
         if let Some(shm) = self.commit_log.shared() {
             shm.release();

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::schedule::{DelayLevelHook, ScheduleService};
+use super::schedule::DelayLevelHook;
 use super::timer::{TimerHook, TimerService};
 use super::{geometry, Inner, Store};
 use crate::checkpoint::{Checkpoint, StoreProgress};
@@ -196,17 +196,9 @@ pub(super) fn open_with(
         topics.adopt_discovered(&index.discover_topics()?, false)?;
     }
     let notifier = Arc::new(Notifier::default());
-    // Delay levels: the hook runs after the registered ones (one of them may give a message a
-    // level); the service delivers (store/schedule/).
-    let schedule = Arc::new(ScheduleService::new(
-        config.clock.clone(),
-        root.filter(|_| writable).map(|r| r.join("config")),
-        config.file_mode,
-        config.flush_interval,
-        config.shared_writers,
-    )?);
-    // Timers: before the delay-level hook (a DELAY level wins over a timer property, and the
-    // timer hook leaves such a message to it); the service delivers (store/timer/).
+    // The timer engine delivers timers and delay levels (store/timer/). Timers: the hook runs
+    // before the delay-level hook (a DELAY level wins over a timer property, and the timer
+    // hook leaves such a message to it).
     let timers = Arc::new(TimerService::new(
         &config,
         root.filter(|_| writable).map(|r| r.join("config")),
@@ -214,16 +206,13 @@ pub(super) fn open_with(
     put_hooks.push(Arc::new(TimerHook::new(
         config.clock.clone(),
         config.timer_max_delay,
-        timers.wake(),
     )));
     // Send-back before delay levels: a delayed retry is scheduled to its origin topic and
     // comes back through this hook when due (store/retry/).
     put_hooks.push(Arc::new(super::retry::SendBackHook));
-    put_hooks.push(Arc::new(DelayLevelHook::new(
-        config.delay_levels.clone(),
-        config.clock.clone(),
-        schedule.wake(),
-    )));
+    // Delay levels: the hook runs after the registered ones (one of them may give a message a
+    // level).
+    put_hooks.push(Arc::new(DelayLevelHook::new(config.delay_levels.clone())));
 
     let first_shared = config.shared_writers && attach_to.is_none();
     let mut report = RecoveryReport::default();
@@ -248,7 +237,7 @@ pub(super) fn open_with(
             None => None,
         };
         let recovered = match &appending {
-            Some(w) => recovery::attach(&commit_log, &derived, &checkpointed, w.log_end())?,
+            Some(w) => recovery::attach(&commit_log, &derived, &checkpointed, w)?,
             None => recovery::recover(
                 &commit_log,
                 &derived,
@@ -359,9 +348,8 @@ pub(super) fn open_with(
                     config.clock.clone(),
                 )
                 .keeping({
-                    let s = Arc::clone(&schedule);
                     let t = Arc::clone(&timers);
-                    move || s.pending_floor().min(t.pending_floor())
+                    move || t.pending_floor()
                 }),
             )
         });
@@ -373,7 +361,7 @@ pub(super) fn open_with(
             Some(root) => {
                 let seat = Seat::open(root, config.file_mode)?;
                 let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
-                let sched = Arc::clone(&schedule);
+                let timers = Arc::clone(&timers);
                 // The first opener's take-over follows its own recovery: retention waits for
                 // its service's first turn, as an exclusive writer's does (a pass at open
                 // would map the oldest files of a long log). A later take-over follows a
@@ -389,8 +377,9 @@ pub(super) fn open_with(
                     if let (Some(k), false) = (&keep, first) {
                         let _ = k.delete_expired();
                     }
-                    // Delayed messages of every process are delivered here from now on.
-                    sched.host();
+                    // Timers and delayed messages of every process are delivered here from
+                    // now on.
+                    timers.host();
                 });
                 services.push(Arc::new(LeaderRole::new(
                     Arc::clone(&seat),
@@ -438,7 +427,6 @@ pub(super) fn open_with(
         derived,
         hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
-        schedule: writable.then_some(Arc::clone(&schedule)),
         timers: writable.then_some(Arc::clone(&timers)),
         topics,
         checkpoint,
@@ -462,14 +450,19 @@ pub(super) fn open_with(
         last_follow: std::sync::atomic::AtomicU64::new(super::follow::monotonic_ms()),
         follow_end: std::sync::atomic::AtomicU64::new(0),
     });
-    schedule.attach(Arc::downgrade(&inner));
     timers.attach(Arc::downgrade(&inner));
+    if let Some(shm) = inner.commit_log.shared() {
+        // Shared writers: the puts of every process wake the leader's timer thread.
+        timers.share(Arc::clone(shm));
+    }
     inner.services.start(services)?;
     // Delivery runs in one process only: shared writers leave it to the process chosen to
     // host it (`Store::start_delivery`).
     if writable && !config_shared {
-        timers.prepare_start();
-        if let Err(e) = inner.delivery.start(vec![schedule, timers]) {
+        let started = timers
+            .prepare_start()
+            .and_then(|()| inner.delivery.start(vec![timers]));
+        if let Err(e) = started {
             inner.services.stop_all();
             return Err(e);
         }

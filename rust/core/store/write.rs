@@ -12,6 +12,9 @@
 //! - A batch is appended to one queue, under one lock, all or nothing.
 //! - Once `Wait::Durable` returns, the record is in its consume queue (read-your-writes) and,
 //!   in sync mode, on disk.
+//! - A put that stored a timer or delayed message tells the timer engine after its append (in
+//!   whichever process hosts it, store/timer/wake.rs): the engine then finds the record in the
+//!   log, never an announcement of a record still to come.
 
 use super::hooks::{self, Rewrite};
 use super::round_robin::RoundRobin;
@@ -320,11 +323,15 @@ impl Store {
                 }
             }
         }
+        let scheduled = is_scheduled(rewrite.as_ref());
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(Some(PutResult {
             status: PutStatus::PutOk,
             appended,
             queue_id: routed.queue_id,
-            scheduled: is_scheduled(rewrite.as_ref()),
+            scheduled,
         }))
     }
 
@@ -369,11 +376,15 @@ impl Store {
             |r| r.try_dispatch_known(appended.physical_offset, end, &[req]),
             wait,
         )?;
+        let scheduled = is_scheduled(rewrite.as_ref());
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(PutResult {
             status,
             appended,
             queue_id: routed.queue_id,
-            scheduled: is_scheduled(rewrite.as_ref()),
+            scheduled,
         })
     }
 
@@ -495,6 +506,9 @@ impl Store {
         };
         reuse::keep(&PREPARED, prepared);
         reuse::keep(&TAG_VALUES, tag_values);
+        if scheduled {
+            self.announce_scheduled();
+        }
         Ok(BatchPut {
             queue_id,
             status,
@@ -633,6 +647,13 @@ impl Store {
         }
     }
 
+    /// A timer or delayed message was appended: the timer engine looks at its sources.
+    fn announce_scheduled(&self) {
+        if let Some(t) = &self.inner.timers {
+            t.announce();
+        }
+    }
+
     /// Read-your-writes: when `put` returns, its record is in its consume queue. Usually the
     /// putting thread dispatches itself (one uncontended try-lock); if another thread holds
     /// the dispatch lock, wait for it.
@@ -644,6 +665,44 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Appends one record the store itself writes into a system topic (a timer's cancel or
+    /// reschedule record, store/timer/control.rs): validated as a caller's message, its queue
+    /// created if needed, no hook run, and waited for as `put` waits.
+    ///
+    /// # Errors
+    /// As `put`.
+    pub(in crate::store) fn put_internal(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.check_writable()?;
+        validate::check_sizes(
+            msg.body.len(),
+            msg.properties.len(),
+            self.inner.max_message_size,
+        )?;
+        let checked = properties::check_encoded(msg.properties)?;
+        self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        let prepared = Prepared::new(*msg)?;
+        let appended = self.inner.commit_log.put(&prepared)?;
+        let code = tags::of_record(
+            msg.topic,
+            msg.properties,
+            checked.tags,
+            appended.store_timestamp,
+        );
+        let req = known_request(msg, &appended, code);
+        let end = appended.physical_offset + u64::from(appended.size);
+        let status = self.after_append(
+            end,
+            |r| r.try_dispatch_known(appended.physical_offset, end, &[req]),
+            true,
+        )?;
+        Ok(PutResult {
+            status,
+            appended,
+            queue_id: msg.queue_id,
+            scheduled: false,
+        })
     }
 
     pub(super) fn check_writable(&self) -> Result<()> {

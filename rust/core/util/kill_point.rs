@@ -53,12 +53,22 @@ pub const POINTS: &[&str] = &[
     // Clean close: the clean-shutdown record in place and durable, the abort marker not yet
     // removed.
     "store.clean_recorded",
-    // Schedule service: a due delayed message re-put to its real topic (the put returned),
-    // its level's offset not yet advanced nor written to `delayOffset.json`.
+    // Timer engine, a delay level: a due delayed message re-put to its real topic (carrying
+    // its MQLITE_TIMER_ID), its level's offset not yet advanced nor written to
+    // `delayOffset.json`.
     "schedule.delivered_unrecorded",
     // Timer engine: a due timer re-put to its real topic (carrying its MQLITE_TIMER_ID), the
     // timer progress not yet recording it.
     "timer.delivered_unrecorded",
+    // Timer cancel: the cancel record appended (the put returned) under the timer gate, the
+    // answer not yet returned and the gate still held.
+    "timer.cancel_appended",
+    // Timer reschedule: the reschedule record appended under the timer gate, the answer not
+    // yet returned and the gate still held.
+    "timer.reschedule_appended",
+    // Timer engine: `timerProgress.json` written (both sources' progress), its mirror
+    // `delayOffset.json` not yet.
+    "timer.progress_written",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

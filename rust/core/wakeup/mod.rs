@@ -6,6 +6,15 @@
 //! wake-ups. The file holds no data: any content is valid, and a missing or unwritable file only
 //! means the followers that cannot use it poll as before.
 //!
+//! The page's disk block is reserved (`posix_fallocate`) by every process before it maps the
+//! file, the writer and each follower alike, since a file made by `set_len` or an older
+//! mqlite may be a hole: on a full disk a fault into a hole of a shared mapping is a SIGBUS
+//! (on tmpfs even a read's). A reservation that fails (a full disk) leaves that process
+//! without the word, which nothing needs: a writer then wakes nobody through it (followers
+//! with the word mapped find new data at their next nap), a read-only follower polls, and a
+//! shared writer's waiters learn of other processes' records from its dispatch thread, which
+//! looks for them every `REPUT_IDLE`. Nothing is lost; wake-ups are only slower.
+//!
 //! Invariants
 //! - A follower sets bit 0, then looks for data, then sleeps only while the word still holds
 //!   what it set (the kernel compares and sleeps atomically).
@@ -34,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use self::protocol::{Look, Word};
 use crate::error::{Error, Result};
+use crate::mapped_file::alloc;
 use crate::mapped_file::mmap::MmapRegion;
 use crate::util::fs;
 
@@ -52,24 +62,20 @@ pub struct WakeWord {
 
 impl WakeWord {
     /// The writer's handle: creates the file (mode `mode`) or reuses it as it is. Reusing
-    /// matters: followers already open keep sleeping on the same file.
+    /// matters: followers already open keep sleeping on the same file. `StoreFull` when the
+    /// page's block cannot be reserved (module doc): the caller goes on without the word.
     pub fn create(root: &Path, mode: u32) -> Result<Self> {
         let path = root.join("wakeup");
         let file = fs::open_rw(&path, mode)?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io("stat", &path, e))?
-            .len();
-        if len < FILE_LEN {
-            file.set_len(FILE_LEN)
-                .map_err(|e| Error::io("truncate", &path, e))?;
-        }
+        // Grows a short file too (the page past its end is reserved with the rest).
+        alloc::preallocate(&file, &path, FILE_LEN)?;
         let map = map(&file, &path)?;
         Ok(WakeWord::new(map))
     }
 
     /// A follower's handle, or `None` when the file is missing (a writer that predates it),
-    /// not writable by this process or too short: the follower then polls.
+    /// not writable by this process, too short, or its page cannot be reserved (a full disk):
+    /// the follower then polls.
     pub fn follow(root: &Path) -> Option<Self> {
         let path = root.join("wakeup");
         let file = std::fs::OpenOptions::new()
@@ -81,6 +87,8 @@ impl WakeWord {
         if file.metadata().ok()?.len() < FILE_LEN {
             return None;
         }
+        // The page may be a hole (module doc): its block is reserved before it is mapped.
+        alloc::preallocate(&file, &path, FILE_LEN).ok()?;
         let map = map(&file, &path).ok()?;
         Some(WakeWord::new(map))
     }
@@ -329,6 +337,41 @@ mod tests {
             std::fs::metadata(dir.path().join("wakeup")).unwrap().len(),
             FILE_LEN
         );
+    }
+
+    /// A hole behind the page is reserved by the writer and by a follower before either maps
+    /// it: a fault into it on a full disk would be a SIGBUS.
+    #[test]
+    fn the_page_is_reserved_before_it_is_mapped_even_in_a_sparse_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wakeup");
+        let disk = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let sparse = || {
+            let _ = std::fs::remove_file(&path);
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(FILE_LEN)
+                .unwrap();
+            assert_eq!(disk(), 0, "a hole");
+        };
+        sparse();
+        let f = WakeWord::follow(dir.path()).unwrap();
+        assert!(disk() >= FILE_LEN, "the follower reserved it: {}", disk());
+        drop(f);
+        sparse();
+        let w = WakeWord::create(dir.path(), 0o600).unwrap();
+        assert!(disk() >= FILE_LEN, "the writer reserved it: {}", disk());
+        assert_eq!(word(dir.path()), 0);
+        drop(w);
+        // A new file, too; a short one grows to the page.
+        std::fs::remove_file(&path).unwrap();
+        drop(WakeWord::create(dir.path(), 0o600).unwrap());
+        assert!(disk() >= FILE_LEN);
+        std::fs::write(&path, b"ab").unwrap();
+        drop(WakeWord::create(dir.path(), 0o600).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), FILE_LEN);
+        assert!(disk() >= FILE_LEN);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!
 //! Helpers that are not the store's: `PollToken` (see `token.rs`), the push consumer's poll
 //! leadership, in Rust so that its stall watch runs without the GIL; and the consumer group's
-//! byte-range locks (`group_lock.rs`), in Rust for the platform's `struct flock`.
+//! byte-range locks (`group_lock.rs`), in Rust for the platform's `struct flock`; and test
+//! hooks that count the core's work (`probes.rs`).
 //!
 //! A call that may wait for long without the GIL (`wait_for`, a poll, the lock wait of `open`,
 //! `wait_durable`, a poll token on the main thread) waits in slices and runs Python's signal
@@ -26,6 +27,7 @@ mod interrupt;
 mod message;
 mod names;
 mod outgoing;
+mod probes;
 mod producer;
 mod queue;
 mod store;
@@ -36,10 +38,16 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The property names a message's `properties` may not use (the store's and RocketMQ's).
+    m.add(
+        "RESERVED_PROPERTIES",
+        pyo3::types::PyFrozenSet::new(m.py(), mqlite::message::properties::RESERVED)?,
+    )?;
     m.add_function(wrap_pyfunction!(names::check_topic, m)?)?;
     m.add_function(wrap_pyfunction!(names::check_group, m)?)?;
     m.add_function(wrap_pyfunction!(group_lock::ofd_try_lock, m)?)?;
     m.add_function(wrap_pyfunction!(group_lock::ofd_unlock, m)?)?;
+    m.add_function(wrap_pyfunction!(probes::queue_loads, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mqlite::message::delay_levels::DelayLevels;
+use mqlite::store::timer::{TimerFilter, TimerInfo, TimerOutcome, TimerTarget};
 use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -83,6 +84,23 @@ fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDi
 }
 
 /// A topic's queue count: `[1, MAX_QUEUES]`, else `IllegalArgumentError`.
+/// A timer as a tuple: (id, topic, queue id, keys, unique id, tags, due ms, offset id).
+fn timer_row<'py>(py: Python<'py>, t: &TimerInfo) -> PyResult<Bound<'py, PyAny>> {
+    let offset_id = t.offset_msg_id();
+    (
+        t.id.to_string(),
+        t.topic.as_str(),
+        t.queue_id,
+        t.keys.clone(),
+        t.unique_id.as_deref(),
+        t.tags.as_deref(),
+        t.due_ms,
+        offset_id,
+    )
+        .into_pyobject(py)
+        .map(Bound::into_any)
+}
+
 fn queue_count(queues: &Int) -> PyResult<u32> {
     args::count(queues, "queues", 1, mqlite::topic_config::MAX_QUEUES)
 }
@@ -613,6 +631,96 @@ impl PyStore {
     fn deliver_due(&self, py: Python<'_>) -> PyResult<usize> {
         py.detach(|| self.store.deliver_due())
             .map_err(|e| PyMqError(e).into())
+    }
+
+    /// Cancels the timers named by `msg_id` or by `key` (of `topic`); `due_ms`: reschedules
+    /// them instead. One tuple per timer: (id, outcome name, its facts or None), the id None
+    /// when nothing matched. The arguments' types are checked by `mqlite.Store`.
+    /// `delay_ms`: reschedules them to that long after the store's clock.
+    #[pyo3(signature = (msg_id, key, topic, due_ms = None, delay_ms = None))]
+    fn _change_timers<'py>(
+        &self,
+        py: Python<'py>,
+        msg_id: Option<String>,
+        key: Option<String>,
+        topic: Option<String>,
+        due_ms: Option<i64>,
+        delay_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let due_ms = match delay_ms {
+            Some(d) => Some(self.store.config().clock.now_ms().saturating_add(d)),
+            None => due_ms,
+        };
+        let target = match (&msg_id, &key) {
+            (Some(id), None) => TimerTarget::MsgId(id),
+            (None, Some(k)) => TimerTarget::Key {
+                key: k,
+                topic: topic.as_deref(),
+            },
+            _ => {
+                return Err(PyMqError(mqlite::Error::InvalidArgument {
+                    field: "msg_id",
+                    reason: "give msg_id or key, not both".into(),
+                })
+                .into())
+            }
+        };
+        let answers = py
+            .detach(|| match due_ms {
+                None => self.store.cancel_timer(target),
+                Some(at) => self.store.reschedule_timer(target, at),
+            })
+            .map_err(PyMqError)?;
+        let rows = answers
+            .iter()
+            .map(|a| {
+                let outcome = match a.outcome {
+                    TimerOutcome::Cancelled => "CANCELLED",
+                    TimerOutcome::Rescheduled => "RESCHEDULED",
+                    TimerOutcome::AlreadyDelivered => "ALREADY_DELIVERED",
+                    TimerOutcome::AlreadyCancelled => "ALREADY_CANCELLED",
+                    TimerOutcome::NotFound => "NOT_FOUND",
+                };
+                let timer = a.timer.as_ref().map(|t| timer_row(py, t)).transpose()?;
+                Ok((a.id.map(|i| i.to_string()), outcome, timer))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, rows)
+    }
+
+    /// How many timers are stored and neither delivered nor cancelled, as far as this
+    /// process's progress knows.
+    fn pending_timers(&self, py: Python<'_>) -> u64 {
+        py.detach(|| self.store.pending_timers())
+    }
+
+    /// The pending timers the filter selects, the earliest due first, as tuples (see
+    /// `timer_row`).
+    #[pyo3(signature = (topic, key, due_from, due_to, limit))]
+    fn _list_timers<'py>(
+        &self,
+        py: Python<'py>,
+        topic: Option<String>,
+        key: Option<String>,
+        due_from: Option<i64>,
+        due_to: Option<i64>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let filter = TimerFilter {
+            topic: topic.as_deref(),
+            key: key.as_deref(),
+            due_from,
+            due_to,
+            limit,
+        };
+        let timers = py
+            .detach(|| self.store.list_timers(&filter))
+            .map_err(PyMqError)?;
+        let rows = timers
+            .iter()
+            .map(|t| timer_row(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, rows)
     }
 
     fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {

@@ -7,7 +7,7 @@
 //!   it. Only `Store::send_back` writes the mark (user properties may not use its name).
 //! - A marked message that also carries a `DELAY` level is left as it is: the delay-level hook,
 //!   which runs after this one, schedules it to its origin topic with the mark kept, and the
-//!   schedule service's re-put of it (the `DELAY` cleared) comes back here when due. So a retry
+//!   timer engine's re-put of it (the `DELAY` cleared) comes back here when due. So a retry
 //!   waits in `SCHEDULE_TOPIC_XXXX`, and the retry topic, which is a system topic, is written
 //!   by this hook alone.
 //! - The mark's value must name a retry or DLQ topic; anything else is refused

@@ -8,37 +8,26 @@
 //!   means no delay and leaves the message as it is.
 //! - It looks only at messages marked `DELAY` (`message::marks`): a plain put runs none of it.
 //! - With several writer processes, any of them stores delayed messages; the leader delivers
-//!   them for all (`Store::start_delivery`).
+//!   them for all (`Store::start_delivery`), woken by the put of any process (store/write.rs).
 //! - Only messages that reach a consume queue are delayed (RocketMQ: transaction types NOT and
 //!   COMMIT); a message already in the schedule topic is left alone, so this hook may run after
 //!   any other that gave a message a level.
 
-use std::sync::Arc;
-
-use super::service::Wake;
 use crate::error::Result;
 use crate::message::delay_levels::DelayLevels;
 use crate::message::marks::Marks;
 use crate::message::{properties, sysflag, tags, MessageRef};
 use crate::store::hooks::{PutHook, Rewrite};
-use crate::util::clock::Clock;
 
 /// See the module doc.
 #[derive(Debug)]
 pub(in crate::store) struct DelayLevelHook {
     levels: DelayLevels,
-    clock: Clock,
-    /// The schedule service's wake-up: told when a level gets a message.
-    wake: Arc<Wake>,
 }
 
 impl DelayLevelHook {
-    pub(in crate::store) fn new(levels: DelayLevels, clock: Clock, wake: Arc<Wake>) -> Self {
-        DelayLevelHook {
-            levels,
-            clock,
-            wake,
-        }
+    pub(in crate::store) fn new(levels: DelayLevels) -> Self {
+        DelayLevelHook { levels }
     }
 }
 
@@ -72,17 +61,15 @@ impl PutHook for DelayLevelHook {
         // The caller's properties, less any stale bookkeeping of ours, then RocketMQ's.
         let mut props = Vec::with_capacity(msg.properties.len() + 64);
         for (k, v) in properties::iter(msg.properties) {
-            if k != properties::DELAY_MS {
+            // An id copied from a delivered message is not this record's (the engine writes
+            // the id of the level's delivery).
+            if k != properties::DELAY_MS && k != crate::message::timer::TIMER_ID {
                 properties::push(&mut props, k, v);
             }
         }
         properties::push(&mut props, properties::REAL_TOPIC, msg.topic);
         properties::push(&mut props, properties::REAL_QID, &msg.queue_id.to_string());
         properties::push(&mut props, properties::DELAY_MS, &delay_ms.to_string());
-        // Before the append: the service may look before the record is readable, and then
-        // finds it at its next wake-up (service.rs).
-        self.wake
-            .arrival(self.clock.now_ms().saturating_add(delay_ms));
         Ok(Some(Rewrite {
             topic: tags::SCHEDULE_TOPIC.to_owned(),
             queue_id: level - 1,

@@ -13,16 +13,15 @@
 //!   as in RocketMQ); a delivered copy (it carries `MQLITE_TIMER_ID`), a record already in the
 //!   timer topic and a message that reaches no consume queue are left alone.
 //! - The caller's `TIMER_OUT_MS`, `REAL_TOPIC`, `REAL_QID` and `MQLITE_TIMER_ID` never reach
-//!   the stored record: the hook writes its own.
+//!   the stored record: the hook writes its own. Nor do `MQLITE_TIMER_CANCEL` and
+//!   `MQLITE_TIMER_RESCHEDULE_MS`, which only a cancel or reschedule record carries.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::service::Wake;
 use crate::error::{Error, Result};
 use crate::message::marks::Marks;
 use crate::message::timer::{self, Asked};
-use crate::message::{properties, sysflag, MessageRef};
+use crate::message::{properties, sysflag, timer_id, MessageRef};
 use crate::store::hooks::{PutHook, Rewrite};
 use crate::util::clock::Clock;
 
@@ -31,24 +30,24 @@ use crate::util::clock::Clock;
 pub(in crate::store) struct TimerHook {
     clock: Clock,
     max_delay_ms: i64,
-    /// The timer service's wake-up: told of each stored timer's delivery time.
-    wake: Arc<Wake>,
 }
 
-/// Properties the hook owns on a stored timer record.
-const OWNED: [&str; 4] = [
+/// Properties the hook owns on a stored timer record (a change record's names among them:
+/// only a cancel or reschedule may write those).
+const OWNED: [&str; 6] = [
     timer::OUT_MS,
     properties::REAL_TOPIC,
     properties::REAL_QID,
     timer::TIMER_ID,
+    timer_id::CANCEL,
+    timer_id::RESCHEDULE_MS,
 ];
 
 impl TimerHook {
-    pub(in crate::store) fn new(clock: Clock, max_delay: Duration, wake: Arc<Wake>) -> Self {
+    pub(in crate::store) fn new(clock: Clock, max_delay: Duration) -> Self {
         TimerHook {
             clock,
             max_delay_ms: i64::try_from(max_delay.as_millis()).unwrap_or(i64::MAX),
-            wake,
         }
     }
 
@@ -107,9 +106,6 @@ impl PutHook for TimerHook {
         properties::push(&mut props, properties::REAL_TOPIC, msg.topic);
         properties::push(&mut props, properties::REAL_QID, &msg.queue_id.to_string());
         properties::push(&mut props, timer::OUT_MS, &at.to_string());
-        // Before the append: the service then waits for the record to be dispatched
-        // (service.rs).
-        self.wake.arrival(at);
         Ok(Some(Rewrite {
             topic: timer::TIMER_TOPIC.to_owned(),
             queue_id: 0,

@@ -1,30 +1,48 @@
-//! Timer messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a
-//! message that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); the timer
-//! service delivers it to its real topic when due, exactly once (service.rs); its progress is
-//! `config/timerProgress.json` (progress.rs, FORMAT.md §16). Design: docs/design-timers.md.
+//! The timer engine: one engine delivers every message that waits for its time. Timer
+//! messages (RocketMQ 5's arbitrary delays, `message::timer`): a put hook stores a message
+//! that asks for a delivery time in `rmq_sys_wheel_timer` (hook.rs); delayed messages (delay
+//! levels, RocketMQ 4) are stored by their own hook in `SCHEDULE_TOPIC_XXXX` (store/schedule/).
+//! The service delivers both to their real topic when due, exactly once (service.rs, merging
+//! the timer log with the levels' queues, levels.rs), each re-put carrying the timer's id
+//! (`message::timer_id`; redeliver.rs); the progress of both is `config/timerProgress.json`
+//! (progress.rs, FORMAT.md §16), the levels' offsets mirrored in RocketMQ's
+//! `config/delayOffset.json` (FORMAT.md §15).
+//! What wakes it is wake.rs. Any pending timer of either source can be cancelled or
+//! rescheduled, and the pending ones listed (control.rs), under the gate every delivery takes
+//! too (gate.rs). Design: docs/design-timers.md.
 //!
-//! Guarantees: a timer message is invisible in its topic until its delivery time, never
-//! delivered before it by the store's clock, then delivered once with its body, keys, tags
-//! and properties, across crashes of the process; timers overdue after downtime are all
+//! Guarantees: a timer or delayed message is invisible in its topic until its delivery time,
+//! never delivered before it by the store's clock, then delivered once with its body, keys,
+//! tags and properties, across crashes of the process; those overdue after downtime are all
 //! delivered (no horizon), at the configured catch-up rate; retention keeps every commit-log
-//! file from the one holding the oldest pending timer.
+//! file from the one holding the oldest pending one.
 //!
-//! Hosting: as delay levels (store/schedule/): the timer service runs in the process that
-//! hosts delivery (`Store::start_delivery`), which with shared writers is the leader.
+//! Hosting: the service runs in the process that hosts delivery (`Store::start_delivery`),
+//! which with shared writers is the leader; the hooks of every process wake it.
 
+mod control;
+mod gate;
 mod hook;
+mod levels;
 pub mod progress;
+mod redeliver;
+mod scan;
 mod service;
+mod tiers;
+mod wake;
 
+pub use crate::message::timer_id::{Source, TimerId};
+pub use control::{TimerAnswer, TimerFilter, TimerInfo, TimerOutcome, TimerTarget};
 pub(in crate::store) use hook::TimerHook;
 pub(in crate::store) use service::TimerService;
 
 use super::Store;
 
 impl Store {
-    /// How many timer messages are stored and not yet delivered (as far as this process's
-    /// progress knows: a process that does not host delivery sees what the host last
-    /// recorded).
+    /// How many timer and delayed messages (both sources) are stored and neither delivered nor
+    /// cancelled, as far as this process's progress knows: a process that does not host
+    /// delivery sees what the host last recorded. `list_timers` reads the log for the exact
+    /// list.
     pub fn pending_timers(&self) -> u64 {
         self.inner.timers.as_ref().map_or(0, |t| t.pending(self))
     }
