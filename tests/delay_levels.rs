@@ -468,8 +468,3 @@ fn a_start_skips_delayed_messages_the_log_shows_delivered() {
     );
     assert_eq!(store.delay_offsets(), [(1, 2), (2, 1)].into());
 }
-
-/// The real time: retention compares the clock with file modification times.
-fn common_now() -> i64 {
-    mqlite::util::clock::now_ms()
-}
