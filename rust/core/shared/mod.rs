@@ -635,7 +635,13 @@ mod tests {
         // Its key written there behind the bitmap's back (as a hole would read on a file
         // system that faults one in): a probe that loaded the slot would find it.
         let key = layout::queue_key(topic, q).to_be_bytes();
-        shm.file.write_all_at(&key, home(q) as u64).unwrap();
+        shm.file
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .write_all_at(&key, home(q) as u64)
+            .unwrap();
         assert_eq!(w.find_queue("T", q).unwrap(), None);
         assert!(!t.is_reserved(home(q)), "a lookup reserves nothing");
         // The same for the topic table: a name planted in an unreserved chunk is not read.
@@ -652,7 +658,13 @@ mod tests {
         let mut planted = vec![name.len() as u8];
         planted.extend_from_slice(name.as_bytes());
         let at = shm.capacity().topics_at() + id as usize * layout::TOPIC_SLOT;
-        shm.file.write_all_at(&planted, at as u64).unwrap();
+        shm.file
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .write_all_at(&planted, at as u64)
+            .unwrap();
         assert_eq!(t.topic(&name, false).unwrap(), None);
     }
 
