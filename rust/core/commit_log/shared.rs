@@ -180,11 +180,14 @@ impl CommitLog {
         let Some(shm) = self.shared.get() else {
             return Ok(());
         };
-        let end = shm.log_end();
-        if self.max.load(Ordering::Acquire) == end {
+        if self.max.load(Ordering::Acquire) == shm.log_end() {
             return Ok(());
         }
         let mut a = self.lock_appender();
+        // Read under this process's appender lock: an end read before it may predate an append
+        // this process published meanwhile, and following it would move the writer and
+        // `max_offset` back below that append.
+        let end = shm.log_end();
         self.follow_to(&mut a, end, false)
     }
 
