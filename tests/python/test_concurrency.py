@@ -309,6 +309,9 @@ def test_read_only_store_reads_past_files_expired_before_it_mapped_them(store_pa
     mq = MessageQueue("tail", 0)
     for k in range(10):
         producer.send(Message("tail", _tail_body(0, k)), queue_id=0)
+    # The writer's own read dispatches what it appended (read-your-writes): the units are on
+    # disk for the follower before it looks, whatever the pace of the dispatch thread.
+    assert writer.read_result(mq, 9, 1).status == "FOUND"
     reader = mqlite.open(store_path, read_only=True, **TAIL_CONFIG)
     assert reader.read_result(mq, 0, 5).status == "FOUND"  # maps the first files
     for k in range(10, 3000):  # about 18 files of 256 KiB
