@@ -496,27 +496,14 @@ fn for_each_in(
         return Ok(());
     };
     let end = q.max_offset().min(until);
-    let mut at = floor.max(q.min_offset());
     let min_log = store.inner.commit_log.min_offset();
-    let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
-    while at < end {
-        units.clear();
-        q.entries(
-            at,
-            BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
-            &mut units,
-        );
-        let Some(&(last, _)) = units.last() else {
-            break;
-        };
-        for &(id, e) in &units {
-            if e.has_record() && e.offset >= min_log {
-                let id = TimerId { source, offset: id };
-                store.get_by_offset(e.offset, |v| f(id, e, v))?;
-            }
+    super::each_unit(&*q, floor.max(q.min_offset()), end, |qo, e| {
+        if e.has_record() && e.offset >= min_log {
+            let id = TimerId { source, offset: qo };
+            store.get_by_offset(e.offset, |v| f(id, e, v))?;
         }
-        at = last + 1;
-    }
+        Ok(())
+    })?;
     Ok(())
 }
 

@@ -38,6 +38,41 @@ pub(in crate::store) use service::TimerService;
 
 use super::Store;
 
+/// Queue units read at a time by the engine's scans.
+const BATCH: usize = 1024;
+
+/// Calls `f` with each unit of `q` (its queue offset and entry) from `from` to `end`, `BATCH`
+/// at a time, in order; stops at the first unit not yet written. Returns the offset after the
+/// last unit seen (`from` when none).
+///
+/// # Errors
+/// The first error `f` returns (the units after it are not seen).
+fn each_unit(
+    q: &dyn crate::dispatch::queue_index::LogicalQueue,
+    from: u64,
+    end: u64,
+    mut f: impl FnMut(u64, crate::dispatch::queue_index::QueueEntry) -> crate::error::Result<()>,
+) -> crate::error::Result<u64> {
+    let mut at = from;
+    let mut units = Vec::with_capacity(BATCH);
+    while at < end {
+        units.clear();
+        q.entries(
+            at,
+            BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
+            &mut units,
+        );
+        let Some(&(last, _)) = units.last() else {
+            break;
+        };
+        for &(qo, e) in &units {
+            f(qo, e)?;
+        }
+        at = last + 1;
+    }
+    Ok(at)
+}
+
 impl Store {
     /// How many timer and delayed messages (both sources) are stored and neither delivered nor
     /// cancelled, as far as this process's progress knows: a process that does not host

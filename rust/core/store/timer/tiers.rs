@@ -16,13 +16,9 @@
 use std::collections::BTreeMap;
 
 use super::progress::Progress;
-use crate::dispatch::queue_index::QueueEntry;
 use crate::message::timer::TIMER_TOPIC;
 use crate::message::timer_id::Change;
 use crate::store::Store;
-
-/// Queue units read at a time.
-const BATCH: usize = 1024;
 
 /// See the module doc.
 #[derive(Debug)]
@@ -142,22 +138,9 @@ impl Tiers {
             return from;
         };
         let end = to.unwrap_or_else(|| q.max_offset());
-        let mut at = from.max(q.min_offset());
-        let mut units: Vec<(u64, QueueEntry)> = Vec::with_capacity(BATCH);
-        while at < end {
-            units.clear();
-            q.entries(
-                at,
-                BATCH.min(usize::try_from(end - at).unwrap_or(BATCH)),
-                &mut units,
-            );
-            let Some(&(last, _)) = units.last() else {
-                break;
-            };
-            for &(id, e) in &units {
-                if !e.has_record() || progress.is_delivered(id) || self.near_ids.contains_key(&id) {
-                    continue;
-                }
+        let start = from.max(q.min_offset());
+        let placed = super::each_unit(&*q, start, end, |id, e| {
+            if e.has_record() && !progress.is_delivered(id) && !self.near_ids.contains_key(&id) {
                 let due = progress
                     .rescheduled
                     .get(&id)
@@ -165,9 +148,10 @@ impl Tiers {
                     .unwrap_or(e.tags_code);
                 self.place(id, due, (e.offset, e.size));
             }
-            at = last + 1;
-        }
-        at
+            Ok(())
+        });
+        // The closure never fails.
+        placed.unwrap_or(start)
     }
 
     /// Puts timer `id` (due `due`, its unit `unit`) in the near tier when due by the horizon,
