@@ -46,18 +46,8 @@ fn timer_with(
     delay_ms: i64,
     extra: &[(&str, &str)],
 ) -> (TimerId, String) {
-    let delay = delay_ms.to_string();
-    let mut pairs = vec![("TIMER_DELAY_MS", delay.as_str())];
-    pairs.extend(extra.iter().filter(|(_, v)| !v.is_empty()));
-    let props = properties::encode(pairs);
-    let r = store
-        .put(&MessageRef::new(topic, 0, body).with_properties(&props))
-        .unwrap();
-    assert!(r.scheduled);
-    (
-        TimerId::log(r.appended.queue_offset),
-        r.appended.offset_msg_id(),
-    )
+    let (offset, id) = scheduled(store, topic, body, ("TIMER_DELAY_MS", delay_ms), extra);
+    (TimerId::log(offset), id)
 }
 
 /// A delayed message of `level` to `topic` (queue 0) with `keys`; returns its id (`L<level>:
@@ -73,18 +63,29 @@ fn delayed_with(
     level: u32,
     extra: &[(&str, &str)],
 ) -> (TimerId, String) {
-    let level_text = level.to_string();
-    let mut pairs = vec![("DELAY", level_text.as_str())];
+    let (offset, id) = scheduled(store, topic, body, ("DELAY", i64::from(level)), extra);
+    (TimerId::level(level, offset), id)
+}
+
+/// Puts a message to `topic` (queue 0) that the property `when` schedules, with `extra`
+/// properties (empty values left out); returns its offset in its schedule queue and the put's
+/// offset id.
+fn scheduled(
+    store: &Store,
+    topic: &str,
+    body: &[u8],
+    when: (&str, i64),
+    extra: &[(&str, &str)],
+) -> (u64, String) {
+    let value = when.1.to_string();
+    let mut pairs = vec![(when.0, value.as_str())];
     pairs.extend(extra.iter().filter(|(_, v)| !v.is_empty()));
     let props = properties::encode(pairs);
     let r = store
         .put(&MessageRef::new(topic, 0, body).with_properties(&props))
         .unwrap();
     assert!(r.scheduled);
-    (
-        TimerId::level(level, r.appended.queue_offset),
-        r.appended.offset_msg_id(),
-    )
+    (r.appended.queue_offset, r.appended.offset_msg_id())
 }
 
 fn bodies(store: &Store, topic: &str) -> Vec<Vec<u8>> {
