@@ -311,8 +311,19 @@ impl CommitLog {
         }
     }
 
-    /// The file holding `offset`.
+    /// The file holding `offset`. A shared writer's list may miss a file another process
+    /// created below the shared log end (its dispatch and reads run ahead of its own appends):
+    /// the directory is then listed again, once. Not below the oldest listed file: retention
+    /// deleted those.
     pub fn file_at(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        if let Some(f) = self.files.find(offset) {
+            return Some(f);
+        }
+        let shm = self.shared.get()?;
+        let expired = !self.files.is_empty() && offset < self.files.min_offset();
+        if expired || offset >= shm.log_end() || self.files.refresh(false).is_err() {
+            return None;
+        }
         self.files.find(offset)
     }
 
