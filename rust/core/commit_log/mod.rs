@@ -11,7 +11,8 @@
 //! - A record, and a batch, lies within one file; `published` of the last file only ever moves
 //!   forward by whole records, so `max_offset()` is always a record boundary.
 //! - `flushed_offset() <= max_offset()`, and bytes below `flushed_offset()` reached the disk.
-//! - After a failed flush the log is poisoned: every later append fails until reopen.
+//! - After a failed flush, or a panic in one of the store's service threads (service.rs), the
+//!   log is poisoned: every later append fails until reopen.
 //!
 //! Crash behaviour: after a process crash every published record is intact. After an OS crash
 //! the records below the last flush are intact; recovery (recovery.rs) stops at the first
@@ -264,7 +265,7 @@ impl CommitLog {
         self.files.clear();
     }
 
-    /// Refuses every later append (after a failed flush).
+    /// Refuses every later append (after a failed flush, or a service thread's panic).
     pub fn poison(&self, cause: Arc<Error>) {
         self.lock_appender().poisoned.get_or_insert(cause);
     }
