@@ -180,11 +180,14 @@ impl CommitLog {
         let Some(shm) = self.shared.get() else {
             return Ok(());
         };
-        let end = shm.log_end();
-        if self.max.load(Ordering::Acquire) == end {
+        if self.max.load(Ordering::Acquire) == shm.log_end() {
             return Ok(());
         }
         let mut a = self.lock_appender();
+        // Read under the appender lock: an end read before it may be older than this
+        // process's own appends since, and following it would move the writer, and the
+        // mapping's published end its readers (dispatch) are past, back.
+        let end = shm.log_end();
         self.follow_to(&mut a, end, false)
     }
 
