@@ -250,8 +250,10 @@ class StoreFullError(StoreError, OSError):
 
 
 class StorePoisonedError(StoreError):
-    """A flush failed earlier; reopen the store to write again. ``__cause__`` is the error of
-    that flush (a ``StoreIOError`` with its ``errno`` and ``filename``)."""
+    """A flush failed earlier, or a background thread of the store panicked; reopen the store
+    to write again. ``__cause__`` is the error of that flush (a ``StoreIOError`` with its
+    ``errno`` and ``filename``), or an ``MQError`` with code ``SERVICE_FAILED`` naming the
+    thread."""
 
     default_code = "STORE_POISONED"
 

@@ -106,6 +106,9 @@ pub enum Error {
     /// The caller's interruption hook ended a wait (the Python binding: a signal handler
     /// raised, such as Ctrl-C's KeyboardInterrupt). Nothing was changed.
     Interrupted,
+    /// A background thread of the store (`thread`: dispatch, flush, timers, ...) panicked: a
+    /// defect of mqlite. The store refuses writes from then on (`Poisoned` by this).
+    ServiceFailed { thread: String, reason: String },
 }
 
 impl Error {
@@ -136,6 +139,7 @@ impl Error {
             Error::UsedAfterFork => "USED_AFTER_FORK",
             Error::Compression { .. } => "COMPRESSION",
             Error::Interrupted => "INTERRUPTED",
+            Error::ServiceFailed { .. } => "SERVICE_FAILED",
             Error::SharedTableFull { .. } => "SHARED_TABLE_FULL",
         }
     }
@@ -211,6 +215,10 @@ impl Error {
                 field: field.clone(),
                 reason: reason.clone(),
             },
+            Error::ServiceFailed { thread, reason } => Error::ServiceFailed {
+                thread: thread.clone(),
+                reason: reason.clone(),
+            },
             other => Error::Io {
                 op: "flush",
                 path: PathBuf::new(),
@@ -250,7 +258,7 @@ impl fmt::Display for Error {
             Error::Poisoned { cause } => {
                 write!(
                     f,
-                    "the store refuses writes after a failed flush ({cause}); reopen it"
+                    "the store refuses writes after a failure ({cause}); reopen it"
                 )
             }
             Error::InvalidConfig { field, reason } => write!(f, "invalid config {field}: {reason}"),
@@ -339,6 +347,9 @@ impl fmt::Display for Error {
                 write!(f, "{codec} body compression: {reason}")
             }
             Error::Interrupted => write!(f, "the wait was interrupted"),
+            Error::ServiceFailed { thread, reason } => {
+                write!(f, "the store's thread {thread} panicked: {reason}")
+            }
             Error::SharedTableFull { table, limit } => write!(
                 f,
                 "the shared {table} table of run/writer.shm is full ({limit} entries); it is \

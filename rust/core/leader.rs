@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 pub use crate::lock::LEADER_BYTE;
 use crate::mapped_file::mmap;
-use crate::service::{Service, Services};
+use crate::service::{PanicHook, Service, Services};
 use crate::util::fs;
 
 /// How often a process whose waiter thread could not be started tries the byte instead.
@@ -291,6 +291,12 @@ impl LeaderRole {
             duties: Mutex::new(Some(duties)),
             running: Services::default(),
         }
+    }
+
+    /// The duties' threads report a panic to `hook` (service.rs).
+    pub fn reporting_to(mut self, hook: PanicHook) -> Self {
+        self.running = Services::reporting_to(hook);
+        self
     }
 }
 

@@ -11,7 +11,8 @@
 //! - A record, and a batch, lies within one file; `published` of the last file only ever moves
 //!   forward by whole records, so `max_offset()` is always a record boundary.
 //! - `flushed_offset() <= max_offset()`, and bytes below `flushed_offset()` reached the disk.
-//! - After a failed flush the log is poisoned: every later append fails until reopen.
+//! - After a failed flush, or a panic in one of the store's service threads (service.rs), the
+//!   log is poisoned: every later append fails until reopen.
 //!
 //! Crash behaviour: after a process crash every published record is intact. After an OS crash
 //! the records below the last flush are intact; recovery (recovery.rs) stops at the first
@@ -264,7 +265,7 @@ impl CommitLog {
         self.files.clear();
     }
 
-    /// Refuses every later append (after a failed flush).
+    /// Refuses every later append (after a failed flush, or a service thread's panic).
     pub fn poison(&self, cause: Arc<Error>) {
         self.lock_appender().poisoned.get_or_insert(cause);
     }
@@ -311,8 +312,19 @@ impl CommitLog {
         }
     }
 
-    /// The file holding `offset`.
+    /// The file holding `offset`. A shared writer's list may miss a file another process
+    /// created below the shared log end (its dispatch and reads run ahead of its own appends):
+    /// the directory is then listed again, once. Not below the oldest listed file: retention
+    /// deleted those.
     pub fn file_at(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        if let Some(f) = self.files.find(offset) {
+            return Some(f);
+        }
+        let shm = self.shared.get()?;
+        let expired = !self.files.is_empty() && offset < self.files.min_offset();
+        if expired || offset >= shm.log_end() || self.files.refresh(false).is_err() {
+            return None;
+        }
         self.files.find(offset)
     }
 

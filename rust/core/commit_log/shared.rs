@@ -185,8 +185,8 @@ impl CommitLog {
         }
         let mut a = self.lock_appender();
         // Read under this process's appender lock: an end read before it may predate an append
-        // this process published meanwhile, and following it would move the writer and
-        // `max_offset` back below that append.
+        // this process published meanwhile, and following it would move the writer,
+        // `max_offset` and the mapping's published end (which dispatch has read past) back.
         let end = shm.log_end();
         self.follow_to(&mut a, end, false)
     }

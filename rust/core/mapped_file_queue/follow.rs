@@ -58,7 +58,8 @@ impl MappedFileQueue {
             }
             files.push(Slot::unmapped(start));
         }
-        // `find` indexes the list arithmetically: keep only the contiguous run at its end.
+        // The directory's files are contiguous (mod.rs): keep only the contiguous run at the
+        // list's end, so that no gap in the list stands for files that are there.
         let size = self.file_size;
         let keep_from = (1..files.len())
             .rev()
@@ -73,7 +74,8 @@ impl MappedFileQueue {
         }
         let mut current = self.write_files();
         // Only `refresh` (serialised above) and `clear` change a follower's list: a list that
-        // changed meanwhile was cleared by `close`, and stays so.
+        // changed meanwhile was cleared by `close`, or (a shared writer) a roll listed its
+        // file; it stays so, and a caller that misses an offset again looks again later.
         if same_slots(&current, &before) {
             let kept: std::collections::HashSet<*const Slot> =
                 files.iter().map(Arc::as_ptr).collect();

@@ -3,7 +3,14 @@
 //! On disk: `<dir>/<20-digit start offset>`; file `k` covers `[start_k, start_k + size)`.
 //!
 //! Invariants
-//! - Files are contiguous: `start_{k+1} == start_k + size`; only the last file is written.
+//! - The list of files is sorted by start, with one slot per start; a lookup by offset
+//!   (`slot_at`) searches it by start and returns only a file that holds the offset, `None`
+//!   otherwise. Every change keeps it so: `load` and `refresh` list names in order, `roll`
+//!   takes the listed slot of its start or inserts one in its place.
+//! - Files are contiguous: `start_{k+1} == start_k + size`; only the last file is written,
+//!   except in a shared queue, whose list may also hold files past the one being written
+//!   (other processes' rolls and preparers made them; `refresh` and `load` list them), which
+//!   a later roll takes.
 //! - `min_offset()` is the first file's start, `max_offset()` the last file's start plus its
 //!   published position.
 //! - Files are removed only from the head (expiry) or past a truncation point (recovery, and
@@ -59,6 +66,8 @@
 pub mod cache;
 pub mod fence;
 mod follow;
+#[cfg(test)]
+mod lookup_tests;
 pub mod pace;
 mod slot;
 pub mod warm;
@@ -519,7 +528,7 @@ impl MappedFileQueue {
             .unwrap_or(0)
     }
 
-    /// The file holding `offset`, found by arithmetic (files are contiguous) and mapped.
+    /// The file holding `offset`, found by its start (`slot_at`) and mapped.
     /// `None` when no file holds it, or when it cannot be mapped (`try_find` reports why).
     pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
         self.try_find(offset).ok().flatten()
@@ -534,12 +543,25 @@ impl MappedFileQueue {
         self.map(&slot).map(Some)
     }
 
-    /// The listed slot of the file holding `offset` (files are contiguous: by arithmetic).
+    /// The listed slot of the file holding `offset`: the last slot starting at or below it
+    /// (the list is sorted by start, module doc), if that file reaches it. `None` when no
+    /// listed file holds it, however the list came to be.
     fn slot_at(&self, offset: u64) -> Option<Arc<Slot>> {
         let files = self.read_files();
-        let first = files.first()?.start;
-        let idx = usize::try_from(offset.checked_sub(first)? / self.file_size).ok()?;
-        files.get(idx).cloned()
+        let i = files
+            .partition_point(|s| s.start <= offset)
+            .checked_sub(1)?;
+        files
+            .get(i)
+            .filter(|s| offset - s.start < self.file_size)
+            .cloned()
+    }
+
+    /// The listed slot of the file starting at `start`.
+    fn slot_starting(&self, start: u64) -> Option<Arc<Slot>> {
+        let files = self.read_files();
+        let i = files.binary_search_by_key(&start, |s| s.start).ok()?;
+        files.get(i).cloned()
     }
 
     /// Path of the file that starts at `start`.
@@ -762,20 +784,14 @@ impl MappedFileQueue {
         self.ready.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a new last file starting at `start` (using a prepared one if present) and
-    /// returns its writer. The file is pinned (see the module doc).
+    /// Rolls to the file starting at `start` (using a prepared one if present) and returns its
+    /// writer, from the file's start. The file is pinned (see the module doc). A shared queue
+    /// may list the file already, and files after it (listed from the directory, created by
+    /// other processes' rolls and preparers): that slot is taken, and a new one goes in its
+    /// place by start, so the list stays sorted with one slot per start (module doc).
     pub fn roll(&self, start: u64) -> Result<FileWriter> {
-        // Shared writers: another process may have created the file, and this one listed it
-        // (`writer_at`); nothing past the roll point was published, so it is written from 0.
-        let listed = self
-            .read_files()
-            .last()
-            .filter(|s| s.start == start)
-            .cloned();
-        if let Some(slot) = listed {
-            let mut w = self.writer_of(&slot)?.ok_or(Error::ReadOnly)?;
-            w.reposition(0);
-            return Ok(w);
+        if let Some(slot) = self.slot_starting(start) {
+            return self.rolled_to(&slot);
         }
         let prepared = self
             .lock_ready()
@@ -786,9 +802,32 @@ impl MappedFileQueue {
             None => Arc::new(self.make_file(start)?),
         };
         let writer = file.writer().ok_or(Error::ReadOnly)?;
-        self.write_files().push(Slot::pinned(&file));
+        let listed = {
+            let mut files = self.write_files();
+            match files.binary_search_by_key(&start, |s| s.start) {
+                Ok(i) => files.get(i).cloned(),
+                Err(i) => {
+                    files.insert(i, Slot::pinned(&file));
+                    None
+                }
+            }
+        };
+        // Listed meanwhile (a refresh on another thread): that slot's mapping is the one
+        // readers use, so the writer is taken of it (the file is the same one on disk).
+        if let Some(slot) = listed {
+            drop(writer);
+            return self.rolled_to(&slot);
+        }
         self.cache.touch(&file);
         Ok(writer)
+    }
+
+    /// `roll` to a listed slot: nothing past the roll point was published, so the writer
+    /// starts at the file's start.
+    fn rolled_to(&self, slot: &Arc<Slot>) -> Result<FileWriter> {
+        let mut w = self.writer_of(slot)?.ok_or(Error::ReadOnly)?;
+        w.reposition(0);
+        Ok(w)
     }
 
     /// The writer of the last file, which stays pinned (mapped) from now on until `park_last`

@@ -154,6 +154,11 @@ pub(super) fn open_with(
     files.load()?;
     let commit_log = Arc::new(CommitLog::new(files));
     commit_log.set_clock(config.clock.clone());
+    // A service thread's panic refuses this process's writes from then on (service.rs).
+    let on_panic: crate::service::PanicHook = {
+        let log = Arc::clone(&commit_log);
+        Arc::new(move |e| log.poison(Arc::new(e)))
+    };
     // The registration list: every derived store, critical ones first. The consume queues
     // come first and are also the queue index reads go through.
     let mut queues = ConsumeQueueStore::new(
@@ -381,11 +386,10 @@ pub(super) fn open_with(
                     // now on.
                     timers.host();
                 });
-                services.push(Arc::new(LeaderRole::new(
-                    Arc::clone(&seat),
-                    take_over,
-                    duties,
-                )));
+                services.push(Arc::new(
+                    LeaderRole::new(Arc::clone(&seat), take_over, duties)
+                        .reporting_to(Arc::clone(&on_panic)),
+                ));
                 leader = Some(seat);
             }
             None => services.extend(duties),
@@ -438,8 +442,8 @@ pub(super) fn open_with(
         notifier,
         wake,
         lock: Mutex::new(store_lock),
-        services: crate::service::Services::default(),
-        delivery: crate::service::Services::default(),
+        services: crate::service::Services::reporting_to(Arc::clone(&on_panic)),
+        delivery: crate::service::Services::reporting_to(on_panic),
         closed: AtomicBool::new(false),
         fork_gen,
         recovery: report,
