@@ -6,7 +6,12 @@ due times are exact and nothing waits. The model keeps, per queue, the bodies a 
 order (the machine's own model dict, which the delivered copies join), the messages waiting for
 their time, and per original message how many times a consumer got it. After the clock moves
 and the leader delivers, ``check_delivered`` asserts that each queue holds exactly the newly due
-messages after the model's, each once, intact and stored at or after its due time."""
+messages after the model's, each once, intact and stored at or after its due time.
+
+Each timer (a scheduled send or a retry) carries its identity (timer id, unique id, offset id);
+a delivered or cancelled one moves to ``done``. ``named`` picks the naming arguments of a cancel
+or reschedule and the timers they name; ``changed`` checks the answers against them and
+applies them; ``listed`` is what a listing must return."""
 
 from __future__ import annotations
 

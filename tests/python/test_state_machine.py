@@ -15,6 +15,14 @@ body, keys, tags and properties intact, stored at or after its due time (a messa
 not there). ``fail`` sends a message a consumer read back (``PullConsumer.send_back``): it
 waits its delay level and comes back on ``%RETRY%g`` with ``reconsume_times`` one higher;
 after ``MAX_RECONSUME`` retries (``MAX_RECONSUME`` + 1 deliveries) it is in ``%DLQ%g`` at once.
+``cancel`` names a timer the model knows (pending, delivered or cancelled; retries included) or
+an unknown id, by offset id, msg id, key or key and topic: the answer is the model's
+(``CANCELLED`` for a pending one, which then never arrives; ``ALREADY_DELIVERED``,
+``ALREADY_CANCELLED``, ``NOT_FOUND``), and the log end moves exactly when a timer was pending.
+``reschedule`` moves timers named the same way to a later time (by delay or delivery time, earlier
+or later than their own): a pending one arrives at its new time, never early, once (``advance``
+checks). ``list_pending``: ``list_timers`` with topic, key and due range filters is the model's
+pending set (ids, keys, unique and offset ids, due times), the earliest first.
 
 CI: 300 examples x 50 steps. Soak (``MQLITE_SOAK=1``): 5,000 examples.
 """
