@@ -121,14 +121,21 @@ def epoch_ms(name: str, value: object) -> int:
 
 
 def delay_ms(value: object) -> int:
-    """A delay as ms: a ``timedelta`` or seconds (int or float; a fraction of a ms rounds up).
+    """A delay as ms: a ``timedelta`` (exact) or seconds (int or float; a fraction of a ms
+    rounds up).
     Negative or not finite: IllegalArgumentError."""
     if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        # In whole microseconds, as a send reads its delay: a float of seconds times 1000 can
+        # land just above a whole ms and round up to the next one.
+        if value < timedelta(0):
+            raise IllegalArgumentError(f"delay must be a finite number of seconds >= 0, got {value!r}")
+        ms = -(-(value // timedelta(microseconds=1)) // 1000)
+        if ms > 9 * 10**15:
+            raise IllegalArgumentError(f"delay {value!r} is too long")
+        return ms
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"delay must be a timedelta or seconds, not {type(value).__name__}")
-    else:
-        seconds = float(value)
+    seconds = float(value)
     if not math.isfinite(seconds) or seconds < 0:
         raise IllegalArgumentError(f"delay must be a finite number of seconds >= 0, got {value!r}")
     ms = math.ceil(seconds * 1000)

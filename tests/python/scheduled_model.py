@@ -6,7 +6,12 @@ due times are exact and nothing waits. The model keeps, per queue, the bodies a 
 order (the machine's own model dict, which the delivered copies join), the messages waiting for
 their time, and per original message how many times a consumer got it. After the clock moves
 and the leader delivers, ``check_delivered`` asserts that each queue holds exactly the newly due
-messages after the model's, each once, intact and stored at or after its due time."""
+messages after the model's, each once, intact and stored at or after its due time.
+
+Each timer (a scheduled send or a retry) carries its identity (timer id, unique id, offset id);
+a delivered or cancelled one moves to ``done``. ``named`` picks the naming arguments of a cancel
+or reschedule and the timers they name; ``changed`` checks the answers against them and
+applies them; ``listed`` is what a listing must return."""
 
 from __future__ import annotations
 
@@ -70,6 +75,11 @@ class Pending:
     reconsume_times: int = 0
     origin: str = ""  # the original message's id (retries)
     extra: dict[str, str] = field(default_factory=dict)  # properties the copy must carry
+    # Its timer identity (``PendingTimer``): the id a delivered copy carries as
+    # ``MQLITE_TIMER_ID``, its message's unique id and the offset id of its record.
+    id: str = ""
+    unique_id: str | None = None
+    offset_msg_id: str = ""
 
     def matches(self, m: mqlite.MessageExt) -> bool:
         return (
@@ -77,6 +87,7 @@ class Pending:
             and m.topic == self.topic and m.reconsume_times == self.reconsume_times
             and all(m.properties.get(k) == v for k, v in {**self.props, **self.extra}.items())
             and m.store_timestamp >= self.due  # never early
+            and (not self.id or m.properties.get("MQLITE_TIMER_ID") == self.id)
         )
 
 
@@ -88,11 +99,17 @@ class ScheduledModel:
         self.pending: list[Pending] = []
         self.deliveries: dict[str, int] = {}
         self.failed: set[tuple[str, int, int]] = set()
+        # Timers no longer pending, by id: "delivered" or "cancelled", and the timer.
+        self.done: dict[str, tuple[str, Pending]] = {}
+        # The msg_ids of messages sent to be due at once: never timers (a retry of one shares it).
+        self.not_timers: list[str] = []
 
     def sent(self, dest: tuple[str, int], now: int, due: int, result: tuple[int, bool], body: bytes,
-             keys: list[str], tags: str | None, props: dict[str, str]) -> str:
+             keys: list[str], tags: str | None, props: dict[str, str], timer_id: str = "",
+             ids: tuple[str, str] = ("", "")) -> str:
         """Records a scheduled send's acknowledgement ``(queue offset, scheduled)``; returns
-        the event to count."""
+        the event to count. ``timer_id`` and ``ids`` (the send's ``msg_id``, ``offset_msg_id``)
+        name the timer for cancels (empty: not tracked)."""
         qo, scheduled = result
         assert scheduled == (due > now), (due, now)
         if not scheduled:  # due at once: stored in its queue directly
@@ -100,7 +117,8 @@ class ScheduledModel:
             assert qo == len(q)
             q.append(body)
             return "at once"
-        self.pending.append(Pending(dest, due, body, tuple(keys), tags, props, dest[0]))
+        self.pending.append(Pending(dest, due, body, tuple(keys), tags, props, dest[0], id=timer_id,
+                                    unique_id=ids[0] or None, offset_msg_id=ids[1]))
         return "scheduled"
 
     def check_delivered(self, store: mqlite.Store, now: int) -> bool:
@@ -118,6 +136,8 @@ class ScheduledModel:
                 assert match is not None, (dest, m, m.properties, due)
                 due.remove(match)
                 self.pending.remove(match)
+                if match.id:
+                    self.done[match.id] = ("delivered", match)
                 q.append(m.body)
                 if dest == RETRY:
                     self.deliveries[match.origin] += 1
@@ -153,11 +173,94 @@ class ScheduledModel:
             return "dead letter"
         level = delay or min(3 + m.reconsume_times, len(LEVEL_MS))
         assert sent == (RETRY[0], False, m.reconsume_times + 1, level), sent
-        self.pending.append(Pending(
+        retry = Pending(
             RETRY, now + LEVEL_MS[level - 1], m.body, m.keys, m.tags, user, m.topic,
             reconsume_times=m.reconsume_times + 1, origin=origin, extra={"ORIGIN_MESSAGE_ID": origin},
-        ))
+        )
+        if all(p.id for p in self.pending):
+            # The retry is a timer of its level: the listing's one timer the model does not know.
+            known = {p.id for p in self.pending}
+            [t] = [t for t in store.list_timers() if t.id not in known]
+            assert (t.id.startswith(f"L{level}:"), t.due_ms, t.keys) == (True, retry.due, m.keys), t
+            retry.id, retry.unique_id, retry.offset_msg_id = t.id, t.unique_id, t.offset_msg_id
+        self.pending.append(retry)
         return f"retry {m.reconsume_times + 1}"
+
+
+    # -- cancel, reschedule, list ------------------------------------------------------------
+
+    def timers(self) -> list[tuple[str, Pending]]:
+        """Every timer the model knows with its state: "pending", "delivered", "cancelled"."""
+        return [("pending", p) for p in self.pending if p.id] + list(self.done.values())
+
+    def named(self, how: str, pick: int, key: str) -> tuple[dict[str, Any], list[tuple[str, Pending]], bool]:
+        """A cancel's or reschedule's naming arguments for ``how`` ("offset id", "msg id",
+        "key", "key and topic", "unknown id": a random one
+        or the msg_id of a message sent to be due at once) with the timer ``pick`` selects, the timers they
+        name (state, timer) and whether the answer is exact (an offset id names one timer; a
+        unique id or key names every timer that has it, of which the store answers for the
+        pending ones and, when there are none, for at least one done one)."""
+        known = self.timers()
+        if how == "unknown id" and self.not_timers and pick % 2:
+            msg_id = self.not_timers[pick // 2 % len(self.not_timers)]
+            retries = [x for x in known if x[1].unique_id == msg_id]
+            return {"msg_id": msg_id}, retries, not retries
+        if how == "unknown id" or not known:
+            return {"msg_id": f"{pick:032X}"}, [], True
+        state, t = known[pick % len(known)]
+        if how == "offset id":
+            return {"msg_id": t.offset_msg_id}, [(state, t)], True
+        if how == "msg id":
+            return {"msg_id": t.unique_id}, [x for x in known if x[1].unique_id == t.unique_id], False
+        key = t.keys[pick % len(t.keys)] if t.keys else key
+        if how == "key":
+            return {"key": key}, [x for x in known if key in x[1].keys], False
+        return {"key": key, "topic": t.topic}, [x for x in known if key in x[1].keys and x[1].topic == t.topic], False
+
+    def changed(self, named: list[tuple[str, Pending]], exact: bool, answers: list[Any], now: int,
+                due: int | None) -> bool:
+        """Checks a cancel's (``due`` None) or reschedule's answers against the timers it named
+        and applies them: a pending timer is cancelled (it never arrives) or moved to ``due``;
+        a done one answers its state. True when a change was written."""
+        from mqlite import TimerOutcome as O
+        if not named:
+            assert [(a.outcome, a.id, a.timer) for a in answers] == [(O.NOT_FOUND, None, None)], answers
+            return False
+        by_id = {t.id: (state, t) for state, t in named}
+        got = {a.id: a for a in answers}
+        assert len(got) == len(answers) and set(got) <= set(by_id), (answers, by_id)
+        if exact:
+            assert set(got) == set(by_id), (answers, by_id)
+        elif pending := {i for i, (state, _) in by_id.items() if state == "pending"}:
+            assert pending <= set(got), (answers, by_id)
+        else:
+            assert got, (answers, by_id)
+        wrote = False
+        for i, a in got.items():
+            state, t = by_id[i]
+            assert a.timer is not None and (a.timer.keys, a.timer.unique_id) == (t.keys, t.unique_id), (a, t)
+            if state != "pending":
+                want = O.ALREADY_DELIVERED if state == "delivered" else O.ALREADY_CANCELLED
+                assert a.outcome is want, (a, state)
+                continue
+            wrote = True
+            if due is None:
+                assert a.outcome is O.CANCELLED, a
+                self.pending.remove(t)
+                self.done[i] = ("cancelled", t)
+            else:
+                assert (a.outcome, a.timer.due_ms) == (O.RESCHEDULED, due), a
+                assert due > now  # the rule moves to a future time: only ``advance`` delivers
+                t.due = due
+        return wrote
+
+    def listed(self, topic: str | None, key: str | None, lo: int | None, hi: int | None) -> list[Pending]:
+        """The pending timers a listing with these filters returns, the earliest first."""
+        return sorted(
+            (p for p in self.pending if (topic is None or p.topic == topic) and (key is None or key in p.keys)
+             and (lo is None or p.due >= lo) and (hi is None or p.due < hi)),
+            key=lambda p: p.due,
+        )
 
 
 def deliver_due(store: mqlite.Store) -> None:

@@ -17,7 +17,9 @@ Reads one JSON command per line on stdin and answers one JSON line on stdout (``
   every message from O on, up to C
 - ``{"op": "scheduled", "topic": T, "queue": Q, "body": HEX, "keys": [K], "tags": G,
   "properties": {...}, "when": {"delay_level" | "delay_ms" | "deliver_at": N}}``: one send
-  waiting for its time: ``{"qo": queue offset, "scheduled": bool}``
+  waiting for its time: ``{"qo": queue offset, "scheduled": bool, "msg_id": .., "offset_msg_id": ..}``
+- ``{"op": "cancel", "args": {...}}``: ``store.cancel_timer(**args)``: ``{"answers": [[outcome,
+  id, keys, unique id, due ms]], "wrote": bool}`` (``wrote``: this process's log end moved)
 - ``{"op": "send_back", "topic": T, "queue": Q, "offset": O, "group": G, "max": M, "delay": L}``:
   a pull consumer of G (``max_reconsume_times=M``) sends the message at O back with level L:
   ``{"topic": ..., "dead": bool, "reconsume_times": n, "delay_level": l, "was": n}`` (``was``:
@@ -103,7 +105,18 @@ def main() -> None:
                 msg = Message(cmd["topic"], bytes.fromhex(cmd["body"]), keys=cmd["keys"] or None,
                               tags=cmd["tags"], properties=cmd["properties"], **when)
                 r = producer.send(msg, queue_id=cmd["queue"])
-                say({"qo": r.queue_offset, "scheduled": r.scheduled})
+                say({"qo": r.queue_offset, "scheduled": r.scheduled, "msg_id": r.msg_id,
+                     "offset_msg_id": r.offset_msg_id})
+            elif op == "cancel":
+                assert store is not None
+                # A listing first catches this process's view of the log up to what others
+                # wrote, so the end below moves only by this cancel's own record.
+                store.list_timers(limit=1)
+                end = store.stats()["commit_log_max_offset"]
+                answers = store.cancel_timer(**cmd["args"])
+                say({"answers": [[a.outcome.value, a.id] + ([list(a.timer.keys), a.timer.unique_id, a.timer.due_ms]
+                                                            if a.timer else [None, None, None]) for a in answers],
+                     "wrote": store.stats()["commit_log_max_offset"] > end})
             elif op == "send_back":
                 assert store is not None
                 group = cmd["group"]

@@ -21,6 +21,9 @@ killed. The model is, per (topic, queue), the list of bodies. Rules:
   leader delivers to ``%RETRY%g`` after its delay level, and to ``%DLQ%g`` after
   max + 1 deliveries. Every process runs on a manual clock the test sets with each command
   (``mqlite.testing.ManualClock``), so nothing waits;
+- ``cancel``: a worker cancels a timer the model knows (pending, delivered, cancelled) or an
+  unknown id by offset id, msg id or key; the answer is the model's (a write only for a
+  pending one) and the leader never delivers a cancelled one;
 - after every step each queue's offsets in the test process equal the model's.
 
 At the end of an example every worker closes, the test process closes, and a new open of the
@@ -43,6 +46,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -58,7 +62,7 @@ from hypothesis.stateful import (
 )
 
 import mqlite
-from mqlite import MessageQueue
+from mqlite import MessageQueue, TimerOutcome
 from mqlite.testing import ManualClock
 from scheduled_model import (
     DELAY_LEVELS, GROUP, MAX_RECONSUME, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels, offsets_ms,
@@ -84,6 +88,7 @@ bodies = st.binary(min_size=1, max_size=2000)
 topics = st.sampled_from(TOPICS)
 queues = st.integers(0, QUEUES - 1)
 slots = st.integers(0, SLOTS - 1)
+namings = st.sampled_from(["offset id", "msg id", "key", "key and topic", "unknown id"])
 
 
 def _child_env() -> dict[str, str]:
@@ -298,8 +303,27 @@ class SharedWriters(RuleBasedStateMachine):
         fields, due = when(kind, level, ms, now)
         out = w.call(op="scheduled", now=now, topic=topic, queue=queue, body=body.hex(), keys=keys, tags=tags,
                      properties=props, when=fields)
-        what = self.scheduled.sent((topic, queue), now, due, (out["qo"], out["scheduled"]), body, keys, tags, props)
+        timer_id = f"L{level}:{out['qo']}" if kind == "delay_level" else str(out["qo"])
+        what = self.scheduled.sent((topic, queue), now, due, (out["qo"], out["scheduled"]), body, keys, tags, props,
+                                   timer_id, (out["msg_id"], out["offset_msg_id"]))
+        if what == "at once":
+            self.scheduled.not_timers.append(out["msg_id"])
         event(f"send_scheduled {kind}: {what}")
+
+    @precondition(lambda self: self._any_open())
+    @rule(slot=slots, how=namings, pick=st.integers(0, 10**6), key=st.sampled_from(["k1", "k2", "k3"]))
+    def cancel(self, slot: int, how: str, pick: int, key: str) -> None:
+        """A worker cancels a timer the model knows or an unknown id; the leader (this process)
+        then never delivers a cancelled one (``advance`` checks). The answer is the model's,
+        and one that changes nothing wrote nothing."""
+        args, named, exact = self.scheduled.named(how, pick, key)
+        out = self._open(self._pick(slot)).call(op="cancel", now=self.clock.now_ms, args=args)
+        answers = [SimpleNamespace(outcome=TimerOutcome(o), id=i,
+                                   timer=None if k is None else SimpleNamespace(keys=tuple(k), unique_id=u, due_ms=d))
+                   for o, i, k, u, d in out["answers"]]
+        wrote = self.scheduled.changed(named, exact, answers, self.clock.now_ms, None)
+        assert out["wrote"] == wrote, out
+        event(f"cancel by {how}: " + ",".join(sorted({a.outcome.value for a in answers})))
 
     @precondition(lambda self: self.scheduled.pending)
     @rule(ms=advances)

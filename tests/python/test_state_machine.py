@@ -15,6 +15,14 @@ body, keys, tags and properties intact, stored at or after its due time (a messa
 not there). ``fail`` sends a message a consumer read back (``PullConsumer.send_back``): it
 waits its delay level and comes back on ``%RETRY%g`` with ``reconsume_times`` one higher;
 after ``MAX_RECONSUME`` retries (``MAX_RECONSUME`` + 1 deliveries) it is in ``%DLQ%g`` at once.
+``cancel`` names a timer the model knows (pending, delivered or cancelled; retries included) or
+an unknown id, by offset id, msg id, key or key and topic: the answer is the model's
+(``CANCELLED`` for a pending one, which then never arrives; ``ALREADY_DELIVERED``,
+``ALREADY_CANCELLED``, ``NOT_FOUND``), and the log end moves exactly when a timer was pending.
+``reschedule`` moves timers named the same way to a later time (by delay or delivery time, earlier
+or later than their own): a pending one arrives at its new time, never early, once (``advance``
+checks). ``list_pending``: ``list_timers`` with topic, key and due range filters is the model's
+pending set (ids, keys, unique and offset ids, due times), the earliest first.
 
 CI: 300 examples x 50 steps. Soak (``MQLITE_SOAK=1``): 5,000 examples.
 """
@@ -27,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -39,7 +48,7 @@ from mqlite import Message, MessageQueue
 from mqlite import errors as E
 from mqlite.testing import ManualClock
 from scheduled_model import (
-    DELAY_LEVELS, GROUP, MAX_RECONSUME, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels,
+    DELAY_LEVELS, GROUP, MAX_RECONSUME, RETRY, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels,
     message_kwargs, offsets_ms, send_back_levels, tags, user_props, when,
 )
 
@@ -75,6 +84,9 @@ CRASH_CHILD = textwrap.dedent("""
 
 bodies = st.binary(min_size=1, max_size=3000)
 topics = st.sampled_from(TOPICS)
+RETRY_TOPIC = RETRY[0]
+keys_one = st.sampled_from(["k1", "k2", "k3"])
+namings = st.sampled_from(["offset id", "msg id", "key", "key and topic", "unknown id"])
 queues = st.integers(0, QUEUES - 1)
 
 
@@ -178,7 +190,11 @@ class StoreMachine(RuleBasedStateMachine):
         msg = Message(topic, body, keys=keys or None, tags=tags, properties=props, **message_kwargs(fields))
         r = self.producer.send(msg, queue_id=queue)
         assert r.message_queue == MessageQueue(topic, queue)
-        what = self.scheduled.sent((topic, queue), now, due, (r.queue_offset, r.scheduled), body, keys, tags, props)
+        timer_id = f"L{level}:{r.queue_offset}" if kind == "delay_level" else str(r.queue_offset)
+        what = self.scheduled.sent((topic, queue), now, due, (r.queue_offset, r.scheduled), body, keys, tags, props,
+                                   timer_id, (r.msg_id, r.offset_msg_id))
+        if what == "at once":
+            self.scheduled.not_timers.append(r.msg_id)
         event(f"send_scheduled {kind}: {what}")
 
     @precondition(lambda self: self.scheduled.pending)
@@ -188,6 +204,50 @@ class StoreMachine(RuleBasedStateMachine):
         deliver_due(self.store)
         delivered = self.scheduled.check_delivered(self.store, self.clock.now_ms)
         event("advance: delivered" if delivered else "advance: nothing due")
+
+    def _log_end(self) -> int:
+        return int(self.store.stats()["commit_log_max_offset"])
+
+    @rule(how=namings, pick=st.integers(0, 10**6), key=keys_one)
+    def cancel(self, how: str, pick: int, key: str) -> None:
+        """Cancel a timer the model knows (pending, delivered or cancelled) or an unknown id:
+        the answer is the model's, a cancelled one never arrives (``advance`` checks), and
+        an answer that changes nothing writes nothing."""
+        args, named, exact = self.scheduled.named(how, pick, key)
+        end = self._log_end()
+        answers = self.store.cancel_timer(**args)
+        wrote = self.scheduled.changed(named, exact, answers, self.clock.now_ms, None)
+        assert (self._log_end() > end) == wrote, (answers, end)
+        event(f"cancel by {how}: " + ",".join(sorted({a.outcome.value for a in answers})))
+
+    @rule(how=namings, pick=st.integers(0, 10**6), key=keys_one, by_delay=st.booleans(),
+          ms=st.integers(1, 40_000))
+    def reschedule(self, how: str, pick: int, key: str, by_delay: bool, ms: int) -> None:
+        """Move a timer earlier or later (always after now): a pending one arrives at its new
+        time, never early, once (``advance`` checks); the others answer as for a cancel."""
+        args, named, exact = self.scheduled.named(how, pick, key)
+        now = self.clock.now_ms
+        end = self._log_end()
+        when = {"delay": timedelta(milliseconds=ms)} if by_delay else {"deliver_at": now + ms}
+        answers = self.store.reschedule_timer(**args, **when)
+        wrote = self.scheduled.changed(named, exact, answers, now, now + ms)
+        assert (self._log_end() > end) == wrote, (answers, end)
+        event(f"reschedule by {how}: " + ",".join(sorted({a.outcome.value for a in answers})))
+
+    @rule(topic=st.none() | st.sampled_from([*TOPICS, RETRY_TOPIC]), key=st.none() | keys_one,
+          lo=st.none() | offsets_ms, span=st.none() | st.integers(0, 40_000))
+    def list_pending(self, topic: str | None, key: str | None, lo: int | None, span: int | None) -> None:
+        """The listing is the model's pending timers, the earliest first."""
+        now = self.clock.now_ms
+        due_from = None if lo is None else now + lo
+        due_to = None if span is None else (due_from if due_from is not None else now) + span
+        got = self.store.list_timers(topic=topic, key=key, due_from=due_from, due_to=due_to)
+        want = self.scheduled.listed(topic, key, due_from, due_to)
+        assert [t.due_ms for t in got] == [p.due for p in want], (got, want)
+        assert sorted((t.id, t.due_ms, t.topic, t.keys, t.tags, t.unique_id, t.offset_msg_id) for t in got) == sorted(
+            (p.id, p.due, p.topic, p.keys, p.tags, p.unique_id, p.offset_msg_id) for p in want), (got, want)
+        assert all(t.queue_id == p.dest[1] for t in got for p in want if p.id == t.id and p.dest != RETRY)
+        event("list: some" if got else "list: none")
 
     @rule(pick=st.integers(0, 10**6), retried=st.booleans(), delay=send_back_levels)
     def fail(self, pick: int, retried: bool, delay: int) -> None:

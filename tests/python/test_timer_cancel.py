@@ -192,3 +192,20 @@ def test_a_delay_level_message_is_listed_cancelled_and_rescheduled_by_its_level_
     with mqlite.open(tmp_path / "s") as store:
         assert [x.outcome for x in store.cancel_timer(key="lvl")] == [TimerOutcome.ALREADY_CANCELLED]
         assert store.pending_timers() == 0
+
+
+def test_a_reschedule_by_timedelta_is_exact_to_the_ms_as_a_send_delay_is(tmp_path: Path) -> None:
+    from mqlite.testing import ManualClock
+
+    clock = ManualClock(1_700_000_000_000)
+    with mqlite.open(tmp_path / "s", clock=clock) as store:
+        sent = store.producer().send(Message("t", b"x", delay=dt.timedelta(milliseconds=2027)))
+        [t] = store.list_timers()
+        assert t.due_ms == clock.now_ms + 2027
+        # The same delay moves it to the same time: not a ms later.
+        [r] = store.reschedule_timer(sent.offset_msg_id, delay=dt.timedelta(milliseconds=2027))
+        assert r.timer is not None and r.timer.due_ms == clock.now_ms + 2027
+        [r] = store.reschedule_timer(sent.offset_msg_id, delay=dt.timedelta(milliseconds=2027, microseconds=1))
+        assert r.timer is not None and r.timer.due_ms == clock.now_ms + 2028  # a fraction rounds up
+        [r] = store.reschedule_timer(sent.offset_msg_id, delay=dt.timedelta(days=1, milliseconds=2027))
+        assert r.timer is not None and r.timer.due_ms == clock.now_ms + 86_400_000 + 2027
