@@ -215,7 +215,7 @@ class ScheduledModel:
         key = t.keys[pick % len(t.keys)] if t.keys else key
         if how == "key":
             return {"key": key}, [x for x in known if key in x[1].keys], False
-        return {"key": key, "topic": t.topic}, [x for x in known if key in x[1].keys and x[1].topic == t.topic], False
+        return {"key": key, "topic": t.dest[0]}, [x for x in known if key in x[1].keys and x[1].dest[0] == t.dest[0]], False
 
     def changed(self, named: list[tuple[str, Pending]], exact: bool, answers: list[Any], now: int,
                 due: int | None) -> bool:
@@ -257,7 +257,7 @@ class ScheduledModel:
     def listed(self, topic: str | None, key: str | None, lo: int | None, hi: int | None) -> list[Pending]:
         """The pending timers a listing with these filters returns, the earliest first."""
         return sorted(
-            (p for p in self.pending if (topic is None or p.topic == topic) and (key is None or key in p.keys)
+            (p for p in self.pending if (topic is None or p.dest[0] == topic) and (key is None or key in p.keys)
              and (lo is None or p.due >= lo) and (hi is None or p.due < hi)),
             key=lambda p: p.due,
         )

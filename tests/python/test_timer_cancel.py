@@ -209,3 +209,22 @@ def test_a_reschedule_by_timedelta_is_exact_to_the_ms_as_a_send_delay_is(tmp_pat
         assert r.timer is not None and r.timer.due_ms == clock.now_ms + 2028  # a fraction rounds up
         [r] = store.reschedule_timer(sent.offset_msg_id, delay=dt.timedelta(days=1, milliseconds=2027))
         assert r.timer is not None and r.timer.due_ms == clock.now_ms + 86_400_000 + 2027
+
+
+def test_a_retry_is_listed_and_cancelled_under_the_retry_topic_it_goes_to(tmp_path: Path) -> None:
+    """A message sent back waits in a delay level under its origin topic; the listing names
+    where it goes when due (the group's retry topic, queue 0), and a cancel by key filtered on
+    that topic finds it."""
+    with mqlite.open(tmp_path / "s") as store:
+        store.create_topic("orders", 1)
+        store.producer().send(Message("orders", b"o1", keys="k1"))
+        with store.pull_consumer("g", consume_from=FIRST) as consumer:
+            consumer.subscribe("orders")
+            [m] = poll_until(consumer, 1)
+            consumer.send_back(m)
+        [t] = store.list_timers()
+        assert (t.topic, t.queue_id, t.keys) == ("%RETRY%g", 0, ("k1",))
+        assert store.list_timers(topic="orders") == []
+        assert [x.id for x in store.list_timers(topic="%RETRY%g")] == [t.id]
+        [c] = store.cancel_timer(key="k1", topic="%RETRY%g")
+        assert c.outcome is TimerOutcome.CANCELLED and c.id == t.id

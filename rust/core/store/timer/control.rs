@@ -290,7 +290,7 @@ impl Store {
             let matches = |v: &RecordView<'_>| match (unique, key) {
                 (Some(u), _) => v.property(properties::UNIQ_KEY) == Some(u),
                 (None, Some(k)) => {
-                    let to = v.property(properties::REAL_TOPIC).unwrap_or("");
+                    let to = destination(v);
                     topic.is_none_or(|t| t == to) && v.keys().any(|x| x == k)
                 }
                 (None, None) => false,
@@ -547,15 +547,27 @@ fn cancelled(store: &Store, id: TimerId, record: u64) -> bool {
     false
 }
 
-/// The facts of timer `id` (due `due`) from its record.
+/// The topic a timer's record goes to when due: for a retry (marked `SEND_BACK`), the retry or
+/// dead-letter topic the mark names (store/retry/hook.rs), not the origin topic it waits under.
+fn destination<'v>(v: &RecordView<'v>) -> &'v str {
+    v.property(properties::SEND_BACK)
+        .or_else(|| v.property(properties::REAL_TOPIC))
+        .unwrap_or("")
+}
+
+/// The facts of timer `id` (due `due`) from its record; its topic and queue are where it goes
+/// when due (`destination`; a retry goes to queue 0).
 fn info(id: TimerId, due: i64, v: &RecordView<'_>) -> TimerInfo {
     TimerInfo {
         id,
-        topic: v.property(properties::REAL_TOPIC).unwrap_or("").to_owned(),
-        queue_id: v
-            .property(properties::REAL_QID)
-            .and_then(|q| q.parse().ok())
-            .unwrap_or(0),
+        topic: destination(v).to_owned(),
+        queue_id: match v.property(properties::SEND_BACK) {
+            Some(_) => 0,
+            None => v
+                .property(properties::REAL_QID)
+                .and_then(|q| q.parse().ok())
+                .unwrap_or(0),
+        },
         keys: v.keys().map(str::to_owned).collect(),
         unique_id: v.property(properties::UNIQ_KEY).map(str::to_owned),
         tags: v.tags().map(str::to_owned),
