@@ -121,6 +121,8 @@ pub fn recover(
                 cause: None,
             });
         }
+        // An empty log ends at 0, whatever a file prepared after this reports as published.
+        commit_log.set_max_offset(0);
         stores.load(abnormal)?;
         let starts = stores
             .iter()
