@@ -12,11 +12,16 @@ one line per ``os.write`` (a line without its ``\\n`` was cut by a kill and is i
   queue, a ``send`` with a sharding key, or a ``send_batch`` of 1-6 bodies to a queue, and
   only after it returned the producer appends one line per message:
   ``A <topic> <queue> <queue_offset> <commit_log_offset> <incarnation> <seq> <key or ->``.
-  A line in the file is an acknowledgement the parent counts.
+  A line in the file is an acknowledgement the parent counts. About 5 % of the operations send
+  a scheduled message instead (a timer due within 200 ms to ``TIMER_TOPIC``, or delay level 1,
+  1 s, to ``DELAY_TOPIC``) and append ``T <topic> <incarnation> <seq> <due ms, 0 for a level>``.
 - a consumer polls the group ``GROUP`` (clustering, both topics), appends
   ``S <topic> <queue> <queue_offset> <incarnation> <seq>`` for each message it received (or
-  ``C <topic> <queue> <queue_offset> <reason>`` for a body that fails its digest), and only
-  then commits; once ``STOP_FILE`` exists and a poll comes back empty it closes and exits 0.
+  ``C <topic> <queue> <queue_offset> <reason>`` for a body that fails its digest), sends the
+  first delivery of every twentieth message back (level 1) and appends ``B <incarnation> <seq>``
+  once ``send_back`` returned, appends ``Y <incarnation> <seq>`` for a retry it received from
+  ``%RETRY%<GROUP>``, and only then commits; once ``STOP_FILE`` exists and a poll comes back
+  empty it closes and exits 0.
 
 Bodies carry ``(incarnation, seq)``, random padding and a BLAKE2b digest of the rest.
 """
@@ -39,8 +44,12 @@ CONFIG = {
     "commit_log_file_size": 64 << 10,
     "consume_queue_file_units": 128,
     "max_message_size": 4 << 10,
+    "delay_levels": "1s",
 }
 TOPICS = ("killA", "killB")
+TIMER_TOPIC = "killT"  # timers (deliver_at), one queue: delivered exactly once
+DELAY_TOPIC = "killD"  # delay level 1, one queue: delivered at least once
+SCHEDULED_SHARE = 0.05  # of a producer's operations
 QUEUES = 4
 KEYS = tuple(f"key-{k}" for k in range(6))
 GROUP = "kill-group"
@@ -71,7 +80,16 @@ def produce(store: mqlite.Store, incarnation: int, rng: random.Random, out: int,
     while not stop.exists():
         topic = rng.choice(TOPICS)
         kind = rng.random()
-        if kind < 0.3:
+        if kind < SCHEDULED_SHARE:
+            if kind < SCHEDULED_SHARE / 2:
+                due = int(time.time() * 1000) + rng.randrange(200)
+                producer.send(Message(TIMER_TOPIC, make_body(incarnation, seq, rng), deliver_at=due))
+                lines = f"T {TIMER_TOPIC} {incarnation} {seq} {due}\n"
+            else:
+                producer.send(Message(DELAY_TOPIC, make_body(incarnation, seq, rng), delay_level=1))
+                lines = f"T {DELAY_TOPIC} {incarnation} {seq} 0\n"
+            seq += 1
+        elif kind < 0.3:
             n = rng.randint(1, 6)
             queue = rng.randrange(QUEUES)
             bodies = [make_body(incarnation, seq + k, rng) for k in range(n)]
@@ -112,13 +130,29 @@ def consume(store: mqlite.Store, incarnation: int, out: int, stop: Path) -> None
             continue
         lines = []
         for m in msgs:
+            topic = m.message_queue.topic
             try:
                 inc, seq = parse_body(m.body)
             except ValueError as exc:
-                lines.append(f"C {m.topic} {m.queue_id} {m.queue_offset} {exc}\n")
+                lines.append(f"C {topic} {m.queue_id} {m.queue_offset} {exc}\n")
                 continue
-            lines.append(f"S {m.topic} {m.queue_id} {m.queue_offset} {inc} {seq}\n")
+            if topic not in TOPICS:  # the group's retry topic
+                lines.append(f"Y {inc} {seq}\n")
+                continue
+            lines.append(f"S {topic} {m.queue_id} {m.queue_offset} {inc} {seq}\n")
         os.write(out, "".join(lines).encode())
+        backs = []
+        for m in msgs:
+            if m.reconsume_times == 0 and m.message_queue.topic in TOPICS:
+                try:
+                    inc, seq = parse_body(m.body)
+                except ValueError:
+                    continue
+                if seq % 20 == 3:
+                    consumer.send_back(m, 1, error="fails on purpose")
+                    backs.append(f"B {inc} {seq}\n")
+        if backs:
+            os.write(out, "".join(backs).encode())
         consumer.commit()
     consumer.close()
 

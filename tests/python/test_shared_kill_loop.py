@@ -25,6 +25,11 @@ of them with SIGKILL, then starts a replacement and waits for its open:
 After every cycle the test process sends one message itself (a survivor goes on without
 reopening, repairing after a dead holder) and every other child must still be running.
 
+Scheduled delivery and retries ride along: about 5 % of a producer's operations send a timer
+(due within 200 ms, topic ``killT``) or a delay level 1 message (1 s, ``killD``), and the
+consumers send the first delivery of every twentieth message back; the test process, the
+first opener, leads and delivers them all.
+
 At the end the producers stop, the consumers drain the group, and the store is checked from the
 test process's own open store, then again after it is closed and opened again:
 
@@ -36,7 +41,10 @@ test process's own open store, then again after it is closed and opened again:
 - a sharding key's messages of a topic are all in one queue;
 - a producer that stopped cleanly has every stored message acknowledged;
 - the consumers, across their kills, received every stored message at least once, each with the
-  identity stored at its offset.
+  identity stored at its offset;
+- every acknowledged timer and delayed message reaches its topic, and every acknowledged
+  send-back ``%RETRY%kill-group``, intact and never early; no timer twice (timers are delivered
+  exactly once); a delayed message or a retry twice is counted, not failed (at least once).
 
 CI: 100 cycles (``MQLITE_SHARED_KILL_CYCLES``, seed ``MQLITE_SHARED_KILL_SEED``). Soak
 (``MQLITE_SOAK=1`` or ``-m soak``): 1,000 cycles, a seed from the clock. The seed and figures
@@ -65,7 +73,8 @@ import pytest
 
 import mqlite
 from mqlite import Message, MessageQueue
-from shared_kill_child import CONFIG, GROUP, QUEUES, TOPICS, make_body, parse_body
+from scheduled_checks import delivered, wait_delivered
+from shared_kill_child import CONFIG, DELAY_TOPIC, GROUP, QUEUES, TIMER_TOPIC, TOPICS, make_body, parse_body
 
 pytestmark = pytest.mark.reliability
 
@@ -236,6 +245,15 @@ class Figures:
     not_consumed: int = 0
     consumer_mismatch: int = 0
     survivors_died: int = 0
+    scheduled_acked: int = 0
+    sent_back_acked: int = 0
+    scheduled_checked: int = 0
+    timers_twice: int = 0
+    early: int = 0
+    scheduled_lost: int = 0
+    retries_lost: int = 0
+    delay_level_redeliveries: int = 0
+    retry_redeliveries: int = 0
     point_kills: dict[str, int] = field(default_factory=dict)
     points_not_reached: int = 0
     bad_exits: int = 0
@@ -338,6 +356,65 @@ def check_store(stored: dict[tuple[str, int, int], tuple[Ident, int]], acks: lis
                 fig.problem(f"{where}: {ident} stored but never acknowledged by a clean producer")
 
 
+RETRY_TOPIC = f"%RETRY%{GROUP}"
+
+
+def check_scheduled(store: mqlite.Store, scheduled: dict[tuple[str, int, int], int], backs: set[Ident],
+                    fig: Figures) -> None:
+    """Waits (on the store's wake-ups, up to 30 s past the last due time) until every
+    acknowledged timer, delayed message and send-back has arrived, checking each copy."""
+    want: dict[str, set[Ident]] = {t: {k[1:] for k in scheduled if k[0] == t} for t in (TIMER_TOPIC, DELAY_TOPIC)}
+    want[RETRY_TOPIC] = set(backs)
+    last_due = max([*scheduled.values(), int(time.time() * 1000) + 1_000])
+    deadline = time.monotonic() + 30 + max(0.0, last_due / 1000 - time.time())
+    counts: dict[str, int] = {}
+
+    def damaged(m: mqlite.MessageExt, exc: ValueError) -> None:
+        counts["corrupt"] = counts.get("corrupt", 0) + 1
+        fig.problem(f"{m.message_queue}@{m.queue_offset}: {exc}")
+
+    def scan() -> dict[str, set[Ident]]:
+        counts.clear()
+        found: dict[str, set[Ident]] = {}
+        for topic in want:
+            seen = found.setdefault(topic, set())
+            for ident, m in delivered(store, topic, parse_body, damaged):
+                counts["checked"] = counts.get("checked", 0) + 1
+                if topic == TIMER_TOPIC:
+                    due = scheduled.get((topic, *ident)) or int(m.properties.get("TIMER_OUT_MS", 0))
+                    bad = m.store_timestamp < due
+                elif topic == DELAY_TOPIC:
+                    bad = m.store_timestamp - m.born_timestamp < 1_000
+                else:
+                    bad = m.reconsume_times != 1 or m.topic not in TOPICS
+                if bad:
+                    counts["early"] = counts.get("early", 0) + 1
+                    fig.problem(f"{topic}@{m.queue_offset}: {ident} early or changed: {m} {m.properties}")
+                if ident in seen:
+                    key = {TIMER_TOPIC: "timers_twice", DELAY_TOPIC: "delay_level_redeliveries"}.get(
+                        topic, "retry_redeliveries")
+                    counts[key] = counts.get(key, 0) + 1
+                seen.add(ident)
+        return found
+
+    missing = wait_delivered(store, want, deadline, scan)
+    fig.corrupt += counts.get("corrupt", 0)
+    fig.scheduled_checked += counts.get("checked", 0)
+    fig.early += counts.get("early", 0)
+    fig.timers_twice += counts.get("timers_twice", 0)
+    fig.delay_level_redeliveries += counts.get("delay_level_redeliveries", 0)
+    fig.retry_redeliveries += counts.get("retry_redeliveries", 0)
+    for topic, idents in missing.items():
+        for ident in sorted(idents):
+            if topic == RETRY_TOPIC:
+                fig.retries_lost += 1
+            else:
+                fig.scheduled_lost += 1
+            fig.problem(f"acknowledged {topic} {ident} never delivered")
+    fig.scheduled_acked += len(scheduled)
+    fig.sent_back_acked += len(backs)
+
+
 def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) -> Figures:
     """The loop (module doc); with ``fi`` (a package with the fault-injection extension) a
     share of the cycles start a producer armed at a kill point instead."""
@@ -415,6 +492,8 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
     with mqlite.open(path, **{k: v for k, v in CONFIG.items() if k != "shared"}) as store:
         for topic in TOPICS:
             store.create_topic(topic, QUEUES)
+        for topic in (TIMER_TOPIC, DELAY_TOPIC):
+            store.create_topic(topic, 1)
     with mqlite.open(path, **CONFIG) as store:
         producer = store.producer()
         for role, n in (("producer", PRODUCERS), ("consumer", CONSUMERS)):
@@ -499,7 +578,8 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
             # the group drains everything, then the consumers stop
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
-                progress = store.consumer_progress(GROUP)
+                # (the group's retry topic is left out: retries keep arriving for a second)
+                progress = [p for p in store.consumer_progress(GROUP) if p.topic in TOPICS]
                 if len(progress) == len(TOPICS) * QUEUES and all(p.committed == p.max_offset for p in progress):
                     break
                 time.sleep(0.05)
@@ -516,6 +596,8 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
                     fig.problem(f"consumer {child.incarnation} ended with rc {rc}: {child.err[-2000:]}")
 
         acks = list(parent_acks)
+        scheduled: dict[tuple[str, int, int], int] = {}
+        backs: set[Ident] = set()
         consumed: dict[tuple[str, int, int], set[Ident]] = {}
         for child in children:
             for parts in read_lines(child.out):
@@ -530,6 +612,10 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
                 elif parts[0] == "C":
                     fig.corrupt += 1
                     fig.problem(f"consumer {child.incarnation} read a damaged body: {parts}")
+                elif parts[0] == "T":
+                    scheduled[(parts[1], int(parts[2]), int(parts[3]))] = int(parts[4])
+                elif parts[0] == "B":
+                    backs.add((int(parts[1]), int(parts[2])))
         fig.acked = len(acks)
         stored = scan(store, fig)
         fig.stored = len(stored)
@@ -542,6 +628,7 @@ def shared_kill_loop(tmp_path: Path, cycles: int, seed: int, fi: Path | None) ->
             elif got != {ident}:
                 fig.consumer_mismatch += 1
                 fig.problem(f"{where}: stored {ident}, received {got}")
+        check_scheduled(store, scheduled, backs, fig)
 
     # the same after the last writer closed and a new open
     with mqlite.open(path, **{k: v for k, v in CONFIG.items() if k != "shared"}) as store:
@@ -565,9 +652,11 @@ def report(name: str, fig: Figures) -> dict[str, Any]:
 def check(fig: Figures, cycles: int, fi: Path | None) -> None:
     assert fig.cycles == cycles, f"seed {fig.seed}: {fig.problems[:10]}"
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt", "key_split", "clean_unacked",
-                "not_consumed", "consumer_mismatch", "survivors_died", "bad_exits"):
+                "not_consumed", "consumer_mismatch", "survivors_died", "bad_exits", "timers_twice", "early",
+                "scheduled_lost", "retries_lost"):
         assert getattr(fig, key) == 0, f"{key}={getattr(fig, key)} (seed {fig.seed}): {fig.problems[:10]}"
     assert fig.acked > 0 and fig.stored >= fig.acked
+    assert fig.scheduled_acked > 0 and fig.sent_back_acked > 0 and fig.scheduled_checked > 0
     if _glibc():
         assert fig.holder_kills > 0, f"no kill landed inside the append lock (seed {fig.seed})"
     if fi is not None:
