@@ -21,13 +21,14 @@ bound the verification cost.
 Scheduled delivery and retries: about 5 % of the child's sends are timers (``deliver_at`` within
 200 ms, topic ``crashT``) or delay level 1 (1 s, ``crashD``), and its consumer fails (sends
 back, level 1) the first delivery of every twentieth message. Each check of a copy asserts that
-no timer is in ``crashT`` twice (exactly once across crashes), that nothing scheduled was
+no timer is in ``crashT`` and no delayed message in ``crashD`` twice (both are delivered exactly
+once across crashes, docs/design-timers.md), that nothing scheduled was
 delivered early (a timer not before its time, a delay not within 1 s of its birth) and that
 every scheduled and retried body is intact. At the end of each epoch the store is opened once more and left to
 deliver: every acknowledged timer and delayed message, and every acknowledged send-back (in
-``%RETRY%crash-group``), must arrive (none lost); a delayed message or a retry may arrive twice
-(delay levels are delivered at least once, docs/design-timers.md and store/schedule/), which is
-counted, not failed.
+``%RETRY%crash-group``), must arrive (none lost); a retry may arrive twice (a consumer killed
+after its send-back and before its commit sends the message back again), which is counted, not
+failed.
 
 Kill-point mode (``test_kill_point_loop``): instead of a timed SIGKILL, the child aborts at the
 n-th hit of a named kill point of the Python layer (``mqlite._files.KILL_POINTS``: inside the
@@ -231,7 +232,7 @@ class Figures:
     early: int = 0
     scheduled_lost: int = 0
     retries_lost: int = 0
-    delay_level_redeliveries: int = 0
+    delayed_twice: int = 0
     retry_redeliveries: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
@@ -358,7 +359,8 @@ def scheduled_copies(store: mqlite.Store, fig: Figures, scheduled: dict[tuple[st
     """Checks what reached the timer, delay and retry topics (never early, a timer at most
     once) and returns the identities found per topic; ``scheduled``: the acknowledged ones
     with their due times (a timer's is checked against its ``TIMER_OUT_MS`` otherwise).
-    ``count_redeliveries``: count the delayed messages and retries found twice (allowed)."""
+    ``count_redeliveries``: count the retries found twice (allowed: a send-back is at least
+    once)."""
     found: dict[str, set[tuple[int, int, int]]] = {}
 
     def damaged(m: mqlite.MessageExt, exc: ValueError) -> None:
@@ -383,8 +385,9 @@ def scheduled_copies(store: mqlite.Store, fig: Figures, scheduled: dict[tuple[st
                 if topic == TIMER_TOPIC:
                     fig.timers_twice += 1
                     fig.problem(f"timer {ident} delivered twice")
-                elif count_redeliveries and topic == DELAY_TOPIC:
-                    fig.delay_level_redeliveries += 1
+                elif topic == DELAY_TOPIC:
+                    fig.delayed_twice += 1
+                    fig.problem(f"delayed message {ident} delivered twice")
                 elif count_redeliveries:
                     fig.retry_redeliveries += 1
             seen.add(ident)
@@ -421,7 +424,7 @@ def drain(store_path: Path, scheduled: dict[tuple[str, int, int, int], int], bac
     fig.sent_back_acked += len(backs)
 
 
-DRAIN_COUNTS = ("corrupt_records", "early", "timers_twice", "delay_level_redeliveries", "retry_redeliveries",
+DRAIN_COUNTS = ("corrupt_records", "early", "timers_twice", "delayed_twice", "retry_redeliveries",
                 "scheduled_delivered_checked", "scheduled_lost", "retries_lost", "scheduled_acked", "sent_back_acked")
 
 
@@ -553,7 +556,7 @@ def check(fig: Figures, cycles: int) -> None:
     s = fig.summary()
     assert fig.cycles == cycles
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
-                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "timers_twice", "early",
+                "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "timers_twice", "delayed_twice", "early",
                 "scheduled_lost", "retries_lost"):
         assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
     assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0
@@ -625,7 +628,7 @@ def test_kill_point_loop(tmp_path: Path) -> None:
     print(f"aborts per kill point (seed {seed}): {summary_aborts}")
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
                 "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "torn_offset_files",
-                "timers_twice", "early"):
+                "timers_twice", "delayed_twice", "early"):
         assert summary[key] == 0, f"{key}={summary[key]} (seed {seed}): {fig.problems[:10]}"
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     if not replay:
