@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqlite.cli._common import OK, open_store, print_json_line, require_topic
 from mqlite.cli._format import DEFAULT_FORMAT, as_dict, compile_format, render
+from mqlite.cli._interrupt import Held
 from mqlite.cli._offsets import OffsetSpec, parse_offset, positive
 
 if TYPE_CHECKING:
@@ -61,8 +62,10 @@ class _Reader:
                  per_queue: int | None, total: int | None, emit: Callable[[MessageExt], None],
                  commit: Callable[[dict[MessageQueue, int]], None] | None) -> None:
         self.store, self.positions, self.tags = store, positions, tags
-        self.left = {mq: per_queue for mq in positions}
+        self.left: dict[MessageQueue, int | None] = {mq: per_queue for mq in positions}
         self.total, self.emit, self.commit = total, emit, commit
+        self.saved = dict(positions)
+        self.interrupts = Held()
 
     def done(self) -> bool:
         return self.total == 0 or all(n == 0 for n in self.left.values())
@@ -75,14 +78,24 @@ class _Reader:
                 start = self.positions[mq]
                 got = self.store.read_result(mq, start, want, tags=self.tags)
                 for m in got.messages:
-                    self.emit(m)
-                # Past the printed messages and the records the tag filter passed over.
-                self.positions[mq] = max(start, got.next_offset)
+                    with self.interrupts.held():
+                        self.emit(m)
+                        self.positions[mq] = m.queue_offset + 1
+                # Past the records the tag filter passed over too.
+                self.positions[mq] = max(self.positions[mq], got.next_offset)
                 self._count(mq, len(got.messages))
-                if self.commit is not None and self.positions[mq] != start:
-                    self.commit({mq: self.positions[mq]})
+                self.save()
                 if self.positions[mq] <= start or self.positions[mq] >= got.max_offset:
                     break
+
+    def save(self) -> None:
+        """Commits the positions that moved since the last save (with a group)."""
+        if self.commit is None:
+            return
+        moved = {mq: o for mq, o in self.positions.items() if self.saved.get(mq) != o}
+        if moved:
+            self.commit(moved)
+            self.saved.update(moved)
 
     def _count(self, mq: MessageQueue, printed: int) -> None:
         n = self.left[mq]
@@ -112,9 +125,14 @@ def _run(args: argparse.Namespace, default: OffsetSpec, per_queue: int | None, t
             positions = {mq: _start(store, consumer if from_group else None, mq, args.offset, default) for mq in queues}
             reader = _Reader(store, positions, args.tags, per_queue, total, emit,
                              None if consumer is None else consumer.commit)
-            reader.drain()
-            if args.follow:
-                reader.follow()
+            try:
+                with reader.interrupts.installed():
+                    reader.drain()
+                    if args.follow:
+                        reader.follow()
+            finally:
+                # Ctrl-C or a closed pipe included: the group resumes after the last printed.
+                reader.save()
         finally:
             if consumer is not None:
                 consumer.close()
