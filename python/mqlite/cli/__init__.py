@@ -26,7 +26,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return formatter
 
 
-def parser() -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mqlite", formatter_class=_formatter,
         description="Inspect, feed and administer mqlite stores. Exit codes: 0 ok, 1 error, "
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mqlite.errors import MQError
 
     try:
-        args = parser().parse_args(argv)
+        args = _parser().parse_args(argv)
         status: int = args.func(args)
     except KeyboardInterrupt:
         return INTERRUPTED
