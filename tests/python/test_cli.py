@@ -310,6 +310,8 @@ def test_group_dlq_list_get_export_redrive(filled: Path, tmp_path: Path) -> None
     sent = lines(ok("group", "dlq", "redrive", filled, "g", "--all", "--json"))
     assert [r["topic"] for r in sent] == ["orders", "orders"]
     assert "redrive needs" in fails(1, "group", "dlq", "redrive", filled, "g")
+    assert "unknown group 'nobody'" in fails(3, "group", "dlq", "list", filled, "nobody")
+    assert "No such file or directory" in fails(1, "group", "dlq", "export", filled, "g", "-o", tmp_path / "no" / "f")
 
 
 def test_store_info_and_gc(filled: Path) -> None:

@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), exc.status)
     except MQError as exc:
         return _fail(f"{exc} [{exc.code}]", _status(exc))
+    except OSError as exc:
+        # A file the command was asked to write or read (``dlq export -o``), not the store.
+        return _fail(str(exc), ERROR)
     return status
 
 

@@ -62,6 +62,19 @@ def require_topic(store: Store, topic: str) -> None:
         raise NotFound(f"unknown topic {topic!r} in {store.path}")
 
 
+def require_group(store: Store, group: str) -> None:
+    """Raise NotFound unless ``group`` has committed offsets or a consumer of it ever joined
+    (its name is checked first: a bad name is an InvalidGroupError)."""
+    from mqlite.group import check_group
+
+    check_group(group)
+    root = store._client_context.client_root()
+    known = store.consumer_groups()
+    if group not in known and not (root / "consumer_groups" / group).is_dir():
+        raise NotFound(f"unknown group {group!r}: it has no committed offsets and no consumer "
+                       f"ever joined it (known: {', '.join(known) or 'none'})")
+
+
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 

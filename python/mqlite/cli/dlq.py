@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mqlite.cli._common import OK, open_store, print_json, print_json_line, print_records
+from mqlite.cli._common import OK, open_store, print_json, print_json_line, print_records, require_group
 
 COLUMNS = ["msg_id", "origin_topic", "queue_offset", "reconsume_times", "error_type", "error"]
 
@@ -20,6 +20,7 @@ def _row(d: Any) -> dict[str, Any]:
 
 def _list(args: argparse.Namespace) -> int:
     with open_store(args.path) as store:
+        require_group(store, args.group)
         letters = store.dead_letters(args.group).list(args.topic, key=args.key, limit=args.limit)
         rows = [_row(d) for d in letters]
     print_records(args.json, f"dead letters of {args.group}", COLUMNS, rows)
@@ -28,6 +29,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     with open_store(args.path) as store:
+        require_group(store, args.group)
         letter = store.dead_letters(args.group).get(args.id).to_json()
     if args.json:
         print_json(letter)
@@ -39,6 +41,7 @@ def _get(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with open_store(args.path) as store:
+        require_group(store, args.group)
         view = store.dead_letters(args.group)
         n = view.export(args.output if args.output != "-" else sys.stdout, args.topic)
     if args.output != "-":
@@ -48,6 +51,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _redrive(args: argparse.Namespace) -> int:
     with open_store(args.path, write=True) as store:
+        require_group(store, args.group)
         sent = store.dead_letters(args.group).redrive(
             all=args.all, ids=args.id or None, key=args.key, origin_topic=args.topic)
         rows = [{"msg_id": r.msg_id, "topic": r.message_queue.topic,

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mqlite.cli import dlq
-from mqlite.cli._common import OK, NotFound, open_store, print_records, require_topic
+from mqlite.cli._common import OK, NotFound, open_store, print_records, require_group, require_topic
 from mqlite.cli._offsets import OffsetSpec, parse_time
 
 if TYPE_CHECKING:
@@ -23,14 +23,6 @@ def owners(store: Store, group: str, topic: str) -> list[str]:
     from mqlite.group import live_members
 
     return live_members(store._client_context.client_root(), group, topic)
-
-
-def _known(store: Store, group: str) -> bool:
-    from mqlite.group import check_group
-
-    check_group(group)
-    root = store._client_context.client_root()
-    return group in store.consumer_groups() or (root / "consumer_groups" / group).is_dir()
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -80,9 +72,7 @@ def _target(args: argparse.Namespace) -> tuple[OffsetSpec, dict[str, Any]]:
 def _reset(args: argparse.Namespace) -> int:
     spec, how = _target(args)
     with open_store(args.path, write=args.execute) as store:
-        if not _known(store, args.group):
-            raise NotFound(f"unknown group {args.group!r}: it has no committed offsets and no "
-                           f"consumer ever joined it (known: {', '.join(store.consumer_groups()) or 'none'})")
+        require_group(store, args.group)
         if args.topic is not None:
             require_topic(store, args.topic)
             topics = [args.topic]
