@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from mqlite.pull import PullConsumer
     from mqlite.store import Store
 
-# How long one wait for new messages lasts before the loop looks again (a new queue, Ctrl-C is
-# delivered within the wait itself).
+# The longest one wait for new messages lasts before the loop waits again (Ctrl-C ends a wait at
+# once; the bound only keeps the loop's own checks going).
 _WAIT_S = 1.0
 _CHUNK = 64
 
@@ -122,7 +122,8 @@ def _run(args: argparse.Namespace, default: OffsetSpec, per_queue: int | None, t
             consumer = store.pull_consumer(args.group, auto_commit=False)
             consumer.assign(queues)
         try:
-            positions = {mq: _start(store, consumer if from_group else None, mq, args.offset, default) for mq in queues}
+            group = consumer if from_group else None
+            positions = {mq: _start(store, group, mq, args.offset, default) for mq in queues}
             reader = _Reader(store, positions, args.tags, per_queue, total, emit,
                              None if consumer is None else consumer.commit)
             try:
