@@ -4,6 +4,7 @@ input included. Also the runnable examples."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
 import mqlite
 from mqlite import Message
+from mqlite.cli import main
 from mqlite.cli._format import compile_format
 from mqlite.cli._offsets import OffsetSpec, parse_offset
 
@@ -48,12 +51,34 @@ def ok(*args: object, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def fails(status: int, *args: object) -> str:
+def fails_in_child(status: int, *args: object) -> str:
     """The one-line error of a command that exits with ``status``."""
     done = cli(*args)
     assert done.returncode == status, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     return done.stderr.strip().splitlines()[-1]
+
+
+def ok_here(*args: object) -> str:
+    """As ``ok``, run in this process (``main`` is what the child runs)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main([str(a) for a in args])
+    assert status == 0, err.getvalue()
+    return out.getvalue()
+
+
+def fails(status: int, *args: object) -> str:
+    """As ``fails_in_child``, run in this process (``main`` is what the child runs): the bad-input
+    table stays fast. Usage errors end in SystemExit there, as argparse ends them."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            got: object = main([str(a) for a in args])
+        except SystemExit as exc:
+            got = exc.code
+    assert got == status, (out.getvalue(), err.getvalue())
+    return err.getvalue().strip().splitlines()[-1]
 
 
 def lines(text: str) -> list[dict[str, object]]:
@@ -115,7 +140,7 @@ def test_help_lists_every_command_and_the_exit_codes() -> None:
 
 
 def test_a_missing_store_or_a_plain_directory_is_not_found(tmp_path: Path) -> None:
-    assert "no store at" in fails(3, "topic", "list", tmp_path / "nothing")
+    assert "no store at" in fails_in_child(3, "topic", "list", tmp_path / "nothing")
     (tmp_path / "plain").mkdir()
     assert "holds no mqlite store" in fails(3, "topics", tmp_path / "plain")
     assert "no store at" in fails(3, "send", tmp_path / "nothing", "t", "x")
@@ -128,12 +153,12 @@ def test_topic_create_list_update(store_path: Path) -> None:
     created = json.loads(ok("topic", "create", store_path, "t", "-q", "2", "--json"))
     assert created == [{"name": "t", "read_queues": 2, "write_queues": 2, "perm": 6, "order": False}]
     assert "exists already" in fails(1, "topic", "create", store_path, "t")
-    assert json.loads(ok("topic", "update", store_path, "t", "-q", "3", "--json"))[0]["write_queues"] == 3
+    assert json.loads(ok_here("topic", "update", store_path, "t", "-q", "3", "--json"))[0]["write_queues"] == 3
     assert "unknown topic 'nope'" in fails(3, "topic", "update", store_path, "nope", "-q", "3")
     assert "positive integer" in fails(2, "topic", "create", store_path, "u", "-q", "0")
     rows = {r["name"]: r for r in json.loads(ok("topic", "list", store_path, "--json"))}
     assert rows["t"]["read_queues"] == 3 and rows["t"]["messages"] == 0
-    assert "t" in ok("topics", store_path)
+    assert "t" in ok_here("topics", store_path)
 
 
 def test_names_that_would_leave_the_store_are_refused(filled: Path) -> None:
@@ -168,7 +193,7 @@ def test_send_arguments_stdin_and_options(filled: Path) -> None:
 
 def test_consume_offsets_counts_and_formats(filled: Path) -> None:
     def bodies(*args: str) -> list[object]:
-        return [r["body"] for r in lines(ok("consume", filled, "orders", "-q", "0", "--json", *args))]
+        return [r["body"] for r in lines(ok_here("consume", filled, "orders", "-q", "0", "--json", *args))]
 
     assert bodies() == ["o0", "o1", "o2", "o3", "o4"]
     assert bodies("-o", "end") == []
@@ -180,9 +205,9 @@ def test_consume_offsets_counts_and_formats(filled: Path) -> None:
     assert out == "orders|0|4|k4|T|o4|2|%\n"
     row = lines(ok("consume", filled, "orders", "-q", "1", "--json"))[0]
     assert (row["body"], row["body_encoding"]) == ("//4=", "base64")
-    assert "bad offset 'middle'" in fails(2, "consume", filled, "orders", "-o", "middle")
+    assert "bad offset 'middle'" in fails_in_child(2, "consume", filled, "orders", "-o", "middle")
     assert "unknown format token %x" in fails(2, "consume", filled, "orders", "-f", "%x")
-    assert "unknown topic 'nope'" in fails(3, "consume", filled, "nope")
+    assert "unknown topic 'nope'" in fails_in_child(3, "consume", filled, "nope")
     assert "INVALID_QUEUE" in fails(1, "consume", filled, "orders", "-q", "7")
 
 
@@ -261,7 +286,7 @@ def test_msg_get_by_id_and_by_commit_log_offset(filled: Path) -> None:
     assert by_id == first and by_id["properties"]["KEYS"] == "k0" and "born_timestamp" in by_id
     assert json.loads(ok("msg", "get", filled, "--offset", first["commit_log_offset"], "--json")) == first
     assert "store_timestamp" in ok("msg", "get", filled, "--id", first["offset_msg_id"])
-    assert "MESSAGE_NOT_FOUND" in fails(3, "msg", "get", filled, "--offset", "5")
+    assert "MESSAGE_NOT_FOUND" in fails_in_child(3, "msg", "get", filled, "--offset", "5")
     assert "MESSAGE_NOT_FOUND" in fails(3, "msg", "get", filled, "--id", "nonsense")
     assert "commit-log offset" in fails(2, "msg", "get", filled, "--offset", "-1")
 
@@ -274,11 +299,11 @@ def test_group_list_progress_and_reset_dry_run_then_execute(filled: Path) -> Non
         {"group": "behind", "topics": 1, "queues": 2, "lag": 6},
         {"group": "done", "topics": 1, "queues": 2, "lag": 0},
     ]
-    assert json.loads(ok("groups", filled, "--json")) == json.loads(ok("group", "ls", filled, "--json"))
+    assert json.loads(ok_here("groups", filled, "--json")) == json.loads(ok_here("group", "ls", filled, "--json"))
     plan = json.loads(ok("group", "reset", filled, "done", "--to-offset", "2", "--json"))
     assert [(r["queue_id"], r["committed"], r["new_offset"]) for r in plan] == [(0, 5, 2), (1, 1, 1)]
-    assert "dry run" in ok("group", "reset", filled, "done", "--to-earliest")
-    assert [p["committed"] for p in json.loads(ok("groups", filled, "-g", "done", "--json"))] == [5, 1]
+    assert "dry run" in ok_here("group", "reset", filled, "done", "--to-earliest")
+    assert [p["committed"] for p in json.loads(ok_here("groups", filled, "-g", "done", "--json"))] == [5, 1]
     ok("group", "reset", filled, "done", "--topic", "orders", "--to-datetime", "0", "--execute")
     assert [p["committed"] for p in json.loads(ok("group", "progress", filled, "done", "--json"))] == [0, 0]
     assert "unknown group 'nobody'" in fails(3, "group", "reset", filled, "nobody", "--to-latest")
