@@ -1,11 +1,18 @@
-"""The ``mqlite`` command line and the runnable examples."""
+"""The ``mqlite`` command line, driven as a user would: ``python -m mqlite`` in real subprocesses
+on real stores, the terminal width fixed through ``COLUMNS``, outputs and exit codes checked, bad
+input included. Also the runnable examples."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -13,12 +20,75 @@ import pytest
 import mqlite
 from mqlite import Message
 from mqlite.cli import main
+from mqlite.cli._format import compile_format
+from mqlite.cli._offsets import OffsetSpec, parse_offset
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Generous: a deadline on a loaded machine, never a synchronisation.
+DEADLINE_S = 60.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "200"
+    env.pop("FORCE_COLOR", None)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def cli(*args: object, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mqlite", *map(str, args)], input=stdin, capture_output=True,
+        text=True, timeout=DEADLINE_S, env=_env(), check=False,
+    )
+
+
+def ok(*args: object, stdin: str | None = None) -> str:
+    done = cli(*args, stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def fails_in_child(status: int, *args: object) -> str:
+    """The one-line error of a command that exits with ``status``."""
+    done = cli(*args)
+    assert done.returncode == status, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
+def ok_here(*args: object) -> str:
+    """As ``ok``, run in this process (``main`` is what the child runs)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main([str(a) for a in args])
+    assert status == 0, err.getvalue()
+    return out.getvalue()
+
+
+def fails(status: int, *args: object) -> str:
+    """As ``fails_in_child``, run in this process (``main`` is what the child runs): the bad-input
+    table stays fast. Usage errors end in SystemExit there, as argparse ends them."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            got: object = main([str(a) for a in args])
+        except SystemExit as exc:
+            got = exc.code
+    assert got == status, (out.getvalue(), err.getvalue())
+    return err.getvalue().strip().splitlines()[-1]
+
+
+def lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture
 def filled(store_path: Path) -> Path:
+    """``orders``: five messages in queue 0 (bodies o0..o4, tag T, keys k0..k4), one non-UTF-8
+    body in queue 1; ``empty``: one read-only queue."""
     with mqlite.open(store_path) as s:
         s.create_topic("orders", 2)
         s.create_topic("empty", 1, perm=4)
@@ -29,126 +99,275 @@ def filled(store_path: Path) -> Path:
     return store_path
 
 
-def _json_lines(text: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+# -- parsing, in process --------------------------------------------------------------------------
+
+def test_offset_specs_parse_and_resolve_within_the_queue(filled: Path) -> None:
+    import argparse
+
+    assert parse_offset("beginning") == OffsetSpec("beginning")
+    assert parse_offset("-3") == OffsetSpec("back", 3)
+    assert parse_offset("7") == OffsetSpec("offset", 7)
+    assert parse_offset("@0") == OffsetSpec("time", 0)
+    assert parse_offset("@1970-01-01T00:00:01+00:00") == OffsetSpec("time", 1000)
+    for bad in ("middle", "-0", "@yesterday", "", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_offset(bad)
+    with mqlite.open(filled, read_only=True) as s:
+        q0 = s.queues("orders")[0]
+        assert [parse_offset(x).resolve(s, q0) for x in ("beginning", "end", "-2", "-99", "99", "@0")] == [
+            0, 5, 3, 0, 5, 0]
 
 
-def test_topics_json(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topics", str(filled), "--json"]) == 0
-    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["orders"]["messages"] == 6 and rows["orders"]["write_queues"] == 2
-    assert rows["empty"]["messages"] == 0 and rows["empty"]["perm"] == 4
+def test_format_strings_reject_unknown_tokens() -> None:
+    import argparse
+
+    assert len(compile_format("%t %p %o %k %g %s %S %T %B %i %I %c %r %h %% \\n\\t")) > 0
+    for bad in ("%x", "%", "\\q", "tail\\"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            compile_format(bad)
 
 
-def test_topics_table(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topics", str(filled)]) == 0
-    out = capsys.readouterr().out
-    assert "orders" in out and "empty" in out
+# -- help, usage and the store argument ----------------------------------------------------------
+
+def test_help_lists_every_command_and_the_exit_codes() -> None:
+    out = ok("--help")
+    for command in ("topic", "send", "consume", "tail", "msg", "group", "store", "bench", "top", "demo"):
+        assert command in out
+    assert "3 not found" in out and "130 interrupted" in out
+    assert "-o" in ok("consume", "--help")
+    done = cli()
+    assert done.returncode == 2 and "COMMAND" in done.stderr
 
 
-@pytest.fixture
-def grouped(filled: Path) -> Path:
-    """``filled`` with two groups: ``done`` has consumed everything, ``behind`` nothing."""
-    with mqlite.open(filled) as s:
-        s.reset_offset("done", "orders", to="latest", create=True)
-        s.reset_offset("behind", "orders", to="earliest", create=True)
-    return filled
+def test_a_missing_store_or_a_plain_directory_is_not_found(tmp_path: Path) -> None:
+    assert "no store at" in fails_in_child(3, "topic", "list", tmp_path / "nothing")
+    (tmp_path / "plain").mkdir()
+    assert "holds no mqlite store" in fails(3, "topics", tmp_path / "plain")
+    assert "no store at" in fails(3, "send", tmp_path / "nothing", "t", "x")
+    assert not (tmp_path / "nothing").exists()
 
 
-def test_groups_lists_each_group_with_its_lag(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["groups", str(grouped), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows == [
-        {"group": "behind", "topics": 1, "queues": 2, "lag": 6},
-        {"group": "done", "topics": 1, "queues": 2, "lag": 0},
-    ]
-    assert main(["groups", str(grouped)]) == 0
-    out = capsys.readouterr().out
-    assert "behind" in out and "done" in out
+# -- topics ---------------------------------------------------------------------------------------
+
+def test_topic_create_list_update(store_path: Path) -> None:
+    created = json.loads(ok("topic", "create", store_path, "t", "-q", "2", "--json"))
+    assert created == [{"name": "t", "read_queues": 2, "write_queues": 2, "perm": 6, "order": False}]
+    assert "exists already" in fails(1, "topic", "create", store_path, "t")
+    assert json.loads(ok_here("topic", "update", store_path, "t", "-q", "3", "--json"))[0]["write_queues"] == 3
+    assert "unknown topic 'nope'" in fails(3, "topic", "update", store_path, "nope", "-q", "3")
+    assert "positive integer" in fails(2, "topic", "create", store_path, "u", "-q", "0")
+    rows = {r["name"]: r for r in json.loads(ok("topic", "list", store_path, "--json"))}
+    assert rows["t"]["read_queues"] == 3 and rows["t"]["messages"] == 0
+    assert "t" in ok_here("topics", store_path)
 
 
-def test_groups_of_one_group_show_each_queue(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["groups", str(grouped), "-g", "behind", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == [
-        {"topic": "orders", "queue_id": 0, "committed": 0, "max_offset": 5, "lag": 5},
-        {"topic": "orders", "queue_id": 1, "committed": 0, "max_offset": 1, "lag": 1},
-    ]
-
-
-def test_groups_errors(grouped: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["groups", str(grouped), "-g", "nobody"]) == 1
-    assert "'nobody' has no committed offsets" in capsys.readouterr().err
-    assert main(["groups", str(grouped), "-g", "bad group!"]) == 1
-    assert "[INVALID_GROUP]" in capsys.readouterr().err
-
-
-def test_names_that_would_leave_the_store_are_refused(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for topic in ("../../outside", str(filled.parent / "abs"), ".."):
-        assert main(["tail", str(filled), topic]) == 1
-        assert "[INVALID_TOPIC]" in capsys.readouterr().err
-    for group in ("../g", str(filled.parent / "abs")):
-        assert main(["groups", str(filled), "-g", group]) == 1
-        assert "[INVALID_GROUP]" in capsys.readouterr().err
+def test_names_that_would_leave_the_store_are_refused(filled: Path) -> None:
+    for topic in ("../../outside", str(filled.parent / "abs")):
+        assert "[INVALID_TOPIC]" in fails(1, "tail", filled, topic)
+    assert "[INVALID_GROUP]" in fails(1, "group", "progress", filled, "../g")
     assert sorted(p.name for p in filled.parent.iterdir()) == [filled.name]
 
 
-def test_groups_of_a_store_without_consumers(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["groups", str(filled), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []
+# -- send -----------------------------------------------------------------------------------------
+
+def test_send_arguments_stdin_and_options(filled: Path) -> None:
+    sent = lines(ok("send", filled, "orders", "a", "b", "--tags", "X", "--keys", "k1", "--keys", "k2",
+                    "-p", "region=eu", "-q", "1", "--json"))
+    assert [(r["queue_id"], r["queue_offset"], r["status"]) for r in sent] == [(1, 1, "SEND_OK"), (1, 2, "SEND_OK")]
+    piped = lines(ok("send", filled, "orders", "--sharding-key", "user-7", "--json", stdin="l1\nl2\r\n"))
+    assert len({r["queue_id"] for r in piped}) == 1
+    delayed = lines(ok("send", filled, "orders", "later", "--delay", "3600", "--json"))
+    assert delayed[0]["scheduled"] is True and "SEND_OK" in ok("send", filled, "orders", "x")
+    with mqlite.open(filled, read_only=True) as s:
+        m = s.get(sent[0]["offset_msg_id"])  # type: ignore[arg-type]
+        assert (m.body, m.tags, m.keys, m.properties["region"]) == (b"a", "X", ("k1", "k2"), "eu")
+        mq = mqlite.MessageQueue("orders", int(piped[0]["queue_id"]))  # type: ignore[call-overload]
+        assert [x.body for x in s.read(mq, 0, 99) if x.body in (b"l1", b"l2")] == [b"l1", b"l2"]
+    assert "unknown topic 'nope'" in fails(3, "send", filled, "nope", "x")
+    assert "expected key=value" in fails(2, "send", filled, "orders", "x", "-p", "novalue")
+    assert "not allowed with" in fails(2, "send", filled, "orders", "x", "--delay", "1", "--delay-level", "2")
+    assert "INVALID_QUEUE" in fails(1, "send", filled, "orders", "x", "-q", "9")
 
 
-def test_tail_offsets(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def tail(*args: str) -> list[dict[str, object]]:
-        assert main(["tail", str(filled), "orders", "--json", *args]) == 0
-        return _json_lines(capsys.readouterr().out)
+# -- consume and tail -----------------------------------------------------------------------------
 
-    rows = tail("-q", "0", "-o", "beginning", "-n", "100")
-    assert [r["body"] for r in rows] == [f"o{i}" for i in range(5)]
-    assert rows[0]["keys"] == ["k0"] and rows[0]["tags"] == "T"
-    assert [r["body"] for r in tail("-q", "0", "-n", "2")] == ["o3", "o4"]
-    assert [r["queue_offset"] for r in tail("-q", "0", "-o", "1", "-n", "2")] == [1, 2]
-    assert [r["queue_offset"] for r in tail("-q", "0", "-o", "-2")] == [3, 4]
-    both = tail("-o", "beginning")
-    assert len(both) == 6
-    binary = [r for r in both if r["queue_id"] == 1]
-    assert binary[0]["body_encoding"] == "base64" and binary[0]["body"] == "//4="
+def test_consume_offsets_counts_and_formats(filled: Path) -> None:
+    def bodies(*args: str) -> list[object]:
+        return [r["body"] for r in lines(ok_here("consume", filled, "orders", "-q", "0", "--json", *args))]
 
-
-def test_tail_table_and_errors(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tail", str(filled), "orders", "-q", "0"]) == 0
-    assert "o4" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main(["tail", str(filled), "orders", "-o", "middle"])
+    assert bodies() == ["o0", "o1", "o2", "o3", "o4"]
+    assert bodies("-o", "end") == []
+    assert bodies("-o", "3") == ["o3", "o4"]
+    assert bodies("-o", "-2") == ["o3", "o4"]
+    assert bodies("-o", "@0", "-n", "2") == ["o0", "o1"]
+    assert bodies("-o", f"@{int(time.time() * 1000) + 3_600_000}") == []
+    out = ok("consume", filled, "orders", "-q", "0", "-o", "-1", "-f", "%t|%p|%o|%k|%g|%s|%S|%%\\n")
+    assert out == "orders|0|4|k4|T|o4|2|%\n"
+    row = lines(ok("consume", filled, "orders", "-q", "1", "--json"))[0]
+    assert (row["body"], row["body_encoding"]) == ("//4=", "base64")
+    assert "bad offset 'middle'" in fails_in_child(2, "consume", filled, "orders", "-o", "middle")
+    assert "unknown format token %x" in fails(2, "consume", filled, "orders", "-f", "%x")
+    assert "unknown topic 'nope'" in fails_in_child(3, "consume", filled, "nope")
+    assert "INVALID_QUEUE" in fails(1, "consume", filled, "orders", "-q", "7")
 
 
-def test_bad_queue_count_and_a_directory_without_a_store(
-    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_consume_with_a_group_commits_what_it_printed(filled: Path) -> None:
+    first = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "-n", "3", "--json"))
+    assert [r["body"] for r in first] == ["o0", "o1", "o2"]
+    progress = json.loads(ok("group", "progress", filled, "g", "--json"))
+    assert [(p["queue_id"], p["committed"], p["lag"]) for p in progress] == [(0, 3, 2)]
+    rest = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "--json"))
+    assert [r["body"] for r in rest] == ["o3", "o4"]
+    assert lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "--json")) == []
+
+
+def test_tail_prints_the_last_messages_of_each_queue(filled: Path) -> None:
+    rows = lines(ok("tail", filled, "orders", "-n", "2", "--json"))
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [(0, 3), (0, 4), (1, 0)]
+    assert [r["queue_offset"] for r in lines(ok("tail", filled, "orders", "-q", "0", "-o", "1", "-n", "2", "--json"))] == [1, 2]
+    assert "o4" in ok("tail", filled, "orders", "-q", "0")
+    assert "positive integer" in fails(2, "tail", filled, "orders", "-n", "-3")
+
+
+@pytest.fixture
+def popen() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=DEADLINE_S)
+
+
+def _spawn(procs: list[subprocess.Popen[str]], *args: object) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, "-m", "mqlite", *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_env())
+    procs.append(p)
+    return p
+
+
+def _next_line(p: subprocess.Popen[str]) -> str:
+    """The process's next output line; the test's timeout bounds a process that never writes."""
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, f"exited with {p.wait()}: {p.stderr.read() if p.stderr else ''}"
+    return line
+
+
+def test_tail_follow_prints_what_a_writer_process_sends(filled: Path, popen: list[subprocess.Popen[str]]) -> None:
+    tail = _spawn(popen, "tail", filled, "orders", "-q", "0", "-n", "1", "--follow", "-f", "%o %s\\n")
+    assert _next_line(tail) == "4 o4\n"  # the backlog: the follower is running
+    writer = subprocess.run(
+        [sys.executable, "-c", "import sys, mqlite; s = mqlite.open(sys.argv[1]); "
+         "s.producer().send(mqlite.Message('orders', b'from-writer'), queue_id=0); s.close()", str(filled)],
+        env=_env(), timeout=DEADLINE_S, check=True,
+    )
+    assert writer.returncode == 0
+    assert _next_line(tail) == "5 from-writer\n"
+
+
+def test_ctrl_c_ends_a_follow_cleanly_with_130_and_keeps_the_commit(
+    filled: Path, popen: list[subprocess.Popen[str]]
 ) -> None:
-    assert main(["tail", str(filled), "orders", "-q", "7"]) == 1
-    assert "INVALID_QUEUE" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["tail", str(filled), "orders", "-n", "-3"])
-    capsys.readouterr()
-    (tmp_path / "plain").mkdir()
-    assert main(["topics", str(tmp_path / "plain")]) == 1
-    assert "holds no mqlite store" in capsys.readouterr().err
-    (tmp_path / "file").write_text("x")
-    for read_only in (False, True):
-        with pytest.raises(mqlite.StoreNotADirectoryError):
-            mqlite.open(tmp_path / "file", read_only=read_only)
+    follower = _spawn(popen, "consume", filled, "orders", "-q", "0", "-g", "g", "--follow", "-f", "%s\\n")
+    assert [_next_line(follower) for _ in range(5)] == [f"o{i}\n" for i in range(5)]
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=DEADLINE_S)
+    assert follower.returncode == 130 and out == "" and "Traceback" not in err
+    progress = json.loads(ok("group", "progress", filled, "g", "--json"))
+    assert [(p["queue_id"], p["committed"]) for p in progress] == [(0, 5)]
 
 
-def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--dir", str(tmp_path / "demo")]) == 0
-    out = capsys.readouterr().out
+# -- messages, groups, the store ------------------------------------------------------------------
+
+def test_msg_get_by_id_and_by_commit_log_offset(filled: Path) -> None:
+    first = lines(ok("consume", filled, "orders", "-q", "0", "-n", "1", "--json"))[0]
+    by_id = json.loads(ok("msg", "get", filled, "--id", first["offset_msg_id"], "--json"))
+    assert by_id == first and by_id["properties"]["KEYS"] == "k0" and "born_timestamp" in by_id
+    assert json.loads(ok("msg", "get", filled, "--offset", first["commit_log_offset"], "--json")) == first
+    assert "store_timestamp" in ok("msg", "get", filled, "--id", first["offset_msg_id"])
+    assert "MESSAGE_NOT_FOUND" in fails_in_child(3, "msg", "get", filled, "--offset", "5")
+    assert "MESSAGE_NOT_FOUND" in fails(3, "msg", "get", filled, "--id", "nonsense")
+    assert "commit-log offset" in fails(2, "msg", "get", filled, "--offset", "-1")
+
+
+def test_group_list_progress_and_reset_dry_run_then_execute(filled: Path) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("done", "orders", to="latest", create=True)
+        s.reset_offset("behind", "orders", to="earliest", create=True)
+    assert json.loads(ok("group", "list", filled, "--json")) == [
+        {"group": "behind", "topics": 1, "queues": 2, "lag": 6},
+        {"group": "done", "topics": 1, "queues": 2, "lag": 0},
+    ]
+    assert json.loads(ok_here("groups", filled, "--json")) == json.loads(ok_here("group", "ls", filled, "--json"))
+    plan = json.loads(ok("group", "reset", filled, "done", "--to-offset", "2", "--json"))
+    assert [(r["queue_id"], r["committed"], r["new_offset"]) for r in plan] == [(0, 5, 2), (1, 1, 1)]
+    assert "dry run" in ok_here("group", "reset", filled, "done", "--to-earliest")
+    assert [p["committed"] for p in json.loads(ok_here("groups", filled, "-g", "done", "--json"))] == [5, 1]
+    ok("group", "reset", filled, "done", "--topic", "orders", "--to-datetime", "0", "--execute")
+    assert [p["committed"] for p in json.loads(ok("group", "progress", filled, "done", "--json"))] == [0, 0]
+    assert "unknown group 'nobody'" in fails(3, "group", "reset", filled, "nobody", "--to-latest")
+    assert "no committed offsets" in fails(3, "group", "progress", filled, "nobody")
+    assert "unknown topic" in fails(3, "group", "reset", filled, "done", "--topic", "nope", "--to-latest")
+    assert "one of the arguments" in fails(2, "group", "reset", filled, "done")
+
+
+def test_group_dlq_list_get_export_redrive(filled: Path, tmp_path: Path) -> None:
+    with mqlite.open(filled) as s, s.pull_consumer("g") as c:
+        q0 = s.queues("orders")[0]
+        c.assign([q0])
+        c.seek(q0, 0)
+        got: list[mqlite.MessageExt] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(c.poll(1.0, max_messages=2 - len(got)))
+        for m in got:
+            c.send_back(m, dead=True, error=ValueError(f"bad {m.body.decode()}"))
+    letters = json.loads(ok("group", "dlq", "list", filled, "g", "--json"))
+    assert [(d["origin_topic"], d["error_type"]) for d in letters] == [("orders", "ValueError")] * 2
+    one = json.loads(ok("group", "dlq", "get", filled, "g", letters[0]["msg_id"], "--json"))
+    assert one["error"] == "bad o0"
+    out = tmp_path / "dlq.jsonl"
+    ok("group", "dlq", "export", filled, "g", "-o", out)
+    assert len(out.read_text().splitlines()) == 2
+    assert len(ok("group", "dlq", "export", filled, "g").splitlines()) == 2
+    assert "MESSAGE_NOT_FOUND" in fails(3, "group", "dlq", "get", filled, "g", "nope")
+    sent = lines(ok("group", "dlq", "redrive", filled, "g", "--all", "--json"))
+    assert [r["topic"] for r in sent] == ["orders", "orders"]
+    assert "redrive needs" in fails(1, "group", "dlq", "redrive", filled, "g")
+    assert "unknown group 'nobody'" in fails(3, "group", "dlq", "list", filled, "nobody")
+    assert "No such file or directory" in fails(1, "group", "dlq", "export", filled, "g", "-o", tmp_path / "no" / "f")
+
+
+def test_store_info_and_gc(filled: Path) -> None:
+    info = json.loads(ok("store", "info", filled, "--json"))
+    assert (info["topics"], info["messages"], info["pending_timers"]) == (2, 6, 0)
+    assert info["disk_bytes"] > 0 and info["commit_log_max_offset"] > 0
+    assert json.loads(ok("store", "gc", filled, "--json")) == {"deleted_commit_log_files": 0}
+
+
+def test_top_once_and_iterations(filled: Path) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", to="earliest", create=True)
+    out = ok("top", filled, "--once")
+    assert "orders" in out and "g" in out and "lag" in out
+    looks = lines(ok("top", filled, "--iterations", "2", "-i", "0.05", "--json"))
+    assert len(looks) == 2 and looks[0]["topics"]["orders"]["msg_per_s"] is None
+    assert looks[1]["topics"]["orders"] == {"stored": 6, "depth": 6, "msg_per_s": 0.0}
+    assert looks[1]["groups"]["g"]["lag"] == 6 and looks[1]["groups"]["g"]["dlq"] == 0
+    assert "seconds > 0" in fails(2, "top", filled, "-i", "0")
+
+
+def test_bench_produce_and_consume(tmp_path: Path) -> None:
+    result = json.loads(ok("bench", "produce", tmp_path / "b", "-n", "200", "--json"))
+    assert result["messages"] == 200 and result["msg_per_s"] > 0 and "p99_us" in result
+    assert json.loads(ok("bench", "consume", tmp_path / "b", "--json"))["messages"] == 200
+    assert "msg_per_s" in ok("bench", "produce", "-n", "50")
+
+
+def test_demo(tmp_path: Path) -> None:
+    out = ok("demo", "--dir", tmp_path / "demo")
     assert "send_batch" in out and "unchanged" in out and "CHANGED" not in out
-
-
-def test_python_dash_m(run_py: Callable[..., subprocess.CompletedProcess[str]], filled: Path) -> None:
-    done = run_py("import runpy, sys; sys.argv = ['mqlite', 'topics', sys.argv[1], '--json']; "
-                  "runpy.run_module('mqlite', run_name='__main__')", filled)
-    assert done.returncode == 0, done.stderr
-    assert {r["name"] for r in json.loads(done.stdout)} == {"orders", "empty"}
 
 
 def test_quickstart_example_runs(tmp_path: Path) -> None:
