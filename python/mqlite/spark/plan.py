@@ -93,13 +93,10 @@ def resolve(
         if timestamp is not None:
             out[(topic, q)] = store.offset_for_timestamp(MessageQueue(topic, q), timestamp)
             continue
-        if spec == "earliest":
-            want = EARLIEST
-        elif spec == "latest":
-            want = LATEST
-        else:
-            assert isinstance(spec, dict)
+        if isinstance(spec, dict):
             want = spec.get(topic, {}).get(q, missing)
+        else:
+            want = EARLIEST if spec == "earliest" else LATEST
         if want == EARLIEST:
             out[(topic, q)] = low
         elif want == LATEST:
