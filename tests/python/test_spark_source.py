@@ -147,7 +147,17 @@ def test_columnar_read_matches_the_messages(store_path: Path) -> None:
     # A tag filter skips in Rust and never passes the range's end.
     with mqlite.open(store_path, read_only=True) as ro:
         status, nxt, _lo, _hi, n, _cols = _core.read_columns(ro._live(), T, 0, 5, 9, 100, ["A"])
-    assert (status, nxt, n) == ("FOUND", 9, 2)
+        assert (status, nxt, n) == ("FOUND", 9, 2)
+        with pytest.raises(IllegalArgumentError):
+            _core.read_columns(ro._live(), T, 0, -1, 9, 100)
+        with pytest.raises(IllegalArgumentError):
+            _core.read_columns(ro._live(), T, 0, 0, 9, 0)
+    # No tag is a null; several keys are a list; an empty range is no rows.
+    with mqlite.open(store_path) as store:
+        store.producer().send(Message(T, b"z", keys=["a", "b"]), queue_id=0)
+    (row,) = pa.Table.from_batches(list(read_range(opts, QueueRange(T, 0, 20, 21)))).to_pylist()
+    assert row["tags"] is None and row["keys"] == ["a", "b"] and row["value"] == b"z"
+    assert list(read_range(opts, QueueRange(T, 0, 21, 21))) == [] and list(read_range(opts, None)) == []
 
 
 # -- batch ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 //! `read_columns`: a queue range read as Arrow column buffers, for columnar consumers (the
 //! Spark source, `mqlite.spark`). One call returns each column as a few `bytes` objects laid
-//! out as Arrow's buffers (little-endian values, `i32` offsets, LSB-first validity bits), so
-//! pyarrow wraps them without a Python object per message.
+//! out as Arrow's buffers (values in the process's byte order, `i32` offsets, LSB-first validity
+//! bits), so pyarrow wraps them without a Python object per message.
 //!
 //! Invariants of a result of `n` rows: every offsets buffer holds `n + 1` (or, for the strings
 //! inside a list or map, entries + 1) `i32` values starting at 0 and never decreasing; a
@@ -21,6 +21,19 @@ use crate::store::PyStore;
 /// (bodies, property text) can overflow its `i32` offsets.
 const MAX_COLUMN_BYTES: usize = 256 << 20;
 
+/// Appends `v` as Arrow stores it in memory: in the process's own byte order, since pyarrow
+/// reads the buffer in place (it is never written to disk or sent elsewhere).
+#[allow(clippy::host_endian_bytes)]
+fn put_i32(out: &mut Vec<u8>, v: i32) {
+    out.extend_from_slice(&v.to_ne_bytes());
+}
+
+/// `put_i32` of an `i64`.
+#[allow(clippy::host_endian_bytes)]
+fn put_i64(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(&v.to_ne_bytes());
+}
+
 /// A variable-length column (binary or UTF-8 text): Arrow's offsets and data buffers.
 #[derive(Default)]
 struct VarColumn {
@@ -31,15 +44,17 @@ struct VarColumn {
 impl VarColumn {
     fn new() -> Self {
         let mut c = VarColumn::default();
-        c.offsets.extend_from_slice(&0i32.to_le_bytes());
+        put_i32(&mut c.offsets, 0);
         c
     }
 
     /// Appends one value. The caller keeps the data under `MAX_COLUMN_BYTES` (< `i32::MAX`).
     fn push(&mut self, value: &[u8]) {
         self.data.extend_from_slice(value);
-        let end = i32::try_from(self.data.len()).unwrap_or(i32::MAX);
-        self.offsets.extend_from_slice(&end.to_le_bytes());
+        put_i32(
+            &mut self.offsets,
+            i32::try_from(self.data.len()).unwrap_or(i32::MAX),
+        );
     }
 
     /// The number of values so far, as the next list offset.
@@ -53,10 +68,12 @@ struct ListOffsets(Vec<u8>);
 
 impl ListOffsets {
     fn new() -> Self {
-        ListOffsets(0i32.to_le_bytes().to_vec())
+        let mut o = ListOffsets(Vec::new());
+        o.push(0);
+        o
     }
     fn push(&mut self, end: i32) {
-        self.0.extend_from_slice(&end.to_le_bytes());
+        put_i32(&mut self.0, end);
     }
 }
 
@@ -69,7 +86,7 @@ struct Validity {
 
 impl Validity {
     fn push(&mut self, valid: bool) {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.bits.push(0);
         }
         if valid {
@@ -123,15 +140,20 @@ impl Columns {
         })?;
         let body = view.decoded_body().map_err(PyMqError)?;
         self.value.push(&body);
-        self.offset
-            .extend_from_slice(&(view.queue_offset() as i64).to_le_bytes());
+        put_i64(
+            &mut self.offset,
+            i64::try_from(view.queue_offset()).unwrap_or(i64::MAX),
+        );
         // Spark's TIMESTAMP is microseconds since the epoch; the store keeps milliseconds.
-        let us = |ms: i64| ms.saturating_mul(1000).to_le_bytes();
-        self.timestamp_us
-            .extend_from_slice(&us(view.store_timestamp()));
-        self.born_us.extend_from_slice(&us(view.born_timestamp()));
-        self.reconsume
-            .extend_from_slice(&view.reconsume_times().to_le_bytes());
+        put_i64(
+            &mut self.timestamp_us,
+            view.store_timestamp().saturating_mul(1000),
+        );
+        put_i64(
+            &mut self.born_us,
+            view.born_timestamp().saturating_mul(1000),
+        );
+        put_i32(&mut self.reconsume, view.reconsume_times());
         let tags = view.tags();
         self.tags.push(tags.unwrap_or("").as_bytes());
         self.tags_valid.push(tags.is_some());
@@ -179,6 +201,9 @@ impl Columns {
     }
 }
 
+/// What `read_columns` returns: `(status, next_offset, min_offset, max_offset, rows, columns)`.
+type ColumnsResult<'py> = (&'static str, u64, u64, u64, usize, Bound<'py, PyDict>);
+
 /// What one `read_columns` call found, before it becomes Python objects.
 struct Found {
     status: GetStatus,
@@ -211,7 +236,7 @@ pub fn read_columns<'py>(
     max_messages: Int,
     tags: Option<Vec<OwnedStr<FilterTag>>>,
     properties: bool,
-) -> PyResult<(&'static str, u64, u64, u64, usize, Bound<'py, PyDict>)> {
+) -> PyResult<ColumnsResult<'py>> {
     let q = args::queue_id(&queue_id)?;
     let offset = args::offset(&offset, "offset")?;
     let end = args::offset(&end, "end")?;
