@@ -64,8 +64,8 @@ def read_columns(
     ``timestamp`` and ``bornTimestamp`` in microseconds, ``reconsumeTimes``, ``tags.offsets``,
     ``tags.data``, ``tags.validity``, ``keys.offsets``, ``keys.item.offsets``,
     ``keys.item.data``, ``msgId.offsets``, ``msgId.data``, and with ``properties`` the
-    ``properties.*`` buffers of a ``map<string, string>``) to bytes in the machine's byte order, offsets as
-    ``int32``. ``status`` is ``"OFFSET_TOO_SMALL"`` when retention removed ``offset``
+    ``properties.*`` buffers of a ``map<string, string>``) to bytes in the machine's byte
+    order, offsets as ``int32``. ``status`` is ``"OFFSET_TOO_SMALL"`` when retention removed ``offset``
     (``next_offset`` is then the queue's first)."""
 
 @disjoint_base
