@@ -112,6 +112,25 @@ def test_options_are_checked_with_typed_errors_naming_the_option() -> None:
         parse_options({"path": "/x", "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
 
 
+def test_topic_selection(store_path: Path) -> None:
+    from mqlite.spark.plan import subscribed_queues
+
+    with mqlite.open(store_path) as store:
+        store.create_topic("orders_eu", 2)
+        store.create_topic("orders_us", 1)
+        store.create_topic("payments", 1)
+
+        def select(streaming: bool = False, **options: str) -> list[tuple[str, int]]:
+            return subscribed_queues(store, parse_options({"path": str(store_path), **options}, streaming=streaming), streaming=streaming)
+
+        assert select(subscribePattern="orders_.*") == [("orders_eu", 0), ("orders_eu", 1), ("orders_us", 0)]
+        assert select(subscribe="payments, orders_us") == [("orders_us", 0), ("payments", 0)]
+        assert select(assign='{"orders_eu": [1]}') == [("orders_eu", 1)]
+        with pytest.raises(mqlite.TopicNotFoundError):
+            select(subscribe="nosuch")
+        assert select(True, subscribe="nosuch") == []  # a stream waits for the topic
+
+
 def test_read_limit_is_shared_by_backlog_and_always_progresses(store_path: Path) -> None:
     fill(store_path, 0, queues=3)
     with mqlite.open(store_path) as store:
