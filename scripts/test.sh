@@ -27,7 +27,9 @@ case "$tier" in
 esac
 
 started=$SECONDS
-mq_pip_ensure "pytest=pytest" "hypothesis=hypothesis" "pytest_timeout=pytest-timeout"
+# pyspark and pyarrow: the Spark source's tests (marker spark, fast tier; they need Java 17).
+mq_pip_ensure "pytest=pytest" "hypothesis=hypothesis" "pytest_timeout=pytest-timeout" \
+    "pyspark=pyspark>=4.2" "pyarrow=pyarrow>=18"
 mq_build
 
 have_nextest=0

@@ -29,6 +29,7 @@ __all__ = [
     "ofd_try_lock",
     "ofd_unlock",
     "_queue_loads",
+    "read_columns",
 ]
 
 def check_topic(topic: str) -> None:
@@ -46,6 +47,26 @@ def ofd_unlock(fd: int, start: int, len: int) -> None:
 
 def _queue_loads() -> int:
     """Test hook: how many consume queues this process has loaded from their files."""
+
+def read_columns(
+    store: Store,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    end: int,
+    max_messages: int,
+    tags: Sequence[str] | None = None,
+    properties: bool = False,
+) -> tuple[str, int, int, int, int, dict[str, bytes]]:
+    """The matching messages of queue offsets ``[offset, end)``, at most ``max_messages``, as
+    Arrow column buffers: ``(status, next_offset, min_offset, max_offset, rows, columns)``.
+    ``columns`` maps ``"<column>[.<buffer>]"`` (``value.offsets``, ``value.data``, ``offset``,
+    ``timestamp`` and ``bornTimestamp`` in microseconds, ``reconsumeTimes``, ``tags.offsets``,
+    ``tags.data``, ``tags.validity``, ``keys.offsets``, ``keys.item.offsets``,
+    ``keys.item.data``, ``msgId.offsets``, ``msgId.data``, and with ``properties`` the
+    ``properties.*`` buffers of a ``map<string, string>``) to bytes in the machine's byte
+    order, offsets as ``int32``. ``status`` is ``"OFFSET_TOO_SMALL"`` when retention removed ``offset``
+    (``next_offset`` is then the queue's first)."""
 
 @disjoint_base
 class Message:

@@ -232,3 +232,23 @@ def test_timers_benchmark_quick_measures_every_workload_and_the_dlq_check_passes
     assert data["dlq"]["check"] == "ok", data["dlq"]
     assert "each delivered max + 1 times, then in the DLQ | ok" in done.stdout
     assert list(work.iterdir()) == [], "timers.py left stores behind"
+
+
+@pytest.mark.spark
+def test_spark_source_benchmark_smoke_measures_both_paths(tmp_path: Path) -> None:
+    """``benches/python/spark_source.py --smoke``: the Arrow path and the row path each read
+    every message and report a rate."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'mqlite[spark]'")
+    out = tmp_path / "spark.json"
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "spark_source.py"), "--smoke", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["command"] == "python benches/python/spark_source.py --smoke" and data["n"] == 20_000
+    for path in ("arrow", "rows"):
+        assert _positive(data["results"][path]["rows_per_s"]), data

@@ -12,7 +12,8 @@
 //! Helpers that are not the store's: `PollToken` (see `token.rs`), the push consumer's poll
 //! leadership, in Rust so that its stall watch runs without the GIL; and the consumer group's
 //! byte-range locks (`group_lock.rs`), in Rust for the platform's `struct flock`; and test
-//! hooks that count the core's work (`probes.rs`).
+//! hooks that count the core's work (`probes.rs`). `read_columns` (`columns.rs`) hands a queue
+//! range out as Arrow buffers for columnar readers.
 //!
 //! A call that may wait for long without the GIL (`wait_for`, a poll, the lock wait of `open`,
 //! `wait_durable`, a poll token on the main thread) waits in slices and runs Python's signal
@@ -20,6 +21,7 @@
 
 mod args;
 mod clock;
+mod columns;
 mod cursor;
 mod errors;
 mod group_lock;
@@ -48,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(group_lock::ofd_try_lock, m)?)?;
     m.add_function(wrap_pyfunction!(group_lock::ofd_unlock, m)?)?;
     m.add_function(wrap_pyfunction!(probes::queue_loads, m)?)?;
+    m.add_function(wrap_pyfunction!(columns::read_columns, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;
