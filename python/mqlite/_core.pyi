@@ -29,6 +29,8 @@ __all__ = [
     "ofd_try_lock",
     "ofd_unlock",
     "_queue_loads",
+    "_verify_store",
+    "_repair_store",
 ]
 
 def check_topic(topic: str) -> None:
@@ -46,6 +48,12 @@ def ofd_unlock(fd: int, start: int, len: int) -> None:
 
 def _queue_loads() -> int:
     """Test hook: how many consume queues this process has loaded from their files."""
+
+def _verify_store(path: str, progress: Callable[[int, int], object] | None = None) -> str:
+    """Verify the store at ``path`` reading only; the report as JSON (mqlite.maintenance)."""
+
+def _repair_store(path: str, mode: str, dry_run: bool) -> str:
+    """Repair the store at ``path`` (``mode``: ``"cut"`` or ``"skip"``); the report as JSON."""
 
 @disjoint_base
 class Message:
