@@ -190,7 +190,7 @@ def test_verify_beside_a_live_writer_reports_no_damage(
     child = spawn_py(_WRITER, store_path)
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "ready"
-    waited = []
+    waited: list[str] = []
 
     def progress(done: int, total: int) -> None:
         # The writer appends while this verification runs: 50 more sends are seen first.

@@ -178,11 +178,15 @@ pub fn scan(
             let (kind, detail) = match check {
                 RecordCheck::Record(n) => {
                     if let Ok(v) = RecordView::parse(buf, false) {
-                        let next = topic_ids.len() as u32;
-                        let topic = *topic_ids.entry(v.topic().to_owned()).or_insert_with(|| {
-                            s.topics.push(v.topic().to_owned());
-                            next
-                        });
+                        let topic = match topic_ids.get(v.topic()) {
+                            Some(&id) => id,
+                            None => {
+                                let id = s.topics.len() as u32;
+                                topic_ids.insert(v.topic().to_owned(), id);
+                                s.topics.push(v.topic().to_owned());
+                                id
+                            }
+                        };
                         s.records.push(RecordInfo {
                             offset: at,
                             size: n,
