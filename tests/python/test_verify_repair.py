@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 import mqlite
+from helpers import SMALL_FILES
 from mqlite import Message, MessageQueue
+from test_rocketmq_stores import digest, extract
 
 PAGE = 4096
 
 
 def _fill(path: Path, n: int, body: bytes = b"payload-%03d" * 6) -> list[mqlite.SendResult]:
-    """A closed store with topic ``t`` (one queue) holding ``n`` messages."""
-    with mqlite.open(path) as s:
+    """A closed store with topic ``t`` (one queue) holding ``n`` messages, in 1 MiB files."""
+    with mqlite.open(path, **SMALL_FILES) as s:
         s.create_topic("t", 1)
         p = s.producer()
         return [p.send(Message("t", body.replace(b"%03d", b"%03d" % i), keys=[f"k{i}"])) for i in range(n)]
@@ -312,3 +314,37 @@ def test_bad_arguments_are_typed_errors_and_write_nothing(tmp_path: Path, store_
     with pytest.raises(mqlite.IllegalArgumentError):
         mqlite.verify(store_path, progress=5)  # type: ignore[arg-type]
     assert _tree_hash(store_path) == before
+
+
+def test_verify_checks_a_store_rocketmq_wrote_and_its_index(tmp_path: Path) -> None:
+    root = extract("rmq49", tmp_path)
+    before = digest(root)
+    report = mqlite.verify(root)
+    assert report.ok, report.damage
+    assert report.records == report.units == 1500
+    steps = {s.name: s for s in report.steps}
+    assert steps["index"].status == "ok" and steps["index"].detail.startswith("3544 entries")
+    assert digest(root) == before  # reading only
+    # Damage the key hash of the first entry of the first index file (RocketMQ's layout: a
+    # 40-byte header, 4-byte slots, 20-byte entries numbered from 1).
+    index = sorted((root / "index").iterdir())[0]
+    slots = (index.stat().st_size - 40) // 84
+    entry = 40 + slots * 4 + 20
+    _flip(index, entry + 3)
+    [d] = mqlite.verify(root).damage
+    assert (d.kind, d.file, d.offset, d.length) == ("index_entry", str(index), entry, 20)
+
+
+def test_a_log_that_ends_before_its_durable_end_is_named_and_cut(store_path: Path) -> None:
+    sent = _fill(store_path, 10)
+    with open(_log(store_path), "r+b") as f:  # the last 4 records lost: zeros to the end
+        f.seek(sent[6].commit_log_offset)
+        f.write(bytes(sent[-1].commit_log_offset + 4096 - sent[6].commit_log_offset))
+    report = mqlite.verify(store_path)
+    [d] = report.damage
+    assert (d.kind, d.offset) == ("log_short", sent[6].commit_log_offset)
+    assert [m.queue_offset for m in d.messages] == [6, 7, 8, 9]
+    fixed = mqlite.repair(store_path, mode="skip")  # nothing follows: skip cuts there
+    assert [m.commit_log_offset for m in fixed.lost] == [r.commit_log_offset for r in sent[6:]]
+    with mqlite.open(store_path) as s:
+        assert [m.queue_offset for m in _queue(s)] == list(range(6))

@@ -10,6 +10,7 @@
 //! whose keys (`topic#key` for every KEYS piece, `topic#UNIQ_KEY`) has its hash, and chain to
 //! an earlier entry only.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::Result;
@@ -50,19 +51,31 @@ impl DerivedCheck for IndexCheck {
         let judged_below = durable.map_or(log.end, |d| d.min(log.end));
         let (mut damage, mut entries, mut skipped) = (Vec::new(), 0u64, 0u64);
         for (_, path) in files {
-            let Ok(data) = std::fs::read(&path) else {
+            // Only the header and the used entries are read: the file is mostly slots and
+            // unwritten entries (a sparse 420 MB with RocketMQ's defaults).
+            let Ok(file) = fs::open_ro(&path) else {
                 continue;
             };
-            let body = data.len().saturating_sub(HEADER);
-            if data.len() < HEADER || body % (SLOT + ENTRIES_PER_SLOT * ENTRY) != 0 {
+            let len = file.metadata().map_or(0, |m| m.len()) as usize;
+            let body = len.saturating_sub(HEADER);
+            let mut header = [0u8; HEADER];
+            if len < HEADER
+                || body % (SLOT + ENTRIES_PER_SLOT * ENTRY) != 0
+                || file.read_exact_at(&mut header, 0).is_err()
+            {
                 skipped += 1;
                 continue;
             }
             let slots = body / (SLOT + ENTRIES_PER_SLOT * ENTRY);
-            let count = be_u32(&data, 36).unwrap_or(0) as usize;
+            let count = (be_u32(&header, 36).unwrap_or(0) as usize).min(slots * ENTRIES_PER_SLOT);
             let first_entry = HEADER + slots * SLOT;
-            for n in 1..count.min(slots * ENTRIES_PER_SLOT) {
-                let at = first_entry + n * ENTRY;
+            let mut data = vec![0u8; count * ENTRY];
+            if file.read_exact_at(&mut data, first_entry as u64).is_err() {
+                skipped += 1;
+                continue;
+            }
+            for n in 1..count {
+                let at = n * ENTRY;
                 let hash = be_u32(&data, at).unwrap_or(0);
                 let offset = be_u64(&data, at + 4).unwrap_or(0);
                 let prev = be_u32(&data, at + 16).unwrap_or(0) as usize;
@@ -83,10 +96,11 @@ impl DerivedCheck for IndexCheck {
                     None
                 };
                 if let Some(detail) = why {
+                    let at = (first_entry + at) as u64;
                     damage.push(Damage {
                         file: path.to_string_lossy().into_owned(),
-                        offset: at as u64,
-                        file_offset: at as u64,
+                        offset: at,
+                        file_offset: at,
                         length: ENTRY as u64,
                         kind: DamageKind::IndexEntry,
                         detail,

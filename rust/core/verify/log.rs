@@ -169,6 +169,22 @@ pub fn scan(
             Err(e) => return Err(e),
         };
         s.bytes += data.len() as u64;
+        if pos < f.start && s.end == pos && below_durable(pos) && durable.is_some() {
+            // A file missing between two others: its records are gone.
+            s.damage.push(Damage {
+                file: f
+                    .path
+                    .with_file_name(fs::offset_file_name(pos))
+                    .to_string_lossy()
+                    .into_owned(),
+                offset: pos,
+                file_offset: 0,
+                length: f.start - pos,
+                kind: DamageKind::LogShort,
+                detail: format!("no commit-log file holds {pos}..{}", f.start),
+                messages: Vec::new(),
+            });
+        }
         pos = pos.max(f.start);
         let mut local = (pos - f.start) as usize;
         while local < data.len() {
@@ -215,7 +231,11 @@ pub fn scan(
                 RecordCheck::Invalid(e) => (DamageKind::LogRecord, e.to_string()),
             };
             if !below_durable(at) {
-                s.in_flight_from = Some(at);
+                // Zeros past the durable end are the end of the data; other bytes there may
+                // be a record a writer is still filling.
+                if kind == DamageKind::LogRecord {
+                    s.in_flight_from = Some(at);
+                }
                 progress(f.len)?;
                 break 'files;
             }
@@ -289,9 +309,34 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>> {
 /// The first position after `local` in `data` (a file starting at `start`) that holds a whole
 /// record at its own offset, or an END_OF_FILE marker for exactly the rest of the file.
 pub fn resync(data: &[u8], local: usize, start: u64) -> Option<u64> {
+    // Every record and marker has its magic at +4: only a position whose byte there is a
+    // magic's first byte is a candidate, which skips zeros and bodies a byte compare at a time.
+    const FIRST: [u8; 3] = [
+        (codec::MAGIC_V1 >> 24) as u8,
+        (codec::MAGIC_V2 >> 24) as u8,
+        (codec::BLANK_MAGIC >> 24) as u8,
+    ];
+    // The damaged record's own length first, when a whole record lies there: a body that
+    // happens to hold bytes of a record never shortens the span.
+    let total = data
+        .get(local..local + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_be_bytes) as usize;
+    if total > 0 {
+        if let Some(rest) = data.get(local + total..).filter(|r| r.len() >= 8) {
+            let at = start + (local + total) as u64;
+            if matches!(
+                codec::check_stored(rest, true, Some(at)),
+                RecordCheck::Record(_) | RecordCheck::Blank
+            ) {
+                return Some(at);
+            }
+        }
+    }
     let mut p = local + 1;
     while p + 8 <= data.len() {
-        let rest = &data[p..];
+        p += data.get(p + 4..)?.iter().position(|b| FIRST.contains(b))?;
+        let rest = data.get(p..)?;
         let at = start + p as u64;
         let named = rest
             .get(PHYSICAL_OFFSET_POS..PHYSICAL_OFFSET_POS + 8)

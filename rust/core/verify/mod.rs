@@ -150,7 +150,8 @@ pub(crate) fn run(
         let offset = log.damage[i].offset;
         let mut msgs = std::mem::take(&mut log.damage[i].messages);
         if msgs.is_empty() {
-            msgs.extend(header_message(&log, offset));
+            let length = log.damage[i].length;
+            msgs.extend(header_message(&log, offset, length));
         }
         for m in &mut msgs {
             enrich(&log, m);
@@ -219,8 +220,13 @@ fn status(ok: bool) -> String {
 
 /// The message a damaged record's header still names (its CRCs fail, but its structure and
 /// PHYSICALOFFSET hold).
-fn header_message(log: &log::LogScan, offset: u64) -> Option<AffectedMessage> {
-    let bytes = log.read_at(offset, usize::MAX)?;
+fn header_message(log: &log::LogScan, offset: u64, length: u64) -> Option<AffectedMessage> {
+    let head = log.read_at(offset, 4)?;
+    let total = u64::from(u32::from_be_bytes(head.get(..4)?.try_into().ok()?));
+    if total > length {
+        return None;
+    }
+    let bytes = log.read_at(offset, total as usize)?;
     let v = RecordView::parse(&bytes, false).ok()?;
     (v.physical_offset() == offset).then(|| AffectedMessage {
         size: Some(v.total_size()),
@@ -233,8 +239,10 @@ fn header_message(log: &log::LogScan, offset: u64) -> Option<AffectedMessage> {
 
 /// Adds what the record at the message's offset still says (its unique id).
 pub(crate) fn enrich(log: &log::LogScan, m: &mut AffectedMessage) {
-    let len = m.size.map_or(usize::MAX, |s| s as usize);
-    let Some(bytes) = log.read_at(m.commit_log_offset, len) else {
+    let Some(len) = m.size else {
+        return;
+    };
+    let Some(bytes) = log.read_at(m.commit_log_offset, len as usize) else {
         return;
     };
     let Ok(v) = RecordView::parse(&bytes, false) else {

@@ -87,7 +87,30 @@ pub fn scan(
                 s.units += 1;
                 let unit = CqUnit::decode(bytes);
                 if let Some(u) = unit {
-                    if u.is_placeholder() || u.offset < log.min || u.offset >= judged_below {
+                    if u.is_placeholder() || u.offset < log.min {
+                        continue;
+                    }
+                    // Before the durable end test: a span the scan could not get past ends
+                    // the valid log, and its units name the messages it affects.
+                    if let Some(di) = log
+                        .damage
+                        .iter()
+                        .position(|d| d.offset <= u.offset && u.offset < d.offset + d.length)
+                    {
+                        s.in_log_damage.push((
+                            di,
+                            AffectedMessage {
+                                size: Some(u.size),
+                                topic: Some(topic.clone()),
+                                queue_id: Some(queue_id),
+                                queue_offset: Some(slot),
+                                ..affected(u.offset)
+                            },
+                        ));
+                        zero = None;
+                        continue;
+                    }
+                    if u.offset >= judged_below {
                         continue;
                     }
                 }
@@ -112,23 +135,6 @@ pub fn scan(
                     push_merged(&mut s.damage, d, &topic, queue_id, slot, None);
                     continue;
                 };
-                if let Some(di) = log
-                    .damage
-                    .iter()
-                    .position(|d| d.offset <= u.offset && u.offset < d.offset + d.length)
-                {
-                    s.in_log_damage.push((
-                        di,
-                        AffectedMessage {
-                            size: Some(u.size),
-                            topic: Some(topic.clone()),
-                            queue_id: Some(queue_id),
-                            queue_offset: Some(slot),
-                            ..affected(u.offset)
-                        },
-                    ));
-                    continue;
-                }
                 if let Some(why) = mismatch(log, &u, &topic, queue_id, slot) {
                     let d = unit_damage(&path, slot, file_offset, DamageKind::QueueMismatch, why);
                     push_merged(&mut s.damage, d, &topic, queue_id, slot, Some(&u));
