@@ -147,7 +147,14 @@ pub fn repair(root: &Path, mode: RepairMode, dry_run: bool) -> Result<RepairRepo
     if dry_run {
         return Ok(out);
     }
-    let aside = root.join("repair").join(unix_ms().to_string());
+    // A fresh directory: an earlier repair's copies are never written over.
+    let ms = unix_ms();
+    let mut aside = root.join("repair").join(ms.to_string());
+    let mut n = 0;
+    while fs::entry_exists(&aside) {
+        n += 1;
+        aside = root.join("repair").join(format!("{ms}-{n}"));
+    }
     fs::create_dir_all(&aside.join("commitlog"), DIR_MODE)?;
     out.kept_aside = Some(aside.to_string_lossy().into_owned());
     out.report_file = Some(aside.join("report.json").to_string_lossy().into_owned());
