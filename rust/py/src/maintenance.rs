@@ -21,23 +21,25 @@ fn to_json<T: serde::Serialize>(v: &T) -> PyResult<String> {
 }
 
 /// Verifies the store at `path` reading only (no lock); returns the report as JSON.
-/// `progress(done, total)` is called with bytes as the scan moves on; an exception it raises
-/// ends the verification and propagates.
+/// `progress(done, total)` is called with bytes as the scan moves on; an exception it raises,
+/// or a signal handler's (Ctrl-C), ends the verification and propagates.
 #[pyfunction]
 #[pyo3(name = "_verify_store", signature = (path, progress=None))]
 pub fn verify_store(py: Python<'_>, path: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
     let mut raised: Option<PyErr> = None;
     let result = py.detach(|| {
         verify::verify(Path::new(path), &mut |done, total| {
-            let Some(cb) = progress.as_ref() else {
-                return Ok(());
-            };
-            Python::attach(|py| match cb.call1(py, (done, total)) {
-                Ok(_) => Ok(()),
-                Err(e) => {
+            // Between files: a signal handler's exception (Ctrl-C) ends the scan, and so
+            // does one the callback raises.
+            Python::attach(|py| {
+                let called = py.check_signals().and_then(|()| match progress.as_ref() {
+                    Some(cb) => cb.call1(py, (done, total)).map(drop),
+                    None => Ok(()),
+                });
+                called.map_err(|e| {
                     raised = Some(e);
-                    Err(Error::Interrupted)
-                }
+                    Error::Interrupted
+                })
             })
         })
     });
