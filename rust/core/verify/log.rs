@@ -389,3 +389,69 @@ fn starts_whole(f: &LogFile) -> bool {
         RecordCheck::Record(_) | RecordCheck::Blank
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::message::codec::{RecordMeta, RECORD_CRC_LEN};
+
+    /// One record (whole-record CRC included) at commit-log offset `at`.
+    fn record(at: u64, body: &[u8]) -> Vec<u8> {
+        let n = codec::encoded_len(body.len(), 1, RECORD_CRC_LEN).unwrap();
+        let mut out = vec![0u8; n];
+        let meta = RecordMeta {
+            queue_id: 0,
+            flag: 0,
+            queue_offset: 0,
+            physical_offset: at,
+            sysflag: 0,
+            born_timestamp: 1,
+            store_timestamp: 1,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        codec::encode_with_record_crc(&mut out, &meta, codec::body_crc(body), body, b"T", &[]);
+        out
+    }
+
+    /// Three records from offset 0; the middle one's body is `body` (built knowing where the
+    /// body starts). Returns the bytes and the three offsets.
+    fn three(body: impl Fn(u64) -> Vec<u8>) -> (Vec<u8>, [u64; 3]) {
+        let mut data = record(0, b"first");
+        let second = data.len() as u64;
+        data.extend(record(second, &body(second + 88)));
+        let third = data.len() as u64;
+        data.extend(record(third, b"third"));
+        data.extend(vec![0u8; 64]);
+        (data, [0, second, third])
+    }
+
+    #[test]
+    fn resync_finds_the_record_after_a_damaged_body_or_length() {
+        let (mut data, [_, second, third]) = three(|_| b"second body".to_vec());
+        data[second as usize + 90] ^= 1;
+        assert_eq!(resync(&data, second as usize, 0), Some(third));
+        data[second as usize] ^= 0x40; // TOTALSIZE: the scan finds the next record anyway
+        assert_eq!(resync(&data, second as usize, 0), Some(third));
+    }
+
+    /// A body that holds a whole record at its own position never shortens the damaged span
+    /// while the damaged record's length still leads to a whole record.
+    #[test]
+    fn a_record_inside_a_damaged_body_is_not_taken_for_the_next() {
+        let (mut data, [_, second, third]) = three(|body_at| {
+            let mut b = b"pad".to_vec();
+            b.extend(record(body_at + 3, b"fake"));
+            b
+        });
+        data[second as usize + 88] ^= 1; // the pad, outside the embedded record
+        assert_eq!(resync(&data, second as usize, 0), Some(third));
+    }
+
+    #[test]
+    fn resync_finds_nothing_in_zeros() {
+        let data = vec![0u8; 4096];
+        assert_eq!(resync(&data, 0, 0), None);
+    }
+}

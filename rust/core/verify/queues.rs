@@ -33,7 +33,7 @@ pub struct QueueScan {
     pub in_log_damage: Vec<(usize, AffectedMessage)>,
 }
 
-/// One queue's files, in offset order.
+/// Every queue directory of the store at `root`: (topic, queue id, path), sorted.
 pub fn queue_dirs(root: &Path) -> Result<Vec<(String, u32, std::path::PathBuf)>> {
     let mut out = Vec::new();
     for (topic, tdir) in fs::dir_entries(&root.join("consumequeue"))? {
