@@ -60,7 +60,7 @@ impl DerivedCheck for IndexCheck {
             let body = len.saturating_sub(HEADER);
             let mut header = [0u8; HEADER];
             if len < HEADER
-                || body % (SLOT + ENTRIES_PER_SLOT * ENTRY) != 0
+                || !body.is_multiple_of(SLOT + ENTRIES_PER_SLOT * ENTRY)
                 || file.read_exact_at(&mut header, 0).is_err()
             {
                 skipped += 1;
