@@ -185,7 +185,10 @@ def repair(
     lost (topic, queue, queue offset, commit-log offset, ids). ``dry_run=True`` returns the same
     report and changes nothing.
 
-    Raises StoreLockedError when a process has the store open, IllegalArgumentError for a path
+    Read-only opens take no lock, so a repair cannot see them: stop every process that reads
+    the store first.
+
+    Raises StoreLockedError when a writer has the store open, IllegalArgumentError for a path
     that is not a store or an unknown ``mode`` (or a damaged span too short for a filler:
     repair it with ``mode="cut"``), StoreIOError on I/O failure.
     """
