@@ -223,6 +223,7 @@ def test_repair_cut_loses_exactly_the_reported_messages(store_path: Path) -> Non
     assert [m.queue_offset for m in report.lost] == list(range(7, 20))
     assert [m.unique_id for m in report.lost][1:] == [r.msg_id for r in sent[8:]]
     assert report.log_end_after == sent[7].commit_log_offset
+    assert any(a.startswith("queue t:0 now ends at offset 7 (it held up to 19)") for a in report.actions)
     # The copy and the report are kept aside.
     assert report.kept_aside is not None and report.report_file is not None
     assert (Path(report.kept_aside) / "commitlog" / ("0" * 20)).read_bytes() == damaged

@@ -99,6 +99,8 @@ struct Plan {
     lost: Vec<AffectedMessage>,
     actions: Vec<String>,
     end: u64,
+    /// Where the log is cut, if it is.
+    cut: Option<u64>,
 }
 
 /// Repairs the store at `root` (see the module's description).
@@ -238,13 +240,41 @@ fn plan(log: &LogScan, damage: &[Damage], mode: RepairMode) -> Result<Plan> {
         .retain(|m| m.topic.as_deref() != Some(filler::FILLER_TOPIC));
     plan.lost.sort_by_key(|m| m.commit_log_offset);
     plan.lost.dedup_by_key(|m| m.commit_log_offset);
+    if let Some(at) = plan.cut {
+        let after = plan.lost.partition_point(|m| m.commit_log_offset < at);
+        let shortened = shortened_queues(plan.lost.get(after..).unwrap_or(&[]));
+        plan.actions.extend(shortened);
+    }
     Ok(plan)
+}
+
+/// After a cut, each queue that loses its tail: its next messages take the lost queue offsets
+/// again, so offsets committed past its new end (consumer groups, the timer engine's progress
+/// for the timer topic) would skip them until reset.
+fn shortened_queues(lost: &[AffectedMessage]) -> Vec<String> {
+    let mut ends: std::collections::BTreeMap<(&str, u32), (u64, u64)> = Default::default();
+    for m in lost {
+        if let (Some(t), Some(q), Some(o)) = (m.topic.as_deref(), m.queue_id, m.queue_offset) {
+            let e = ends.entry((t, q)).or_insert((o, o));
+            e.0 = e.0.min(o);
+            e.1 = e.1.max(o);
+        }
+    }
+    ends.into_iter()
+        .map(|((t, q), (from, to))| {
+            format!(
+                "queue {t}:{q} now ends at offset {from} (it held up to {to}): new messages \
+                 take offsets {from}.. again; reset consumer offsets committed past {from}"
+            )
+        })
+        .collect()
 }
 
 /// Ends the log at `at`: zeros to the end of its file, later files moved aside, every whole
 /// record from `at` on lost.
 fn cut_at(log: &LogScan, at: u64, plan: &mut Plan) {
     plan.end = at;
+    plan.cut = Some(at);
     for r in log.records_from(at) {
         let topic = log.topics.get(r.topic as usize).cloned();
         if topic.as_deref() == Some(filler::FILLER_TOPIC) {
