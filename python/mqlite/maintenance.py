@@ -152,8 +152,9 @@ def verify(
     ``progress(done, total)`` is called with bytes as the scan moves on (for a progress bar);
     an exception it raises ends the verification and propagates.
 
-    Raises IllegalArgumentError when ``path`` is not a store directory, StoreIOError when a
-    file cannot be read. Damage is reported in the result, never raised.
+    Raises StoreNotFoundError or StoreNotADirectoryError for a path that is not a directory,
+    IllegalArgumentError for a directory that holds no store, StoreIOError when a file cannot
+    be read. Damage is reported in the result, never raised.
     """
     if progress is not None and not callable(progress):
         raise IllegalArgumentError("progress must be callable(done, total) or None")
@@ -188,8 +189,9 @@ def repair(
     Read-only opens take no lock, so a repair cannot see them: stop every process that reads
     the store first.
 
-    Raises StoreLockedError when a writer has the store open, IllegalArgumentError for a path
-    that is not a store or an unknown ``mode`` (or a damaged span too short for a filler:
+    Raises StoreLockedError when a writer has the store open, StoreNotFoundError or
+    StoreNotADirectoryError for a path that is not a directory, IllegalArgumentError for a
+    directory that holds no store or an unknown ``mode`` (or a damaged span too short for a filler:
     repair it with ``mode="cut"``), StoreIOError on I/O failure.
     """
     if mode not in ("cut", "skip"):

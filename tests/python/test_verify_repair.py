@@ -308,8 +308,13 @@ def test_bad_arguments_are_typed_errors_and_write_nothing(tmp_path: Path, store_
         mqlite.repair(store_path, mode="bogus")  # type: ignore[arg-type]
     with pytest.raises(mqlite.IllegalArgumentError):
         mqlite.repair(store_path, dry_run="yes")  # type: ignore[arg-type]
-    with pytest.raises(mqlite.IllegalArgumentError):
+    with pytest.raises(mqlite.StoreNotFoundError):
         mqlite.verify(tmp_path / "no-store")
+    with pytest.raises(mqlite.StoreNotADirectoryError):
+        mqlite.repair(_log(store_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(mqlite.IllegalArgumentError):
+        mqlite.verify(tmp_path / "empty")
     with pytest.raises(mqlite.IllegalArgumentError):
         mqlite.verify(123)  # type: ignore[arg-type]
     with pytest.raises(mqlite.IllegalArgumentError):

@@ -96,9 +96,18 @@ pub fn durable_end(root: &Path) -> Result<Option<u64>> {
     Ok(None)
 }
 
-/// Checks that `root` is a store directory.
+/// Checks that `root` is a store directory: `Io` (not found, not a directory) for a path that
+/// is not a directory, `InvalidArgument` for a directory that holds no store.
 pub(crate) fn check_store_dir(root: &Path) -> Result<()> {
-    if !root.is_dir() || !(root.join("commitlog").is_dir() || root.join("meta").is_file()) {
+    let md = std::fs::metadata(root).map_err(|e| Error::io("open store", root, e))?;
+    if !md.is_dir() {
+        return Err(Error::io(
+            "open store",
+            root,
+            std::io::Error::from(std::io::ErrorKind::NotADirectory),
+        ));
+    }
+    if !(root.join("commitlog").is_dir() || root.join("meta").is_file()) {
         return Err(Error::InvalidArgument {
             field: "path",
             reason: format!("{} is not an mqlite store directory", root.display()),
@@ -111,8 +120,8 @@ pub(crate) fn check_store_dir(root: &Path) -> Result<()> {
 /// as the scan moves on; an error it returns ends the verification with that error.
 ///
 /// # Errors
-/// `InvalidArgument` when `root` is not a store; I/O failures (damage is reported, not
-/// raised); whatever `progress` returns.
+/// `Io` when `root` does not exist or is not a directory, `InvalidArgument` when it holds no
+/// store; I/O failures (damage is reported, not raised); whatever `progress` returns.
 pub fn verify(
     root: &Path,
     progress: &mut dyn FnMut(u64, u64) -> Result<()>,
