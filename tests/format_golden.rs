@@ -501,3 +501,19 @@ fn timer_cancel_and_reschedule_records_match_the_golden_bytes() {
         (3 << 48) | 17
     );
 }
+
+/// FORMAT.md §1.7 and its golden vector: a repair filler of 160 bytes at offset 4096 is a
+/// whole record (both CRCs) that no consume queue takes.
+#[test]
+fn repair_filler_matches_fixture() {
+    let expected = fixture("repair_filler.hex");
+    let got = mqlite::repair::filler::record(4096, 160, 1_700_000_000_000).unwrap();
+    assert_eq!(got, expected);
+    assert_eq!(
+        codec::check_stored(&got, true, Some(4096)),
+        RecordCheck::Record(160)
+    );
+    let v = RecordView::parse(&got, true).unwrap();
+    assert_eq!(v.topic(), mqlite::repair::filler::FILLER_TOPIC);
+    assert!(!mqlite::message::sysflag::is_dispatched(v.sysflag()));
+}

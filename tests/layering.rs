@@ -242,6 +242,9 @@ const CONSUME_QUEUE_NAMED: &[(&str, usize)] = &[
     // The unit size, a fact of the geometry the meta file records (FORMAT.md §11).
     ("store_meta/mod.rs", 1),
     ("store_meta/derive.rs", 1),
+    // Verification reads every unit file as FORMAT.md §4 lays it out, reading only, and
+    // checks it against the commit log: the import and the unit's decoding.
+    ("verify/queues.rs", 4),
 ];
 
 /// The lines of `source`, outside comments, that name the consume-queue module or its types.

@@ -52,6 +52,15 @@ from mqlite.allocate import (
     AllocateMessageQueueAveragelyByCircle,
     AllocateMessageQueueStrategy,
 )
+from mqlite.maintenance import (
+    AffectedMessage,
+    Damage,
+    RepairReport,
+    VerifyReport,
+    VerifyStep,
+    repair,
+    verify,
+)
 from mqlite.message import (
     GetMessageStatus,
     Message,
@@ -79,6 +88,13 @@ __version__: str = _core.__version__
 __all__ = [
     "__version__",
     "open",
+    "verify",
+    "repair",
+    "VerifyReport",
+    "VerifyStep",
+    "RepairReport",
+    "Damage",
+    "AffectedMessage",
     "Store",
     "Producer",
     "MessageQueueSelector",

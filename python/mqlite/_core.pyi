@@ -30,6 +30,8 @@ __all__ = [
     "ofd_unlock",
     "_queue_loads",
     "read_columns",
+    "_verify_store",
+    "_repair_store",
 ]
 
 def check_topic(topic: str) -> None:
@@ -67,6 +69,11 @@ def read_columns(
     ``properties.*`` buffers of a ``map<string, string>``) to bytes in the machine's byte
     order, offsets as ``int32``. ``status`` is ``"OFFSET_TOO_SMALL"`` when retention removed ``offset``
     (``next_offset`` is then the queue's first)."""
+def _verify_store(path: str, progress: Callable[[int, int], object] | None = None) -> str:
+    """Verify the store at ``path`` reading only; the report as JSON (mqlite.maintenance)."""
+
+def _repair_store(path: str, mode: str, dry_run: bool) -> str:
+    """Repair the store at ``path`` (``mode``: ``"cut"`` or ``"skip"``); the report as JSON."""
 
 @disjoint_base
 class Message:

@@ -6,6 +6,8 @@
 //! every `crate::` path of the crate, and fails on an import against it.
 //!
 //! ```text
+//! repair                        (operator repair: cut or skip damaged records, rebuild derived files)
+//! verify                        (read-only full scan naming every damage and the messages it affects)
 //! store                         (facade, services, write pipeline and put hooks, topic admin, delay levels)
 //! recovery, flush, retention, leader (startup scan; flush and checkpoint; expiry; shared writers' leader)
 //! store_meta                    (the meta file: format version and geometry)
@@ -54,6 +56,7 @@ pub mod mapped_file_queue;
 pub mod message;
 pub mod prepare;
 pub mod recovery;
+pub mod repair;
 pub mod retention;
 pub mod service;
 pub mod shared;
@@ -63,6 +66,7 @@ pub mod store_meta;
 pub mod testing;
 pub mod topic_config;
 pub mod util;
+pub mod verify;
 pub mod wakeup;
 
 pub use commit_log::append::Appended;

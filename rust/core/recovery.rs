@@ -94,6 +94,38 @@ impl Checkpointed {
     }
 }
 
+/// `e`, and when it is damage recovery will not cut (`Corrupted`), what the operator does
+/// about it: verify, then repair (docs/runbook.md). `root` is the store's directory.
+pub fn with_repair_hint(e: Error, root: Option<&std::path::Path>) -> Error {
+    match e {
+        Error::Corrupted {
+            path,
+            offset,
+            reason,
+            cause,
+        } => {
+            let store = root.map_or_else(|| "<store>".into(), |r| r.display().to_string());
+            let hint = format!(
+                "the store cannot open until an operator repairs it: `mqlite store verify {store}` \
+                 (mqlite.verify) names the damage and the messages affected, `mqlite store repair \
+                 {store}` (mqlite.repair) brings the store back; see docs/runbook.md"
+            );
+            let reason = if reason.is_empty() {
+                hint
+            } else {
+                format!("{reason}; {hint}")
+            };
+            Error::Corrupted {
+                path,
+                offset,
+                reason,
+                cause,
+            }
+        }
+        other => other,
+    }
+}
+
 /// Recovers the commit log and the derived stores (steps 3 and 4 above); loads the stores.
 ///
 /// # Errors

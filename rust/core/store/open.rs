@@ -249,7 +249,8 @@ pub(super) fn open_with(
                 &checkpointed,
                 abnormal,
                 config.check_crc_on_recover,
-            )?,
+            )
+            .map_err(|e| recovery::with_repair_hint(e, root))?,
         };
         drop(appending);
         report = recovered.report;
@@ -290,7 +291,8 @@ pub(super) fn open_with(
             Arc::clone(&notifier),
         ));
         // Consumers must see every recovered record as soon as open returns.
-        r.dispatch_all()?;
+        r.dispatch_all()
+            .map_err(|e| recovery::with_repair_hint(e, root))?;
         derived.ready(&commit_log);
         if let (Some(root), true) = (root, config.shared_writers) {
             shared_queues.share_files()?;

@@ -26,6 +26,7 @@ mod cursor;
 mod errors;
 mod group_lock;
 mod interrupt;
+mod maintenance;
 mod message;
 mod names;
 mod outgoing;
@@ -51,6 +52,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(group_lock::ofd_unlock, m)?)?;
     m.add_function(wrap_pyfunction!(probes::queue_loads, m)?)?;
     m.add_function(wrap_pyfunction!(columns::read_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(maintenance::verify_store, m)?)?;
+    m.add_function(wrap_pyfunction!(maintenance::repair_store, m)?)?;
     m.add_class::<outgoing::PyMessage>()?;
     m.add_class::<queue::PyMessageQueue>()?;
     m.add_class::<message::PySendResult>()?;
