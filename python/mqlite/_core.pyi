@@ -69,6 +69,7 @@ def read_columns(
     ``properties.*`` buffers of a ``map<string, string>``) to bytes in the machine's byte
     order, offsets as ``int32``. ``status`` is ``"OFFSET_TOO_SMALL"`` when retention removed ``offset``
     (``next_offset`` is then the queue's first)."""
+
 def _verify_store(path: str, progress: Callable[[int, int], object] | None = None) -> str:
     """Verify the store at ``path`` reading only; the report as JSON (mqlite.maintenance)."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import mqlite
-from mqlite import Message
+from mqlite import Message, MessageQueue
 from mqlite.cli import main
 from mqlite.cli._format import compile_format
 from mqlite.cli._offsets import OffsetSpec, parse_offset
@@ -344,6 +344,42 @@ def test_store_info_and_gc(filled: Path) -> None:
     assert (info["topics"], info["messages"], info["pending_timers"]) == (2, 6, 0)
     assert info["disk_bytes"] > 0 and info["commit_log_max_offset"] > 0
     assert json.loads(ok("store", "gc", filled, "--json")) == {"deleted_commit_log_files": 0}
+
+
+def test_store_verify_and_repair_of_a_damaged_store(tmp_path: Path) -> None:
+    """The runbook's path as an operator walks it: verify exits 4 naming the damaged record and
+    its message, repair is a dry run that changes nothing until --execute, and after it the
+    store opens with exactly the reported message lost."""
+    path = tmp_path / "s"
+    with mqlite.open(path) as s:
+        s.create_topic("t", 1)
+        sent = [s.producer().send(Message("t", b"body-%03d" % i * 8)) for i in range(6)]
+    assert "no damage" in ok("store", "verify", path)
+    log = path / "commitlog" / ("0" * 20)
+    with open(log, "r+b") as f:
+        f.seek(sent[3].commit_log_offset + 90)
+        b = f.read(1)
+        f.seek(sent[3].commit_log_offset + 90)
+        f.write(bytes([b[0] ^ 0xFF]))
+    done = cli("store", "verify", path, "--json")
+    assert done.returncode == 4, done.stderr
+    report = json.loads(done.stdout)
+    [damage] = report["damage"]
+    assert (damage["kind"], damage["offset"]) == ("log_record", sent[3].commit_log_offset)
+    assert [m["queue_offset"] for m in damage["messages"]] == [3]
+    text = cli("store", "verify", path)
+    assert text.returncode == 4 and "log_record" in text.stdout and "store repair" in text.stdout
+    before = log.read_bytes()
+    dry = ok("store", "repair", path)
+    assert "dry run" in dry and "would drop" in dry and log.read_bytes() == before
+    done_json = json.loads(ok("store", "repair", path, "--execute", "--json"))
+    assert done_json["changed"] and [m["queue_offset"] for m in done_json["lost"]] == [3]
+    assert "no damage" in ok("store", "verify", path)
+    with mqlite.open(path) as s:
+        left = s.read(MessageQueue("t", 0), 0, 32)
+    assert [m.queue_offset for m in left] == [0, 1, 2, 4, 5]
+    assert fails(3, "store", "verify", tmp_path / "nothing-here")
+    assert fails(2, "store", "repair", path, "--mode", "chop")
 
 
 def test_top_once_and_iterations(filled: Path) -> None:

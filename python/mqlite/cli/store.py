@@ -1,5 +1,5 @@
-"""``mqlite store info|gc``: what a store holds and its retention, as far as the Python API
-tells today."""
+"""``mqlite store info|gc|verify|repair``: what a store holds, its retention, and the tools for
+a damaged store (cli/maintenance.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import Any
 
+from mqlite.cli import maintenance
 from mqlite.cli._common import OK, open_store, print_json, print_table
 
 
@@ -67,3 +68,4 @@ def add(sub: Any, fmt: Any) -> None:
     gc.add_argument("path", help="store directory")
     gc.add_argument("--json", action="store_true", help="print JSON")
     gc.set_defaults(func=_gc)
+    maintenance.add(verbs, fmt)
