@@ -261,12 +261,12 @@ def test_corrupted_log_error_names_the_file_offset_and_decoder_verdict(tmp_path:
 
 def test_removed_classes_stay_importable_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="raised by nothing"):
-        cls = E.TransactionError  # type: ignore[attr-defined]
+        cls = E.MQTimeoutError  # type: ignore[attr-defined]
     assert issubclass(cls, E.MQError)
     with pytest.warns(DeprecationWarning):
         assert issubclass(E.FlushDiskTimeoutError, TimeoutError)  # type: ignore[attr-defined]
     # The package exports them as before, without a hook on attribute access (see below).
-    assert mqlite.TransactionError is cls
+    assert mqlite.MQTimeoutError is cls
     with pytest.raises(AttributeError):
         E.NoSuchError  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(AttributeError):

@@ -184,7 +184,7 @@ impl<'r> PutRequest<'r> {
 impl Routing<'_> {
     /// The queue of `topic` (with `queues` write queues) this routing picks, checked.
     #[inline]
-    fn pick(self, topic: &str, queues: u32) -> Result<u32> {
+    pub(in crate::store) fn pick(self, topic: &str, queues: u32) -> Result<u32> {
         let queue_id = match self {
             Routing::Queue(q) => q,
             Routing::RoundRobin(next) => next.next(topic, queues),
@@ -720,7 +720,10 @@ impl Store {
     /// (hooks.rs); returns the TAGS value and the message's marks. Inline, as every put's
     /// first step; the hooks' checks, which plain puts skip, are out of line.
     #[inline(always)]
-    fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<properties::Checked<'m>> {
+    pub(in crate::store) fn check_message<'m>(
+        &self,
+        m: &MessageRef<'m>,
+    ) -> Result<properties::Checked<'m>> {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
@@ -741,7 +744,7 @@ impl Store {
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
-    fn writable_queues(&self, topic: &str) -> Result<u32> {
+    pub(in crate::store) fn writable_queues(&self, topic: &str) -> Result<u32> {
         self.inner.topics.sync()?;
         let info = match self.inner.topics.write_info(topic) {
             Some(info) => info,

@@ -1,0 +1,190 @@
+//! The transaction table: what the commit log says about every transaction, built by walking
+//! the log in order (`walk`) from its first record and kept up to date by walking on from
+//! where the last walk ended. Nothing of it is stored elsewhere: after a crash or in another
+//! process the same walk gives the same table.
+//!
+//! Invariants
+//! - Records are applied in log order: a half before any op naming its id, a decision before
+//!   the copies it asks for (a commit's re-puts, a discard's copies).
+//! - A transaction's first decision (commit, rollback, discard) is its state for good; a later
+//!   one is ignored (under the gate none is ever appended).
+//! - `undelivered` holds exactly the halves whose decision asks for a copy that the log does
+//!   not hold yet: a copy names its half by `prepared_transaction_offset`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::record::{self, Op, OpRecord};
+use crate::commit_log::CommitLog;
+use crate::message::{properties, sysflag, RecordView};
+
+/// The state of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Prepared, not decided.
+    Open,
+    /// Committed: its halves are (or are being) re-put to their real topics.
+    Committed,
+    /// Rolled back: its halves are dropped.
+    RolledBack,
+    /// Checked the maximum number of times: its halves are copied to `MAX_TIME_TOPIC`.
+    Discarded,
+}
+
+impl Status {
+    /// Lower-case name, for errors and listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Open => "open",
+            Status::Committed => "committed",
+            Status::RolledBack => "rolled back",
+            Status::Discarded => "discarded",
+        }
+    }
+}
+
+/// One transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Txn {
+    /// Producer group of its halves.
+    pub group: String,
+    /// Commit-log offsets of its halves, in log order.
+    pub halves: Vec<u64>,
+    /// Queue offsets of its halves in the half topic (for RocketMQ's op body).
+    pub half_queue_offsets: Vec<u64>,
+    /// State.
+    pub status: Status,
+    /// Checker calls recorded.
+    pub checks: u32,
+    /// Store time of its first half (ms).
+    pub first_ms: i64,
+    /// Store time of its last check record (ms; 0: never checked).
+    pub last_check_ms: i64,
+}
+
+/// Where a decided half's copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// To its real topic (a commit).
+    Real,
+    /// To `MAX_TIME_TOPIC` (a discard).
+    MaxTime,
+}
+
+/// The table. See the module doc.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// Every transaction seen, by id.
+    pub txns: HashMap<String, Txn>,
+    /// Progress values by key.
+    pub progress: HashMap<String, String>,
+    /// Halves decided whose copy is not in the log yet, by half offset.
+    pub undelivered: BTreeMap<u64, Dest>,
+    /// The log is applied below this offset.
+    pub walked_to: u64,
+}
+
+impl Table {
+    /// Applies every record of `log` in `[walked_to, end)`.
+    pub fn walk(&mut self, log: &CommitLog, end: u64) {
+        let mut off = self.walked_to.max(log.min_offset());
+        while off < end {
+            match log.read_record(off, |v| {
+                self.apply(v);
+                v.bytes().len() as u64
+            }) {
+                Ok(size) => off += size.max(1),
+                // The blank at the end of a file.
+                Err(_) => off = log.roll_next_file(off),
+            }
+        }
+        self.walked_to = self.walked_to.max(end);
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, v: &RecordView<'_>) {
+        let props = v.properties();
+        match v.topic() {
+            record::HALF_TOPIC => self.half(v),
+            record::OP_TOPIC => {
+                if let Some(op) = OpRecord::decode(props) {
+                    self.op(&op, v.store_timestamp());
+                }
+            }
+            record::MAX_TIME_TOPIC => self.copied(v.prepared_transaction_offset()),
+            _ if v.sysflag() & sysflag::TRANSACTION_MASK == sysflag::TRANSACTION_COMMIT => {
+                self.copied(v.prepared_transaction_offset());
+            }
+            _ => {}
+        }
+    }
+
+    fn half(&mut self, v: &RecordView<'_>) {
+        let props = v.properties();
+        if properties::get(props, properties::TRAN_MSG).is_none() {
+            return;
+        }
+        let Some(id) = properties::get(props, record::TXN_ID) else {
+            return;
+        };
+        let txn = self.txns.entry(id.to_owned()).or_insert_with(|| Txn {
+            group: properties::get(props, properties::PGROUP)
+                .unwrap_or_default()
+                .to_owned(),
+            halves: Vec::new(),
+            half_queue_offsets: Vec::new(),
+            status: Status::Open,
+            checks: 0,
+            first_ms: v.store_timestamp(),
+            last_check_ms: 0,
+        });
+        // A half appended after the decision cannot happen under the gate; ignored if seen.
+        if txn.status == Status::Open && !txn.halves.contains(&v.physical_offset()) {
+            txn.halves.push(v.physical_offset());
+            txn.half_queue_offsets.push(v.queue_offset());
+        }
+    }
+
+    fn op(&mut self, op: &OpRecord<'_>, at_ms: i64) {
+        for id in &op.ids {
+            let Some(txn) = self.txns.get_mut(*id) else {
+                continue;
+            };
+            if txn.status != Status::Open {
+                continue;
+            }
+            let copy = match op.op {
+                Op::Check => {
+                    txn.checks = txn.checks.saturating_add(1);
+                    txn.last_check_ms = at_ms;
+                    None
+                }
+                Op::Rollback => {
+                    txn.status = Status::RolledBack;
+                    None
+                }
+                Op::Commit => {
+                    txn.status = Status::Committed;
+                    Some(Dest::Real)
+                }
+                Op::Discard => {
+                    txn.status = Status::Discarded;
+                    Some(Dest::MaxTime)
+                }
+            };
+            if let Some(c) = copy {
+                for h in &txn.halves {
+                    self.undelivered.insert(*h, c);
+                }
+            }
+        }
+        if let Some((k, v)) = op.progress {
+            self.progress.insert(k.to_owned(), v.to_owned());
+        }
+    }
+
+    fn copied(&mut self, half: i64) {
+        if let Ok(h) = u64::try_from(half) {
+            self.undelivered.remove(&h);
+        }
+    }
+}
