@@ -156,7 +156,7 @@ def test_check_back_commits_and_max_checks_discards(store: mqlite.Store) -> None
     assert [t.checks for t in p.pending()] == [2]
     assert p.check_now() == 0
     assert len(listener.checked) == 2
-    assert listener.checked[0].properties.get("REAL_TOPIC") == "T"
+    assert listener.checked[0].topic == "T" and listener.checked[0].body == b"a"
     assert p.pending() == []
     assert [m.body for m in read_all(store, mqlite.MessageQueue("TRANS_CHECK_MAX_TIME_TOPIC", 0))] == [b"a"]
     with pytest.raises(mqlite.TransactionStateError, match="discarded"):

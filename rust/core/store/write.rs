@@ -674,6 +674,20 @@ impl Store {
     /// # Errors
     /// As `put`.
     pub(in crate::store) fn put_internal(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.append_internal(msg, true)
+    }
+
+    /// `put_internal`; `ensure`: create or grow the queue as needed, else the caller knows it
+    /// exists (a committed transaction's re-put to its real topic, store/txn/, leaves the
+    /// topic's settings as they are, whatever its permission).
+    ///
+    /// # Errors
+    /// As `put`.
+    pub(in crate::store) fn append_internal(
+        &self,
+        msg: &MessageRef<'_>,
+        ensure: bool,
+    ) -> Result<PutResult> {
         self.check_writable()?;
         validate::check_sizes(
             msg.body.len(),
@@ -681,7 +695,9 @@ impl Store {
             self.inner.max_message_size,
         )?;
         let checked = properties::check_encoded(msg.properties)?;
-        self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        if ensure {
+            self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        }
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
         let code = tags::of_record(

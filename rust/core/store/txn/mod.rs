@@ -267,12 +267,13 @@ impl Store {
             ids: ids.to_vec(),
             progress,
         };
-        let props = rec.encode();
         let body = record::op_body(
+            op,
             ids.iter()
                 .filter_map(|id| table.txns.get(*id))
                 .flat_map(|t| t.half_queue_offsets.iter().copied()),
         );
+        let props = rec.encode(op != Op::Check && body.last() == Some(&b','));
         let msg = MessageRef::new(record::OP_TOPIC, 0, &body).with_properties(&props);
         let put = self.put_internal(&msg)?;
         let end = put.appended.physical_offset + u64::from(put.appended.size);
@@ -342,7 +343,15 @@ impl Store {
                 reconsume_times: 0,
                 prepared_transaction_offset: half_offset,
             };
-            let put = self.put_internal(&msg)?;
+            // A real topic keeps its settings; one deleted or shrunk since the prepare gets
+            // the queue back, as a system topic would (the committed message is not dropped).
+            self.inner.topics.sync()?;
+            let exists = self
+                .inner
+                .topics
+                .write_info(topic)
+                .is_some_and(|(queues, _)| queue_id < queues);
+            let put = self.append_internal(&msg, !exists)?;
             let end = put.appended.physical_offset + u64::from(put.appended.size);
             table.walk(log, end);
             // The walk saw the copy; a table that did not (it cannot) must not loop.
@@ -431,5 +440,55 @@ impl Store {
     pub fn txn_progress(&self, key: &str) -> Result<Option<String>> {
         record::check_text("progress key", key, false)?;
         self.with_table(|_, table| Ok(table.progress.get(key).cloned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::TagFilter;
+    use crate::StoreConfig;
+
+    fn count(store: &Store, topic: &str) -> usize {
+        store
+            .get_messages(topic, 0, 0, 100, &TagFilter::all())
+            .map(|g| g.iter().count())
+            .unwrap_or(0)
+    }
+
+    /// A crash after a commit's op record and before its re-puts (the log holds the decision
+    /// and no copy): the next gate holder of a new handle re-puts each half once.
+    #[test]
+    fn a_decision_without_its_copies_is_finished_once_by_the_next_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+            store.create_topic("T", 1, 6, false, true).unwrap();
+            for body in [&b"a"[..], b"b"] {
+                let msg = MessageRef::new("T", 0, body);
+                store
+                    .txn_prepare(&msg, Routing::Queue(0), "G", "x")
+                    .unwrap();
+            }
+            // The commit's first step alone.
+            store
+                .with_table(|s, table| s.append_op(table, Op::Commit, &["x"], None))
+                .unwrap();
+            assert_eq!(count(&store, "T"), 0);
+            store.close().unwrap();
+        }
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        // Idempotent: already committed, nothing new decided; the copies are made.
+        assert!(!store.txn_end(&["x"], true, None).unwrap());
+        assert_eq!(count(&store, "T"), 2);
+        assert!(!store.txn_end(&["x"], true, None).unwrap());
+        assert_eq!(count(&store, "T"), 2);
+        store.close().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        assert!(store.txn_list(None, true).unwrap()[0].state == "committed");
+        assert_eq!(count(&store, "T"), 2);
+        store.close().unwrap();
     }
 }

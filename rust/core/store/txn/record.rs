@@ -27,8 +27,12 @@ pub const IDS: &str = "MQLITE_TXN_IDS";
 pub const PROGRESS_KEY: &str = "MQLITE_TXN_PROGRESS_KEY";
 /// The progress value an op record sets (mqlite's own).
 pub const PROGRESS: &str = "MQLITE_TXN_PROGRESS";
-/// The tag of an op record (RocketMQ's REMOVE_TAG).
+/// The tag of an op record that resolves halves (RocketMQ's REMOVE_TAG): a commit, a rollback
+/// or a discard that lists at least one half.
 pub const OP_TAG: &str = "d";
+/// The tag of any other op record (a check, or a progress alone): RocketMQ's check service
+/// reads only [`OP_TAG`] records, so it never takes a check for a resolution.
+pub const NOTE_TAG: &str = "mqlite";
 /// Longest transaction id, progress key or progress value, in bytes.
 pub const MAX_TEXT: usize = 256;
 
@@ -92,11 +96,13 @@ impl<'a> OpRecord<'a> {
         Some(OpRecord { op, ids, progress })
     }
 
-    /// The encoded properties of the record.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The encoded properties of the record; `resolves`: it lists halves it resolves (see
+    /// [`OP_TAG`]).
+    pub fn encode(&self, resolves: bool) -> Vec<u8> {
         let mut props =
             Vec::with_capacity(64 + self.ids.iter().map(|i| i.len() + 1).sum::<usize>());
-        properties::push(&mut props, properties::TAGS, OP_TAG);
+        let tag = if resolves { OP_TAG } else { NOTE_TAG };
+        properties::push(&mut props, properties::TAGS, tag);
         properties::push(&mut props, OP, self.op.name());
         if !self.ids.is_empty() {
             properties::push(&mut props, IDS, &self.ids.join(","));
@@ -133,13 +139,20 @@ pub fn check_text(field: &'static str, text: &str, may_be_empty: bool) -> Result
     }
 }
 
-/// The body of an op record: the half queue offsets it resolves, each followed by `,`
-/// (RocketMQ 5's op body, so that a RocketMQ broker opening the store sees them resolved).
-pub fn op_body(half_queue_offsets: impl Iterator<Item = u64>) -> Vec<u8> {
+/// The body of an op record of decision `op`: the half queue offsets it resolves, each
+/// followed by `,` (RocketMQ 5's op body, so that a RocketMQ broker opening the store sees them
+/// resolved); a record that resolves none (a check, a progress alone) holds the decision's
+/// name instead, a record's body never being empty.
+pub fn op_body(op: Op, half_queue_offsets: impl Iterator<Item = u64>) -> Vec<u8> {
     let mut body = Vec::new();
-    for o in half_queue_offsets {
-        body.extend_from_slice(o.to_string().as_bytes());
-        body.push(b',');
+    if op != Op::Check {
+        for o in half_queue_offsets {
+            body.extend_from_slice(o.to_string().as_bytes());
+            body.push(b',');
+        }
+    }
+    if body.is_empty() {
+        body.extend_from_slice(op.name().as_bytes());
     }
     body
 }
@@ -155,9 +168,11 @@ mod tests {
             ids: vec!["a", "b:1"],
             progress: Some(("sink", "7")),
         };
-        let props = r.encode();
-        assert_eq!(OpRecord::decode(&props), Some(r));
+        let props = r.encode(true);
+        assert_eq!(OpRecord::decode(&props), Some(r.clone()));
         assert_eq!(properties::get(&props, properties::TAGS), Some(OP_TAG));
+        let props = r.encode(false);
+        assert_eq!(properties::get(&props, properties::TAGS), Some(NOTE_TAG));
     }
 
     #[test]
@@ -171,6 +186,12 @@ mod tests {
 
     #[test]
     fn op_body_is_rocketmq_5s() {
-        assert_eq!(op_body([17u64, 18].into_iter()), b"17,18,".to_vec());
+        assert_eq!(
+            op_body(Op::Commit, [17u64, 18].into_iter()),
+            b"17,18,".to_vec()
+        );
+        // A check resolves nothing: RocketMQ must not read its halves as done.
+        assert_eq!(op_body(Op::Check, [17u64].into_iter()), b"check".to_vec());
+        assert_eq!(op_body(Op::Commit, std::iter::empty()), b"commit".to_vec());
     }
 }
