@@ -22,7 +22,7 @@ import enum
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mqlite.errors import IllegalArgumentError, InvalidBatchError
 from mqlite.producer import Producer
@@ -94,6 +94,11 @@ def _state(value: object) -> LocalTransactionState:
     )
 
 
+def _not_a_batch(msg: object) -> None:
+    if isinstance(msg, (list, tuple)):
+        raise InvalidBatchError("a transaction takes one message per send, not a batch")
+
+
 def _id(value: object) -> str:
     if not isinstance(value, str):
         raise IllegalArgumentError(f"a transaction id must be a str, not {value!r}")
@@ -112,8 +117,7 @@ class Transaction:
 
     def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Stores ``msg`` as a half message of this transaction."""
-        if isinstance(msg, (list, tuple)):
-            raise InvalidBatchError("a transaction takes one message per send, not a batch")
+        _not_a_batch(msg)
         result = self._producer._send_half(msg, self.id, queue_id)
         self.results.append(result)
         self._sent = True
@@ -144,8 +148,10 @@ class TransactionProducer(Producer):
     ``check_interval`` seconds; :meth:`check_now` does one pass by hand.
     """
 
-    def __new__(cls, store: HasClientContext, group: str, listener: TransactionListener, **kw: Any) -> TransactionProducer:
-        return super().__new__(cls, store, group)
+    def __new__(
+        cls, store: HasClientContext, group: str, listener: TransactionListener, **kw: Any
+    ) -> TransactionProducer:
+        return cast("TransactionProducer", super().__new__(cls, store, group))
 
     def __init__(
         self,
@@ -184,8 +190,7 @@ class TransactionProducer(Producer):
         """Stores ``msg`` as a half message, runs the listener's local transaction, and commits or
         rolls back as it answers (UNKNOW leaves the decision to the checks). An exception of the
         listener rolls back and propagates."""
-        if isinstance(msg, (list, tuple)):
-            raise InvalidBatchError("a transaction takes one message per send, not a batch")
+        _not_a_batch(msg)
         tid = _id(transaction_id) if transaction_id is not None else uuid.uuid4().hex
         result = self._send_half(msg, tid)
         try:
@@ -211,7 +216,7 @@ class TransactionProducer(Producer):
         return self._end(ids, False, progress)
 
     def _end(self, ids: list[str] | tuple[str, ...], commit: bool, progress: tuple[str, str] | None) -> bool:
-        if isinstance(ids, str) or not isinstance(ids, (list, tuple)):
+        if not isinstance(ids, (list, tuple)):
             raise IllegalArgumentError(f"ids must be a list of transaction ids, not {ids!r}")
         checked = [_id(i) for i in ids]
         if progress is not None and not (
