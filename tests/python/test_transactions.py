@@ -239,3 +239,31 @@ def test_kill_during_commits_loses_and_duplicates_nothing(
         assert got == sorted(b"%d-%d" % (n, j) for n in range(batch + 1) for j in range(3))
         assert p.pending() == []
         p.close()
+
+
+def test_asyncio_variants(store: mqlite.Store) -> None:
+    import asyncio
+
+    from mqlite.aio import AsyncTransactionProducer
+
+    store.create_topic("T", queues=2)
+
+    async def main() -> list[str]:
+        async with AsyncTransactionProducer(store, "G", Listener(local=S.UNKNOW), check_interval=None) as p:
+            r = await p.send_message_in_transaction(mqlite.Message("T", b"one"))
+            assert [t.id for t in await p.pending()] == [r.transaction_id]
+            assert await p.commit([r.transaction_id], progress=("k", "1")) is True
+            async with p.transaction("multi") as tx:
+                await tx.send(mqlite.Message("T", b"two"))
+                await tx.send(mqlite.Message("T", b"three"))
+            try:
+                async with p.transaction("bad") as tx:
+                    await tx.send(mqlite.Message("T", b"never"))
+                    raise KeyError("abort")
+            except KeyError:
+                pass
+            assert await p.resolve("multi", True) is False
+            return [await p.progress("k") or ""]
+
+    assert asyncio.run(main()) == ["1"]
+    assert bodies(store) == [b"one", b"three", b"two"]
