@@ -143,9 +143,12 @@ class Transaction:
 class TransactionProducer(Producer):
     """A producer of transactional messages for producer group ``group``.
 
-    ``listener`` runs local transactions and answers checks. Unless ``check_interval`` is None,
-    a daemon thread checks this group's undecided transactions (of any process) every
-    ``check_interval`` seconds; :meth:`check_now` does one pass by hand.
+    ``listener`` runs local transactions and answers checks. A transaction is checked once it is
+    ``check_timeout`` seconds old, then again at most every ``check_interval`` seconds, at most
+    ``max_checks`` times. Unless ``check_interval`` is None or 0, a daemon thread runs a check
+    pass over this group's undecided transactions (of any process) every ``check_interval``
+    seconds; :meth:`check_now` runs one pass by hand (with ``check_interval`` None or 0, each pass
+    may check a transaction again).
     """
 
     def __new__(
@@ -175,7 +178,7 @@ class TransactionProducer(Producer):
         self._max_checks = max_checks
         self._stop = threading.Event()
         self._checker: threading.Thread | None = None
-        if check_interval is not None:
+        if check_interval:
             self._checker = threading.Thread(
                 target=self._check_loop, args=(check_interval,), name=f"mqlite-txn-check-{group}", daemon=True
             )

@@ -148,7 +148,6 @@ def test_check_back_commits_and_max_checks_discards(store: mqlite.Store) -> None
     store.create_topic("T", queues=2)
     listener = Listener(local=S.UNKNOW, check=S.UNKNOW)
     p = producer(store, listener, check_timeout=0, check_interval=None, max_checks=2)
-    p._check_interval_ms = 0  # every pass may check again (the thread is off)
     a = p.send_message_in_transaction(mqlite.Message("T", b"a")).transaction_id
     # Two real checks answer UNKNOW; the third pass discards instead of asking a third time.
     assert p.check_now() == 1
@@ -267,3 +266,57 @@ def test_asyncio_variants(store: mqlite.Store) -> None:
 
     assert asyncio.run(main()) == ["1"]
     assert bodies(store) == [b"one", b"three", b"two"]
+
+
+CHECK_CHILD = """
+import sys, mqlite
+from mqlite import LocalTransactionState as S
+class L:
+    def execute_local_transaction(self, msg, arg): return S.UNKNOW
+    def check_local_transaction(self, msg):
+        print("checking", msg.body.decode(), flush=True)
+        sys.stdin.readline()  # killed here, inside the listener call
+        return S.COMMIT_MESSAGE
+store = mqlite.open(sys.argv[1])
+store.create_topic("T", queues=2)
+p = mqlite.TransactionProducer(store, "G", L(), check_timeout=0, check_interval=None)
+p.send_message_in_transaction(mqlite.Message("T", b"c"), transaction_id="during-check")
+p.check_now()
+"""
+
+
+def test_kill_during_a_check_counts_it_and_a_later_check_resolves(
+    store_path: Path, spawn_py: Callable[..., subprocess.Popen[str]]
+) -> None:
+    proc = spawn_py(CHECK_CHILD, store_path)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "checking c", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with mqlite.open(store_path) as store:
+        p = producer(store, Listener(check=S.COMMIT_MESSAGE), check_timeout=0)
+        [t] = p.pending()
+        assert (t.id, t.checks) == ("during-check", 1)
+        assert bodies(store) == []
+        assert p.check_now() == 1
+        assert bodies(store) == [b"c"] and p.pending() == []
+        p.close()
+
+
+def test_the_check_thread_resolves_a_transaction_and_stops_at_close(store: mqlite.Store) -> None:
+    import threading
+
+    store.create_topic("T", queues=2)
+    asked = threading.Event()
+
+    class Checked(Listener):
+        def check_local_transaction(self, msg: mqlite.MessageExt) -> Any:
+            asked.set()
+            return S.COMMIT_MESSAGE
+
+    p = mqlite.TransactionProducer(store, "G", Checked(local=S.UNKNOW), check_timeout=0, check_interval=0.01)
+    p.send_message_in_transaction(mqlite.Message("T", b"by-thread"))
+    assert asked.wait(30), "the check thread never asked"
+    p.close()
+    assert p._checker is not None and not p._checker.is_alive()
+    assert bodies(store) == [b"by-thread"]
