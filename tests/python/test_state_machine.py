@@ -24,6 +24,14 @@ or later than their own): a pending one arrives at its new time, never early, on
 checks). ``list_pending``: ``list_timers`` with topic, key and due range filters is the model's
 pending set (ids, keys, unique and offset ids, due times), the earliest first.
 
+Transactions (a few ids shared by every rule): ``txn_send`` adds a half message to a transaction
+(refused with ``TransactionStateError``, writing nothing, once it is decided); it is in no queue.
+``txn_end`` commits or rolls back a list of ids with or without a progress value: an unknown id
+or one decided the other way raises its typed error and writes nothing; deciding an id the way it
+is decided writes nothing; a commit puts every half of the newly committed ids in its queue once,
+in the order they were sent, and the progress reads back. ``txn_pending`` lists the open ones.
+A close or crash and reopen rebuilds all of it from the log.
+
 CI: 300 examples x 50 steps. Soak (``MQLITE_SOAK=1``): 5,000 examples.
 """
 
@@ -88,6 +96,17 @@ RETRY_TOPIC = RETRY[0]
 keys_one = st.sampled_from(["k1", "k2", "k3"])
 namings = st.sampled_from(["offset id", "msg id", "key", "key and topic", "unknown id"])
 queues = st.integers(0, QUEUES - 1)
+txn_ids = st.sampled_from(["x0", "x1", "x2", "x3"])
+
+
+class _Undecided:
+    """A local transaction that never answers: the rules decide."""
+
+    def execute_local_transaction(self, msg: Message, arg: object) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: mqlite.MessageExt) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
 
 
 def _child_env() -> dict[str, str]:
@@ -110,8 +129,21 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, flush=self.mode, clock=self.clock, **CONFIG)
         self.producer = self.store.producer()
         self.consumer: mqlite.PullConsumer | None = None
+        # Transactions: id -> (state, halves as (send order, topic, queue, body)); progress.
+        self.txns: dict[str, tuple[str, list[tuple[int, str, int, bytes]]]] = {}
+        self.halves_sent = 0
+        self.progress: dict[str, str] = {}
+        self.tp: mqlite.TransactionProducer | None = None
+
+    def _txn_producer(self) -> mqlite.TransactionProducer:
+        if self.tp is None:
+            self.tp = mqlite.TransactionProducer(self.store, "tg", _Undecided(), check_interval=None)
+        return self.tp
 
     def _close(self) -> None:
+        if self.tp is not None:
+            self.tp.close()
+            self.tp = None
         if self.consumer is not None:
             self.consumer.close()
             self.consumer = None
@@ -264,6 +296,69 @@ class StoreMachine(RuleBasedStateMachine):
         s = self.consumer.send_back(m, delay)
         sent = (s.topic, s.dead, s.reconsume_times, s.delay_level)
         event("fail: " + self.scheduled.failed_one(self.store, where, m, delay, now, sent))
+
+    @rule(topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300), tid=txn_ids)
+    def txn_send(self, topic: str, queue: int, body: bytes, tid: str) -> None:
+        state, halves = self.txns.get(tid, ("open", []))
+        tx = self._txn_producer().transaction(tid)
+        end = self._log_end()
+        if state != "open":
+            with pytest.raises(E.TransactionStateError):
+                tx.send(Message(topic, body), queue_id=queue)
+            assert self._log_end() == end
+            event("txn_send: refused")
+            return
+        r = tx.send(Message(topic, body), queue_id=queue)
+        assert r.message_queue == MessageQueue(topic, queue)
+        halves.append((self.halves_sent, topic, queue, body))
+        self.halves_sent += 1
+        self.txns[tid] = ("open", halves)
+        event("txn_send")
+
+    @rule(ids=st.lists(txn_ids, max_size=3), commit=st.booleans(),
+          progress=st.none() | st.tuples(st.just("sink"), st.sampled_from(["1", "2", "3"])))
+    def txn_end(self, ids: list[str], commit: bool, progress: tuple[str, str] | None) -> None:
+        tp = self._txn_producer()
+        decide = tp.commit if commit else tp.rollback
+        want = "committed" if commit else "rolled back"
+        end = self._log_end()
+        unknown = [i for i in ids if i not in self.txns]
+        conflict = [i for i in ids if i in self.txns and self.txns[i][0] not in ("open", want)]
+        if not ids and progress is None:
+            with pytest.raises(E.IllegalArgumentError):
+                decide(ids, progress)
+        elif unknown:
+            with pytest.raises(E.TransactionNotFoundError):
+                decide(ids, progress)
+        elif conflict:
+            with pytest.raises(E.TransactionStateError):
+                decide(ids, progress)
+        else:
+            opened = sorted({i for i in ids if self.txns[i][0] == "open"})
+            new_progress = progress is not None and self.progress.get(progress[0]) != progress[1]
+            wrote = decide(ids, progress)
+            assert wrote == (bool(opened) or new_progress)
+            assert (self._log_end() > end) == wrote
+            copies = []
+            for i in opened:
+                copies += self.txns[i][1]
+                self.txns[i] = (want, self.txns[i][1])
+            if commit:
+                for _, topic, queue, body in sorted(copies):
+                    self.model[(topic, queue)].append(body)
+            if progress is not None:
+                self.progress[progress[0]] = progress[1]
+            assert tp.progress("sink") == self.progress.get("sink")
+            event(f"txn_end: {want if opened else 'nothing new'}")
+            return
+        assert self._log_end() == end
+        event("txn_end: refused")
+
+    @rule()
+    def txn_pending(self) -> None:
+        got = sorted(t.id for t in self._txn_producer().pending())
+        assert got == sorted(i for i, (state, _) in self.txns.items() if state == "open")
+        event("txn_pending")
 
     @rule(case=st.sampled_from(["empty body", "bad topic", "bad queue", "empty batch", "bad max", "neg offset",
                                 "bad level", "negative delay", "delay and level"]))
