@@ -19,6 +19,8 @@ pub const OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
 pub const MAX_TIME_TOPIC: &str = "TRANS_CHECK_MAX_TIME_TOPIC";
 /// The transaction id property of a half (RocketMQ's).
 pub const TXN_ID: &str = "__transactionId__";
+/// The check count RocketMQ's check service writes on its re-appended copy of a half.
+pub const CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
 /// The op record's decision (mqlite's own): one of [`Op::name`].
 pub const OP: &str = "MQLITE_TXN_OP";
 /// The ids an op record decides, joined by `,` (mqlite's own).

@@ -28,6 +28,9 @@ pub enum Status {
     RolledBack,
     /// Checked the maximum number of times: its halves are copied to `MAX_TIME_TOPIC`.
     Discarded,
+    /// Resolved by RocketMQ's own op record (a store RocketMQ wrote): the record does not say
+    /// how, and RocketMQ made the copy if it committed.
+    Foreign,
 }
 
 impl Status {
@@ -38,6 +41,7 @@ impl Status {
             Status::Committed => "committed",
             Status::RolledBack => "rolled back",
             Status::Discarded => "discarded",
+            Status::Foreign => "resolved by RocketMQ",
         }
     }
 }
@@ -79,6 +83,9 @@ pub struct Table {
     pub progress: HashMap<String, String>,
     /// Halves decided whose copy is not in the log yet, by half offset.
     pub undelivered: BTreeMap<u64, Dest>,
+    /// The transaction of each half-topic queue offset of an open transaction, RocketMQ's
+    /// check copies included: what RocketMQ's op records name.
+    pub by_queue_offset: HashMap<u64, String>,
     /// The log is applied below this offset.
     pub walked_to: u64,
 }
@@ -105,11 +112,10 @@ impl Table {
         let props = v.properties();
         match v.topic() {
             record::HALF_TOPIC => self.half(v),
-            record::OP_TOPIC => {
-                if let Some(op) = OpRecord::decode(props) {
-                    self.op(&op, v.store_timestamp());
-                }
-            }
+            record::OP_TOPIC => match OpRecord::decode(props) {
+                Some(op) => self.op(&op, v.store_timestamp()),
+                None => self.foreign_op(v),
+            },
             record::MAX_TIME_TOPIC => self.copied(v.prepared_transaction_offset()),
             _ if v.sysflag() & sysflag::TRANSACTION_MASK == sysflag::TRANSACTION_COMMIT => {
                 self.copied(v.prepared_transaction_offset());
@@ -137,10 +143,41 @@ impl Table {
             first_ms: v.store_timestamp(),
             last_check_ms: 0,
         });
-        // A half appended after the decision cannot happen under the gate; ignored if seen.
-        if txn.status == Status::Open && !txn.halves.contains(&v.physical_offset()) {
+        if txn.status != Status::Open {
+            // A half appended after the decision cannot happen under the gate; ignored if seen.
+            return;
+        }
+        self.by_queue_offset.insert(v.queue_offset(), id.to_owned());
+        // RocketMQ's check re-appends a copy of the half (with its check count): the same
+        // message, which a commit must not copy twice.
+        if properties::get(props, record::CHECK_TIMES).is_some() {
+            return;
+        }
+        if !txn.halves.contains(&v.physical_offset()) {
             txn.halves.push(v.physical_offset());
             txn.half_queue_offsets.push(v.queue_offset());
+        }
+    }
+
+    /// RocketMQ's op record (tag `d`, a body of half-topic queue offsets, each followed by
+    /// `,`, or one offset in 4.x): the transactions of those halves are resolved.
+    fn foreign_op(&mut self, v: &RecordView<'_>) {
+        if properties::get(v.properties(), properties::TAGS) != Some(record::OP_TAG) {
+            return;
+        }
+        let body = String::from_utf8_lossy(v.body());
+        for part in body.split(',') {
+            let Ok(offset) = part.trim().parse::<u64>() else {
+                continue;
+            };
+            let Some(id) = self.by_queue_offset.remove(&offset) else {
+                continue;
+            };
+            if let Some(t) = self.txns.get_mut(&id) {
+                if t.status == Status::Open {
+                    t.status = Status::Foreign;
+                }
+            }
         }
     }
 
@@ -174,6 +211,11 @@ impl Table {
             if let Some(c) = copy {
                 for h in &txn.halves {
                     self.undelivered.insert(*h, c);
+                }
+            }
+            if txn.status != Status::Open {
+                for q in &txn.half_queue_offsets {
+                    self.by_queue_offset.remove(q);
                 }
             }
         }
