@@ -22,7 +22,7 @@ import enum
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from mqlite.errors import IllegalArgumentError, InvalidBatchError
 from mqlite.producer import Producer
@@ -240,13 +240,11 @@ class TransactionProducer(Producer):
 
     def pending(self, all_groups: bool = False) -> list[PendingTransaction]:
         """The undecided transactions of this group (of every group when ``all_groups``), oldest
-        first, with their ages by the store's clock."""
-        store = self._store()
-        rows = store._txn_list(None if all_groups else self.group)
-        now = _now_ms()
+        first, with their ages by the store's clock (``age_ms``)."""
+        rows = self._store()._txn_list(None if all_groups else self.group)
         return [
-            PendingTransaction(id, group, state, tuple(halves), checks, first, max(0, now - first))
-            for (id, group, state, halves, checks, first) in rows
+            PendingTransaction(id, group, state, tuple(halves), checks, first, age)
+            for (id, group, state, halves, checks, first, age) in rows
         ]
 
     def resolve(self, id: str, commit: bool) -> bool:
@@ -280,6 +278,11 @@ class TransactionProducer(Producer):
                 if self.closed:
                     return
 
+    def _mark_closed(self, reason: Literal["producer", "store", "fork"] = "producer") -> None:
+        """The store closed (or this process forked): the check thread stops at its next turn."""
+        self._stop.set()
+        super()._mark_closed(reason)
+
     def close(self, timeout: float | None = None) -> None:
         """Stops the check thread, then closes the producer."""
         self._stop.set()
@@ -287,8 +290,3 @@ class TransactionProducer(Producer):
             self._checker.join(timeout)
         super().close(timeout)
 
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)

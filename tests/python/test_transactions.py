@@ -320,3 +320,20 @@ def test_the_check_thread_resolves_a_transaction_and_stops_at_close(store: mqlit
     p.close()
     assert p._checker is not None and not p._checker.is_alive()
     assert bodies(store) == [b"by-thread"]
+
+
+def test_pending_ages_follow_the_store_clock(store_path: Path) -> None:
+    from mqlite.testing import ManualClock
+
+    clock = ManualClock(1_700_000_000_000)
+    with mqlite.open(store_path, clock=clock) as store:
+        store.create_topic("T", queues=2)
+        p = producer(store, Listener(local=S.UNKNOW, check=S.UNKNOW), check_timeout=6)
+        p.send_message_in_transaction(mqlite.Message("T", b"a"), transaction_id="aged")
+        clock.advance_ms(5_999)
+        assert [(t.id, t.age_ms) for t in p.pending()] == [("aged", 5_999)]
+        assert p.check_now() == 0
+        clock.advance_ms(1)
+        assert p.check_now() == 1  # checked at exactly the timeout; the listener said UNKNOW
+        assert [t.checks for t in p.pending()] == [1]
+        p.close()

@@ -195,7 +195,7 @@ impl Routing<'_> {
     }
 
     /// Hands back a turn taken for a put that wrote nothing.
-    fn give_back(self, topic: &str) {
+    pub(in crate::store) fn give_back(self, topic: &str) {
         if let Routing::RoundRobin(next) = self {
             next.give_back(topic);
         }

@@ -726,8 +726,8 @@ impl PyStore {
             .map_err(|e| PyMqError(e).into())
     }
 
-    /// Transactions as tuples `(id, group, state, half offsets, checks, first_ms)`: the open
-    /// ones, or all when `all`, of `group` or of every group.
+    /// Transactions as tuples `(id, group, state, half offsets, checks, first_ms, age_ms)`: the
+    /// open ones, or all when `all`, of `group` or of every group.
     #[pyo3(signature = (group = None, all = false))]
     #[allow(clippy::type_complexity)]
     fn _txn_list(
@@ -735,13 +735,17 @@ impl PyStore {
         py: Python<'_>,
         group: Option<&str>,
         all: bool,
-    ) -> PyResult<Vec<(String, String, &'static str, Vec<u64>, u32, i64)>> {
+    ) -> PyResult<Vec<(String, String, &'static str, Vec<u64>, u32, i64, i64)>> {
         let rows = py
             .detach(|| self.store.txn_list(group, all))
             .map_err(PyMqError)?;
         Ok(rows
             .into_iter()
-            .map(|t| (t.id, t.group, t.state, t.halves, t.checks, t.first_ms))
+            .map(|t| {
+                (
+                    t.id, t.group, t.state, t.halves, t.checks, t.first_ms, t.age_ms,
+                )
+            })
             .collect())
     }
 

@@ -82,6 +82,8 @@ pub struct TxnInfo {
     pub checks: u32,
     /// Store time of its first half (ms).
     pub first_ms: i64,
+    /// Its age by the store's clock when listed (ms).
+    pub age_ms: i64,
 }
 
 /// Limits of one claim of checks (`Store::txn_claim_checks`).
@@ -168,7 +170,7 @@ impl Store {
             sysflag: msg.sysflag & !sysflag::TRANSACTION_MASK,
             ..*msg
         };
-        self.with_table(|store, table| {
+        let put = self.with_table(|store, table| {
             if let Some(t) = table.txns.get(id) {
                 if t.status != Status::Open {
                     return Err(Error::TxnConflict {
@@ -186,7 +188,9 @@ impl Store {
             }
             let put = store.put_internal(&half)?;
             Ok(PutResult { queue_id, ..put })
-        })
+        });
+        // A refused half does not take its topic's round-robin turn.
+        put.inspect_err(|_| routing.give_back(msg.topic))
     }
 
     /// Decides transactions `ids` (commit when `commit`, else roll back) and sets progress
@@ -412,6 +416,7 @@ impl Store {
     /// # Errors
     /// As `txn_claim_checks`.
     pub fn txn_list(&self, group: Option<&str>, all: bool) -> Result<Vec<TxnInfo>> {
+        let now = self.inner.config.clock.now_ms();
         self.with_table(|store, table| {
             store.deliver(table)?;
             let mut out: Vec<TxnInfo> = table
@@ -426,6 +431,7 @@ impl Store {
                     halves: t.halves.clone(),
                     checks: t.checks,
                     first_ms: t.first_ms,
+                    age_ms: now.saturating_sub(t.first_ms).max(0),
                 })
                 .collect();
             out.sort_by(|a, b| (a.first_ms, &a.id).cmp(&(b.first_ms, &b.id)));
