@@ -7,7 +7,7 @@ mod decided {
     use super::super::record::Op;
     use crate::message::MessageRef;
     use crate::store::{Routing, Store, TagFilter};
-    use crate::StoreConfig;
+    use crate::config::StoreConfig;
 
     fn count(store: &Store, topic: &str) -> usize {
         store
@@ -58,7 +58,7 @@ mod rocketmq {
     use crate::error::Error;
     use crate::message::{properties, MessageRef};
     use crate::store::Store;
-    use crate::StoreConfig;
+    use crate::config::StoreConfig;
 
     /// RocketMQ's half, as its broker stores it: NOT type, the real topic named, its UNIQ_KEY
     /// as the transaction id; `check_times`: its check service's re-appended copy.
