@@ -337,3 +337,51 @@ def test_pending_ages_follow_the_store_clock(store_path: Path) -> None:
         assert p.check_now() == 1  # checked at exactly the timeout; the listener said UNKNOW
         assert [t.checks for t in p.pending()] == [1]
         p.close()
+
+
+CHECKER_CHILD = """
+import sys, mqlite
+from mqlite import LocalTransactionState as S
+class L:
+    def execute_local_transaction(self, msg, arg): return S.UNKNOW
+    def check_local_transaction(self, msg): return S.COMMIT_MESSAGE
+store = mqlite.open(sys.argv[1])
+p = mqlite.TransactionProducer(store, "G", L(), check_timeout=0, check_interval=None)
+print("ready", flush=True)
+sys.stdin.readline()
+checked = 0
+for _ in range(20):
+    checked += p.check_now(limit=3)
+print("checked", checked, flush=True)
+p.close()
+store.close()
+"""
+
+
+def test_checkers_in_two_processes_commit_each_message_once(
+    store_path: Path, spawn_py: Callable[..., subprocess.Popen[str]]
+) -> None:
+    with mqlite.open(store_path) as store:
+        store.create_topic("T", queues=2)
+        p = producer(store, Listener(local=S.UNKNOW))
+        for i in range(12):
+            p.send_message_in_transaction(mqlite.Message("T", b"m%02d" % i))
+        p.close()
+    procs = [spawn_py(CHECKER_CHILD, store_path) for _ in range(2)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:  # both start their check passes on this line
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    total = 0
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[:1] == ["checked"], proc.stderr.read() if proc.stderr else ""
+        total += int(line[1])
+        assert proc.wait() == 0
+    assert total >= 12
+    with mqlite.open(store_path) as store:
+        assert bodies(store) == [b"m%02d" % i for i in range(12)]
+        assert producer(store, Listener()).pending() == []
