@@ -135,6 +135,11 @@ fn the_other_decision_unknown_ids_and_bad_input_are_typed_and_write_nothing() {
         store.txn_end(&["nope"], true, None),
         Err(Error::TxnUnknown { .. })
     ));
+    // An unknown id is reported before a conflict, wherever it is in the list.
+    assert!(matches!(
+        store.txn_end(&["r", "nope"], true, None),
+        Err(Error::TxnUnknown { .. })
+    ));
     let msg = MessageRef::new("T", 0, b"late");
     assert!(matches!(
         store.txn_prepare(&msg, Routing::Queue(0), "G", "r"),

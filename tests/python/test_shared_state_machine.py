@@ -24,6 +24,11 @@ killed. The model is, per (topic, queue), the list of bodies. Rules:
 - ``cancel``: a worker cancels a timer the model knows (pending, delivered, cancelled) or an
   unknown id by offset id, msg id or key; the answer is the model's (a write only for a
   pending one) and the leader never delivers a cancelled one;
+- ``txn_send``: a worker adds a message to one of a few transactions (refused once it is
+  decided); ``txn_end``: a worker commits or rolls back some of them, with or without a
+  progress value: unknown ids and the other decision are refused and write nothing, the same
+  decision writes nothing, and a commit puts each half of the newly committed ids in its
+  queue once, in the order they were sent, whichever process sent them;
 - after every step each queue's offsets in the test process equal the model's.
 
 At the end of an example every worker closes, the test process closes, and a new open of the
@@ -174,6 +179,10 @@ class SharedWriters(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, shared=True, clock=self.clock, **CONFIG)
         self.workers: list[Worker | None] = [None] * SLOTS
         self.loops = 0
+        # Transactions: id -> (state, halves as (send order, topic, queue, body)); progress.
+        self.txns: dict[str, tuple[str, list[tuple[int, str, int, bytes]]]] = {}
+        self.halves_sent = 0
+        self.progress: str | None = None
 
     def teardown(self) -> None:
         try:
@@ -351,6 +360,51 @@ class SharedWriters(RuleBasedStateMachine):
         assert out["was"] == m.reconsume_times
         sent = (out["topic"], out["dead"], out["reconsume_times"], out["delay_level"])
         event("fail: " + self.scheduled.failed_one(self.store, where, m, delay, now, sent))
+
+    @precondition(lambda self: self._any_open())
+    @rule(slot=slots, topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300),
+          tid=st.sampled_from(["x0", "x1", "x2"]))
+    def txn_send(self, slot: int, topic: str, queue: int, body: bytes, tid: str) -> None:
+        state, halves = self.txns.get(tid, ("open", []))
+        out = self._open(self._pick(slot)).call(op="txn_send", tid=tid, topic=topic, queue=queue, body=body.hex())
+        if state != "open":
+            assert out == {"refused": "TransactionStateError"}, out
+            event("txn_send: refused")
+            return
+        assert out == {"ok": True}, out
+        halves.append((self.halves_sent, topic, queue, body))
+        self.halves_sent += 1
+        self.txns[tid] = ("open", halves)
+        event("txn_send")
+
+    @precondition(lambda self: self._any_open())
+    @rule(slot=slots, ids=st.lists(st.sampled_from(["x0", "x1", "x2"]), min_size=1, max_size=3),
+          commit=st.booleans(), progress=st.none() | st.sampled_from(["1", "2"]))
+    def txn_end(self, slot: int, ids: list[str], commit: bool, progress: str | None) -> None:
+        want = "committed" if commit else "rolled back"
+        out = self._open(self._pick(slot)).call(
+            op="txn_end", ids=ids, commit=commit, progress=None if progress is None else ["sink", progress])
+        if any(i not in self.txns for i in ids):
+            assert out == {"refused": "TransactionNotFoundError"}, out
+        elif any(self.txns[i][0] not in ("open", want) for i in ids):
+            assert out == {"refused": "TransactionStateError"}, out
+        else:
+            opened = sorted({i for i in ids if self.txns[i][0] == "open"})
+            new_progress = progress is not None and progress != self.progress
+            assert out["wrote"] == (bool(opened) or new_progress), out
+            copies = []
+            for i in opened:
+                copies += self.txns[i][1]
+                self.txns[i] = (want, self.txns[i][1])
+            if commit:
+                for _, topic, queue, body in sorted(copies):
+                    self.model[(topic, queue)].append(body)
+            if progress is not None:
+                self.progress = progress
+            assert out["progress"] == self.progress, out
+            event(f"txn_end: {want if opened else 'nothing new'}")
+            return
+        event("txn_end: refused")
 
     @invariant()
     def offsets_match_the_model(self) -> None:

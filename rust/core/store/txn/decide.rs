@@ -16,7 +16,8 @@ impl Store {
     /// same progress, writes nothing.
     ///
     /// # Errors
-    /// `TxnUnknown` for an id never prepared, `TxnConflict` for one decided the other way,
+    /// `TxnUnknown` for an id never prepared (before any conflict), `TxnConflict` for one
+    /// decided the other way,
     /// `InvalidArgument` for no id and no progress, or a bad id, key or value. Nothing is
     /// written then.
     pub fn txn_end(
@@ -43,13 +44,18 @@ impl Store {
             false => (Status::RolledBack, "roll back"),
         };
         self.with_table(|store, table| {
+            // Every id must exist before any is looked at for its state: an unknown id is
+            // reported before a conflict, whatever the order of the list.
+            if let Some(id) = ids.iter().find(|id| !table.txns.contains_key(**id)) {
+                return Err(Error::TxnUnknown {
+                    id: (*id).to_owned(),
+                });
+            }
             let mut open: Vec<&str> = Vec::with_capacity(ids.len());
-            for id in ids {
-                let Some(t) = table.txns.get(*id) else {
-                    return Err(Error::TxnUnknown {
-                        id: (*id).to_owned(),
-                    });
-                };
+            for (id, t) in ids
+                .iter()
+                .filter_map(|id| table.txns.get(*id).map(|t| (id, t)))
+            {
                 match t.status {
                     Status::Open if !open.contains(id) => open.push(id),
                     Status::Open => {}

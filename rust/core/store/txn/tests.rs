@@ -5,9 +5,9 @@ mod decided {
     #![allow(clippy::unwrap_used)]
 
     use super::super::record::Op;
+    use crate::config::StoreConfig;
     use crate::message::MessageRef;
     use crate::store::{Routing, Store, TagFilter};
-    use crate::config::StoreConfig;
 
     fn count(store: &Store, topic: &str) -> usize {
         store
@@ -55,10 +55,10 @@ mod rocketmq {
     #![allow(clippy::unwrap_used)]
 
     use super::super::record;
+    use crate::config::StoreConfig;
     use crate::error::Error;
     use crate::message::{properties, MessageRef};
     use crate::store::Store;
-    use crate::config::StoreConfig;
 
     /// RocketMQ's half, as its broker stores it: NOT type, the real topic named, its UNIQ_KEY
     /// as the transaction id; `check_times`: its check service's re-appended copy.
