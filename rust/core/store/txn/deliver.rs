@@ -4,7 +4,8 @@
 //! Invariant: a copy carries its half's commit-log offset as `prepared_transaction_offset`, and
 //! the table drops a half from `undelivered` when the walk meets its copy: a crash between the
 //! decision and its copies, or between two copies, leaves exactly the missing ones to the next
-//! gate holder, and none is made twice.
+//! gate holder, and none is made twice. A half retention deleted before its copy was made is
+//! dropped (it is gone with its file).
 
 use super::record;
 use super::state::{Dest, Table};
@@ -17,6 +18,12 @@ impl Store {
     pub(super) fn deliver(&self, table: &mut Table) -> Result<()> {
         let log = &self.inner.commit_log;
         while let Some((&half, &dest)) = table.undelivered.first_key_value() {
+            if half < log.min_offset() {
+                // Retention deleted the half before its copy was made: nothing is left to copy,
+                // and the copies after it must not wait on it.
+                table.undelivered.remove(&half);
+                continue;
+            }
             let copy = log.read_record(half, |v| {
                 let props = v.properties();
                 let topic = properties::get(props, properties::REAL_TOPIC).map(str::to_owned);
