@@ -99,3 +99,54 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::super::record::Op;
+    use crate::config::StoreConfig;
+    use crate::message::MessageRef;
+    use crate::store::{Routing, Store, TagFilter};
+
+    fn count(store: &Store, topic: &str) -> usize {
+        store
+            .get_messages(topic, 0, 0, 100, &TagFilter::all())
+            .map(|g| g.iter().count())
+            .unwrap_or(0)
+    }
+
+    /// A crash after a commit's op record and before its re-puts (the log holds the decision
+    /// and no copy): the next gate holder of a new handle re-puts each half once.
+    #[test]
+    fn a_decision_without_its_copies_is_finished_once_by_the_next_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+            store.create_topic("T", 1, 6, false, true).unwrap();
+            for body in [&b"a"[..], b"b"] {
+                let msg = MessageRef::new("T", 0, body);
+                store
+                    .txn_prepare(&msg, Routing::Queue(0), "G", "x")
+                    .unwrap();
+            }
+            // The commit's first step alone.
+            store
+                .with_table(|s, table| s.append_op(table, Op::Commit, &["x"], None))
+                .unwrap();
+            assert_eq!(count(&store, "T"), 0);
+            store.close().unwrap();
+        }
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        // Idempotent: already committed, nothing new decided; the copies are made.
+        assert!(!store.txn_end(&["x"], true, None).unwrap());
+        assert_eq!(count(&store, "T"), 2);
+        assert!(!store.txn_end(&["x"], true, None).unwrap());
+        assert_eq!(count(&store, "T"), 2);
+        store.close().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        assert!(store.txn_list(None, true).unwrap()[0].state == "committed");
+        assert_eq!(count(&store, "T"), 2);
+        store.close().unwrap();
+    }
+}

@@ -32,8 +32,6 @@ mod deliver;
 mod prepare;
 pub mod record;
 pub mod state;
-#[cfg(test)]
-mod tests;
 
 use std::sync::Mutex;
 
