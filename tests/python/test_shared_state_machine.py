@@ -74,6 +74,7 @@ from scheduled_model import (
     send_back_levels, tags, user_props, when,
 )
 from shared_worker import loop_body
+from txn_model import TxnModel
 
 pytestmark = pytest.mark.reliability
 
@@ -179,10 +180,7 @@ class SharedWriters(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, shared=True, clock=self.clock, **CONFIG)
         self.workers: list[Worker | None] = [None] * SLOTS
         self.loops = 0
-        # Transactions: id -> (state, halves as (send order, topic, queue, body)); progress.
-        self.txns: dict[str, tuple[str, list[tuple[int, str, int, bytes]]]] = {}
-        self.halves_sent = 0
-        self.progress: str | None = None
+        self.txn = TxnModel(self.model)
 
     def teardown(self) -> None:
         try:
@@ -365,46 +363,29 @@ class SharedWriters(RuleBasedStateMachine):
     @rule(slot=slots, topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300),
           tid=st.sampled_from(["x0", "x1", "x2"]))
     def txn_send(self, slot: int, topic: str, queue: int, body: bytes, tid: str) -> None:
-        state, halves = self.txns.get(tid, ("open", []))
         out = self._open(self._pick(slot)).call(op="txn_send", tid=tid, topic=topic, queue=queue, body=body.hex())
-        if state != "open":
+        if self.txn.send_refused(tid):
             assert out == {"refused": "TransactionStateError"}, out
             event("txn_send: refused")
             return
         assert out == {"ok": True}, out
-        halves.append((self.halves_sent, topic, queue, body))
-        self.halves_sent += 1
-        self.txns[tid] = ("open", halves)
+        self.txn.sent(tid, topic, queue, body)
         event("txn_send")
 
     @precondition(lambda self: self._any_open())
     @rule(slot=slots, ids=st.lists(st.sampled_from(["x0", "x1", "x2"]), min_size=1, max_size=3),
           commit=st.booleans(), progress=st.none() | st.sampled_from(["1", "2"]))
     def txn_end(self, slot: int, ids: list[str], commit: bool, progress: str | None) -> None:
-        want = "committed" if commit else "rolled back"
-        out = self._open(self._pick(slot)).call(
-            op="txn_end", ids=ids, commit=commit, progress=None if progress is None else ["sink", progress])
-        if any(i not in self.txns for i in ids):
-            assert out == {"refused": "TransactionNotFoundError"}, out
-        elif any(self.txns[i][0] not in ("open", want) for i in ids):
-            assert out == {"refused": "TransactionStateError"}, out
-        else:
-            opened = sorted({i for i in ids if self.txns[i][0] == "open"})
-            new_progress = progress is not None and progress != self.progress
-            assert out["wrote"] == (bool(opened) or new_progress), out
-            copies = []
-            for i in opened:
-                copies += self.txns[i][1]
-                self.txns[i] = (want, self.txns[i][1])
-            if commit:
-                for _, topic, queue, body in sorted(copies):
-                    self.model[(topic, queue)].append(body)
-            if progress is not None:
-                self.progress = progress
-            assert out["progress"] == self.progress, out
-            event(f"txn_end: {want if opened else 'nothing new'}")
+        pair = None if progress is None else ("sink", progress)
+        out = self._open(self._pick(slot)).call(op="txn_end", ids=ids, commit=commit, progress=pair)
+        refusal = self.txn.refusal(ids, commit, pair)
+        if refusal is not None:
+            assert out == {"refused": refusal}, out
+            event("txn_end: refused")
             return
-        event("txn_end: refused")
+        wrote, label = self.txn.decided(ids, commit, pair)
+        assert out == {"wrote": wrote, "progress": self.txn.progress.get("sink")}, out
+        event(label)
 
     @invariant()
     def offsets_match_the_model(self) -> None:

@@ -59,6 +59,7 @@ from scheduled_model import (
     DELAY_LEVELS, GROUP, MAX_RECONSUME, RETRY, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels,
     message_kwargs, offsets_ms, send_back_levels, tags, user_props, when,
 )
+from txn_model import TxnModel
 
 pytestmark = pytest.mark.reliability
 
@@ -129,10 +130,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, flush=self.mode, clock=self.clock, **CONFIG)
         self.producer = self.store.producer()
         self.consumer: mqlite.PullConsumer | None = None
-        # Transactions: id -> (state, halves as (send order, topic, queue, body)); progress.
-        self.txns: dict[str, tuple[str, list[tuple[int, str, int, bytes]]]] = {}
-        self.halves_sent = 0
-        self.progress: dict[str, str] = {}
+        self.txn = TxnModel(self.model)
         self.tp: mqlite.TransactionProducer | None = None
 
     def _txn_producer(self) -> mqlite.TransactionProducer:
@@ -299,10 +297,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300), tid=txn_ids)
     def txn_send(self, topic: str, queue: int, body: bytes, tid: str) -> None:
-        state, halves = self.txns.get(tid, ("open", []))
         tx = self._txn_producer().transaction(tid)
         end = self._log_end()
-        if state != "open":
+        if self.txn.send_refused(tid):
             with pytest.raises(E.TransactionStateError):
                 tx.send(Message(topic, body), queue_id=queue)
             assert self._log_end() == end
@@ -310,9 +307,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         r = tx.send(Message(topic, body), queue_id=queue)
         assert r.message_queue == MessageQueue(topic, queue)
-        halves.append((self.halves_sent, topic, queue, body))
-        self.halves_sent += 1
-        self.txns[tid] = ("open", halves)
+        self.txn.sent(tid, topic, queue, body)
         event("txn_send")
 
     @rule(ids=st.lists(txn_ids, max_size=3), commit=st.booleans(),
@@ -320,44 +315,24 @@ class StoreMachine(RuleBasedStateMachine):
     def txn_end(self, ids: list[str], commit: bool, progress: tuple[str, str] | None) -> None:
         tp = self._txn_producer()
         decide = tp.commit if commit else tp.rollback
-        want = "committed" if commit else "rolled back"
         end = self._log_end()
-        unknown = [i for i in ids if i not in self.txns]
-        conflict = [i for i in ids if i in self.txns and self.txns[i][0] not in ("open", want)]
-        if not ids and progress is None:
-            with pytest.raises(E.IllegalArgumentError):
+        refusal = self.txn.refusal(ids, commit, progress)
+        if refusal is not None:
+            with pytest.raises(getattr(E, refusal)):
                 decide(ids, progress)
-        elif unknown:
-            with pytest.raises(E.TransactionNotFoundError):
-                decide(ids, progress)
-        elif conflict:
-            with pytest.raises(E.TransactionStateError):
-                decide(ids, progress)
-        else:
-            opened = sorted({i for i in ids if self.txns[i][0] == "open"})
-            new_progress = progress is not None and self.progress.get(progress[0]) != progress[1]
-            wrote = decide(ids, progress)
-            assert wrote == (bool(opened) or new_progress)
-            assert (self._log_end() > end) == wrote
-            copies = []
-            for i in opened:
-                copies += self.txns[i][1]
-                self.txns[i] = (want, self.txns[i][1])
-            if commit:
-                for _, topic, queue, body in sorted(copies):
-                    self.model[(topic, queue)].append(body)
-            if progress is not None:
-                self.progress[progress[0]] = progress[1]
-            assert tp.progress("sink") == self.progress.get("sink")
-            event(f"txn_end: {want if opened else 'nothing new'}")
+            assert self._log_end() == end
+            event("txn_end: refused")
             return
-        assert self._log_end() == end
-        event("txn_end: refused")
+        wrote = decide(ids, progress)
+        expected, label = self.txn.decided(ids, commit, progress)
+        assert wrote == expected
+        assert (self._log_end() > end) == wrote
+        assert tp.progress("sink") == self.txn.progress.get("sink")
+        event(label)
 
     @rule()
     def txn_pending(self) -> None:
-        got = sorted(t.id for t in self._txn_producer().pending())
-        assert got == sorted(i for i, (state, _) in self.txns.items() if state == "open")
+        assert sorted(t.id for t in self._txn_producer().pending()) == self.txn.open_ids()
         event("txn_pending")
 
     @rule(case=st.sampled_from(["empty body", "bad topic", "bad queue", "empty batch", "bad max", "neg offset",
