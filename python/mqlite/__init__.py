@@ -44,6 +44,9 @@ from mqlite.errors import (
     TopicNotFoundError,
     TopicNotReadableError,
     TopicNotWritableError,
+    TransactionError,
+    TransactionNotFoundError,
+    TransactionStateError,
 )
 from mqlite import _core
 from mqlite.errors import _DEPRECATED
@@ -82,6 +85,14 @@ from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus,
 from mqlite.store import Store, open
 from mqlite.timers import PendingTimer, TimerChange, TimerOutcome
 from mqlite.topic import TopicConfig
+from mqlite.transaction import (
+    LocalTransactionState,
+    PendingTransaction,
+    Transaction,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __version__: str = _core.__version__
 
@@ -163,6 +174,15 @@ __all__ = [
     "StoreNotADirectoryError",
     "StoreNotFoundError",
     "OffsetOutOfRangeError",
+    "TransactionError",
+    "TransactionNotFoundError",
+    "TransactionStateError",
+    "TransactionProducer",
+    "TransactionListener",
+    "TransactionSendResult",
+    "Transaction",
+    "LocalTransactionState",
+    "PendingTransaction",
 ]
 
 
@@ -172,4 +192,3 @@ __all__ = [
 # look-up through the fallback, about three times slower.
 MQTimeoutError = _DEPRECATED["MQTimeoutError"]
 FlushDiskTimeoutError = _DEPRECATED["FlushDiskTimeoutError"]
-TransactionError = _DEPRECATED["TransactionError"]

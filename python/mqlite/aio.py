@@ -1,4 +1,4 @@
-"""asyncio clients: ``AsyncProducer`` and ``AsyncPullConsumer``.
+"""asyncio clients: ``AsyncProducer``, ``AsyncTransactionProducer`` and ``AsyncPullConsumer``.
 
 Each client runs its blocking calls on one dedicated worker thread, in call order, so the event
 loop never blocks (a sync-flush send or a long poll waits on that thread). Cancelling an awaited
@@ -23,8 +23,14 @@ from mqlite.message import Message, MessageExt, MessageQueue, SendBatchResult, S
 from mqlite.producer import Compression, MessageQueueSelector, Producer
 from mqlite.pull import Handouts, HeldBatch, PullConsumer, RebalanceCallback
 from mqlite.selector import MessageSelector
+from mqlite.transaction import (
+    PendingTransaction,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
-__all__ = ["AsyncProducer", "AsyncPullConsumer"]
+__all__ = ["AsyncProducer", "AsyncPullConsumer", "AsyncTransaction", "AsyncTransactionProducer"]
 
 T = TypeVar("T")
 
@@ -105,6 +111,117 @@ class AsyncProducer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class AsyncTransactionProducer:
+    """``TransactionProducer`` for asyncio: each call runs on the producer's worker thread (the
+    listener's ``execute_local_transaction`` too, so it may block); checks run on the
+    producer's own check thread as for ``TransactionProducer``."""
+
+    def __init__(
+        self,
+        store: HasClientContext,
+        group: str,
+        listener: TransactionListener,
+        *,
+        check_timeout: float = 6.0,
+        check_interval: float | None = 5.0,
+        max_checks: int = 15,
+    ) -> None:
+        self._producer = TransactionProducer(
+            store,
+            group,
+            listener,
+            check_timeout=check_timeout,
+            check_interval=check_interval,
+            max_checks=max_checks,
+        )
+        self._worker = _Worker("mqlite-aio-txn")
+
+    @property
+    def group(self) -> str:
+        """The producer group."""
+        return self._producer.group
+
+    async def send_message_in_transaction(
+        self, msg: Message, arg: Any = None, *, transaction_id: str | None = None
+    ) -> TransactionSendResult:
+        """See ``TransactionProducer.send_message_in_transaction``."""
+        return await self._worker.run(
+            self._producer.send_message_in_transaction, msg, arg, transaction_id=transaction_id
+        )
+
+    def transaction(self, id: str | None = None) -> AsyncTransaction:
+        """``async with producer.transaction() as tx: await tx.send(msg)``: committed on a clean
+        exit, rolled back on an exception."""
+        return AsyncTransaction(self, self._producer.transaction(id).id)
+
+    async def commit(self, ids: list[str] | tuple[str, ...], progress: tuple[str, str] | None = None) -> bool:
+        """See ``TransactionProducer.commit``."""
+        return await self._worker.run(self._producer.commit, ids, progress)
+
+    async def rollback(self, ids: list[str] | tuple[str, ...], progress: tuple[str, str] | None = None) -> bool:
+        """See ``TransactionProducer.rollback``."""
+        return await self._worker.run(self._producer.rollback, ids, progress)
+
+    async def progress(self, key: str) -> str | None:
+        """See ``TransactionProducer.progress``."""
+        return await self._worker.run(self._producer.progress, key)
+
+    async def pending(self, all_groups: bool = False) -> list[PendingTransaction]:
+        """See ``TransactionProducer.pending``."""
+        return await self._worker.run(self._producer.pending, all_groups)
+
+    async def resolve(self, id: str, commit: bool) -> bool:
+        """See ``TransactionProducer.resolve``."""
+        return await self._worker.run(self._producer.resolve, id, commit)
+
+    async def check_now(self, limit: int = 1000) -> int:
+        """See ``TransactionProducer.check_now``."""
+        return await self._worker.run(self._producer.check_now, limit)
+
+    async def close(self) -> None:
+        """Stop the check thread and the producer. Idempotent."""
+        await self._worker.run(self._producer.close)
+        self._worker.shutdown()
+
+    async def __aenter__(self) -> AsyncTransactionProducer:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class AsyncTransaction:
+    """Several messages in one transaction, for asyncio (``AsyncTransactionProducer.transaction``)."""
+
+    def __init__(self, producer: AsyncTransactionProducer, id: str) -> None:
+        self._producer = producer
+        self.id = id
+        self.results: list[SendResult] = []
+
+    async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
+        """Stores ``msg`` as a half message of this transaction."""
+        p = self._producer._producer
+        tx = p.transaction(self.id)
+        result = await self._producer._worker.run(tx.send, msg, queue_id)
+        self.results.append(result)
+        return result
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self.results:
+            return
+        if exc_type is None:
+            await self._producer.commit([self.id])
+        else:
+            await self._producer.rollback([self.id])
 
 
 class AsyncPullConsumer:

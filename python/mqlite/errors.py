@@ -48,6 +48,9 @@ __all__ = [
     "StoreNotADirectoryError",
     "StoreNotFoundError",
     "OffsetOutOfRangeError",
+    "TransactionError",
+    "TransactionNotFoundError",
+    "TransactionStateError",
 ]
 
 
@@ -340,10 +343,23 @@ class _FlushDiskTimeoutError(_MQTimeoutError):
     default_code = "FLUSH_DISK_TIMEOUT"
 
 
-class _TransactionError(MQError):
-    """Deprecated: raised by nothing (transactions do not exist yet)."""
+class TransactionError(MQClientError):
+    """A transaction cannot be decided as asked (a category: see its subclasses)."""
 
     default_code = "TRANSACTION_ERROR"
+
+
+class TransactionNotFoundError(TransactionError, LookupError):
+    """No transaction of this id was ever prepared in the store."""
+
+    default_code = "TRANSACTION_NOT_FOUND"
+
+
+class TransactionStateError(TransactionError):
+    """The transaction is already decided the other way (committed, rolled back, or discarded
+    after its maximum checks); nothing was written."""
+
+    default_code = "TRANSACTION_STATE"
 
 
 # Names that nothing raises, kept importable (with a DeprecationWarning) so that code catching
@@ -351,7 +367,6 @@ class _TransactionError(MQError):
 _DEPRECATED: dict[str, type[MQError]] = {
     "MQTimeoutError": _MQTimeoutError,
     "FlushDiskTimeoutError": _FlushDiskTimeoutError,
-    "TransactionError": _TransactionError,
 }
 
 

@@ -109,6 +109,15 @@ pub enum Error {
     /// A background thread of the store (`thread`: dispatch, flush, timers, ...) panicked: a
     /// defect of mqlite. The store refuses writes from then on (`Poisoned` by this).
     ServiceFailed { thread: String, reason: String },
+    /// No transaction of this id was ever prepared in the store (store/txn/).
+    TxnUnknown { id: String },
+    /// The transaction is already resolved the other way (`state`: `committed`,
+    /// `rolled back` or `discarded`); asking to `asked` it writes nothing.
+    TxnConflict {
+        id: String,
+        state: &'static str,
+        asked: &'static str,
+    },
 }
 
 impl Error {
@@ -140,6 +149,8 @@ impl Error {
             Error::Compression { .. } => "COMPRESSION",
             Error::Interrupted => "INTERRUPTED",
             Error::ServiceFailed { .. } => "SERVICE_FAILED",
+            Error::TxnUnknown { .. } => "TRANSACTION_NOT_FOUND",
+            Error::TxnConflict { .. } => "TRANSACTION_STATE",
             Error::SharedTableFull { .. } => "SHARED_TABLE_FULL",
         }
     }
@@ -347,6 +358,13 @@ impl fmt::Display for Error {
                 write!(f, "{codec} body compression: {reason}")
             }
             Error::Interrupted => write!(f, "the wait was interrupted"),
+            Error::TxnUnknown { id } => write!(f, "no transaction {id:?} in the store"),
+            Error::TxnConflict { id, state, asked } => {
+                write!(
+                    f,
+                    "cannot {asked} transaction {id:?}: it is already {state}"
+                )
+            }
             Error::ServiceFailed { thread, reason } => {
                 write!(f, "the store's thread {thread} panicked: {reason}")
             }

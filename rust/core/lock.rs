@@ -44,6 +44,11 @@ pub const LEADER_BYTE: libc::off_t = 1 << 32;
 /// [`LEADER_BYTE`], so that shared writers' read locks leave it free.
 pub const TIMER_BYTE: libc::off_t = LEADER_BYTE + 1;
 
+/// The byte of `lock` whose OFD write lock serialises every state change of a transaction
+/// among shared writers (a half, a commit, a rollback, a check: store/txn/). Above
+/// [`LEADER_BYTE`] for the same reason as [`TIMER_BYTE`].
+pub const TXN_BYTE: libc::off_t = LEADER_BYTE + 2;
+
 /// Holds the writer lock (exclusive, or shared among shared writers) until dropped.
 #[derive(Debug)]
 pub struct StoreLock {

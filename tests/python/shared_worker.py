@@ -46,11 +46,22 @@ def loop_body(seed: int, i: int) -> bytes:
     return b"loop-%d-%d-" % (seed, i) + b"x" * ((seed * 31 + i * 17) % 700)
 
 
+class Undecided:
+    """A local transaction that never answers: the test decides."""
+
+    def execute_local_transaction(self, msg: Any, arg: Any) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: Any) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+
 def main() -> None:
     store: mqlite.Store | None = None
     producer: Any = None
     clock = ManualClock(0)
     consumers: dict[str, mqlite.PullConsumer] = {}
+    txn: mqlite.TransactionProducer | None = None
 
     def say(obj: object) -> None:
         os.write(1, (json.dumps(obj) + "\n").encode())
@@ -68,6 +79,9 @@ def main() -> None:
                 say({"ok": True})
             elif op == "close":
                 assert store is not None
+                if txn is not None:
+                    txn.close()
+                    txn = None
                 for c in consumers.values():
                     c.close()
                 consumers.clear()
@@ -126,6 +140,22 @@ def main() -> None:
                 sent = consumers[group].send_back(m, cmd["delay"])
                 say({"topic": sent.topic, "dead": sent.dead, "reconsume_times": sent.reconsume_times,
                      "delay_level": sent.delay_level, "was": m.reconsume_times})
+            elif op in ("txn_send", "txn_end"):
+                assert store is not None
+                if txn is None:
+                    txn = mqlite.TransactionProducer(store, "tg", Undecided(), check_interval=None)
+                try:
+                    if op == "txn_send":
+                        msg = Message(cmd["topic"], bytes.fromhex(cmd["body"]))
+                        txn.transaction(cmd["tid"]).send(msg, queue_id=cmd["queue"])
+                        say({"ok": True})
+                    else:
+                        decide = txn.commit if cmd["commit"] else txn.rollback
+                        progress = tuple(cmd["progress"]) if cmd["progress"] else None
+                        wrote = decide(cmd["ids"], progress)
+                        say({"wrote": wrote, "progress": txn.progress("sink")})
+                except mqlite.TransactionError as exc:
+                    say({"refused": type(exc).__name__})
             else:
                 say({"error": f"unknown op {op}"})
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it

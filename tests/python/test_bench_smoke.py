@@ -252,3 +252,24 @@ def test_spark_source_benchmark_smoke_measures_both_paths(tmp_path: Path) -> Non
     assert data["command"] == "python benches/python/spark_source.py --smoke" and data["n"] == 20_000
     for path in ("arrow", "rows"):
         assert _positive(data["results"][path]["rows_per_s"]), data
+
+
+def test_transactions_benchmark_quick_measures_every_workload(tmp_path: Path) -> None:
+    """``benches/python/transactions.py --quick``: plain sends and transactions of 1 and 10
+    messages, each with a rate, nothing left behind."""
+    out, work = tmp_path / "txn.json", tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "transactions.py"), "--quick", "--json", str(out),
+         "--workdir", str(work)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    med = json.loads(out.read_text())["median"]
+    assert sorted(med) == ["plain", "txn x1", "txn x10"]
+    assert all(_positive(med[k]["msg_rate"]) for k in med)
+    assert "| txn x10 |" in done.stdout
+    assert list(work.iterdir()) == [], "transactions.py left stores behind"

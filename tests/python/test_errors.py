@@ -50,6 +50,9 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.StoreNotFoundError, (E.StoreIOError, FileNotFoundError)),
     (E.StoreNotADirectoryError, (E.StoreIOError, NotADirectoryError)),
     (E.OffsetOutOfRangeError, (E.MQError, LookupError)),
+    (E.TransactionError, (E.MQClientError,)),
+    (E.TransactionNotFoundError, (E.TransactionError, LookupError)),
+    (E.TransactionStateError, (E.TransactionError,)),
 ]
 
 

@@ -23,7 +23,7 @@ import mqlite
 from mqlite import Message, MessageQueue, MessageSelector
 from mqlite import errors as E
 
-CATEGORIES = {E.MQError, E.MQClientError, E.StoreError}
+CATEGORIES = {E.MQError, E.MQClientError, E.StoreError, E.TransactionError}
 FIRST = mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
 
@@ -193,6 +193,25 @@ def _not_a_directory(p: Path) -> None:
     mqlite.open(p)
 
 
+class _Unknown:
+    def execute_local_transaction(self, msg: Any, arg: Any) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: Any) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+
+def _txn_producer(p: Path) -> mqlite.TransactionProducer:
+    return mqlite.TransactionProducer(mqlite.open(p), "G", _Unknown(), check_interval=None)
+
+
+def _commit_after_rollback(p: Path) -> None:
+    producer = _txn_producer(p)
+    tid = producer.send_message_in_transaction(Message("t", b"x")).transaction_id
+    producer.rollback([tid])
+    producer.commit([tid])
+
+
 ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.IllegalArgumentError, lambda p: mqlite.open(p).wait_for({}, timeout=-1)),
     (E.InvalidTopicError, lambda p: mqlite.open(p).create_topic("no spaces")),
@@ -230,6 +249,8 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.StoreNotADirectoryError, _not_a_directory),
     (E.StoreNotFoundError, lambda p: mqlite.open(p, read_only=True)),
     (E.OffsetOutOfRangeError, _seek_out_of_range),
+    (E.TransactionNotFoundError, lambda p: _txn_producer(p).commit(["never-prepared"])),
+    (E.TransactionStateError, _commit_after_rollback),
 ]
 
 
@@ -261,12 +282,12 @@ def test_corrupted_log_error_names_the_file_offset_and_decoder_verdict(tmp_path:
 
 def test_removed_classes_stay_importable_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="raised by nothing"):
-        cls = E.TransactionError  # type: ignore[attr-defined]
+        cls = E.MQTimeoutError  # type: ignore[attr-defined]
     assert issubclass(cls, E.MQError)
     with pytest.warns(DeprecationWarning):
         assert issubclass(E.FlushDiskTimeoutError, TimeoutError)  # type: ignore[attr-defined]
     # The package exports them as before, without a hook on attribute access (see below).
-    assert mqlite.TransactionError is cls
+    assert mqlite.MQTimeoutError is cls
     with pytest.raises(AttributeError):
         E.NoSuchError  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(AttributeError):

@@ -19,6 +19,7 @@ CASES = {
     "sql_filter.py": "SQL amount > 30 AND region = 'eu'",
     "retry_and_dlq.py": "all 5 consumed: True; 4 went through the retry topic",
     "delayed.py": "auto-cancelled 2 unpaid orders: o2, o4",
+    "transactions.py": "check-back committed order o3 and o2 was never published: True",
 }
 
 

@@ -24,6 +24,11 @@ killed. The model is, per (topic, queue), the list of bodies. Rules:
 - ``cancel``: a worker cancels a timer the model knows (pending, delivered, cancelled) or an
   unknown id by offset id, msg id or key; the answer is the model's (a write only for a
   pending one) and the leader never delivers a cancelled one;
+- ``txn_send``: a worker adds a message to one of a few transactions (refused once it is
+  decided); ``txn_end``: a worker commits or rolls back some of them, with or without a
+  progress value: unknown ids and the other decision are refused and write nothing, the same
+  decision writes nothing, and a commit puts each half of the newly committed ids in its
+  queue once, in the order they were sent, whichever process sent them;
 - after every step each queue's offsets in the test process equal the model's.
 
 At the end of an example every worker closes, the test process closes, and a new open of the
@@ -69,6 +74,7 @@ from scheduled_model import (
     send_back_levels, tags, user_props, when,
 )
 from shared_worker import loop_body
+from txn_model import TxnModel
 
 pytestmark = pytest.mark.reliability
 
@@ -174,6 +180,7 @@ class SharedWriters(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, shared=True, clock=self.clock, **CONFIG)
         self.workers: list[Worker | None] = [None] * SLOTS
         self.loops = 0
+        self.txn = TxnModel(self.model)
 
     def teardown(self) -> None:
         try:
@@ -351,6 +358,34 @@ class SharedWriters(RuleBasedStateMachine):
         assert out["was"] == m.reconsume_times
         sent = (out["topic"], out["dead"], out["reconsume_times"], out["delay_level"])
         event("fail: " + self.scheduled.failed_one(self.store, where, m, delay, now, sent))
+
+    @precondition(lambda self: self._any_open())
+    @rule(slot=slots, topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300),
+          tid=st.sampled_from(["x0", "x1", "x2"]))
+    def txn_send(self, slot: int, topic: str, queue: int, body: bytes, tid: str) -> None:
+        out = self._open(self._pick(slot)).call(op="txn_send", tid=tid, topic=topic, queue=queue, body=body.hex())
+        if self.txn.send_refused(tid):
+            assert out == {"refused": "TransactionStateError"}, out
+            event("txn_send: refused")
+            return
+        assert out == {"ok": True}, out
+        self.txn.sent(tid, topic, queue, body)
+        event("txn_send")
+
+    @precondition(lambda self: self._any_open())
+    @rule(slot=slots, ids=st.lists(st.sampled_from(["x0", "x1", "x2"]), min_size=1, max_size=3),
+          commit=st.booleans(), progress=st.none() | st.sampled_from(["1", "2"]))
+    def txn_end(self, slot: int, ids: list[str], commit: bool, progress: str | None) -> None:
+        pair = None if progress is None else ("sink", progress)
+        out = self._open(self._pick(slot)).call(op="txn_end", ids=ids, commit=commit, progress=pair)
+        refusal = self.txn.refusal(ids, commit, pair)
+        if refusal is not None:
+            assert out == {"refused": refusal}, out
+            event("txn_end: refused")
+            return
+        wrote, label = self.txn.decided(ids, commit, pair)
+        assert out == {"wrote": wrote, "progress": self.txn.progress.get("sink")}, out
+        event(label)
 
     @invariant()
     def offsets_match_the_model(self) -> None:

@@ -24,6 +24,14 @@ or later than their own): a pending one arrives at its new time, never early, on
 checks). ``list_pending``: ``list_timers`` with topic, key and due range filters is the model's
 pending set (ids, keys, unique and offset ids, due times), the earliest first.
 
+Transactions (a few ids shared by every rule): ``txn_send`` adds a half message to a transaction
+(refused with ``TransactionStateError``, writing nothing, once it is decided); it is in no queue.
+``txn_end`` commits or rolls back a list of ids with or without a progress value: an unknown id
+or one decided the other way raises its typed error and writes nothing; deciding an id the way it
+is decided writes nothing; a commit puts every half of the newly committed ids in its queue once,
+in the order they were sent, and the progress reads back. ``txn_pending`` lists the open ones.
+A close or crash and reopen rebuilds all of it from the log.
+
 CI: 300 examples x 50 steps. Soak (``MQLITE_SOAK=1``): 5,000 examples.
 """
 
@@ -51,6 +59,7 @@ from scheduled_model import (
     DELAY_LEVELS, GROUP, MAX_RECONSUME, RETRY, T0, ScheduledModel, advances, deliver_due, keys, kinds, levels,
     message_kwargs, offsets_ms, send_back_levels, tags, user_props, when,
 )
+from txn_model import TxnModel
 
 pytestmark = pytest.mark.reliability
 
@@ -88,6 +97,17 @@ RETRY_TOPIC = RETRY[0]
 keys_one = st.sampled_from(["k1", "k2", "k3"])
 namings = st.sampled_from(["offset id", "msg id", "key", "key and topic", "unknown id"])
 queues = st.integers(0, QUEUES - 1)
+txn_ids = st.sampled_from(["x0", "x1", "x2", "x3"])
+
+
+class _Undecided:
+    """A local transaction that never answers: the rules decide."""
+
+    def execute_local_transaction(self, msg: Message, arg: object) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: mqlite.MessageExt) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
 
 
 def _child_env() -> dict[str, str]:
@@ -110,8 +130,18 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = mqlite.open(self.path, flush=self.mode, clock=self.clock, **CONFIG)
         self.producer = self.store.producer()
         self.consumer: mqlite.PullConsumer | None = None
+        self.txn = TxnModel(self.model)
+        self.tp: mqlite.TransactionProducer | None = None
+
+    def _txn_producer(self) -> mqlite.TransactionProducer:
+        if self.tp is None:
+            self.tp = mqlite.TransactionProducer(self.store, "tg", _Undecided(), check_interval=None)
+        return self.tp
 
     def _close(self) -> None:
+        if self.tp is not None:
+            self.tp.close()
+            self.tp = None
         if self.consumer is not None:
             self.consumer.close()
             self.consumer = None
@@ -264,6 +294,46 @@ class StoreMachine(RuleBasedStateMachine):
         s = self.consumer.send_back(m, delay)
         sent = (s.topic, s.dead, s.reconsume_times, s.delay_level)
         event("fail: " + self.scheduled.failed_one(self.store, where, m, delay, now, sent))
+
+    @rule(topic=topics, queue=queues, body=st.binary(min_size=1, max_size=300), tid=txn_ids)
+    def txn_send(self, topic: str, queue: int, body: bytes, tid: str) -> None:
+        tx = self._txn_producer().transaction(tid)
+        end = self._log_end()
+        if self.txn.send_refused(tid):
+            with pytest.raises(E.TransactionStateError):
+                tx.send(Message(topic, body), queue_id=queue)
+            assert self._log_end() == end
+            event("txn_send: refused")
+            return
+        r = tx.send(Message(topic, body), queue_id=queue)
+        assert r.message_queue == MessageQueue(topic, queue)
+        self.txn.sent(tid, topic, queue, body)
+        event("txn_send")
+
+    @rule(ids=st.lists(txn_ids, max_size=3), commit=st.booleans(),
+          progress=st.none() | st.tuples(st.just("sink"), st.sampled_from(["1", "2", "3"])))
+    def txn_end(self, ids: list[str], commit: bool, progress: tuple[str, str] | None) -> None:
+        tp = self._txn_producer()
+        decide = tp.commit if commit else tp.rollback
+        end = self._log_end()
+        refusal = self.txn.refusal(ids, commit, progress)
+        if refusal is not None:
+            with pytest.raises(getattr(E, refusal)):
+                decide(ids, progress)
+            assert self._log_end() == end
+            event("txn_end: refused")
+            return
+        wrote = decide(ids, progress)
+        expected, label = self.txn.decided(ids, commit, progress)
+        assert wrote == expected
+        assert (self._log_end() > end) == wrote
+        assert tp.progress("sink") == self.txn.progress.get("sink")
+        event(label)
+
+    @rule()
+    def txn_pending(self) -> None:
+        assert sorted(t.id for t in self._txn_producer().pending()) == self.txn.open_ids()
+        event("txn_pending")
 
     @rule(case=st.sampled_from(["empty body", "bad topic", "bad queue", "empty batch", "bad max", "neg offset",
                                 "bad level", "negative delay", "delay and level"]))

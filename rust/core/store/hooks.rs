@@ -1,12 +1,13 @@
 //! Put hooks: an ordered list, registered when the store opens, that may rewrite each message
 //! between validation and append (RocketMQ 5's `PutMessageHook`). Delay levels, timer
-//! messages, transactions and retry send-back each land as one hook.
+//! messages and retry send-back each land as one hook.
 //!
 //! Invariants
 //! - Hooks are the only way a caller's message reaches a system topic
-//!   (`topic_config::is_system_topic`): a caller's message to one is refused before any hook
-//!   runs, and a hook's rewrite into one is accepted, the topic being created (or grown) to
-//!   hold the queue the hook chose. The store's own records (a timer's cancel and reschedule
+//!   (`topic_config::is_system_topic`), but for a transaction's half message, which
+//!   `Store::txn_prepare` stores under the transactions' gate (store/txn/): a caller's message
+//!   to one is refused before any hook runs, and a hook's rewrite into one is accepted, the
+//!   topic being created (or grown) to hold the queue the hook chose. The store's own records (a timer's cancel and reschedule
 //!   records) go there through `Store::put_internal`, which runs no hook.
 //! - A hook sees the message as the hooks before it left it, already routed to its queue, and
 //!   its rewrite is validated as a caller's message is (sizes, property syntax): a faulty hook

@@ -29,6 +29,7 @@ pub mod retry;
 mod round_robin;
 pub mod schedule;
 pub mod timer;
+pub mod txn;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -99,6 +100,8 @@ struct Inner {
     hooks_want: crate::message::marks::Marks,
     /// The timer engine: delivers timer and delayed messages (writable stores).
     timers: Option<Arc<timer::TimerService>>,
+    /// Transactions: their gate and table (writable stores; txn/).
+    txns: Option<Arc<txn::Txns>>,
     /// The timer engine's thread while this process hosts delivery (schedule/mod.rs):
     /// started and stopped on its own, apart from `services`, and stopped before them.
     delivery: Services,
@@ -494,6 +497,9 @@ impl Inner {
         }
         if let Some(t) = &self.timers {
             t.gate().release();
+        }
+        if let Some(t) = &self.txns {
+            t.release();
         }
         if let Some(shm) = self.commit_log.shared() {
             shm.release();

@@ -422,6 +422,10 @@ pub(super) fn open_with(
         notifier.set_remote(Arc::clone(w));
     }
 
+    let txns = match writable {
+        true => Some(Arc::new(super::txn::Txns::new(&config, root)?)),
+        false => None,
+    };
     let config_shared = config.shared_writers;
     let inner = Arc::new(Inner {
         config,
@@ -434,6 +438,7 @@ pub(super) fn open_with(
         hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
         timers: writable.then_some(Arc::clone(&timers)),
+        txns,
         topics,
         checkpoint,
         reput,

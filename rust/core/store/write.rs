@@ -184,7 +184,7 @@ impl<'r> PutRequest<'r> {
 impl Routing<'_> {
     /// The queue of `topic` (with `queues` write queues) this routing picks, checked.
     #[inline]
-    fn pick(self, topic: &str, queues: u32) -> Result<u32> {
+    pub(in crate::store) fn pick(self, topic: &str, queues: u32) -> Result<u32> {
         let queue_id = match self {
             Routing::Queue(q) => q,
             Routing::RoundRobin(next) => next.next(topic, queues),
@@ -195,7 +195,7 @@ impl Routing<'_> {
     }
 
     /// Hands back a turn taken for a put that wrote nothing.
-    fn give_back(self, topic: &str) {
+    pub(in crate::store) fn give_back(self, topic: &str) {
         if let Routing::RoundRobin(next) = self {
             next.give_back(topic);
         }
@@ -674,6 +674,20 @@ impl Store {
     /// # Errors
     /// As `put`.
     pub(in crate::store) fn put_internal(&self, msg: &MessageRef<'_>) -> Result<PutResult> {
+        self.append_internal(msg, true)
+    }
+
+    /// `put_internal`; `ensure`: create or grow the queue as needed, else the caller knows it
+    /// exists (a committed transaction's re-put to its real topic, store/txn/, leaves the
+    /// topic's settings as they are, whatever its permission).
+    ///
+    /// # Errors
+    /// As `put`.
+    pub(in crate::store) fn append_internal(
+        &self,
+        msg: &MessageRef<'_>,
+        ensure: bool,
+    ) -> Result<PutResult> {
         self.check_writable()?;
         validate::check_sizes(
             msg.body.len(),
@@ -681,7 +695,9 @@ impl Store {
             self.inner.max_message_size,
         )?;
         let checked = properties::check_encoded(msg.properties)?;
-        self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        if ensure {
+            self.ensure_system_queue(msg.topic, msg.queue_id)?;
+        }
         let prepared = Prepared::new(*msg)?;
         let appended = self.inner.commit_log.put(&prepared)?;
         let code = tags::of_record(
@@ -720,7 +736,10 @@ impl Store {
     /// (hooks.rs); returns the TAGS value and the message's marks. Inline, as every put's
     /// first step; the hooks' checks, which plain puts skip, are out of line.
     #[inline(always)]
-    fn check_message<'m>(&self, m: &MessageRef<'m>) -> Result<properties::Checked<'m>> {
+    pub(in crate::store) fn check_message<'m>(
+        &self,
+        m: &MessageRef<'m>,
+    ) -> Result<properties::Checked<'m>> {
         validate::check_sizes(
             m.body.len(),
             m.properties.len(),
@@ -741,7 +760,7 @@ impl Store {
     }
 
     /// The write queue count of a topic that accepts sends, auto-creating it if allowed.
-    fn writable_queues(&self, topic: &str) -> Result<u32> {
+    pub(in crate::store) fn writable_queues(&self, topic: &str) -> Result<u32> {
         self.inner.topics.sync()?;
         let info = match self.inner.topics.write_info(topic) {
             Some(info) => info,

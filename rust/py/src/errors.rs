@@ -30,6 +30,8 @@ pyo3::import_exception!(mqlite.errors, InvalidMessageError);
 pyo3::import_exception!(mqlite.errors, MessageTooLargeError);
 pyo3::import_exception!(mqlite.errors, PropertiesTooLargeError);
 pyo3::import_exception!(mqlite.errors, InvalidBatchError);
+pyo3::import_exception!(mqlite.errors, TransactionNotFoundError);
+pyo3::import_exception!(mqlite.errors, TransactionStateError);
 pyo3::import_exception!(mqlite.errors, IllegalArgumentError);
 pyo3::import_exception!(mqlite.errors, MessageNotFoundError);
 pyo3::import_exception!(mqlite.errors, CorruptedLogError);
@@ -85,6 +87,8 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::MessageTooLarge { .. } => MessageTooLargeError::new_err(msg),
         Error::PropertiesTooLarge { .. } => PropertiesTooLargeError::new_err(msg),
         Error::InvalidBatch { .. } => InvalidBatchError::new_err(msg),
+        Error::TxnUnknown { .. } => TransactionNotFoundError::new_err(msg),
+        Error::TxnConflict { .. } => TransactionStateError::new_err(msg),
         Error::InvalidArgument { .. } => IllegalArgumentError::new_err(msg),
         Error::MessageNotFound { .. } => MessageNotFoundError::new_err(msg),
         Error::Corrupted { .. } => CorruptedLogError::new_err(msg),

@@ -653,7 +653,8 @@ impl PyMessageExt {
 impl PyMessageExt {
     /// The topic the message was sent to: for a retry (a record of a `%RETRY%` topic with a
     /// `RETRY_TOPIC` property) that origin topic, as RocketMQ's consumer shows it;
-    /// `message_queue` stays the queue it was read from.
+    /// `message_queue` stays the queue it was read from. For a half message (a transaction's,
+    /// as a check sees it) or one discarded after its maximum checks, its real topic.
     #[getter]
     fn topic(&self) -> PyResult<String> {
         let v = self.view()?;
@@ -661,6 +662,14 @@ impl PyMessageExt {
         if stored.starts_with(mqlite::store::retry::RETRY_PREFIX) {
             if let Some(origin) = v.property(mqlite::message::properties::RETRY_TOPIC) {
                 return Ok(origin.to_owned());
+            }
+        }
+        if matches!(
+            stored,
+            mqlite::store::txn::record::HALF_TOPIC | mqlite::store::txn::record::MAX_TIME_TOPIC
+        ) {
+            if let Some(real) = v.property(mqlite::message::properties::REAL_TOPIC) {
+                return Ok(real.to_owned());
             }
         }
         Ok(stored.to_owned())

@@ -279,6 +279,42 @@ impl PyProducer {
         };
         this.put_one(py, msg, routing, true)
     }
+    /// Stores `msg` as a half message of transaction `txn_id` of this producer's group
+    /// (`mqlite.TransactionProducer`): invisible in its topic until the transaction commits.
+    /// The queue is `queue_id` or round robin.
+    #[pyo3(signature = (msg, txn_id, queue_id = None))]
+    fn _send_half(
+        slf: &Bound<'_, Self>,
+        msg: &Bound<'_, PyAny>,
+        txn_id: &str,
+        queue_id: Option<Int>,
+    ) -> PyResult<PySendResult> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.is_marked_closed() {
+            return Err(dead(slf));
+        }
+        let queue_id = args::opt_queue_id(queue_id.as_ref())?;
+        let routing = this.routing(queue_id);
+        let now = this.store.config().clock.now_ms();
+        let uniq = this.ids.next_id(now);
+        let mut props = Vec::new();
+        let held = read_message(msg, &mut props, uniq.as_str())?;
+        let out = held.outgoing()?;
+        let m = out.to_ref(&props, now).map_err(PyMqError)?;
+        let put = py
+            .detach(|| this.store.txn_prepare(&m, routing, &this.group, txn_id))
+            .map_err(|e| this.send_error(py, e))?;
+        Ok(PySendResult {
+            topic: held.topic.clone().unbind(),
+            queue_id: put.queue_id,
+            ok: put.status == PutStatus::PutOk,
+            scheduled: false,
+            appended: put.appended,
+            uniq,
+        })
+    }
+
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
     /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
     /// returns, and the store's completion thread confirms it

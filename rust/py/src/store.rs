@@ -688,6 +688,73 @@ impl PyStore {
         PyList::new(py, rows)
     }
 
+    /// Decides transactions `ids` (commit when `commit`, else roll back) and sets progress
+    /// `progress = (key, value)` when given, in one append; True when anything was written.
+    /// Argument types are checked by `mqlite.TransactionProducer`.
+    #[pyo3(signature = (ids, commit, progress = None))]
+    fn _txn_end(
+        &self,
+        py: Python<'_>,
+        ids: Vec<String>,
+        commit: bool,
+        progress: Option<(String, String)>,
+    ) -> PyResult<bool> {
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let progress = progress.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
+        py.detach(|| self.store.txn_end(&refs, commit, progress))
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    /// Claims the transactions of `group` due for a check: `(id, first half offset)` each.
+    #[pyo3(signature = (group, timeout_ms, interval_ms, max_checks, limit))]
+    fn _txn_claim(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        timeout_ms: i64,
+        interval_ms: i64,
+        max_checks: u32,
+        limit: usize,
+    ) -> PyResult<Vec<(String, u64)>> {
+        let policy = mqlite::store::txn::CheckPolicy {
+            timeout_ms,
+            interval_ms,
+            max_checks,
+            limit,
+        };
+        py.detach(|| self.store.txn_claim_checks(group, policy))
+            .map_err(|e| PyMqError(e).into())
+    }
+
+    /// Transactions as tuples `(id, group, state, half offsets, checks, first_ms, age_ms)`: the
+    /// open ones, or all when `all`, of `group` or of every group.
+    #[pyo3(signature = (group = None, all = false))]
+    #[allow(clippy::type_complexity)]
+    fn _txn_list(
+        &self,
+        py: Python<'_>,
+        group: Option<&str>,
+        all: bool,
+    ) -> PyResult<Vec<(String, String, &'static str, Vec<u64>, u32, i64, i64)>> {
+        let rows = py
+            .detach(|| self.store.txn_list(group, all))
+            .map_err(PyMqError)?;
+        Ok(rows
+            .into_iter()
+            .map(|t| {
+                (
+                    t.id, t.group, t.state, t.halves, t.checks, t.first_ms, t.age_ms,
+                )
+            })
+            .collect())
+    }
+
+    /// The progress value last set under `key` by `_txn_end`, or None.
+    fn _txn_progress(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {
+        py.detach(|| self.store.txn_progress(key))
+            .map_err(|e| PyMqError(e).into())
+    }
+
     /// How many timers are stored and neither delivered nor cancelled, as far as this
     /// process's progress knows.
     fn pending_timers(&self, py: Python<'_>) -> u64 {

@@ -1,11 +1,12 @@
-//! The timer gate: the one lock under which a timer, of either source (the timer log or a
+//! The gate: the one lock (one per kind of state: the timers' and the transactions') under which a timer, of either source (the timer log or a
 //! delay level), changes state. A delivery pass (the re-puts of due timers of both sources), a
 //! cancel and a reschedule each take it around "look at the timer, append the record that
 //! changes it", so that for one timer exactly one of them wins and each answer is what the log
 //! says when the gate is let go.
 //!
 //! Two layers: a mutex for the threads of this store handle, then (shared writers only) the
-//! OFD write lock on byte `TIMER_BYTE` of the store's `lock` file, through a descriptor of
+//! OFD write lock on the gate's byte of the store's `lock` file (`TIMER_BYTE` for timers,
+//! `TXN_BYTE` for transactions, store/txn/), through a descriptor of
 //! the gate's own, for the other processes (and other handles of the store in this process:
 //! OFD locks conflict between open file descriptions, not between processes).
 //!
@@ -28,7 +29,6 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
-use crate::lock::TIMER_BYTE;
 use crate::mapped_file::mmap;
 use crate::util::fs;
 
@@ -38,21 +38,30 @@ pub(in crate::store) struct Gate {
     /// The descriptor whose OFD lock is the byte (`None`: the mutex alone).
     file: Mutex<Option<File>>,
     path: std::path::PathBuf,
+    /// The byte of `lock` this gate locks.
+    byte: libc::off_t,
 }
 
 /// Holds the gate until dropped.
 #[derive(Debug)]
 pub(in crate::store) struct Held<'a> {
     file: MutexGuard<'a, Option<File>>,
-    byte: bool,
+    /// The byte locked (`None`: the mutex alone).
+    byte: Option<libc::off_t>,
 }
 
 impl Gate {
-    /// A gate for the store at `root`; `shared`: the store is opened by shared writers.
+    /// A gate on byte `byte` of the `lock` file of the store at `root`; `shared`: the store is
+    /// opened by shared writers.
     ///
     /// # Errors
     /// `Io` when `lock` cannot be opened.
-    pub(in crate::store) fn new(root: Option<&Path>, shared: bool, mode: u32) -> Result<Self> {
+    pub(in crate::store) fn new(
+        root: Option<&Path>,
+        shared: bool,
+        mode: u32,
+        byte: libc::off_t,
+    ) -> Result<Self> {
         let path = root.map(|r| r.join("lock")).unwrap_or_default();
         let file = match (root, shared) {
             (Some(_), true) => Some(fs::open_rw(&path, mode)?),
@@ -61,6 +70,7 @@ impl Gate {
         Ok(Gate {
             file: Mutex::new(file),
             path,
+            byte,
         })
     }
 
@@ -78,14 +88,19 @@ impl Gate {
     pub(in crate::store) fn take(&self) -> Result<Held<'_>> {
         let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let Some(fd) = file.as_ref().map(AsRawFd::as_raw_fd) else {
-            return Ok(Held { file, byte: false });
+            return Ok(Held { file, byte: None });
         };
         loop {
-            match mmap::ofd_range_lock_wait(fd, TIMER_BYTE, 1) {
-                Ok(()) => return Ok(Held { file, byte: true }),
+            match mmap::ofd_range_lock_wait(fd, self.byte, 1) {
+                Ok(()) => {
+                    return Ok(Held {
+                        file,
+                        byte: Some(self.byte),
+                    })
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => {
-                    return Ok(Held { file, byte: false })
+                    return Ok(Held { file, byte: None })
                 }
                 Err(e) => return Err(Error::io("fcntl(F_OFD_SETLKW)", &self.path, e)),
             }
@@ -95,9 +110,9 @@ impl Gate {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if let (true, Some(f)) = (self.byte, self.file.as_ref()) {
+        if let (Some(byte), Some(f)) = (self.byte, self.file.as_ref()) {
             // A failed unlock leaves the byte to the descriptor's close (the store's).
-            let _ = mmap::ofd_range_lock(f.as_raw_fd(), TIMER_BYTE, 1, true);
+            let _ = mmap::ofd_range_lock(f.as_raw_fd(), byte, 1, true);
         }
     }
 }

@@ -21,7 +21,7 @@
 //! which with shared writers is the leader; the hooks of every process wake it.
 
 mod control;
-mod gate;
+pub(in crate::store) mod gate;
 mod hook;
 mod levels;
 pub mod progress;

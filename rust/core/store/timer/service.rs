@@ -149,6 +149,7 @@ impl TimerService {
             config_dir.as_deref().and_then(std::path::Path::parent),
             config.shared_writers,
             config.file_mode,
+            crate::lock::TIMER_BYTE,
         )?;
         let path = config_dir.as_ref().map(|d| d.join(super::progress::FILE));
         // delayOffset.json first (levels.rs).
