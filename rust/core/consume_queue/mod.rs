@@ -883,6 +883,29 @@ impl LogicalQueue for ConsumeQueue {
         self.unit(k).map(entry_of)
     }
 
+    /// O(1) when nothing is to skip (the entry at the minimum is at or past `phy`, the case of
+    /// every read once skipped); else a binary search over the queue's units. Placeholders and
+    /// unreadable units count as "not below".
+    fn skip_below(&self, phy: u64) {
+        let below = |k: u64| {
+            self.unit(k)
+                .is_some_and(|u| !u.is_placeholder() && u.offset < phy)
+        };
+        let (mut lo, mut hi) = (self.min_offset(), self.max_offset());
+        if lo >= hi || !below(lo) {
+            return;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(mid) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.min_logic.fetch_max(lo, Ordering::AcqRel);
+    }
+
     fn entries(&self, from: u64, max: usize, out: &mut Vec<(u64, QueueEntry)>) {
         self.units_as(from, max, out, entry_of);
     }

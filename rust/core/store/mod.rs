@@ -52,6 +52,7 @@ use crate::service::Services;
 use crate::topic_config::TopicTable;
 use crate::util::kill_point::kill_point;
 
+pub use admin::TopicUpdate;
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
 pub use write::{

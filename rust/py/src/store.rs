@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mqlite::message::delay_levels::DelayLevels;
 use mqlite::store::timer::{TimerFilter, TimerInfo, TimerOutcome, TimerTarget};
-use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
+use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig, TopicUpdate};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -80,6 +80,8 @@ fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDi
     d.set_item("order", t.order)?;
     d.set_item("topicFilterType", &t.topic_filter_type)?;
     d.set_item("topicSysFlag", t.topic_sys_flag)?;
+    d.set_item("attributes", t.attributes.clone())?;
+    d.set_item("sinceOffset", t.since_offset())?;
     Ok(d)
 }
 
@@ -398,18 +400,44 @@ impl PyStore {
         .map_err(|e| PyMqError(e).into())
     }
 
-    /// Grows an existing topic to `queues` read and write queues; returns its new config.
+    /// Changes the given settings of an existing topic (`queues`: read and write queues at
+    /// once); returns its new config.
+    #[pyo3(signature = (
+        topic, queues = None, *, read_queues = None, write_queues = None, perm = None, order = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn update_topic<'py>(
         &self,
         py: Python<'py>,
         topic: Str<'_, TopicName>,
-        queues: Int,
+        queues: Option<Int>,
+        read_queues: Option<Int>,
+        write_queues: Option<Int>,
+        perm: Option<Int>,
+        order: Option<bool>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let queues = queue_count(&queues)?;
+        let max = mqlite::topic_config::MAX_QUEUES;
+        let count = |v: &Option<Int>, name| v.as_ref().map(|q| args::count(q, name, 1, max));
+        let queues = count(&queues, "queues").transpose()?;
+        let update = TopicUpdate {
+            read_queues: count(&read_queues, "read_queues").transpose()?.or(queues),
+            write_queues: count(&write_queues, "write_queues").transpose()?.or(queues),
+            perm: perm
+                .as_ref()
+                .map(|p| args::count(p, "perm", 0, 7))
+                .transpose()?,
+            order,
+        };
         let config = py
-            .detach(|| self.store.update_topic(&topic, queues))
+            .detach(|| self.store.update_topic_settings(&topic, update))
             .map_err(PyMqError)?;
         topic_dict(py, &config)
+    }
+
+    /// Deletes a topic's config (its records go with retention).
+    fn delete_topic(&self, py: Python<'_>, topic: Str<'_, TopicName>) -> PyResult<()> {
+        py.detach(|| self.store.delete_topic(&topic))
+            .map_err(|e| PyMqError(e).into())
     }
 
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
