@@ -61,6 +61,7 @@ from mqlite.message import (
     SendResult,
     SendStatus,
 )
+from mqlite.admin import FileUsage, GroupSummary, QueueStatus, StoreInfo, TopicStatus
 from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
@@ -103,6 +104,11 @@ __all__ = [
     "AllocateMessageQueueAveragely",
     "AllocateMessageQueueAveragelyByCircle",
     "QueueProgress",
+    "QueueStatus",
+    "TopicStatus",
+    "GroupSummary",
+    "StoreInfo",
+    "FileUsage",
     "Message",
     "MessageQueue",
     "MessageExt",

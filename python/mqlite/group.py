@@ -16,6 +16,10 @@ owns. Layout, under ``<store>/consumer_groups/<group>/`` (rust/FORMAT.md §13):
   owner's queues become free at once (the kernel drops the locks of a description when its last
   descriptor closes). Unlike POSIX record locks, closing another descriptor of the same file
   does not drop them, and locks of different descriptions conflict within one process too.
+- ``<topic>/owners/<queue_id>``: the client id (ASCII) of the member that took the queue's lock,
+  written (whole, by rename) after it took the lock and removed before it gives the lock up. It
+  counts only while that member is live: a dead member's file names a member whose lock is free.
+  It is what ``queue_owners`` reports; the byte lock alone decides ownership.
 - ``slots.d/<n>``: the topic (its name in ASCII, nothing else) whose queues' bytes start at
   ``n * 2**32``. ``n`` is found by linear probing from a hash of the name and the file is
   published whole with ``link`` (it appears with its content or not at all, and never changes),
@@ -48,7 +52,7 @@ from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupEr
 from mqlite.message import MessageQueue
 from mqlite.topic import check_topic
 
-__all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id"]
+__all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id", "queue_owners"]
 
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 _COUNTER = itertools.count(1)
@@ -159,6 +163,34 @@ def live_members(root: Path, group: str, topic: str, *, own: str | None = None) 
             # A member of this id that starts now re-creates its marker at its next check.
             _unlink(markers / cid)
     return sorted(alive)
+
+
+@store_io("list queue owners")
+def queue_owners(root: Path, group: str, topic: str) -> dict[int, str]:
+    """The client id of the live member owning each of the topic's owned queues, by queue id
+    (queues no live member owns are absent)."""
+    gdir = group_dir(root, group)
+    owners = topic_dir(root, group, topic) / "owners"
+    try:
+        names = os.listdir(owners)
+    except FileNotFoundError:
+        return {}
+    out: dict[int, str] = {}
+    live: dict[str, bool] = {}
+    for name in names:
+        if not name.isdigit():
+            continue  # a temporary file being renamed into place
+        try:
+            cid = (owners / name).read_bytes()[:_SLOT_READ].decode("ascii", "replace")
+        except FileNotFoundError:
+            continue  # given up meanwhile
+        if not _CLIENT_ID.fullmatch(cid):
+            continue
+        if cid not in live:
+            live[cid] = _live(gdir, cid)
+        if live[cid]:
+            out[int(name)] = cid
+    return out
 
 
 def _slot_start(topic: str) -> int:
@@ -295,6 +327,8 @@ class GroupMember:
                 if _same_file(fd, path):
                     os.unlink(path)
             os.close(fd)
+        for mq in self._queues:
+            self._clear_owner(mq)
         qfd, self._queues_fd = self._queues_fd, None
         if qfd is not None:
             os.close(qfd)  # releases every byte lock still held
@@ -321,14 +355,44 @@ class GroupMember:
             self._queues_fd = open_lock(self._dir / "queues.lock")
         if _core.ofd_try_lock(self._queues_fd, self._byte(mq), 1):
             self._queues.add(mq)
+            self._write_owner(mq)
             return True
         return False
+
+    def _owner_file(self, mq: MessageQueue) -> Path:
+        return topic_dir(self.root, self.group, mq.topic) / "owners" / str(mq.queue_id)
+
+    def _write_owner(self, mq: MessageQueue) -> None:
+        """Records this member as the queue's owner (after taking its lock). The record only
+        informs ``queue_owners``: a failure to write it (a full disk) leaves the queue owned."""
+        path = self._owner_file(mq)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            ensure_dir(path.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.write(fd, self.client_id.encode("ascii"))
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                _unlink(tmp)
+
+    def _clear_owner(self, mq: MessageQueue) -> None:
+        """Removes the queue's owner file if it names this member (before giving the lock up:
+        the next owner writes its own only once it holds the lock)."""
+        path = self._owner_file(mq)
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == self.client_id.encode("ascii"):
+                _unlink(path)
 
     @store_io("unlock queue")
     def release(self, mq: MessageQueue) -> None:
         """Give a queue up."""
         if mq in self._queues and self._queues_fd is not None:
             self._queues.discard(mq)
+            self._clear_owner(mq)
             _core.ofd_unlock(self._queues_fd, self._byte(mq), 1)
 
     def owned(self) -> set[MessageQueue]:
