@@ -61,7 +61,7 @@ from mqlite.message import (
     SendResult,
     SendStatus,
 )
-from mqlite.admin import FileUsage, GroupSummary, QueueStatus, StoreInfo, TopicStatus
+from mqlite.admin import DeletedFile, FileUsage, GroupSummary, QueueStatus, StoreInfo, TopicStatus
 from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
@@ -109,6 +109,7 @@ __all__ = [
     "GroupSummary",
     "StoreInfo",
     "FileUsage",
+    "DeletedFile",
     "Message",
     "MessageQueue",
     "MessageExt",

@@ -8,12 +8,13 @@ may run beside producers, consumers and other writer processes.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from mqlite import _core
 from mqlite._files import store_io
@@ -45,7 +46,9 @@ class Store(Protocol):
     def retries(self, group: str) -> RetryView: ...
     def dead_letters(self, group: str) -> DeadLetterQueue: ...
 
-__all__ = ["FileUsage", "GroupSummary", "QueueStatus", "StoreInfo", "TopicStatus"]
+__all__ = ["DeletedFile", "FileUsage", "GroupSummary", "QueueStatus", "StoreInfo", "TopicStatus"]
+
+log = logging.getLogger("mqlite.retention")
 
 # Bytes of one consume-queue unit (rust/FORMAT.md §4).
 _CQ_UNIT = 20
@@ -163,6 +166,37 @@ class StoreInfo:
 # The consume queues of the timer engine's topics (delay levels and timers): their records are
 # in the commit log, these are the timer engine's own files.
 _TIMER_TOPICS = ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer")
+
+
+_Reason = Literal["expired", "disk_full"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedFile:
+    """A commit-log file retention deleted (``Store.run_retention``)."""
+
+    path: str
+    from_offset: int
+    """Commit-log offset of its first byte: every record below ``from_offset + size`` is gone."""
+    size: int
+    modified_ms: int
+    """Its last modification, epoch ms (0 when unknown)."""
+    reason: _Reason
+    """``expired``: older than ``retention_hours``; ``disk_full``: the file system was used
+    above ``disk_force_clean_ratio``."""
+
+
+def report_deletions(core: _core.Store) -> list[DeletedFile]:
+    """Takes the deletions the core recorded since the last report and logs each one."""
+    rows, dropped = core._take_deleted_files()
+    files = [DeletedFile(p, start, size, modified, cast(_Reason, reason))
+             for p, start, size, modified, reason in rows]
+    for f in files:
+        log.info("retention deleted %s (commit-log offsets %d to %d, last modified at %d ms): %s",
+                 f.path, f.from_offset, f.from_offset + f.size, f.modified_ms, f.reason)
+    if dropped:
+        log.info("retention deleted %d more commit-log files, older than those listed", dropped)
+    return files
 
 
 def _usage(paths: list[Path], skip: tuple[str, ...] = ()) -> FileUsage:

@@ -16,7 +16,7 @@ from mqlite import admin as _admin
 from mqlite import timers as _timers
 from mqlite._args import deprecated, int_arg
 from mqlite._context import ClientContext
-from mqlite.admin import GroupSummary, StoreInfo, TopicStatus
+from mqlite.admin import DeletedFile, GroupSummary, StoreInfo, TopicStatus
 from mqlite.config import store_options
 from mqlite.dlq import DeadLetterQueue, RetryView, retries
 from mqlite.errors import (
@@ -104,6 +104,7 @@ class Store:
         delay_levels: str | None = None,
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
+        disk_force_clean_ratio: float | None = None,
         clock: ManualClock | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
@@ -127,6 +128,7 @@ class Store:
                 "delay_levels": delay_levels,
                 "timer_max_delay_hours": timer_max_delay_hours,
                 "timer_catchup_rate": timer_catchup_rate,
+                "disk_force_clean_ratio": disk_force_clean_ratio,
                 "clock": clock,
             }
         )
@@ -173,6 +175,8 @@ class Store:
         has every committed offset in the file RocketMQ reads."""
         ctx = self._client_context
         compact = ctx.ok and ctx.pid == os.getpid() and ctx.durable and not self._read_only
+        if ctx.ok and ctx.pid == os.getpid():
+            _admin.report_deletions(ctx.core)
         ctx.close()
         if compact:
             group_offsets(ctx.client_root()).compact()
@@ -386,11 +390,31 @@ class Store:
         return self._live().deliver_due()
 
     def delete_expired_files(self) -> int:
-        """Delete every commit-log file last modified more than ``retention_hours`` ago now
-        (oldest first, up to the first that is not expired, never the file being written) and
-        the consume-queue files that only point into them. The writer also does this every 10
-        seconds. Returns the number of commit-log files deleted."""
-        return self._live().delete_expired_files()
+        """Run a retention pass now (see ``run_retention``) and return how many commit-log
+        files this pass deleted; every deletion since the last report is logged."""
+        core = self._live()
+        n = core.delete_expired_files()
+        _admin.report_deletions(core)
+        return n
+
+    def run_retention(self) -> list[DeletedFile]:
+        """Run a retention pass now and report every commit-log file retention deleted since
+        the last report, this pass's and the background passes' (oldest first), each also
+        logged at INFO on the ``mqlite.retention`` logger.
+
+        A pass deletes, oldest first and never the file being written, the commit-log files
+        last modified more than ``retention_hours`` ago, and, while the file system is used
+        above ``disk_force_clean_ratio``, younger ones down to that ratio; then the
+        consume-queue files that only point into them. It stops at the first file it may not
+        delete: one holding records not yet indexed, or a pending timer or delayed message.
+        The writer also runs a pass every 10 seconds; among several writer processes, only
+        the one that runs the background duties deletes (elsewhere this reports nothing).
+        Each deletion is logged and reported once: by the next call of this, or logged only
+        when ``delete_expired_files``, ``info`` or ``close`` comes first. The record keeps the
+        last 4,096 deletions between reports and counts the older ones."""
+        core = self._live()
+        core.delete_expired_files()
+        return _admin.report_deletions(core)
 
     def stats(self) -> dict[str, Any]:
         """Counters and sizes, as plain data: commit-log range, flushed and dispatched offsets,
@@ -631,7 +655,7 @@ class Store:
         kind, the commit-log range, the oldest and newest message store times, topic and group
         counts, pending timers and the usage of the file system holding the store. Reads one
         message per queue and walks the store's directories."""
-        self._live()
+        _admin.report_deletions(self._live())
         return _admin.info(self)
 
     def reset_offset(

@@ -5,6 +5,8 @@ where what they see is the point."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -357,3 +359,77 @@ def test_info_of_a_memory_store(mem_store: mqlite.Store) -> None:
     info = mem_store.info()
     assert info.files == {} and info.disk_usage_ratio == 0.0
     assert info.newest_store_timestamp == info.oldest_store_timestamp is not None
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+_SMALL = dict(commit_log_file_size=256 << 10, max_message_size=32 << 10, consume_queue_file_units=128)
+
+
+def _log_files(root: Path) -> list[Path]:
+    """The commit-log files, oldest first (not the next one the allocator is preparing)."""
+    return sorted(f for f in (root / "commitlog").iterdir() if f.name.isdigit())
+
+
+def _fill_files(store: mqlite.Store, root: Path, files: int) -> list[Path]:
+    """Sends until the commit log has at least ``files`` files; returns them, oldest first."""
+    store.create_topic("t", 1)
+    p = store.producer()
+    while len(_log_files(root)) < files:
+        p.send_batch([b"x" * 1000] * 50, topic="t", queue_id=0)
+    return _log_files(root)
+
+
+def test_retention_reports_and_logs_every_expired_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "s"
+    with mqlite.open(root, retention_hours=1e-7, **_SMALL) as store:  # type: ignore[arg-type]
+        before = _fill_files(store, root, 4)
+        then = before[-1].stat().st_mtime - 3600
+        for f in before[:-1]:
+            os.utime(f, (then, then))
+        with caplog.at_level(logging.INFO, logger="mqlite.retention"):
+            deleted = store.run_retention()
+        # The files aged went, oldest first (some maybe by the background pass, reported too).
+        assert [Path(d.path) for d in deleted] == before[: len(deleted)]
+        assert len(deleted) >= 1 and before[-1].exists()
+        assert all(d.reason == "expired" and d.size == 256 << 10 for d in deleted)
+        assert [d.from_offset for d in deleted] == [int(f.name) for f in before[: len(deleted)]]
+        logged = [r.getMessage() for r in caplog.records if r.name == "mqlite.retention"]
+        assert len(logged) == len(deleted)
+        assert all(d.path in line and "expired" in line for d, line in zip(deleted, logged))
+        # Reported once.
+        assert store.run_retention() == []
+        assert store.offsets(MessageQueue("t", 0))[0] > 0
+
+
+def test_a_disk_used_above_the_ratio_loses_its_oldest_files_whatever_their_age(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    # Any file system holding this test's files is used above a ratio of one part in 10**9.
+    with mqlite.open(root, disk_force_clean_ratio=1e-9, **_SMALL) as store:  # type: ignore[arg-type]
+        before = _fill_files(store, root, 3)
+        deleted = store.run_retention()
+        # The oldest files went, all but the one being written (and the next one, when the
+        # allocator had made it already).
+        assert [Path(d.path) for d in deleted] == before[: len(deleted)]
+        assert len(deleted) >= len(before) - 2 >= 1
+        assert all(d.reason == "disk_full" and not Path(d.path).exists() for d in deleted)
+        low, high = store.offsets(MessageQueue("t", 0))
+        assert 0 < low < high
+        assert store.read(MessageQueue("t", 0), low, 1)[0].body == b"x" * 1000
+
+
+def test_a_disk_used_below_the_ratio_keeps_young_files(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with mqlite.open(root, disk_force_clean_ratio=1.0, **_SMALL) as store:  # type: ignore[arg-type]
+        before = _fill_files(store, root, 3)
+        assert store.run_retention() == []
+        assert all(f.exists() for f in before)
+
+
+@pytest.mark.parametrize("ratio", [0, 1.5, float("nan"), -0.5, True, "0.5"])
+def test_a_bad_disk_ratio_is_refused_before_the_store_is_made(tmp_path: Path, ratio: object) -> None:
+    with pytest.raises((mqlite.InvalidConfigError, TypeError), match="disk_force_clean_ratio"):
+        mqlite.open(tmp_path / "s", disk_force_clean_ratio=ratio)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()

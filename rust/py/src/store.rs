@@ -70,6 +70,9 @@ impl PyStore {
     }
 }
 
+/// A file retention deleted: (path, first offset, size, last modified ms, reason).
+type DeletedRow = (String, u64, u64, i64, &'static str);
+
 /// A topic's config as RocketMQ's JSON names its fields.
 fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -174,7 +177,7 @@ impl PyStore {
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
         delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None,
-        clock = None
+        disk_force_clean_ratio = None, clock = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -198,6 +201,7 @@ impl PyStore {
         delay_levels: Option<Str<'_, DelayLevelsOption>>,
         timer_max_delay_hours: Option<Float>,
         timer_catchup_rate: Option<Int>,
+        disk_force_clean_ratio: Option<Float>,
         clock: Option<PyRef<'_, crate::clock::PyManualClock>>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
@@ -281,6 +285,8 @@ impl PyStore {
                 "timer_catchup_rate",
                 defaults.timer_catchup_rate,
             )?,
+            disk_force_clean_ratio: disk_force_clean_ratio
+                .map_or(defaults.disk_force_clean_ratio, |r| r.0),
             clock: clock.map_or_else(|| defaults.clock.clone(), |c| c.clock.clone().into()),
             ..defaults
         };
@@ -749,6 +755,20 @@ impl PyStore {
             .map(|t| timer_row(py, t))
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, rows)
+    }
+
+    /// The commit-log files retention deleted since the last call, as (path, first offset,
+    /// size, last modified ms, reason) oldest first, and how many more fell out of the record.
+    fn _take_deleted_files(&self) -> (Vec<DeletedRow>, u64) {
+        let (files, dropped) = self.store.take_deleted_files();
+        let rows = files
+            .into_iter()
+            .map(|f| {
+                let path = f.path.to_string_lossy().into_owned();
+                (path, f.from_offset, f.size, f.modified_ms, f.reason.name())
+            })
+            .collect();
+        (rows, dropped)
     }
 
     fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {
