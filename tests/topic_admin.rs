@@ -139,6 +139,8 @@ fn a_topic_created_again_after_a_delete_never_shows_the_old_messages() {
     let c = store.topic("T").unwrap().unwrap();
     assert_eq!(c.since_offset(), end);
     assert_eq!(c.attributes[SINCE_ATTRIBUTE], end.to_string());
+    assert_eq!(store.topic_since_offset("T").unwrap(), end);
+    assert_eq!(store.topic_since_offset("Other").unwrap(), 0);
     store.put(&MessageRef::new("T", 0, b"new")).unwrap();
 
     for (queue, old) in [(0u32, 150u64), (1, 1)] {
@@ -159,6 +161,15 @@ fn a_topic_created_again_after_a_delete_never_shows_the_old_messages() {
     assert_eq!(store.queue_offsets("T", 0).unwrap(), (150, 151));
     assert_eq!(bodies(&store, "T", 0, 150), ["new"]);
     assert_eq!(store.queue_offsets("T", 1).unwrap(), (1, 1));
+    store.close().unwrap();
+    // A read-only open reads it from the table.
+    let ro = StoreConfig {
+        read_only: true,
+        ..small_config()
+    };
+    let follower = Store::open(root, ro).unwrap();
+    assert_eq!(follower.topic_since_offset("T").unwrap(), end);
+    assert_eq!(follower.queue_offsets("T", 0).unwrap(), (150, 151));
 }
 
 #[test]

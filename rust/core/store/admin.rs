@@ -206,6 +206,22 @@ impl Store {
         Ok(())
     }
 
+    /// Where `topic`'s current incarnation begins in the commit log
+    /// (`TopicConfig::since_offset`): a record of that topic below it belongs to a deleted topic
+    /// of the same name, which queries of this one (the key index's) skip. 0 for a topic with
+    /// none, or unknown. A read-only store re-reads the topic table first.
+    ///
+    /// # Errors
+    /// The store is closed; reading another process's topic changes failed.
+    pub fn topic_since_offset(&self, topic: &str) -> Result<u64> {
+        self.check_usable()?;
+        if self.inner.config.read_only {
+            self.inner.topics.reload()?;
+        }
+        self.inner.topics.sync()?;
+        Ok(self.inner.topics.since(topic))
+    }
+
     /// Every topic's configuration.
     pub fn topics(&self) -> Result<Vec<TopicConfig>> {
         self.check_usable()?;
