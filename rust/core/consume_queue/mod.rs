@@ -884,23 +884,31 @@ impl LogicalQueue for ConsumeQueue {
     }
 
     /// O(1) when nothing is to skip (the entry at the minimum is at or past `phy`, the case of
-    /// every read once skipped); else a binary search over the queue's units. Placeholders and
-    /// unreadable units count as "not below".
+    /// every read once skipped); else a binary search over the queue's units. A placeholder or
+    /// unreadable unit stands for no record: it counts as the first real unit after it does,
+    /// so "below `phy`" stays true for a prefix of the queue and false after it.
     fn skip_below(&self, phy: u64) {
-        let below = |k: u64| {
-            self.unit(k)
-                .is_some_and(|u| !u.is_placeholder() && u.offset < phy)
+        let hi = self.max_offset();
+        let below = |mut k: u64| {
+            while k < hi {
+                match self.unit(k) {
+                    Some(u) if !u.is_placeholder() => return u.offset < phy,
+                    _ => k += 1,
+                }
+            }
+            false
         };
-        let (mut lo, mut hi) = (self.min_offset(), self.max_offset());
+        let mut lo = self.min_offset();
         if lo >= hi || !below(lo) {
             return;
         }
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
+        let mut top = hi;
+        while lo < top {
+            let mid = lo + (top - lo) / 2;
             if below(mid) {
                 lo = mid + 1;
             } else {
-                hi = mid;
+                top = mid;
             }
         }
         self.min_logic.fetch_max(lo, Ordering::AcqRel);
