@@ -16,9 +16,10 @@ owns. Layout, under ``<store>/consumer_groups/<group>/`` (rust/FORMAT.md §13):
   owner's queues become free at once (the kernel drops the locks of a description when its last
   descriptor closes). Unlike POSIX record locks, closing another descriptor of the same file
   does not drop them, and locks of different descriptions conflict within one process too.
-- ``<topic>/owners/<queue_id>``: the client id (ASCII) of the member that took the queue's lock,
-  written (whole, by rename) after it took the lock and removed before it gives the lock up. It
-  counts only while that member is live: a dead member's file names a member whose lock is free.
+- ``members.d/<client_id>.owned``: the queues the member holds, one ``<topic> <queue_id>`` line
+  each, written whole (by rename) when the set changed: once at the end of a rebalance, or at
+  once for a queue taken or given up outside one. Removed when the member leaves its last topic.
+  It counts only while the member is live, and may lag its locks by the rebalance in progress.
   It is what ``queue_owners`` reports; the byte lock alone decides ownership.
 - ``slots.d/<n>``: the topic (its name in ASCII, nothing else) whose queues' bytes start at
   ``n * 2**32``. ``n`` is found by linear probing from a hash of the name and the file is
@@ -44,6 +45,7 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mqlite import _core
@@ -165,31 +167,32 @@ def live_members(root: Path, group: str, topic: str, *, own: str | None = None) 
     return sorted(alive)
 
 
+def _owned_file(gdir: Path, client_id: str) -> Path:
+    return gdir / "members.d" / f"{client_id}.owned"
+
+
 @store_io("list queue owners")
 def queue_owners(root: Path, group: str, topic: str) -> dict[int, str]:
-    """The client id of the live member owning each of the topic's owned queues, by queue id
-    (queues no live member owns are absent)."""
+    """The client id of the live member holding each of the topic's held queues, by queue id
+    (queues no live member holds are absent)."""
     gdir = group_dir(root, group)
-    owners = topic_dir(root, group, topic) / "owners"
     try:
-        names = os.listdir(owners)
+        names = os.listdir(gdir / "members.d")
     except FileNotFoundError:
         return {}
     out: dict[int, str] = {}
-    live: dict[str, bool] = {}
-    for name in names:
-        if not name.isdigit():
-            continue  # a temporary file being renamed into place
+    want = topic.encode("ascii")
+    for name in sorted(names):
+        cid = name.removesuffix(".owned")
+        if cid == name or not _CLIENT_ID.fullmatch(cid):
+            continue  # a member lock, or a temporary file being renamed into place
         try:
-            cid = (owners / name).read_bytes()[:_SLOT_READ].decode("ascii", "replace")
+            lines = _owned_file(gdir, cid).read_bytes().splitlines()
         except FileNotFoundError:
-            continue  # given up meanwhile
-        if not _CLIENT_ID.fullmatch(cid):
-            continue
-        if cid not in live:
-            live[cid] = _live(gdir, cid)
-        if live[cid]:
-            out[int(name)] = cid
+            continue  # the member left meanwhile
+        mine = [q for t, _, q in (line.partition(b" ") for line in lines) if t == want and q.isdigit()]
+        if mine and _live(gdir, cid):
+            out.update((int(q), cid) for q in mine)
     return out
 
 
@@ -257,6 +260,9 @@ class GroupMember:
         self._topics: set[str] = set()
         self._slots: dict[str, int] = {}
         self._queues: set[MessageQueue] = set()
+        # The queues members.d/<id>.owned last recorded, and the depth of `batch` calls.
+        self._published: frozenset[MessageQueue] = frozenset()
+        self._deferring = 0
 
     def _marker(self, topic: str) -> Path:
         return topic_dir(self.root, self.group, topic) / "members" / self.client_id
@@ -309,8 +315,9 @@ class GroupMember:
     def leave(self, topic: str) -> None:
         """Release the topic's queues and remove its marker; after the last topic, give the
         member lock up too."""
-        for mq in [mq for mq in self._queues if mq.topic == topic]:
-            self.release(mq)
+        with self.batch():
+            for mq in [mq for mq in self._queues if mq.topic == topic]:
+                self.release(mq)
         if topic not in self._topics:
             return
         self._topics.discard(topic)
@@ -320,6 +327,11 @@ class GroupMember:
             self._drop_locks()
 
     def _drop_locks(self) -> None:
+        # The record goes while the member lock is still held: a new member of this id cannot
+        # have written its own yet.
+        with contextlib.suppress(OSError):
+            _unlink(_owned_file(self._dir, self.client_id))
+        self._published = frozenset()
         fd, self._member_fd = self._member_fd, None
         if fd is not None:
             path = _member_lock(self._dir, self.client_id)
@@ -327,8 +339,6 @@ class GroupMember:
                 if _same_file(fd, path):
                     os.unlink(path)
             os.close(fd)
-        for mq in self._queues:
-            self._clear_owner(mq)
         qfd, self._queues_fd = self._queues_fd, None
         if qfd is not None:
             os.close(qfd)  # releases every byte lock still held
@@ -355,45 +365,58 @@ class GroupMember:
             self._queues_fd = open_lock(self._dir / "queues.lock")
         if _core.ofd_try_lock(self._queues_fd, self._byte(mq), 1):
             self._queues.add(mq)
-            self._write_owner(mq)
+            self._publish()
             return True
         return False
 
-    def _owner_file(self, mq: MessageQueue) -> Path:
-        return topic_dir(self.root, self.group, mq.topic) / "owners" / str(mq.queue_id)
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Queues taken and given up inside are recorded (``members.d/<id>.owned``) once, at
+        the end: a rebalance of many queues writes the record once, not once per queue."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            self._publish()
 
-    def _write_owner(self, mq: MessageQueue) -> None:
-        """Records this member as the queue's owner (after taking its lock). The record only
-        informs ``queue_owners``: a failure to write it (a full disk) leaves the queue owned."""
-        path = self._owner_file(mq)
+    def _publish(self) -> None:
+        """Records the queues held, when they changed since the last record. The record only
+        informs ``queue_owners``: a failure to write it (a full disk) leaves the queues held and
+        is retried at the next change."""
+        if self._deferring or self._member_fd is None:
+            return
+        held = frozenset(self._queues)
+        if held == self._published:
+            return
+        path = _owned_file(self._dir, self.client_id)
+        if not held:
+            with contextlib.suppress(OSError):
+                _unlink(path)
+            self._published = held
+            return
+        lines = "".join(f"{mq.topic} {mq.queue_id}\n" for mq in sorted(held))
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            ensure_dir(path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
             try:
-                os.write(fd, self.client_id.encode("ascii"))
+                os.write(fd, lines.encode("ascii"))
             finally:
                 os.close(fd)
             os.replace(tmp, path)
         except OSError:
             with contextlib.suppress(OSError):
                 _unlink(tmp)
-
-    def _clear_owner(self, mq: MessageQueue) -> None:
-        """Removes the queue's owner file if it names this member (before giving the lock up:
-        the next owner writes its own only once it holds the lock)."""
-        path = self._owner_file(mq)
-        with contextlib.suppress(OSError):
-            if path.read_bytes() == self.client_id.encode("ascii"):
-                _unlink(path)
+            return
+        self._published = held
 
     @store_io("unlock queue")
     def release(self, mq: MessageQueue) -> None:
         """Give a queue up."""
         if mq in self._queues and self._queues_fd is not None:
             self._queues.discard(mq)
-            self._clear_owner(mq)
             _core.ofd_unlock(self._queues_fd, self._byte(mq), 1)
+            self._publish()
 
     def owned(self) -> set[MessageQueue]:
         """The queues whose locks this member holds."""

@@ -244,20 +244,22 @@ def test_progress_names_the_owner_and_the_last_consume_time_of_each_queue(
 
 
 def test_a_dead_members_owner_record_names_no_owner(store: mqlite.Store, store_path: Path) -> None:
-    store.create_topic("t", 1)
-    _send(store, "t", [b"a"])
+    store.create_topic("t", 2)
+    _send(store, "t", [b"a"], queue=0)
     c = store.pull_consumer("g", client_id="gone", consume_from=FIRST)
     c.subscribe("t")
     wait_until(lambda: c.poll(0.05), what="the message")
     c.commit()
-    assert [p.owner for p in store.consumer_progress("g")] == ["gone"]
-    owner_file = store_path / "consumer_groups" / "g" / "t" / "owners" / "0"
-    assert owner_file.read_bytes() == b"gone"
+    assert [p.owner for p in store.consumer_progress("g")] == ["gone", "gone"]
+    record = store_path / "consumer_groups" / "g" / "members.d" / "gone.owned"
+    # One record for the rebalance that took both queues.
+    assert record.read_bytes() == b"t 0\nt 1\n"
     c.close()
-    assert not owner_file.exists()
-    # A member killed while owning leaves its record, as here: its lock is free, so no owner.
-    owner_file.write_bytes(b"gone")
-    assert [p.owner for p in store.consumer_progress("g")] == [None]
+    assert not record.exists()
+    # A member killed while holding queues leaves its record, as here: its lock is free, so no
+    # owner.
+    record.write_bytes(b"t 0\nt 1\n")
+    assert [p.owner for p in store.consumer_progress("g")] == [None, None]
 
 
 def test_group_summary_counts_retries_and_dead_letters(store: mqlite.Store) -> None:

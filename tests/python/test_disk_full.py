@@ -243,7 +243,7 @@ late = store.pull_consumer("late", **quiet)
 out["subscribe"] = outcome(lambda: late.subscribe("t"))
 out["commit"] = outcome(busy.commit)
 out["close"] = outcome(busy.close)
-fill()  # the member's files its close removed (its queue owner records) gave pages back
+fill()  # the record of its queues that the member's close removed gave pages back
 out["reset_offset"] = outcome(lambda: store.reset_offset("other", "t", offset=0, create=True))
 out["kept_while_full"] = kept.committed(MessageQueue("t", 0))
 
