@@ -27,6 +27,10 @@ from mqlite.subgroup import SubscriptionGroups
 from mqlite.timers import PendingTimer
 from mqlite.topic import TopicConfig
 
+__all__ = ["DeletedFile", "FileUsage", "GroupSummary", "QueueStatus", "StoreInfo", "TopicStatus"]
+
+log = logging.getLogger("mqlite.retention")
+
 
 class Store(Protocol):
     """What these calls use of a ``mqlite.Store``."""
@@ -46,9 +50,6 @@ class Store(Protocol):
     def retries(self, group: str) -> RetryView: ...
     def dead_letters(self, group: str) -> DeadLetterQueue: ...
 
-__all__ = ["DeletedFile", "FileUsage", "GroupSummary", "QueueStatus", "StoreInfo", "TopicStatus"]
-
-log = logging.getLogger("mqlite.retention")
 
 # Bytes of one consume-queue unit (rust/FORMAT.md §4).
 _CQ_UNIT = 20
@@ -218,13 +219,15 @@ def _usage(paths: list[Path], skip: tuple[str, ...] = ()) -> FileUsage:
     return FileUsage(count, size)
 
 
-def _last_store_timestamp(store: Store, mq: MessageQueue, high: int, low: int) -> int | None:
-    if high <= low:
+def _store_time_before(store: Store, mq: MessageQueue, end: int, low: int) -> int | None:
+    """Store time of the message at queue offset ``end - 1``; ``None`` when the queue no longer
+    holds it (below ``low``) or it cannot be read."""
+    if end <= low:
         return None
     try:
-        got = store.read(mq, high - 1, 1)
+        got = store.read(mq, end - 1, 1)
     except MQError:
-        return None  # the topic is not readable, or its newest record went meanwhile
+        return None  # the topic is not readable, or retention deleted the record meanwhile
     return got[-1].store_timestamp if got else None
 
 
@@ -235,7 +238,7 @@ def topic_status(store: Store, name: str) -> TopicStatus:
     for qid in range(config.read_queues):
         mq = MessageQueue(name, qid)
         low, high = store.offsets(mq)
-        out.append(QueueStatus(name, qid, low, high, _last_store_timestamp(store, mq, high, low),
+        out.append(QueueStatus(name, qid, low, high, _store_time_before(store, mq, high, low),
                                (high - low) * _CQ_UNIT))
     return TopicStatus(config, out)
 
@@ -254,7 +257,7 @@ def progress(store: Store, root: Path, group: str) -> list[QueueProgress]:
             owners[topic] = queue_owners(root, group, topic)
         for qid, committed in queues.items():
             low, high = core.offsets(topic, qid)
-            last = _last_store_timestamp(store, MessageQueue(topic, qid), min(committed, high), low)
+            last = _store_time_before(store, MessageQueue(topic, qid), min(committed, high), low)
             out.append(QueueProgress(topic, qid, committed, high, low, last, owners[topic].get(qid)))
     return sorted(out, key=lambda p: (p.topic, p.queue_id))
 
