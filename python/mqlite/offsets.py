@@ -222,14 +222,18 @@ class OffsetFile:
                     table.setdefault(key, {}).update(queues)
         return loaded, table
 
+    def _absent(self) -> bool:
+        """No file of the table exists: nothing was ever committed (and no lock is needed)."""
+        return (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
+                and not self._group_names())
+
     def load(self, group: str | None = None) -> dict[str, dict[int, int]]:
         """The whole table: ``{"topic@group": {queue_id: next_offset}}``; with ``group``, its
         entries are exact and it reads only that group's file (the others' may lag).
 
         Raises ConfigFileError when a file (or, if it is missing, its ``.bak``) does not decode
         and its ``.bak`` does not stand in for it."""
-        if (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
-                and not self._group_names()):
+        if self._absent():
             return {}
         with flocked(self.lock, exclusive=False):
             return self._load_locked(None if group is None else check_group(group))[1]
@@ -264,8 +268,7 @@ class OffsetFile:
     def remove(self, match: Callable[[str], bool]) -> list[str]:
         """Removes every ``topic@group`` entry whose key ``match`` accepts, as one step
         (compacting); returns the keys removed, sorted (nothing is written when none match)."""
-        if (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
-                and not self._group_names()):
+        if self._absent():
             return []
         with flocked(self.lock, exclusive=True):
             loaded, table = self._load_locked()
