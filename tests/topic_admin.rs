@@ -85,6 +85,26 @@ fn update_changes_only_the_settings_given_and_refuses_what_would_lose_messages()
         store.update_topic_settings("Nope", TopicUpdate::default()),
         Err(Error::TopicNotFound { .. })
     ));
+    // A table holding more write than read queues (written by another tool) keeps them when
+    // only the permission changes.
+    store.create_topic("Odd", 2, 6, false, true).unwrap();
+    store.close().unwrap();
+    let json = dir.path().join("config").join("topics.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let odd = text.replacen("\"writeQueueNums\": 2", "\"writeQueueNums\": 3", 1);
+    assert_ne!(odd, text);
+    std::fs::write(&json, odd).unwrap();
+    let store = Store::open(dir.path(), small_config()).unwrap();
+    let c = store
+        .update_topic_settings(
+            "Odd",
+            TopicUpdate {
+                perm: Some(6),
+                ..TopicUpdate::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((c.read_queue_nums, c.write_queue_nums), (2, 3));
     // Nothing refused was written, here or on disk.
     store.close().unwrap();
     let store = Store::open(dir.path(), small_config()).unwrap();

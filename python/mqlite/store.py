@@ -292,8 +292,9 @@ class Store:
 
         Producers use the new write queues from their next send (round robin covers them);
         subscribed consumers pick new read queues up at their next rebalance. Read queues
-        never shrink (the messages of a removed queue would no longer be read), and write
-        queues never outnumber them (messages sent to the others would never be read): fewer
+        never shrink (the messages of a removed queue would no longer be read), and a change of
+        either count may not leave more write than read queues (messages sent to the others
+        would never be read): fewer
         write than read queues is how a queue is drained before it is left idle. ``perm`` is
         the permission bits (``PERM_READ | PERM_WRITE``: 6; 4 refuses sends with
         TopicNotWritableError, 2 reads). Bad values (a count outside 1 to 1024, a shrink, a

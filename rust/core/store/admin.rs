@@ -83,8 +83,9 @@ impl Store {
     /// the log holds records (every record already written, by any process, is below it).
     fn new_topic(&self, topic: &str, queues: u32, perm: u32, order: bool) -> TopicConfig {
         let mut config = TopicConfig::new(topic, queues, perm, order);
-        // Shared writers: count what the other processes published (a failure leaves the view
-        // as it was: a record it misses was sent to the topic before it was deleted).
+        // Shared writers: count what the other processes published. A failure leaves the view,
+        // and so the offset, as far as this process saw: a deleted topic's records published
+        // past that point by another process would show in the new topic.
         let _ = self.inner.commit_log.follow_shared();
         let end = self.inner.commit_log.max_offset();
         if end > 0 {
@@ -151,7 +152,10 @@ impl Store {
                 });
             }
             let write = update.write_queues.unwrap_or(config.write_queue_nums);
-            if write > read {
+            // Checked when a count changes: a table from elsewhere may hold more write than
+            // read queues, and a change of `perm` or `order` alone leaves them as they are.
+            let counts = update.read_queues.is_some() || update.write_queues.is_some();
+            if counts && write > read {
                 return Err(Error::InvalidArgument {
                     field: "write_queues",
                     reason: format!(
