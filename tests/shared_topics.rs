@@ -11,6 +11,8 @@
 //!   (the first creator's), exactly one exclusive create succeeds and the others get the error a
 //!   single process gives, and after every process has closed, the compacted table keeps every
 //!   topic with its last settings.
+//! - A topic deleted by one process refuses sends in another at once; created again there, it
+//!   shows neither process the deleted one's messages.
 //! - A process opening beside running ones does not compact the journal they append to.
 //! - (`fault-injection`) A process aborted inside a topic change, holding the journal lock,
 //!   leaves the others changing topics.
@@ -76,6 +78,7 @@ fn obey(store: &Store, words: &[&str]) -> String {
             |()| "OK".to_owned(),
         ),
         ["update", topic, _] => answer(store.update_topic(topic, num(2)), |c| describe(Some(&c))),
+        ["delete", topic] => answer(store.delete_topic(topic), |()| "OK".to_owned()),
         ["topic", topic] => answer(store.topic(topic), |c| describe(c.as_ref())),
         ["topics"] => answer(store.topics(), |all| {
             let names: Vec<String> = all.into_iter().map(|c| c.topic_name).collect();
@@ -85,8 +88,14 @@ fn obey(store: &Store, words: &[&str]) -> String {
             store.put(&MessageRef::new(topic, num(2), body.as_bytes())),
             |r| format!("OK {}", r.appended.queue_offset),
         ),
-        ["read", topic, _] => answer(
-            store.get_messages(topic, num(2), 0, 64, &TagFilter::all()),
+        ["read", topic, _] | ["read", topic, _, _] => answer(
+            store.get_messages(
+                topic,
+                num(2),
+                words.get(3).map_or(0, |w| w.parse().unwrap()),
+                64,
+                &TagFilter::all(),
+            ),
             |r| {
                 let bodies: Vec<String> = r
                     .iter()
@@ -291,6 +300,45 @@ fn a_topic_created_or_grown_in_one_process_is_used_at_once_in_another() {
         all,
         ["Auto r4 w4 p6 o0", "Made r16 w16 p6 o1", "Read r2 w2 p4 o0"]
     );
+}
+
+#[test]
+fn a_topic_deleted_in_one_process_and_created_again_in_another_hides_its_old_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root, shared()).unwrap();
+    let mut peer = Peer::open(root);
+    store.create_topic("Gone", 1, 6, false, false).unwrap();
+    store.put(&MessageRef::new("Gone", 0, b"here")).unwrap();
+    assert_eq!(peer.ask("send Gone 0 there"), "OK 1");
+
+    // Deleted there: this process's next look-up finds it gone.
+    assert_eq!(peer.ask("delete Gone"), "OK");
+    assert!(store.topic("Gone").unwrap().is_none());
+    assert_eq!(peer.ask("delete Gone"), "ERR TOPIC_NOT_FOUND");
+
+    // Created again here by a send (topics are auto-created): neither process shows the old
+    // messages, from any offset.
+    let r = store.put(&MessageRef::new("Gone", 0, b"again")).unwrap();
+    assert_eq!(r.appended.queue_offset, 2);
+    assert!(store.topic("Gone").unwrap().unwrap().since_offset() > 0);
+    assert_eq!(peer.ask("send Gone 0 more"), "OK 3");
+    assert_eq!(peer.ask("read Gone 0 2"), "READ again,more");
+    assert_eq!(peer.ask("read Gone 0 0"), "READ");
+    let r = store
+        .get_messages("Gone", 0, 0, 64, &TagFilter::all())
+        .unwrap();
+    assert_eq!(r.status, mqlite::GetStatus::OffsetTooSmall);
+    assert_eq!(r.next_offset, 2);
+    assert_eq!(store.queue_offsets("Gone", 0).unwrap(), (2, 4));
+
+    // Deleted and created again there, explicitly: the same here.
+    assert_eq!(peer.ask("delete Gone"), "OK");
+    assert_eq!(peer.ask("create Gone 1 6 0 0"), "OK");
+    assert_eq!(peer.ask("send Gone 0 third"), "OK 4");
+    assert_eq!(store.queue_offsets("Gone", 0).unwrap(), (4, 5));
+    peer.close();
+    store.close().unwrap();
 }
 
 #[test]

@@ -73,6 +73,7 @@ from mqlite.message import (
     SendResult,
     SendStatus,
 )
+from mqlite.admin import DeletedFile, FileUsage, GroupSummary, QueueStatus, StoreInfo, TopicStatus
 from mqlite.offsets import QueueProgress
 from mqlite.producer import MessageQueueSelector, Producer, SendCallback
 from mqlite.pull import PullConsumer
@@ -130,6 +131,12 @@ __all__ = [
     "AllocateMessageQueueAveragely",
     "AllocateMessageQueueAveragelyByCircle",
     "QueueProgress",
+    "QueueStatus",
+    "TopicStatus",
+    "GroupSummary",
+    "StoreInfo",
+    "FileUsage",
+    "DeletedFile",
     "Message",
     "MessageQueue",
     "MessageExt",

@@ -207,6 +207,18 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "that fall due while the store is open are never held back.",
     ),
     Option(
+        "disk_force_clean_ratio", "positive", "float", 0.85,
+        "While the file system holding the store is used above this fraction (used over total "
+        "bytes, as df counts them), the writer deletes the oldest commit-log files whatever "
+        "their age, down to it, at its next retention pass (every 10 s), as RocketMQ's "
+        "forced cleaning (diskSpaceCleanForciblyRatio) does. Their messages are lost to "
+        "consumers that had not read them; never the file being written, one not yet indexed, "
+        "or one holding a pending timer. In (0, 1]; 1 deletes by age only. Each deletion is "
+        "logged (logger mqlite.retention).",
+        "Bounds the store's share of a filling disk; below the ratio, retention_hours alone "
+        "applies.",
+    ),
+    Option(
         "clock", "clock", "ManualClock | None", None,
         "For tests: a mqlite.testing.ManualClock the store reads its time from (store "
         "timestamps, delivery times of delays, timers and retries, retention age) instead of "

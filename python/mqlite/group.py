@@ -16,6 +16,11 @@ owns. Layout, under ``<store>/consumer_groups/<group>/`` (rust/FORMAT.md §13):
   owner's queues become free at once (the kernel drops the locks of a description when its last
   descriptor closes). Unlike POSIX record locks, closing another descriptor of the same file
   does not drop them, and locks of different descriptions conflict within one process too.
+- ``members.d/<client_id>.owned``: the queues the member holds, one ``<topic> <queue_id>`` line
+  each, written whole (by rename) when the set changed: once at the end of a rebalance, or at
+  once for a queue taken or given up outside one. Removed when the member leaves its last topic.
+  It counts only while the member is live, and may lag its locks by the rebalance in progress.
+  It is what ``queue_owners`` reports; the byte lock alone decides ownership.
 - ``slots.d/<n>``: the topic (its name in ASCII, nothing else) whose queues' bytes start at
   ``n * 2**32``. ``n`` is found by linear probing from a hash of the name and the file is
   published whole with ``link`` (it appears with its content or not at all, and never changes),
@@ -40,6 +45,7 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mqlite import _core
@@ -48,7 +54,7 @@ from mqlite.errors import ClientIdInUseError, InvalidConfigError, InvalidGroupEr
 from mqlite.message import MessageQueue
 from mqlite.topic import check_topic
 
-__all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id"]
+__all__ = ["GroupMember", "check_client_id", "check_group", "live_members", "new_client_id", "queue_owners"]
 
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
 _COUNTER = itertools.count(1)
@@ -161,6 +167,35 @@ def live_members(root: Path, group: str, topic: str, *, own: str | None = None) 
     return sorted(alive)
 
 
+def _owned_file(gdir: Path, client_id: str) -> Path:
+    return gdir / "members.d" / f"{client_id}.owned"
+
+
+@store_io("list queue owners")
+def queue_owners(root: Path, group: str, topic: str) -> dict[int, str]:
+    """The client id of the live member holding each of the topic's held queues, by queue id
+    (queues no live member holds are absent)."""
+    gdir = group_dir(root, group)
+    try:
+        names = os.listdir(gdir / "members.d")
+    except FileNotFoundError:
+        return {}
+    out: dict[int, str] = {}
+    want = topic.encode("ascii")
+    for name in sorted(names):
+        cid = name.removesuffix(".owned")
+        if cid == name or not _CLIENT_ID.fullmatch(cid):
+            continue  # a member lock, or a temporary file being renamed into place
+        try:
+            lines = _owned_file(gdir, cid).read_bytes().splitlines()
+        except FileNotFoundError:
+            continue  # the member left meanwhile
+        mine = [q for t, _, q in (line.partition(b" ") for line in lines) if t == want and q.isdigit()]
+        if mine and _live(gdir, cid):
+            out.update((int(q), cid) for q in mine)
+    return out
+
+
 def _slot_start(topic: str) -> int:
     digest = hashlib.blake2b(topic.encode("ascii"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % _SLOTS
@@ -225,6 +260,9 @@ class GroupMember:
         self._topics: set[str] = set()
         self._slots: dict[str, int] = {}
         self._queues: set[MessageQueue] = set()
+        # The queues members.d/<id>.owned last recorded, and the depth of `batch` calls.
+        self._published: frozenset[MessageQueue] = frozenset()
+        self._deferring = 0
 
     def _marker(self, topic: str) -> Path:
         return topic_dir(self.root, self.group, topic) / "members" / self.client_id
@@ -277,8 +315,9 @@ class GroupMember:
     def leave(self, topic: str) -> None:
         """Release the topic's queues and remove its marker; after the last topic, give the
         member lock up too."""
-        for mq in [mq for mq in self._queues if mq.topic == topic]:
-            self.release(mq)
+        with self.batch():
+            for mq in [mq for mq in self._queues if mq.topic == topic]:
+                self.release(mq)
         if topic not in self._topics:
             return
         self._topics.discard(topic)
@@ -288,6 +327,11 @@ class GroupMember:
             self._drop_locks()
 
     def _drop_locks(self) -> None:
+        # The record goes while the member lock is still held: a new member of this id cannot
+        # have written its own yet.
+        with contextlib.suppress(OSError):
+            _unlink(_owned_file(self._dir, self.client_id))
+        self._published = frozenset()
         fd, self._member_fd = self._member_fd, None
         if fd is not None:
             path = _member_lock(self._dir, self.client_id)
@@ -321,8 +365,50 @@ class GroupMember:
             self._queues_fd = open_lock(self._dir / "queues.lock")
         if _core.ofd_try_lock(self._queues_fd, self._byte(mq), 1):
             self._queues.add(mq)
+            self._publish()
             return True
         return False
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Queues taken and given up inside are recorded (``members.d/<id>.owned``) once, at
+        the end: a rebalance of many queues writes the record once, not once per queue."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            self._publish()
+
+    def _publish(self) -> None:
+        """Records the queues held, when they changed since the last record. The record only
+        informs ``queue_owners``: a failure to write it (a full disk) leaves the queues held and
+        is retried at the next change."""
+        if self._deferring or self._member_fd is None:
+            return
+        held = frozenset(self._queues)
+        if held == self._published:
+            return
+        path = _owned_file(self._dir, self.client_id)
+        if not held:
+            with contextlib.suppress(OSError):
+                _unlink(path)
+            self._published = held
+            return
+        lines = "".join(f"{mq.topic} {mq.queue_id}\n" for mq in sorted(held))
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.write(fd, lines.encode("ascii"))
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                _unlink(tmp)
+            return
+        self._published = held
 
     @store_io("unlock queue")
     def release(self, mq: MessageQueue) -> None:
@@ -330,6 +416,7 @@ class GroupMember:
         if mq in self._queues and self._queues_fd is not None:
             self._queues.discard(mq)
             _core.ofd_unlock(self._queues_fd, self._byte(mq), 1)
+            self._publish()
 
     def owned(self) -> set[MessageQueue]:
         """The queues whose locks this member holds."""

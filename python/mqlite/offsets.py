@@ -75,7 +75,8 @@ def offset_key(topic: str, group: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class QueueProgress:
-    """A group's progress on one queue: committed (next) offset, queue max offset and lag."""
+    """A group's progress on one queue: committed (next) offset, queue max offset, lag, when
+    it last consumed and which member owns the queue."""
 
     topic: str
     queue_id: int
@@ -83,6 +84,11 @@ class QueueProgress:
     max_offset: int
     min_offset: int = 0
     """The queue's oldest offset: below it, retention deleted the messages."""
+    last_consume_timestamp: int | None = None
+    """Store time (epoch ms) of the last message the group consumed (the one before
+    ``committed``); ``None`` when it consumed none that the queue still holds."""
+    owner: str | None = None
+    """Client id of the live member that holds the queue now (``None``: no live member)."""
 
     @property
     def message_queue(self) -> MessageQueue:
@@ -216,14 +222,18 @@ class OffsetFile:
                     table.setdefault(key, {}).update(queues)
         return loaded, table
 
+    def _absent(self) -> bool:
+        """No file of the table exists: nothing was ever committed (and no lock is needed)."""
+        return (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
+                and not self._group_names())
+
     def load(self, group: str | None = None) -> dict[str, dict[int, int]]:
         """The whole table: ``{"topic@group": {queue_id: next_offset}}``; with ``group``, its
         entries are exact and it reads only that group's file (the others' may lag).
 
         Raises ConfigFileError when a file (or, if it is missing, its ``.bak``) does not decode
         and its ``.bak`` does not stand in for it."""
-        if (not self.path.exists() and not self.path.with_name(self.path.name + ".bak").exists()
-                and not self._group_names()):
+        if self._absent():
             return {}
         with flocked(self.lock, exclusive=False):
             return self._load_locked(None if group is None else check_group(group))[1]
@@ -255,6 +265,20 @@ class OffsetFile:
         with flocked(self.lock, exclusive=True):
             self._compact_locked(None, {}, replace=False)
 
+    def remove(self, match: Callable[[str], bool]) -> list[str]:
+        """Removes every ``topic@group`` entry whose key ``match`` accepts, as one step
+        (compacting); returns the keys removed, sorted (nothing is written when none match)."""
+        if self._absent():
+            return []
+        with flocked(self.lock, exclusive=True):
+            loaded, table = self._load_locked()
+            gone = sorted(key for key in table if match(key))
+            if gone:
+                for key in gone:
+                    del table[key]
+                self._write_table_locked(loaded, table)
+            return gone
+
     def _compact_locked(self, key: str | None, offsets: dict[int, int], *, replace: bool) -> None:
         """Writes the whole table, with ``offsets`` merged into (or replacing) ``key``, to the
         main file, then removes the group files: only once the main file holds their queues."""
@@ -263,6 +287,11 @@ class OffsetFile:
             entry = {} if replace else table.get(key, {})
             entry.update(offsets)
             table[key] = entry
+        self._write_table_locked(loaded, table)
+
+    def _write_table_locked(self, loaded: Any, table: dict[str, dict[int, int]]) -> None:
+        """Writes ``table`` whole to the main file, then removes the group files (the main file
+        holds their queues now); lock held."""
         _write(self.path, loaded, table, durable=self.durable)
         groups = self._group_names()
         if not groups or self.groups is None:

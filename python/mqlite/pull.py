@@ -13,6 +13,7 @@ and on ``close``. So a message counts as consumed once the next ``poll`` is call
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import sys
@@ -468,6 +469,15 @@ class PullConsumer:
             topics = list(self._subs)
         if self._manual is not False:
             return
+        if self._member is None:
+            self._rebalance_topics(topics)
+            return
+        # The queues held are recorded once for the whole rebalance (GroupMember.batch).
+        with self._member.batch():
+            self._rebalance_topics(topics)
+
+    def _rebalance_topics(self, topics: Iterable[str]) -> None:
+        """``_rebalance``'s work on ``topics`` (lock held)."""
         lost: list[MessageQueue] = []
         gained: list[MessageQueue] = []
         allocated: dict[str, tuple[tuple[int, tuple[str, ...], bool], set[MessageQueue]]] = {}
@@ -572,18 +582,20 @@ class PullConsumer:
             changed = {mq: self._queues[mq].position for mq in mqs}
             self._write({mq: p for mq, p in changed.items() if p != self._queues[mq].committed})
         self._callbacks(mqs, assign=False)
-        for mq in mqs:
-            del self._queues[mq]
-            self._paused.discard(mq)
-            held = self._by_topic.get(mq.topic)
-            if held is not None:
-                held.discard(mq)
-                if not held:
-                    del self._by_topic[mq.topic]
-                # A topic's allocation is held whole no more: the next rebalance looks again.
-                self._settled.pop(mq.topic, None)
-            if self._member is not None:
-                self._member.release(mq)
+        # The queues held are recorded once for all these (GroupMember.batch).
+        with self._member.batch() if self._member is not None else contextlib.nullcontext():
+            for mq in mqs:
+                del self._queues[mq]
+                self._paused.discard(mq)
+                held = self._by_topic.get(mq.topic)
+                if held is not None:
+                    held.discard(mq)
+                    if not held:
+                        del self._by_topic[mq.topic]
+                    # A topic's allocation is held whole no more: the next rebalance looks again.
+                    self._settled.pop(mq.topic, None)
+                if self._member is not None:
+                    self._member.release(mq)
         self._refresh_active(reassigned=True)
 
     def _callbacks(self, mqs: list[MessageQueue], *, assign: bool) -> None:

@@ -12,9 +12,11 @@ from types import TracebackType
 from typing import Any, Literal
 
 from mqlite import _core
+from mqlite import admin as _admin
 from mqlite import timers as _timers
 from mqlite._args import deprecated, int_arg
 from mqlite._context import ClientContext
+from mqlite.admin import DeletedFile, GroupSummary, StoreInfo, TopicStatus
 from mqlite.config import store_options
 from mqlite.dlq import DeadLetterQueue, RetryView, retries
 from mqlite.errors import (
@@ -22,8 +24,10 @@ from mqlite.errors import (
     ConsumerGroupNotFoundError,
     IllegalArgumentError,
     InvalidConfigError,
+    InvalidQueueError,
     StoreClosedError,
     StoreNotADirectoryError,
+    TopicNotFoundError,
 )
 from mqlite.group import check_group, live_members
 from mqlite.message import MessageExt, MessageQueue
@@ -100,6 +104,7 @@ class Store:
         delay_levels: str | None = None,
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
+        disk_force_clean_ratio: float | None = None,
         clock: ManualClock | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
@@ -123,6 +128,7 @@ class Store:
                 "delay_levels": delay_levels,
                 "timer_max_delay_hours": timer_max_delay_hours,
                 "timer_catchup_rate": timer_catchup_rate,
+                "disk_force_clean_ratio": disk_force_clean_ratio,
                 "clock": clock,
             }
         )
@@ -169,6 +175,8 @@ class Store:
         has every committed offset in the file RocketMQ reads."""
         ctx = self._client_context
         compact = ctx.ok and ctx.pid == os.getpid() and ctx.durable and not self._read_only
+        if ctx.ok and ctx.pid == os.getpid():
+            _admin.report_deletions(ctx.core)
         ctx.close()
         if compact:
             group_offsets(ctx.client_root()).compact()
@@ -267,15 +275,81 @@ class Store:
         queues = int_arg("queues", queues)
         return self._live().create_topics(names, queues, perm=perm, order=order, exist_ok=exist_ok)
 
-    def update_topic(self, name: str, *, queues: int) -> TopicConfig:
-        """Grow the existing topic ``name`` to ``queues`` read and write queues (RocketMQ's
-        ``updateTopic``) and return its configuration.
+    def update_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int | None = None,
+        order: bool | None = None,
+    ) -> TopicConfig:
+        """Change the given settings of the existing topic ``name`` (RocketMQ's
+        ``updateTopic``) and return its configuration; the others are kept. ``queues`` sets
+        both queue counts at once (and is taken for whichever of ``read_queues`` and
+        ``write_queues`` is not given).
 
-        Producers send to the new queues at once (round robin covers them from the next send);
-        subscribed consumers pick them up at their next rebalance. A topic never shrinks: fewer
-        queues than it has is an IllegalArgumentError (the messages of a removed queue would no
-        longer be read), as is a count over 1024; an unknown topic is a TopicNotFoundError."""
-        return TopicConfig.from_dict(self._live().update_topic(name, queues))
+        Producers use the new write queues from their next send (round robin covers them);
+        subscribed consumers pick new read queues up at their next rebalance. Read queues
+        never shrink (the messages of a removed queue would no longer be read), and a change of
+        either count may not leave more write than read queues (messages sent to the others
+        would never be read): fewer
+        write than read queues is how a queue is drained before it is left idle. ``perm`` is
+        the permission bits (``PERM_READ | PERM_WRITE``: 6; 4 refuses sends with
+        TopicNotWritableError, 2 reads). Bad values (a count outside 1 to 1024, a shrink, a
+        non 3-bit ``perm``) are an IllegalArgumentError and write nothing; an unknown topic is
+        a TopicNotFoundError. Other writer processes see the change at their next send or
+        read of the topic."""
+        return TopicConfig.from_dict(self._live().update_topic(
+            name, queues, read_queues=read_queues, write_queues=write_queues, perm=perm, order=order,
+        ))
+
+    def delete_topic(self, name: str, *, force: bool = False) -> None:
+        """Delete the topic ``name`` (RocketMQ's ``deleteTopic``): its configuration and every
+        group's committed offsets of it go; its messages stay on disk until retention deletes
+        their commit-log files (``retention_hours``), and its consume queues with them.
+
+        What the others see: a send to the topic, in any process, fails with
+        TopicNotFoundError from then on (or creates a new topic of that name where topics are
+        auto-created); a read of its queues keeps returning what they hold until a topic of
+        the same name is created again. That new topic never shows the deleted one's messages
+        to consumers: it records the commit-log end at its creation (``since_offset``) and its
+        queues start past every older record, whatever offset a consumer asks for.
+
+        Live consumers of the topic would commit their positions again, so this raises
+        ConsumerGroupActiveError while any group has one, unless ``force``. An unknown topic is
+        a TopicNotFoundError and a system, retry or dead-letter topic an InvalidTopicError;
+        neither writes anything."""
+        check_topic(name)
+        core = self._live()
+        root = self._client_context.client_root()
+        alive = _admin.live_groups_of(root, name)
+        if alive and not force:
+            who = "; ".join(f"{g}: {', '.join(m)}" for g, m in alive.items())
+            raise ConsumerGroupActiveError(
+                f"topic {name!r} has live consumers ({who}); stop them or pass force=True"
+            )
+        core.delete_topic(name)
+        gone = group_offsets(root, durable=self._client_context.durable).remove(
+            lambda key: key.rpartition("@")[0] == name
+        )
+        log.info("deleted topic %r and the committed offsets %s", name, gone)
+
+    def topic(self, name: str) -> TopicConfig:
+        """The configuration of topic ``name``; TopicNotFoundError when it does not exist."""
+        check_topic(name)
+        for t in self._live().topics():
+            if t["topicName"] == name:
+                return TopicConfig.from_dict(t)
+        raise TopicNotFoundError(f"topic {name!r} does not exist")
+
+    def topic_status(self, name: str) -> TopicStatus:
+        """The topic's configuration and, for each read queue, its min and max offsets, the
+        store time of its newest message and the bytes of its consume queue (see
+        ``mqlite.admin.QueueStatus``). Reads one message per queue; TopicNotFoundError for an
+        unknown topic."""
+        return _admin.topic_status(self, name)
 
     def topics(self) -> list[TopicConfig]:
         """All topics, sorted by name. A read-only store re-reads ``config/topics.json`` here
@@ -317,11 +391,31 @@ class Store:
         return self._live().deliver_due()
 
     def delete_expired_files(self) -> int:
-        """Delete every commit-log file last modified more than ``retention_hours`` ago now
-        (oldest first, up to the first that is not expired, never the file being written) and
-        the consume-queue files that only point into them. The writer also does this every 10
-        seconds. Returns the number of commit-log files deleted."""
-        return self._live().delete_expired_files()
+        """Run a retention pass now (see ``run_retention``) and return how many commit-log
+        files this pass deleted; every deletion since the last report is logged."""
+        core = self._live()
+        n = core.delete_expired_files()
+        _admin.report_deletions(core)
+        return n
+
+    def run_retention(self) -> list[DeletedFile]:
+        """Run a retention pass now and report every commit-log file retention deleted since
+        the last report, this pass's and the background passes' (oldest first), each also
+        logged at INFO on the ``mqlite.retention`` logger.
+
+        A pass deletes, oldest first and never the file being written, the commit-log files
+        last modified more than ``retention_hours`` ago, and, while the file system is used
+        above ``disk_force_clean_ratio``, younger ones down to that ratio; then the
+        consume-queue files that only point into them. It stops at the first file it may not
+        delete: one holding records not yet indexed, or a pending timer or delayed message.
+        The writer also runs a pass every 10 seconds; among several writer processes, only
+        the one that runs the background duties deletes (elsewhere this reports nothing).
+        Each deletion is logged and reported once: by the next call of this, or logged only
+        when ``delete_expired_files``, ``info`` or ``close`` comes first. The record keeps the
+        last 4,096 deletions between reports and counts the older ones."""
+        core = self._live()
+        core.delete_expired_files()
+        return _admin.report_deletions(core)
 
     def stats(self) -> dict[str, Any]:
         """Counters and sizes, as plain data: commit-log range, flushed and dispatched offsets,
@@ -523,19 +617,47 @@ class Store:
         return sorted({key.rpartition("@")[2] for key in table if "@" in key})
 
     def consumer_progress(self, group: str) -> list[QueueProgress]:
-        """The clustering group's committed offset, max offset and lag per queue."""
+        """The clustering group's progress per queue it committed an offset for: committed
+        offset, min and max offsets, lag, the store time of the last message it consumed and
+        the client id of the live member that owns the queue now (``None``: none). Reads one
+        message per queue."""
         check_group(group)
-        core = self._live()
-        suffix = "@" + group
-        out: list[QueueProgress] = []
-        for key, queues in group_offsets(self._client_context.client_root()).load().items():
-            if not key.endswith(suffix):
-                continue
-            topic = key[: -len(suffix)]
-            for qid, committed in queues.items():
-                low, high = core.offsets(topic, qid)
-                out.append(QueueProgress(topic, qid, committed, high, low))
-        return sorted(out, key=lambda p: (p.topic, p.queue_id))
+        self._live()
+        return _admin.progress(self, self._client_context.client_root(), group)
+
+    def group_summary(self, group: str) -> GroupSummary:
+        """``consumer_progress`` with the group's live members and the depth of its retry and
+        dead-letter topics (``None`` where the topic does not exist). Reading the depths reads
+        those topics' records."""
+        check_group(group)
+        self._live()
+        return _admin.summary(self, self._client_context.client_root(), group)
+
+    def delete_group(self, group: str, *, force: bool = False) -> list[str]:
+        """Delete the consumer group: its committed offsets of every topic, its settings in
+        ``config/subscriptionGroup.json`` and its member and queue lock files; returns the
+        ``topic@group`` offset keys removed. Its retry and dead-letter topics are left (they
+        hold messages; ``dead_letters(group).purge()`` hides them).
+
+        A group with live members raises ConsumerGroupActiveError, unless ``force``: the
+        offsets and settings then go, the lock files stay (the members hold them), and the
+        members' next commits record offsets again. A group with no offsets, members or
+        settings is a ConsumerGroupNotFoundError; a bad name an InvalidGroupError. Neither
+        writes anything."""
+        check_group(group)
+        self._live()
+        ctx = self._client_context
+        gone = _admin.delete_group(ctx.client_root(), group, force=force, durable=ctx.durable)
+        log.info("deleted consumer group %r and the committed offsets %s", group, gone)
+        return gone
+
+    def info(self) -> StoreInfo:
+        """The store at a glance (``mqlite.admin.StoreInfo``): files and their disk use by
+        kind, the commit-log range, the oldest and newest message store times, topic and group
+        counts, pending timers and the usage of the file system holding the store. Reads one
+        message per queue and walks the store's directories."""
+        _admin.report_deletions(self._live())
+        return _admin.info(self)
 
     def reset_offset(
         self,
@@ -544,10 +666,12 @@ class Store:
         *,
         to: Literal["earliest", "latest"] | datetime | int | None = None,
         offset: int | None = None,
+        queue_id: int | None = None,
         force: bool = False,
         create: bool = False,
     ) -> dict[MessageQueue, int]:
-        """Set the clustering group's offsets of every queue of ``topic``; returns them.
+        """Set the clustering group's offsets of every queue of ``topic`` (with ``queue_id``:
+        of that queue only, the others keep theirs); returns them.
 
         Give one of ``to``: ``"earliest"``, ``"latest"`` or a time (a ``datetime``: the first
         message stored at or after it), or ``offset``: a queue offset, clamped to each queue's
@@ -558,8 +682,8 @@ class Store:
         probably misspelled: it is a ConsumerGroupNotFoundError, unless ``create`` (then the
         group starts at these offsets). Live consumers of the group would overwrite the reset
         with their own positions, so this raises ConsumerGroupActiveError while any is
-        subscribed, unless ``force``. Bad names raise InvalidGroupError / InvalidTopicError
-        before any file is touched.
+        subscribed, unless ``force``. Bad names raise InvalidGroupError / InvalidTopicError,
+        a ``queue_id`` the topic does not have InvalidQueueError, before any file is touched.
         """
         check_group(group)
         check_topic(topic)
@@ -569,6 +693,14 @@ class Store:
             to, offset = None, to
         if (to is None) == (offset is None):
             raise IllegalArgumentError("give one of to= ('earliest', 'latest' or a datetime) and offset=")
+        queues = self.queues(topic)
+        if queue_id is not None:
+            queue_id = int_arg("queue_id", queue_id)
+            if not 0 <= queue_id < len(queues):
+                raise InvalidQueueError(
+                    f"topic {topic!r} has queues 0 to {len(queues) - 1}, not {queue_id}"
+                )
+            queues = [MessageQueue(topic, queue_id)]
         if offset is not None:
             offset = int_arg("offset", offset)
         elif not (to in ("earliest", "latest") or isinstance(to, datetime)):
@@ -590,7 +722,7 @@ class Store:
                 f"{', '.join(alive)}; stop them or pass force=True"
             )
         result: dict[MessageQueue, int] = {}
-        for mq in self.queues(topic):
+        for mq in queues:
             low, high = core.offsets(topic, mq.queue_id)
             if offset is not None:
                 result[mq] = min(max(offset, low), high)
@@ -598,7 +730,8 @@ class Store:
                 result[mq] = self.offset_for_timestamp(mq, to)
             else:
                 result[mq] = low if to == "earliest" else high
-        offsets.update(offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()}, replace=True)
+        offsets.update(offset_key(topic, group), {mq.queue_id: o for mq, o in result.items()},
+                       replace=queue_id is None)
         return result
 
 

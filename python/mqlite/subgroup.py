@@ -145,11 +145,37 @@ class SubscriptionGroups:
             for name, v in changes.items():
                 if v is not None:
                     entry[name] = v
-            dv = data.get("dataVersion")
-            counter = dv.get("counter", 0) if isinstance(dv, dict) and isinstance(dv.get("counter"), int) else 0
-            data["dataVersion"] = {"counter": counter + 1, "stateVersion": 0,
-                                   "timestamp": int(time.time() * 1000)}
-            ordered = {"dataVersion": data["dataVersion"], **{k: v for k, v in data.items() if k != "dataVersion"}}
-            atomic_write_json(self.path, ordered, durable=self._durable, rotate=not bad)
-            self._cache = None
+            self._write_locked(data, bad)
             return _entry(self.path, group, entry)
+
+    def names(self) -> list[str]:
+        """The groups with an entry, sorted."""
+        with flocked(self._lock, exclusive=False):
+            data, _ = self._load()
+        table = data.get(_TABLE)
+        return sorted(table) if isinstance(table, dict) else []
+
+    def remove(self, group: str) -> bool:
+        """Removes the group's entry; returns whether it had one (nothing is written without)."""
+        check_group(group)
+        if self._stamp() is None and not self.path.with_name(self.path.name + ".bak").exists():
+            return False
+        with flocked(self._lock, exclusive=True):
+            data, bad = self._load()
+            table = data.get(_TABLE)
+            if not isinstance(table, dict) or group not in table:
+                return False
+            del table[group]
+            self._write_locked(data, bad)
+            return True
+
+    def _write_locked(self, data: dict[str, Any], bad: bool) -> None:
+        """Writes ``data`` with its ``dataVersion`` counted up (lock held); ``bad``: the main
+        file did not decode, so it is not rotated into the ``.bak``."""
+        dv = data.get("dataVersion")
+        counter = dv.get("counter", 0) if isinstance(dv, dict) and isinstance(dv.get("counter"), int) else 0
+        data["dataVersion"] = {"counter": counter + 1, "stateVersion": 0,
+                               "timestamp": int(time.time() * 1000)}
+        ordered = {"dataVersion": data["dataVersion"], **{k: v for k, v in data.items() if k != "dataVersion"}}
+        atomic_write_json(self.path, ordered, durable=self._durable, rotate=not bad)
+        self._cache = None

@@ -24,6 +24,11 @@ class TopicConfig:
     write_queues: int
     perm: int
     order: bool
+    since_offset: int = 0
+    """Commit-log offset where this incarnation of the topic begins: records below it belong
+    to an earlier topic of the same name that was deleted (``Store.delete_topic``), and its
+    readers never see them. 0 for a topic created in an empty store or before mqlite recorded
+    it (attribute ``mqlite.sinceOffset`` of ``config/topics.json``)."""
 
     @property
     def readable(self) -> bool:
@@ -44,6 +49,7 @@ class TopicConfig:
             write_queues=int(d["writeQueueNums"]),
             perm=int(d["perm"]),
             order=bool(d.get("order", False)),
+            since_offset=int(d.get("sinceOffset", 0)),
         )
 
 

@@ -99,6 +99,12 @@ pub struct StoreConfig {
     /// means no limit. Those that fall due while the engine runs are never limited. 10,000 by
     /// default.
     pub timer_catchup_rate: u32,
+    /// While the file system holding the commit log is used above this fraction (used bytes
+    /// over total, as `df` counts them), retention deletes the oldest commit-log files whatever
+    /// their age, down to it, as RocketMQ's forced cleaning does
+    /// (`diskSpaceCleanForciblyRatio`, 85 %). 0.85 by default, in (0, 1]; 1 never deletes by
+    /// usage.
+    pub disk_force_clean_ratio: f64,
 }
 
 /// Default commit-log file size (32 MiB).
@@ -109,6 +115,8 @@ pub const DEFAULT_CONSUME_QUEUE_UNITS: u64 = 50_000;
 pub const DEFAULT_MAPPED_FILES: usize = crate::mapped_file_queue::cache::DEFAULT_MAPPED_FILES;
 /// Default maximum body size (4 MiB, RocketMQ's `maxMessageSize`).
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 << 20;
+/// Default `disk_force_clean_ratio`: RocketMQ's `diskSpaceCleanForciblyRatio`.
+pub const DEFAULT_DISK_FORCE_CLEAN_RATIO: f64 = 0.85;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -135,6 +143,7 @@ impl Default for StoreConfig {
             timer_max_delay: Duration::from_secs(30 * 86_400),
             timer_window: Duration::from_secs(60),
             timer_catchup_rate: 10_000,
+            disk_force_clean_ratio: DEFAULT_DISK_FORCE_CLEAN_RATIO,
         }
     }
 }
@@ -200,6 +209,13 @@ impl StoreConfig {
         }
         if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&self.timer_window) {
             return bad("timer_window", "must be in [1 s, 1 day]".into());
+        }
+        let ratio = self.disk_force_clean_ratio;
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return bad(
+                "disk_force_clean_ratio",
+                format!("{ratio} is outside (0, 1]"),
+            );
         }
         if self.file_mode & !0o777 != 0 || self.dir_mode & !0o777 != 0 {
             return bad("file_mode", "permission bits only (0o000..=0o777)".into());

@@ -75,7 +75,7 @@ pub use error::{Error, MessageKey, Result};
 pub use message::{MessageRef, RecordView};
 pub use store::{
     BatchPut, GetResult, GetStatus, PutRequest, PutResult, PutStatus, ReadLimit, RoundRobin,
-    Routing, Store, TagFilter, Wait,
+    Routing, Store, TagFilter, TopicUpdate, Wait,
 };
 pub use store_meta::Geometry;
 pub use topic_config::TopicConfig;

@@ -71,6 +71,11 @@ pub const PERM_WRITE: u32 = 2;
 /// Inherit bit (template topics).
 pub const PERM_INHERIT: u32 = 1;
 
+/// The attribute holding the commit-log offset where the topic's current incarnation begins
+/// (FORMAT.md §7): records below it belong to an earlier, deleted topic of the same name and are
+/// never shown to its readers. Absent (or not a decimal integer): 0, every record counts.
+pub const SINCE_ATTRIBUTE: &str = "mqlite.sinceOffset";
+
 /// Topics reserved for the store (RocketMQ's system topics).
 pub const SYSTEM_TOPICS: &[&str] = &[
     "TBW102",
@@ -114,6 +119,13 @@ pub struct TopicConfig {
     pub write_queue_nums: u32,
 }
 
+fn since_of(attributes: &BTreeMap<String, String>) -> u64 {
+    attributes
+        .get(SINCE_ATTRIBUTE)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn single_tag() -> String {
     "SINGLE_TAG".to_owned()
 }
@@ -131,6 +143,11 @@ impl TopicConfig {
             topic_sys_flag: 0,
             write_queue_nums: queues,
         }
+    }
+
+    /// The commit-log offset below which records are not this topic's (`SINCE_ATTRIBUTE`).
+    pub fn since_offset(&self) -> u64 {
+        since_of(&self.attributes)
     }
 
     /// True if sends are allowed.
@@ -410,6 +427,15 @@ impl TopicTable {
             .topic_config_table
             .get(topic)
             .cloned()
+    }
+
+    /// `TopicConfig::since_offset` of `topic` (0 for an unknown one), without cloning the
+    /// config.
+    pub fn since(&self, topic: &str) -> u64 {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.topic_config_table
+            .get(topic)
+            .map_or(0, |c| since_of(&c.attributes))
     }
 
     /// Write queue count and writability of `topic`, without cloning the config.

@@ -485,6 +485,18 @@ def test_topic_name_fuzz_through_consumers_and_admin(
         assert valid_topic(name)
     else:
         assert valid_topic(name), f"reset_offset accepted {name!r}"
+    # The admin calls check the name before anything else (the other fuzz test's sends may
+    # have created the topic: then they find it, and the delete deletes it).
+    for admin in (store.topic_status, store.topic, store.delete_topic):
+        try:
+            admin(name)
+        except E.InvalidTopicError:
+            # A bad name, or a system topic (which cannot be deleted).
+            assert not valid_topic(name) or admin is store.delete_topic, f"{admin.__name__} refused {name!r}"
+        except E.TopicNotFoundError:
+            assert valid_topic(name), f"{admin.__name__} looked the invalid topic {name!r} up"
+        else:
+            assert valid_topic(name), f"{admin.__name__} accepted {name!r}"
     assert [p.name for p in sandbox.iterdir()] == ["store"]
 
 

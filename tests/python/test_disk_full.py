@@ -219,12 +219,16 @@ store.flush()  # the files the store prepares in the background exist before the
 
 filler = os.path.join(root, "filler")
 out = {"polled": polled}
-with open(filler, "wb", buffering=0) as f:
-    try:
-        while True:
-            f.write(b"\0" * 4096)
-    except OSError as exc:
-        out["filler_errno"] = exc.errno
+
+def fill():
+    with open(filler, "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            out["filler_errno"] = exc.errno
+
+fill()
 
 def outcome(call):
     try:
@@ -239,6 +243,7 @@ late = store.pull_consumer("late", **quiet)
 out["subscribe"] = outcome(lambda: late.subscribe("t"))
 out["commit"] = outcome(busy.commit)
 out["close"] = outcome(busy.close)
+fill()  # the record of its queues that the member's close removed gave pages back
 out["reset_offset"] = outcome(lambda: store.reset_offset("other", "t", offset=0, create=True))
 out["kept_while_full"] = kept.committed(MessageQueue("t", 0))
 

@@ -110,6 +110,8 @@ def test_the_consumer_group_lock_files(tmp_path: Path) -> None:
             # A clustering consumer subscribes its group's retry topic too (docs/consumers.md,
             # Retries); it has no queue, so no slot, until a message is sent back.
             "%RETRY%billing/members/c1": (b"", 0o600),
+            # The queues the member holds, for reports (ownership is the byte locks below).
+            "members.d/c1.owned": (b"orders 0\norders 1\n", 0o600),
             "queues.lock": (b"", 0o600),
             slot: (b"orders", 0o600),
         }

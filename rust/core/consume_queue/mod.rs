@@ -883,6 +883,37 @@ impl LogicalQueue for ConsumeQueue {
         self.unit(k).map(entry_of)
     }
 
+    /// O(1) when nothing is to skip (the entry at the minimum is at or past `phy`, the case of
+    /// every read once skipped); else a binary search over the queue's units. A placeholder or
+    /// unreadable unit stands for no record: it counts as the first real unit after it does,
+    /// so "below `phy`" stays true for a prefix of the queue and false after it.
+    fn skip_below(&self, phy: u64) {
+        let hi = self.max_offset();
+        let below = |mut k: u64| {
+            while k < hi {
+                match self.unit(k) {
+                    Some(u) if !u.is_placeholder() => return u.offset < phy,
+                    _ => k += 1,
+                }
+            }
+            false
+        };
+        let mut lo = self.min_offset();
+        if lo >= hi || !below(lo) {
+            return;
+        }
+        let mut top = hi;
+        while lo < top {
+            let mid = lo + (top - lo) / 2;
+            if below(mid) {
+                lo = mid + 1;
+            } else {
+                top = mid;
+            }
+        }
+        self.min_logic.fetch_max(lo, Ordering::AcqRel);
+    }
+
     fn entries(&self, from: u64, max: usize, out: &mut Vec<(u64, QueueEntry)>) {
         self.units_as(from, max, out, entry_of);
     }

@@ -72,6 +72,14 @@ pub trait LogicalQueue: Send + Sync + std::fmt::Debug {
     /// notices files replaced under the same name), then moves the minimum past entries whose
     /// records are below `log_min`, which the commit log no longer holds.
     fn follow(&self, verify: bool, log_min: u64);
+
+    /// Raises the minimum past every entry whose record lies below commit-log offset `phy`:
+    /// those records belong to an earlier topic of the same name (a deleted one), which the
+    /// readers of the current topic must not see. Entries point at increasing commit-log
+    /// offsets, so the entries kept are a suffix. Only ever raises the minimum.
+    fn skip_below(&self, phy: u64) {
+        let _ = phy;
+    }
 }
 
 /// Every queue of the index.

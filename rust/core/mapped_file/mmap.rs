@@ -502,6 +502,23 @@ pub fn posix_fallocate(fd: libc::c_int, offset: libc::off_t, len: libc::off_t) -
     unsafe { libc::posix_fallocate(fd, offset, len) }
 }
 
+/// `(total, used)` bytes of the file system holding `file` (`fstatvfs`: used is total minus
+/// free, as `df` and Python's `shutil.disk_usage` count it).
+// The field types are 32 or 64 bits depending on the platform.
+#[allow(clippy::unnecessary_cast)]
+pub fn disk_usage(file: &File) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable statvfs for the call's duration; the descriptor is open.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    let total = (st.f_blocks as u64).saturating_mul(unit);
+    let free = (st.f_bfree as u64).saturating_mul(unit);
+    Ok((total, total.saturating_sub(free)))
+}
+
 /// Takes an exclusive open-file-description record lock (`F_OFD_SETLK`) over the whole of
 /// `fd`'s file. It conflicts with the POSIX record locks other processes take with `fcntl`
 /// (Java's `FileChannel.tryLock`), and is released when the descriptor closes. Returns

@@ -1,15 +1,22 @@
 //! Topic administration: creating, growing, listing and auto-creating topics. The write path
 //! (write.rs) only looks topics up; every change to the topic table goes through here.
 //!
-//! Invariants: a topic never shrinks (a removed queue's messages would no longer be read); a
+//! Invariants: a topic's read queues never shrink (a removed queue's messages would no longer
+//! be read) and its write queues never outnumber them (a message sent to a queue no reader
+//! reads would be lost to consumers); a
 //! system topic is never created or changed by a user call; every derived store has prepared
 //! for a topic's queues (consume queues: their directories exist) before the call that created
-//! or grew it returns.
+//! or grew it returns. A topic created while the commit log holds records records the log's end
+//! as its `since` offset (`SINCE_ATTRIBUTE`): a topic deleted and created again under the same
+//! name never shows the deleted one's messages, whose consume-queue entries and records stay
+//! until retention deletes them.
 
 use super::Store;
 use crate::error::{Error, Result};
 use crate::message::validate;
-use crate::topic_config::{is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE};
+use crate::topic_config::{
+    is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE, SINCE_ATTRIBUTE,
+};
 
 impl Store {
     /// What creating or growing `topic` to `queues` queues requires: a writer, a valid name that
@@ -37,7 +44,7 @@ impl Store {
         check_perm(perm)?;
         // Like `mkdir -p`: an existing topic (one another process created meanwhile included)
         // is left exactly as it is.
-        let config = TopicConfig::new(topic, queues, perm, order);
+        let config = self.new_topic(topic, queues, perm, order);
         if self.inner.topics.create(vec![config], exist_ok)?.is_empty() {
             return Ok(());
         }
@@ -63,7 +70,7 @@ impl Store {
         check_perm(perm)?;
         let configs = topics
             .iter()
-            .map(|t| TopicConfig::new(t, queues, perm, order))
+            .map(|t| self.new_topic(t, queues, perm, order))
             .collect();
         let created = self.inner.topics.create(configs, exist_ok)?;
         for topic in &created {
@@ -72,40 +79,151 @@ impl Store {
         Ok(created)
     }
 
+    /// A user topic's config as created now: its `since` offset is the commit log's end when
+    /// the log holds records (every record already written, by any process, is below it).
+    fn new_topic(&self, topic: &str, queues: u32, perm: u32, order: bool) -> TopicConfig {
+        let mut config = TopicConfig::new(topic, queues, perm, order);
+        // Shared writers: count what the other processes published. A failure leaves the view,
+        // and so the offset, as far as this process saw: a deleted topic's records published
+        // past that point by another process would show in the new topic.
+        let _ = self.inner.commit_log.follow_shared();
+        let end = self.inner.commit_log.max_offset();
+        if end > 0 {
+            config
+                .attributes
+                .insert(SINCE_ATTRIBUTE.to_owned(), end.to_string());
+        }
+        config
+    }
+
     /// Grows an existing topic to `queues` read and write queues (RocketMQ's `updateTopic`):
     /// producers and consumers can use the new queues as soon as this returns. The same count
     /// changes nothing.
     ///
     /// # Errors
-    /// `TopicNotFound`; `InvalidTopic` for a system topic; `InvalidArgument` for a count outside
-    /// `[1, MAX_QUEUES]` or below the topic's read or write queue count: a topic never shrinks,
-    /// since the messages of a removed queue would no longer be read.
+    /// As `update_topic_settings`.
     pub fn update_topic(&self, topic: &str, queues: u32) -> Result<TopicConfig> {
-        self.check_topic_change(topic, queues)?;
-        let grow = |config: &mut TopicConfig| {
-            let have = config.read_queue_nums.max(config.write_queue_nums);
-            if queues < have {
+        check_queue_count(queues)?;
+        self.update_topic_settings(
+            topic,
+            TopicUpdate {
+                read_queues: Some(queues),
+                write_queues: Some(queues),
+                ..TopicUpdate::default()
+            },
+        )
+    }
+
+    /// Changes the settings `update` gives of an existing topic (RocketMQ's `updateTopic`), as
+    /// one step with every other change of the table (in any process); the others are kept.
+    /// Producers use the new write queues from their next send; consumers pick new read queues
+    /// up at their next rebalance. The same settings change nothing.
+    ///
+    /// # Errors
+    /// `TopicNotFound`; `InvalidTopic` for a system topic; `InvalidArgument` (nothing written)
+    /// for a queue count outside `[1, MAX_QUEUES]`, read queues fewer than the topic has (the
+    /// messages of a removed queue would no longer be read), write queues more than read queues
+    /// (their messages would never be read), or a `perm` that is not a 3-bit value.
+    pub fn update_topic_settings(&self, topic: &str, update: TopicUpdate) -> Result<TopicConfig> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(super::write::system_topic(topic));
+        }
+        for q in [update.read_queues, update.write_queues]
+            .into_iter()
+            .flatten()
+        {
+            check_queue_count(q)?;
+        }
+        if let Some(p) = update.perm {
+            check_perm(p)?;
+        }
+        let change = |config: &mut TopicConfig| {
+            let have = config.read_queue_nums;
+            let read = update.read_queues.unwrap_or(have);
+            if read < have {
                 return Err(Error::InvalidArgument {
-                    field: "queues",
+                    field: "read_queues",
                     reason: format!(
-                        "topic {topic:?} has {have} queues and cannot shrink to {queues} \
+                        "topic {topic:?} has {have} read queues and cannot shrink to {read} \
                          (the messages of a removed queue would no longer be read)"
                     ),
                 });
             }
-            config.read_queue_nums = queues;
-            config.write_queue_nums = queues;
+            let write = update.write_queues.unwrap_or(config.write_queue_nums);
+            // Checked when a count changes: a table from elsewhere may hold more write than
+            // read queues, and a change of `perm` or `order` alone leaves them as they are.
+            let counts = update.read_queues.is_some() || update.write_queues.is_some();
+            if counts && write > read {
+                return Err(Error::InvalidArgument {
+                    field: "write_queues",
+                    reason: format!(
+                        "{write} write queues is more than the topic's {read} read queues \
+                         (messages sent to the others would never be read)"
+                    ),
+                });
+            }
+            config.read_queue_nums = read;
+            config.write_queue_nums = write;
+            if let Some(p) = update.perm {
+                config.perm = p;
+            }
+            if let Some(o) = update.order {
+                config.order = o;
+            }
             Ok(())
         };
         let config =
             self.inner
                 .topics
-                .update(topic, grow)?
+                .update(topic, change)?
                 .ok_or_else(|| Error::TopicNotFound {
                     topic: topic.to_owned(),
                 })?;
-        self.inner.derived.prepare_topic(topic, queues)?;
+        self.inner
+            .derived
+            .prepare_topic(topic, config.read_queue_nums)?;
         Ok(config)
+    }
+
+    /// Deletes a topic (RocketMQ's `deleteTopic`): its config leaves the table, durably and as
+    /// one step with every other change (other writer processes see it at their next topic
+    /// look-up). Its records and consume-queue files stay until retention deletes them; a
+    /// topic created again under the name starts past them (`SINCE_ATTRIBUTE`). Sends to it
+    /// then fail with `TopicNotFound`, or create it anew where topics are auto-created; reads
+    /// of its queues go on returning what they hold until it is created again.
+    ///
+    /// # Errors
+    /// `TopicNotFound`; `InvalidTopic` for a bad name or a system topic; `ReadOnly`.
+    pub fn delete_topic(&self, topic: &str) -> Result<()> {
+        self.check_writable()?;
+        validate::check_topic(topic)?;
+        if is_system_topic(topic) {
+            return Err(super::write::system_topic(topic));
+        }
+        if !self.inner.topics.remove(topic)? {
+            return Err(Error::TopicNotFound {
+                topic: topic.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Where `topic`'s current incarnation begins in the commit log
+    /// (`TopicConfig::since_offset`): a record of that topic below it belongs to a deleted topic
+    /// of the same name, which queries of this one (the key index's) skip. 0 for a topic with
+    /// none, or unknown. A read-only store re-reads the topic table first.
+    ///
+    /// # Errors
+    /// The store is closed; reading another process's topic changes failed.
+    pub fn topic_since_offset(&self, topic: &str) -> Result<u64> {
+        self.check_usable()?;
+        if self.inner.config.read_only {
+            self.inner.topics.reload()?;
+        }
+        self.inner.topics.sync()?;
+        Ok(self.inner.topics.since(topic))
     }
 
     /// Every topic's configuration.
@@ -183,7 +301,7 @@ impl Store {
             });
         }
         let q = self.inner.config.default_queues;
-        let config = self.inner.topics.get_or_put(TopicConfig::new(
+        let config = self.inner.topics.get_or_put(self.new_topic(
             topic,
             q,
             PERM_READ | PERM_WRITE,
@@ -191,6 +309,19 @@ impl Store {
         ))?;
         Ok((config.write_queue_nums, config.writable()))
     }
+}
+
+/// The settings `Store::update_topic_settings` changes (`None`: keep the topic's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicUpdate {
+    /// Readable queue count.
+    pub read_queues: Option<u32>,
+    /// Writable queue count.
+    pub write_queues: Option<u32>,
+    /// Permission bits (`PERM_READ | PERM_WRITE`).
+    pub perm: Option<u32>,
+    /// Ordered-topic flag.
+    pub order: Option<bool>,
 }
 
 /// A topic's permission is a 3-bit value (read 4, write 2, inherit 1).

@@ -53,6 +53,7 @@ use crate::service::Services;
 use crate::topic_config::TopicTable;
 use crate::util::kill_point::kill_point;
 
+pub use admin::TopicUpdate;
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
 pub use write::{
@@ -356,7 +357,8 @@ impl Store {
         }
     }
 
-    /// Deletes expired commit-log files now (the retention service also does it every 10 s)
+    /// Deletes expired commit-log files now (the retention service also does it every 10 s),
+    /// and younger ones while the disk is used above `disk_force_clean_ratio`
     /// and the derived-store files that only point into them. Returns how many commit-log
     /// files went. A file is expired once the store's clock (`StoreConfig::clock`) reads at
     /// least its modification time plus `file_reserved_time`. A shared writer that is not
@@ -370,6 +372,17 @@ impl Store {
             Some(r) => r.delete_expired(),
             None => Ok(0),
         }
+    }
+
+    /// The commit-log files retention deleted in this process (its service's passes and
+    /// `delete_expired_files`) since the last call, oldest first, and how many more it
+    /// deleted that fell out of its bounded record. Empty for a store in memory or read-only.
+    pub fn take_deleted_files(&self) -> (Vec<crate::retention::DeletedFile>, u64) {
+        self.inner
+            .retention
+            .as_ref()
+            .map(|r| r.take_deleted())
+            .unwrap_or_default()
     }
 
     /// Whether this store runs the background duties (flush, checkpoint, retention): always

@@ -345,7 +345,7 @@ pub(super) fn open_with(
             services.push(Arc::new(FollowerService::new(Arc::clone(&r), REPUT_IDLE)));
         }
         services.push(p);
-        let keep = root.map(|_| {
+        let keep = root.map(|root| {
             Arc::new(
                 Retention::new(
                     Arc::clone(&commit_log),
@@ -357,6 +357,10 @@ pub(super) fn open_with(
                 .keeping({
                     let t = Arc::clone(&timers);
                     move || t.pending_floor()
+                })
+                .limiting_disk(config.disk_force_clean_ratio, {
+                    let dir = root.join("commitlog");
+                    move || disk_usage(&dir)
                 }),
             )
         });
@@ -549,4 +553,14 @@ fn seed() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     t ^ std::process::id().rotate_left(16)
+}
+
+/// Used fraction of the file system holding `dir`; `None` when it cannot be read (retention
+/// then deletes by age only).
+fn disk_usage(dir: &Path) -> Option<f64> {
+    let file = std::fs::File::open(dir).ok()?;
+    let (total, used) = crate::mapped_file::mmap::disk_usage(&file).ok()?;
+    // Byte counts far below 2^53: the ratio is exact enough.
+    #[allow(clippy::cast_precision_loss)]
+    (total > 0).then(|| used as f64 / total as f64)
 }

@@ -204,6 +204,14 @@ impl Store {
             // and start after entries whose records are gone.
             cq.follow(false, self.inner.commit_log.min_offset());
         }
+        // A topic created again after a delete starts at its `since` offset: the queue's older
+        // entries are the deleted topic's. Shared writers: another process may have created it
+        // again (`sync` is one comparison when no process changed the table).
+        self.inner.topics.sync()?;
+        let since = self.inner.topics.since(topic);
+        if since > 0 {
+            cq.skip_below(since);
+        }
         Ok(Some(cq))
     }
 

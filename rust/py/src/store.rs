@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mqlite::message::delay_levels::DelayLevels;
 use mqlite::store::timer::{TimerFilter, TimerInfo, TimerOutcome, TimerTarget};
-use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig};
+use mqlite::{FlushMode, GetStatus, Store, StoreConfig, TagFilter, TopicConfig, TopicUpdate};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -70,6 +70,9 @@ impl PyStore {
     }
 }
 
+/// A file retention deleted: (path, first offset, size, last modified ms, reason).
+type DeletedRow = (String, u64, u64, i64, &'static str);
+
 /// A topic's config as RocketMQ's JSON names its fields.
 fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -80,6 +83,8 @@ fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDi
     d.set_item("order", t.order)?;
     d.set_item("topicFilterType", &t.topic_filter_type)?;
     d.set_item("topicSysFlag", t.topic_sys_flag)?;
+    d.set_item("attributes", t.attributes.clone())?;
+    d.set_item("sinceOffset", t.since_offset())?;
     Ok(d)
 }
 
@@ -172,7 +177,7 @@ impl PyStore {
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
         delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None,
-        clock = None
+        disk_force_clean_ratio = None, clock = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -196,6 +201,7 @@ impl PyStore {
         delay_levels: Option<Str<'_, DelayLevelsOption>>,
         timer_max_delay_hours: Option<Float>,
         timer_catchup_rate: Option<Int>,
+        disk_force_clean_ratio: Option<Float>,
         clock: Option<PyRef<'_, crate::clock::PyManualClock>>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
@@ -279,6 +285,8 @@ impl PyStore {
                 "timer_catchup_rate",
                 defaults.timer_catchup_rate,
             )?,
+            disk_force_clean_ratio: disk_force_clean_ratio
+                .map_or(defaults.disk_force_clean_ratio, |r| r.0),
             clock: clock.map_or_else(|| defaults.clock.clone(), |c| c.clock.clone().into()),
             ..defaults
         };
@@ -398,18 +406,44 @@ impl PyStore {
         .map_err(|e| PyMqError(e).into())
     }
 
-    /// Grows an existing topic to `queues` read and write queues; returns its new config.
+    /// Changes the given settings of an existing topic (`queues`: read and write queues at
+    /// once); returns its new config.
+    #[pyo3(signature = (
+        topic, queues = None, *, read_queues = None, write_queues = None, perm = None, order = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn update_topic<'py>(
         &self,
         py: Python<'py>,
         topic: Str<'_, TopicName>,
-        queues: Int,
+        queues: Option<Int>,
+        read_queues: Option<Int>,
+        write_queues: Option<Int>,
+        perm: Option<Int>,
+        order: Option<bool>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let queues = queue_count(&queues)?;
+        let max = mqlite::topic_config::MAX_QUEUES;
+        let count = |v: &Option<Int>, name| v.as_ref().map(|q| args::count(q, name, 1, max));
+        let queues = count(&queues, "queues").transpose()?;
+        let update = TopicUpdate {
+            read_queues: count(&read_queues, "read_queues").transpose()?.or(queues),
+            write_queues: count(&write_queues, "write_queues").transpose()?.or(queues),
+            perm: perm
+                .as_ref()
+                .map(|p| args::count(p, "perm", 0, 7))
+                .transpose()?,
+            order,
+        };
         let config = py
-            .detach(|| self.store.update_topic(&topic, queues))
+            .detach(|| self.store.update_topic_settings(&topic, update))
             .map_err(PyMqError)?;
         topic_dict(py, &config)
+    }
+
+    /// Deletes a topic's config (its records go with retention).
+    fn delete_topic(&self, py: Python<'_>, topic: Str<'_, TopicName>) -> PyResult<()> {
+        py.detach(|| self.store.delete_topic(&topic))
+            .map_err(|e| PyMqError(e).into())
     }
 
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -788,6 +822,20 @@ impl PyStore {
             .map(|t| timer_row(py, t))
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, rows)
+    }
+
+    /// The commit-log files retention deleted since the last call, as (path, first offset,
+    /// size, last modified ms, reason) oldest first, and how many more fell out of the record.
+    fn _take_deleted_files(&self) -> (Vec<DeletedRow>, u64) {
+        let (files, dropped) = self.store.take_deleted_files();
+        let rows = files
+            .into_iter()
+            .map(|f| {
+                let path = f.path.to_string_lossy().into_owned();
+                (path, f.from_offset, f.size, f.modified_ms, f.reason.name())
+            })
+            .collect();
+        (rows, dropped)
     }
 
     fn delete_expired_files(&self, py: Python<'_>) -> PyResult<usize> {
