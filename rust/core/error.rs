@@ -109,6 +109,9 @@ pub enum Error {
     /// A background thread of the store (`thread`: dispatch, flush, timers, ...) panicked: a
     /// defect of mqlite. The store refuses writes from then on (`Poisoned` by this).
     ServiceFailed { thread: String, reason: String },
+    /// The key index cannot answer (`index_enabled` off, or this process does not build it);
+    /// `reason` says why.
+    IndexUnavailable { reason: String },
 }
 
 impl Error {
@@ -141,6 +144,7 @@ impl Error {
             Error::Interrupted => "INTERRUPTED",
             Error::ServiceFailed { .. } => "SERVICE_FAILED",
             Error::SharedTableFull { .. } => "SHARED_TABLE_FULL",
+            Error::IndexUnavailable { .. } => "INDEX_UNAVAILABLE",
         }
     }
 
@@ -347,6 +351,7 @@ impl fmt::Display for Error {
                 write!(f, "{codec} body compression: {reason}")
             }
             Error::Interrupted => write!(f, "the wait was interrupted"),
+            Error::IndexUnavailable { reason } => write!(f, "the key index is unavailable: {reason}"),
             Error::ServiceFailed { thread, reason } => {
                 write!(f, "the store's thread {thread} panicked: {reason}")
             }
