@@ -71,7 +71,7 @@ from mqlite.retry import SentBack
 from mqlite.subgroup import SubscriptionGroupConfig
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
-from mqlite.store import Store, open
+from mqlite.store import KeyQueryResult, Store, open
 from mqlite.timers import PendingTimer, TimerChange, TimerOutcome
 from mqlite.topic import TopicConfig
 
@@ -107,6 +107,7 @@ __all__ = [
     "Message",
     "MessageQueue",
     "MessageExt",
+    "KeyQueryResult",
     "SendResult",
     "SendBatchResult",
     "SendStatus",

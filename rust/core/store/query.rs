@@ -81,7 +81,7 @@ impl Store {
     pub fn index_status(&self) -> Result<IndexStatus> {
         self.check_usable()?;
         self.catch_up();
-        let log_end = self.inner.commit_log.max_offset();
+        let log_end = self.log_end();
         let Some(idx) = self.inner.key_index.as_deref() else {
             return Ok(IndexStatus {
                 log_end,
@@ -172,8 +172,9 @@ impl Store {
         let idx = self.key_index()?;
         let status = self.index_status()?;
         let files = idx.files_for_query()?;
+        let end = status.log_end;
         let found = query::lookup(&files, topic, key, begin_ms, end_ms, limit, |off| {
-            Ok(self.record_matches(off, |v| {
+            Ok(self.record_matches(off, end, |v| {
                 v.topic() == topic
                     && (v.property(properties::UNIQ_KEY) == Some(key) || v.keys().any(|k| k == key))
                     && (begin_ms..=end_ms).contains(&v.store_timestamp())
@@ -199,13 +200,14 @@ impl Store {
         let idx = self.key_index()?;
         self.catch_up();
         let files = idx.files_for_query()?;
+        let end = self.log_end();
         let topics: Vec<String> = match topic {
             Some(t) => vec![t.to_owned()],
             None => self.topics()?.into_iter().map(|t| t.topic_name).collect(),
         };
         for t in &topics {
             let found = query::lookup(&files, t, id, i64::MIN, i64::MAX, 1, |off| {
-                Ok(self.record_matches(off, |v| {
+                Ok(self.record_matches(off, end, |v| {
                     v.topic() == t && v.property(properties::UNIQ_KEY) == Some(id)
                 }))
             })?;
@@ -216,15 +218,24 @@ impl Store {
         Ok(None)
     }
 
-    /// Whether a record starts at `off`, inside the log's live range, and passes `check`.
-    /// Anything unreadable there (an entry pointing at garbage) is no match.
+    /// The end of the log's whole records (a follower's: what the writer has written).
+    fn log_end(&self) -> u64 {
+        if self.inner.config.read_only {
+            self.follower_log_end()
+        } else {
+            self.inner.commit_log.max_offset()
+        }
+    }
+
+    /// Whether a record starts at `off`, inside the log's live range (below `end`), and
+    /// passes `check`. Anything unreadable there (an entry pointing at garbage) is no match.
     fn record_matches(
         &self,
         off: u64,
+        end: u64,
         check: impl FnOnce(&crate::message::RecordView<'_>) -> bool,
     ) -> bool {
-        let log = &self.inner.commit_log;
-        if off < log.min_offset() || off >= log.max_offset() {
+        if off < self.inner.commit_log.min_offset() || off >= end {
             return false;
         }
         self.get_by_offset(off, |v| v.physical_offset() == off && check(v))
