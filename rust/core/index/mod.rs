@@ -17,6 +17,9 @@ pub mod name;
 pub mod query;
 pub mod service;
 
+#[cfg(test)]
+mod tests;
+
 pub use file::Geometry;
 pub use query::Found;
 pub use service::IndexService;
