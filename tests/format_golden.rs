@@ -501,3 +501,28 @@ fn timer_cancel_and_reschedule_records_match_the_golden_bytes() {
         (3 << 48) | 17
     );
 }
+
+#[test]
+fn index_file_matches_the_golden_vector() {
+    use mqlite::index::file::{Geometry, IndexFile};
+    use mqlite::index::hash::topic_key_hash;
+    let expected = fixture("index_file.hex");
+    let dir = tempfile::tempdir().unwrap();
+    let f = IndexFile::create(
+        Some(dir.path()),
+        "20231114221320123",
+        Geometry::with_slots(64),
+        0o600,
+    )
+    .unwrap();
+    let mut h = f.header().unwrap();
+    // A record with UNIQ_KEY U1 and KEYS "k1 k2", then one with KEYS "k1" 1.5 s later.
+    let props = mqlite::message::properties::encode([("KEYS", "k1 k2"), ("UNIQ_KEY", "U1")]);
+    for key in mqlite::index::hash::record_keys(&props) {
+        let hash = topic_key_hash("TopicTest", key);
+        assert!(f.put(&mut h, hash, 0, 1_700_000_000_123).unwrap());
+    }
+    let hash = topic_key_hash("TopicTest", "k1");
+    assert!(f.put(&mut h, hash, 211, 1_700_000_001_623).unwrap());
+    assert_eq!(std::fs::read(f.path()).unwrap(), expected);
+}
