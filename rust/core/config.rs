@@ -99,7 +99,7 @@ pub struct StoreConfig {
     /// means no limit. Those that fall due while the engine runs are never limited. 10,000 by
     /// default.
     pub timer_catchup_rate: u32,
-    /// Whether writers build the key index (index/; FORMAT.md §8) that `Store::find_by_key`
+    /// Whether writers build the key index (index/; FORMAT.md §20) that `Store::find_by_key`
     /// and lookups by unique id read. On by default. Off, nothing is indexed from then on
     /// and lookups by key fail with `IndexUnavailable`.
     pub index_enabled: bool,

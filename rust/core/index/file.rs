@@ -1,4 +1,4 @@
-//! One IndexFile in RocketMQ's layout (FORMAT.md §8): a 40-byte header, `slots` 4-byte hash
+//! One IndexFile in RocketMQ's layout (FORMAT.md §20): a 40-byte header, `slots` 4-byte hash
 //! slots, then `entries` 20-byte entries, all big-endian. Slot `h % slots` holds the number of
 //! the newest entry whose key hashes to it (0: none); each entry holds the key hash, the
 //! record's commit-log offset, its store time in seconds after the header's begin timestamp,

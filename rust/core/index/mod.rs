@@ -1,4 +1,4 @@
-//! The index: RocketMQ's IndexFile hash index of message keys (FORMAT.md §8), for finding
+//! The index: RocketMQ's IndexFile hash index of message keys (FORMAT.md §20), for finding
 //! messages by `KEYS` piece and by unique id (`UNIQ_KEY`).
 //!
 //! - `hash`: the index keys of a record and their Java `String.hashCode`;
