@@ -241,3 +241,56 @@ def test_damaged_index_never_crashes_nor_answers_wrong(store_path: Path) -> None
             bodies = [int(m.body) for m in got]
             # Damage may hide messages; it never shows a wrong one or one twice.
             assert all(b % 10 == k for b in bodies) and len(set(bodies)) == len(bodies)
+
+
+SHARED_CHILD = """
+import sys, time, mqlite
+
+def indexed(store):
+    deadline = time.monotonic() + 60
+    while store.index_status()["lag"] != 0:
+        assert time.monotonic() < deadline, store.index_status()
+        time.sleep(0.005)  # a poll of the index's published progress
+
+def check(store, prefix, ids):
+    for i, msg_id in enumerate(ids):
+        assert [m.body for m in store.find_by_key("Orders", f"{prefix}{i}")] == [f"{prefix}{i}".encode()]
+        assert store.get(msg_id).body == f"{prefix}{i}".encode()
+
+store = mqlite.open(sys.argv[1])
+p = store.producer()
+first = [p.send(mqlite.Message("Orders", f"c{i}".encode(), keys=f"c{i}")).msg_id for i in range(50)]
+print("SENT", flush=True)
+sys.stdin.readline()
+indexed(store)
+check(store, "c", first)
+print("OK1", flush=True)
+sys.stdin.readline()
+later = [p.send(mqlite.Message("Orders", f"d{i}".encode(), keys=f"d{i}")).msg_id for i in range(50)]
+indexed(store)
+check(store, "c", first)
+check(store, "d", later)
+store.close()
+print("OK2", flush=True)
+"""
+
+
+def test_shared_writers_leader_builds_the_index_and_every_process_reads_it(store_path: Path, spawn_py: Any) -> None:
+    leader = mqlite.open(store_path)
+    child = spawn_py(SHARED_CHILD, store_path)
+    assert child.stdout.readline().strip() == "SENT", child.stderr.read()
+    # The other process's messages, indexed by this (leading) process.
+    indexed(leader)
+    assert [m.body for m in leader.find_by_key(TOPIC, "c7")] == [b"c7"]
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "OK1", child.stderr.read()
+    # The child becomes the leader and indexes what it sends from then on.
+    leader.close()
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "OK2", child.stderr.read()
+    assert child.wait(timeout=60) == 0
+    with mqlite.open(store_path, read_only=True) as reader:
+        assert [m.body for m in reader.find_by_key(TOPIC, "d3")] == [b"d3"]
+        assert len(os.listdir(store_path / "index")) == 1
