@@ -351,7 +351,9 @@ impl fmt::Display for Error {
                 write!(f, "{codec} body compression: {reason}")
             }
             Error::Interrupted => write!(f, "the wait was interrupted"),
-            Error::IndexUnavailable { reason } => write!(f, "the key index is unavailable: {reason}"),
+            Error::IndexUnavailable { reason } => {
+                write!(f, "the key index is unavailable: {reason}")
+            }
             Error::ServiceFailed { thread, reason } => {
                 write!(f, "the store's thread {thread} panicked: {reason}")
             }

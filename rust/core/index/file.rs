@@ -155,7 +155,9 @@ impl Geometry {
         if body == 0 || body % per_slot != 0 {
             return None;
         }
-        u32::try_from(body / per_slot).ok().map(Geometry::with_slots)
+        u32::try_from(body / per_slot)
+            .ok()
+            .map(Geometry::with_slots)
     }
 
     fn slot_pos(&self, hash: i32) -> u64 {
@@ -164,9 +166,7 @@ impl Geometry {
     }
 
     fn entry_pos(&self, n: i32) -> u64 {
-        HEADER_SIZE
-            + u64::from(self.slots) * SLOT_SIZE
-            + u64::from(n.unsigned_abs()) * ENTRY_SIZE
+        HEADER_SIZE + u64::from(self.slots) * SLOT_SIZE + u64::from(n.unsigned_abs()) * ENTRY_SIZE
     }
 }
 
@@ -209,7 +209,10 @@ impl IndexFile {
                     field: "index_hash_slots",
                     reason: format!("an index file of {size} bytes does not fit in memory"),
                 })?;
-                (PathBuf::from(name), Bytes::Memory(RwLock::new(vec![0; len])))
+                (
+                    PathBuf::from(name),
+                    Bytes::Memory(RwLock::new(vec![0; len])),
+                )
             }
         };
         let f = IndexFile {
@@ -233,7 +236,10 @@ impl IndexFile {
     /// I/O failures.
     pub fn open(path: &Path, writable: bool) -> Result<Option<Self>> {
         let f = if writable {
-            std::fs::OpenOptions::new().read(true).write(true).open(path)
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
         } else {
             File::open(path)
         }
@@ -442,8 +448,8 @@ impl IndexFile {
             {
                 break;
             }
-            let pos = usize::try_from(self.geometry.slot_pos(e.key_hash) - HEADER_SIZE)
-                .unwrap_or(0);
+            let pos =
+                usize::try_from(self.geometry.slot_pos(e.key_hash) - HEADER_SIZE).unwrap_or(0);
             let prev = i32::from_be_bytes(slots[pos..pos + 4].try_into().unwrap_or([0; 4]));
             if prev == 0 {
                 h.hash_slot_count += 1;
@@ -549,7 +555,10 @@ mod tests {
         let g = small();
         assert_eq!(g.file_size(), 40 + 4 * 4 + 16 * 20);
         assert_eq!(Geometry::of_size(g.file_size()), Some(g));
-        assert_eq!(Geometry::of_size(420_000_040).map(|g| g.slots), Some(ROCKETMQ_SLOTS));
+        assert_eq!(
+            Geometry::of_size(420_000_040).map(|g| g.slots),
+            Some(ROCKETMQ_SLOTS)
+        );
         assert_eq!(Geometry::of_size(41), None);
         let dir = tempfile::tempdir().expect("dir");
         let f = IndexFile::create(Some(dir.path()), "20260101000000000", g, 0o600).expect("create");
@@ -611,9 +620,11 @@ mod tests {
             time_diff: 0,
             prev: 9,
         };
-        f.write_at(&bad.encode(), small().entry_pos(2)).expect("write");
+        f.write_at(&bad.encode(), small().entry_pos(2))
+            .expect("write");
         assert_eq!(chain(&f, 1).len(), 1);
-        f.write_at(&(1000i32).to_be_bytes(), small().slot_pos(1)).expect("write");
+        f.write_at(&(1000i32).to_be_bytes(), small().slot_pos(1))
+            .expect("write");
         assert!(chain(&f, 1).is_empty());
     }
 
@@ -622,7 +633,8 @@ mod tests {
         let f = IndexFile::create(None, "x", small(), 0o600).expect("create");
         let mut h = f.header().expect("header");
         for (i, hash) in [1, 5, 2, 1, 5].into_iter().enumerate() {
-            f.put(&mut h, hash, 100 * (i as u64 + 1), 1_000).expect("put");
+            f.put(&mut h, hash, 100 * (i as u64 + 1), 1_000)
+                .expect("put");
         }
         let h = f.reset_tail(300).expect("reset");
         assert_eq!(h.index_count, 3);

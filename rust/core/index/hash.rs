@@ -78,7 +78,10 @@ mod tests {
     #[test]
     fn keys_are_uniq_then_pieces_of_keys() {
         let props = properties::encode([("KEYS", " a  b c "), ("UNIQ_KEY", "U1"), ("TAGS", "t")]);
-        assert_eq!(record_keys(&props).collect::<Vec<_>>(), ["U1", "a", "b", "c"]);
+        assert_eq!(
+            record_keys(&props).collect::<Vec<_>>(),
+            ["U1", "a", "b", "c"]
+        );
         assert_eq!(record_keys(&[]).count(), 0);
     }
 }

@@ -144,10 +144,7 @@ impl IndexService {
     }
 
     fn snapshot(&self) -> Vec<Arc<IndexFile>> {
-        self.files
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.files.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn set_files(&self, files: Vec<Arc<IndexFile>>) {
@@ -289,7 +286,11 @@ impl DerivedStore for IndexService {
         self.load_locked(&mut w)
     }
 
-    fn attach(&self, _log_end: u64, _next: &crate::dispatch::derived::NextOffset<'_>) -> Result<()> {
+    fn attach(
+        &self,
+        _log_end: u64,
+        _next: &crate::dispatch::derived::NextOffset<'_>,
+    ) -> Result<()> {
         // The running writers' leader owns the files: nothing is loaded or recovered here.
         let mut w = self.lock();
         w.attached = true;

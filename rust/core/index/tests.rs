@@ -137,7 +137,9 @@ fn retention_deletes_files_below_the_log_start_but_never_the_newest() {
     assert_eq!(idx.describe().expect("describe").0, 2);
     assert_eq!(idx.delete_expired(u64::MAX).expect("delete"), 1);
     assert_eq!(idx.describe().expect("describe").0, 1);
-    let on_disk = std::fs::read_dir(dir.path().join("index")).expect("dir").count();
+    let on_disk = std::fs::read_dir(dir.path().join("index"))
+        .expect("dir")
+        .count();
     assert_eq!(on_disk, 1);
     assert!(!find(&idx, "all").is_empty());
 }

@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::args::{
-    self, DelayLevelsOption, FilterTag, Float, FlushOption, GroupName, Int, LookupKey, MsgIdText, OwnedStr,
-    StorePath, Str, TopicName,
+    self, DelayLevelsOption, FilterTag, Float, FlushOption, GroupName, Int, LookupKey, MsgIdText,
+    OwnedStr, StorePath, Str, TopicName,
 };
 use crate::errors::{InvalidConfigError, PyMqError};
 use crate::interrupt;
@@ -562,9 +562,7 @@ impl PyStore {
 
     /// The key index's state.
     fn index_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py
-            .detach(|| self.store.index_status())
-            .map_err(PyMqError)?;
+        let s = py.detach(|| self.store.index_status()).map_err(PyMqError)?;
         index_status_dict(py, &s)
     }
 
