@@ -210,6 +210,7 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.IllegalStateError, _subscribe_after_assign),
     (E.StoreClosedError, _closed_store),
     (E.StoreReadOnlyError, _read_only_write),
+    (E.IndexUnavailableError, lambda p: _index_off(p).find_by_key("t", "k")),
     (E.StoreUsedAfterForkError, lambda p: _child(_FORK_CHILD, p)["type"]),
     (E.ClientClosedError, _closed_client),
     (E.ClientIdInUseError, _two_members),
@@ -231,6 +232,12 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.StoreNotFoundError, lambda p: mqlite.open(p, read_only=True)),
     (E.OffsetOutOfRangeError, _seek_out_of_range),
 ]
+
+
+def _index_off(path: Path) -> mqlite.Store:
+    store = mqlite.open(path, index_enabled=False)
+    store.create_topic("t")
+    return store
 
 
 def test_every_raisable_class_has_a_row() -> None:

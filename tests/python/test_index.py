@@ -58,6 +58,17 @@ def test_keys_and_unique_ids_are_found(store: mqlite.Store) -> None:
     assert status["progress"] == status["log_end"]
 
 
+def test_a_send_is_found_by_id_and_key_as_soon_as_it_returns(store: mqlite.Store) -> None:
+    # No wait for the index's thread: a lookup in the process that builds the index brings it
+    # up to the log's end first.
+    p = store.producer()
+    for i in range(20):
+        r = p.send(mqlite.Message(TOPIC, f"m{i}".encode(), keys=f"now-{i}"))
+        assert store.get(r.msg_id).body == f"m{i}".encode()
+        got = store.find_by_key(TOPIC, f"now-{i}")
+        assert [m.body for m in got] == [f"m{i}".encode()] and got.complete
+
+
 def test_colliding_keys_never_leak_nor_count_toward_the_limit(store: mqlite.Store) -> None:
     # "Aa" and "BB" have the same Java hash, and so do their concatenations.
     colliding = ["AaAa", "AaBB", "BBAa", "BBBB"]

@@ -103,7 +103,8 @@ impl IndexService {
         self.dir.as_deref()
     }
 
-    fn writing_here(&self) -> bool {
+    /// Whether this process builds the index now (a writer, and the leader of shared writers).
+    pub fn writing_here(&self) -> bool {
         self.writable && self.may_write.get().is_none_or(|f| f())
     }
 

@@ -65,13 +65,23 @@ fn check_key(key: &str) -> Result<()> {
 }
 
 impl Store {
+    /// The index, brought up to the log's end first when this process builds it, so that a
+    /// lookup after a send finds what the send stored. Elsewhere (a read-only store, a shared
+    /// writer that does not lead) the builder's progress is what the files hold, and lookups
+    /// report the lag.
     fn key_index(&self) -> Result<&index::IndexService> {
-        self.inner
+        let idx = self
+            .inner
             .key_index
             .as_deref()
             .ok_or_else(|| Error::IndexUnavailable {
                 reason: "the store was opened with index_enabled off".into(),
-            })
+            })?;
+        if let (Some(r), true) = (&self.inner.reput, idx.writing_here()) {
+            // A failure is on the lane, and the status reports it.
+            let _ = r.follow_store(index::service::NAME);
+        }
+        Ok(idx)
     }
 
     /// The key index's state: files, progress, lag behind the log, last failure.
