@@ -20,7 +20,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
 use crate::util::fs;
@@ -176,6 +176,10 @@ enum Bytes {
     File(File),
     /// An in-memory store's index.
     Memory(RwLock<Vec<u8>>),
+    /// A file on disk held without a descriptor (a full file, or one a reader found): each
+    /// read opens it; `for_reading` opens it once for a whole walk. The store's descriptors
+    /// then stay few whatever the number of index files.
+    Closed,
 }
 
 /// One open index file.
@@ -229,6 +233,60 @@ impl IndexFile {
         Ok(f)
     }
 
+    /// A handle on an existing file that holds no descriptor (`Closed`); `None` for a file of
+    /// no known geometry.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn closed(path: &Path) -> Result<Option<Self>> {
+        let size = std::fs::symlink_metadata(path)
+            .map_err(|e| Error::io("stat index file", path, e))?
+            .len();
+        let Some(geometry) = Geometry::of_size(size) else {
+            return Ok(None);
+        };
+        Ok(Some(IndexFile {
+            name: file_name_of(path),
+            path: path.to_path_buf(),
+            bytes: Bytes::Closed,
+            geometry,
+            dirty: AtomicBool::new(false),
+        }))
+    }
+
+    /// The same file without a descriptor (after a final `sync`; in-memory files stay as
+    /// they are).
+    pub fn to_closed(&self) -> Option<Self> {
+        match self.bytes {
+            Bytes::File(_) => Some(IndexFile {
+                name: self.name.clone(),
+                path: self.path.clone(),
+                bytes: Bytes::Closed,
+                geometry: self.geometry,
+                dirty: AtomicBool::new(false),
+            }),
+            _ => None,
+        }
+    }
+
+    /// This file, opened read-only if it is held `Closed` (`None`: deleted meanwhile), for a
+    /// walk that reads it many times.
+    ///
+    /// # Errors
+    /// I/O failures other than the file being gone.
+    pub fn for_reading(self: &Arc<Self>) -> Result<Option<Arc<Self>>> {
+        if !matches!(self.bytes, Bytes::Closed) {
+            return Ok(Some(Arc::clone(self)));
+        }
+        match Self::open(&self.path, false) {
+            Ok(f) => Ok(f.map(Arc::new)),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Opens an existing file, its geometry named by its size; `None` for a file of no known
     /// geometry (not an index file).
     ///
@@ -251,17 +309,18 @@ impl IndexFile {
         let Some(geometry) = Geometry::of_size(size) else {
             return Ok(None);
         };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
         Ok(Some(IndexFile {
-            name,
+            name: file_name_of(path),
             path: path.to_path_buf(),
             bytes: Bytes::File(f),
             geometry,
             dirty: AtomicBool::new(false),
         }))
+    }
+
+    /// Whether the file is held without a descriptor.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.bytes, Bytes::Closed)
     }
 
     /// The file name (its creation time, `yyyyMMddHHmmssSSS`).
@@ -281,6 +340,9 @@ impl IndexFile {
 
     fn read_at(&self, buf: &mut [u8], pos: u64) -> Result<()> {
         match &self.bytes {
+            Bytes::Closed => File::open(&self.path)
+                .and_then(|f| f.read_exact_at(buf, pos))
+                .map_err(|e| Error::io("read index file", &self.path, e)),
             Bytes::File(f) => f
                 .read_exact_at(buf, pos)
                 .map_err(|e| Error::io("read index file", &self.path, e)),
@@ -305,6 +367,11 @@ impl IndexFile {
     fn write_at(&self, buf: &[u8], pos: u64) -> Result<()> {
         self.dirty.store(true, Ordering::Relaxed);
         match &self.bytes {
+            Bytes::Closed => Err(Error::io(
+                "write index file",
+                &self.path,
+                std::io::Error::other("written through a handle without a descriptor"),
+            )),
             Bytes::File(f) => f
                 .write_all_at(buf, pos)
                 .map_err(|e| Error::io("write index file", &self.path, e)),
@@ -496,6 +563,12 @@ impl IndexFile {
         }
         Ok(())
     }
+}
+
+fn file_name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Walks the chain of `hash` in `file` newest first, calling `f` with each entry's record

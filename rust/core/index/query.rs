@@ -42,6 +42,8 @@ pub fn lookup(
     let mut found = Found::default();
     let mut err = None;
     for f in files.iter().rev() {
+        // One descriptor at a time, for the walk of one file.
+        let Some(f) = f.for_reading()? else { continue };
         let hd = f.header()?;
         if hd.index_count <= 1 {
             continue;
@@ -50,7 +52,7 @@ pub fn lookup(
             continue;
         }
         let mut candidates = Vec::new();
-        file::walk(f, h, |offset, ts| {
+        file::walk(&f, h, |offset, ts| {
             if ts <= end_ms && ts >= floor && seen.insert(offset) {
                 candidates.push(offset);
             }

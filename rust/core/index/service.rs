@@ -15,6 +15,8 @@
 //!   re-adds those records from the progress on.
 //! - Retention deletes a file only when every record it indexes lies below the log's start,
 //!   and never the newest file.
+//! - Only the file being written holds a descriptor; a full file is synced when the next one
+//!   starts and is then opened only for the length of a lookup's walk (file.rs `Closed`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -112,8 +114,9 @@ impl IndexService {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists and opens the files on disk, oldest first (files of no known geometry are left
-    /// out), reusing those already open.
+    /// Lists the files on disk, oldest first (files of no known geometry are left out),
+    /// reusing the handles already held; a writer opens the newest for writing, every other
+    /// file is held without a descriptor.
     fn scan(&self, writable: bool) -> Result<Vec<Arc<IndexFile>>> {
         let Some(dir) = &self.dir else {
             return Ok(self.snapshot());
@@ -128,12 +131,19 @@ impl IndexService {
         names.sort();
         let open = self.snapshot();
         let mut out = Vec::with_capacity(names.len());
-        for (n, path) in names {
+        let newest = names.len().saturating_sub(1);
+        for (i, (n, path)) in names.into_iter().enumerate() {
             if let Some(f) = open.iter().find(|f| f.name() == n) {
                 out.push(Arc::clone(f));
                 continue;
             }
-            match IndexFile::open(&path, writable) {
+            // Only the file being written keeps a descriptor.
+            let found = if writable && i == newest {
+                IndexFile::open(&path, true)
+            } else {
+                IndexFile::closed(&path)
+            };
+            match found {
                 Ok(Some(f)) => out.push(Arc::new(f)),
                 Ok(None) => {}
                 // Deleted by retention since the listing.
@@ -175,6 +185,8 @@ impl IndexService {
         if let Some(dir) = &self.dir {
             fs::create_dir_all(dir, self.dir_mode)?;
         }
+        // Fresh handles: another process may have written, rolled or deleted files since.
+        self.set_files(Vec::new());
         let files = self.scan(true)?;
         w.header = match files.last() {
             Some(f) => Some(f.header()?),
@@ -204,6 +216,11 @@ impl IndexService {
             fs::fsync_dir(dir)?;
         }
         w.header = Some(f.header()?);
+        // The full file is complete: made durable now, then held without a descriptor.
+        if let Some(last) = files.pop() {
+            last.sync()?;
+            files.push(last.to_closed().map_or(last, Arc::new));
+        }
         files.push(Arc::clone(&f));
         self.set_files(files);
         Ok(f)
@@ -312,8 +329,13 @@ impl DerivedStore for IndexService {
             if h.index_count > 1 && h.end_phy_offset < limit {
                 break;
             }
-            f.reset_tail(resume_from)?;
-            f.sync()?;
+            // A file held without a descriptor is opened for the reset.
+            let rw = match f.is_closed() {
+                true => IndexFile::open(f.path(), true)?.map_or_else(|| Arc::clone(f), Arc::new),
+                false => Arc::clone(f),
+            };
+            rw.reset_tail(resume_from)?;
+            rw.sync()?;
         }
         w.header = match self.snapshot().last() {
             Some(f) => Some(f.header()?),

@@ -45,6 +45,15 @@ fn put(idx: &IndexService, i: u64, sysflag: i32) {
     idx.dispatch(&req).expect("dispatch");
 }
 
+/// Descriptors of this process open on files in `dir`.
+fn descriptors_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.starts_with(dir))
+        .count()
+}
+
 fn find(idx: &IndexService, key: &str) -> Vec<u64> {
     let files = idx.files_for_query().expect("files");
     lookup(&files, "T", key, i64::MIN, i64::MAX, 10_000, |_| Ok(true))
@@ -80,6 +89,8 @@ fn full_files_roll_and_lookups_span_them() {
         put(&idx, i, 0);
     }
     assert_eq!(idx.describe().expect("describe").0, 3);
+    // Only the file being written holds a descriptor.
+    assert_eq!(descriptors_in(&dir.path().join("index")), 1);
     let all = find(&idx, "all");
     assert_eq!(all, (0..300).rev().map(|i| i * 100).collect::<Vec<_>>());
     assert_eq!(find(&idx, "k0"), [0]);
