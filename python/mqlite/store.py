@@ -478,7 +478,10 @@ class Store:
     def get(self, msg_id: str) -> MessageExt:
         """The message with this id: its unique id (``SendResult.msg_id``, ``MessageExt.msg_id``),
         looked up through the key index in every topic, or its offset id
-        (``SendResult.offset_msg_id``), which names its commit-log offset. MessageNotFoundError
+        (``SendResult.offset_msg_id``), which names its commit-log offset. Copies keep their
+        origin's unique id (retries, dead letters, a delayed message's waiting record): the copy
+        in one of your topics comes first, then one in a retry or dead-letter topic, then one in
+        another system topic. MessageNotFoundError
         when no message has it (a unique id of a message not indexed yet, or sent while the
         index was off, is not found)."""
         return self._live().get(msg_id)

@@ -305,3 +305,17 @@ def test_shared_writers_leader_builds_the_index_and_every_process_reads_it(store
     with mqlite.open(store_path, read_only=True) as reader:
         assert [m.body for m in reader.find_by_key(TOPIC, "d3")] == [b"d3"]
         assert len(os.listdir(store_path / "index")) == 1
+
+
+def test_a_unique_id_names_the_copy_in_the_users_topic_first(store_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    late = "zz-late"  # listed after the system topics
+    with mqlite.open(store_path, clock=clock, delay_levels="1s") as store:
+        r = store.producer().send(mqlite.Message(late, b"later", keys="late", delay_level=1))
+        # Waiting: only the scheduler's record holds the id.
+        assert store.get(r.msg_id).topic == "SCHEDULE_TOPIC_XXXX"
+        assert store.find_by_key(late, "late") == []
+        clock.advance_ms(1_000)
+        store.deliver_due()
+        wait_until(lambda: store.get(r.msg_id).topic == late, what="the delivered copy to be indexed")
+        assert [m.body for m in store.find_by_key(late, "late")] == [b"later"]

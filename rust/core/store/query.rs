@@ -9,6 +9,8 @@ use super::Store;
 use crate::error::{Error, Result};
 use crate::index::{self, query};
 use crate::message::properties;
+use crate::message::validate::is_retry_or_dlq;
+use crate::topic_config::is_system_topic;
 
 /// Largest `limit` of `find_by_key`.
 pub const MAX_KEY_QUERY: usize = 10_000;
@@ -199,7 +201,9 @@ impl Store {
 
     /// The commit-log offset of the message whose unique id (`UNIQ_KEY`, the id a send
     /// returns) is `id`, looked up through the index in `topic`, or in every topic when
-    /// `None`; `None` when no indexed message has it.
+    /// `None` (the user's topics first, then retry and dead-letter topics, then the other
+    /// system topics; the newest record of the first topic holding one); `None` when no
+    /// indexed message has it.
     ///
     /// # Errors
     /// `InvalidArgument` for an id that cannot be a key; `IndexUnavailable` with the index
@@ -211,10 +215,22 @@ impl Store {
         self.catch_up();
         let files = idx.files_for_query()?;
         let end = self.log_end();
-        let topics: Vec<String> = match topic {
+        let mut topics: Vec<String> = match topic {
             Some(t) => vec![t.to_owned()],
             None => self.topics()?.into_iter().map(|t| t.topic_name).collect(),
         };
+        // Copies share their origin's unique id (a retry, a dead letter, a delayed message's
+        // waiting record): the user's topics are searched first, then retry and dead-letter
+        // topics, then the other system topics.
+        topics.sort_by_key(|t| {
+            if !is_system_topic(t) {
+                0
+            } else if is_retry_or_dlq(t) {
+                1
+            } else {
+                2
+            }
+        });
         for t in &topics {
             let found = query::lookup(&files, t, id, i64::MIN, i64::MAX, 1, |off| {
                 Ok(self.record_matches(off, end, |v| {
