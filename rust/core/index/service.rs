@@ -43,7 +43,8 @@ struct Writer {
     /// The files were loaded for writing by this process (false while another process
     /// writes them).
     loaded: bool,
-    /// The newest file's header as last written.
+    /// The file being written (the newest) and its header as last written.
+    current: Option<Arc<IndexFile>>,
     header: Option<Header>,
     /// A later shared opener: recovery belongs to the first one.
     attached: bool,
@@ -192,6 +193,7 @@ impl IndexService {
             Some(f) => Some(f.header()?),
             None => None,
         };
+        w.current = files.last().cloned();
         self.set_files(files);
         w.loaded = true;
         Ok(())
@@ -216,6 +218,7 @@ impl IndexService {
             fs::fsync_dir(dir)?;
         }
         w.header = Some(f.header()?);
+        w.current = Some(Arc::clone(&f));
         // The full file is complete: made durable now, then held without a descriptor.
         if let Some(last) = files.pop() {
             last.sync()?;
@@ -236,8 +239,8 @@ impl IndexService {
         }
         for key in hash::record_keys(req.properties) {
             let h = hash::topic_key_hash(req.topic, key);
-            let mut file = match self.snapshot().last() {
-                Some(f) if w.header.is_some() => Arc::clone(f),
+            let mut file = match (&w.current, w.header) {
+                (Some(f), Some(_)) => Arc::clone(f),
                 _ => self.roll(w)?,
             };
             let mut header = w.header.unwrap_or_default();
@@ -337,7 +340,8 @@ impl DerivedStore for IndexService {
             rw.reset_tail(resume_from)?;
             rw.sync()?;
         }
-        w.header = match self.snapshot().last() {
+        w.current = self.snapshot().last().cloned();
+        w.header = match &w.current {
             Some(f) => Some(f.header()?),
             None => None,
         };
@@ -383,6 +387,7 @@ impl DerivedStore for IndexService {
         let mut w = self.lock();
         w.loaded = false;
         w.header = None;
+        w.current = None;
         self.set_files(Vec::new());
     }
 }

@@ -12,6 +12,9 @@ use crate::message::properties;
 use crate::message::validate::is_retry_or_dlq;
 use crate::topic_config::is_system_topic;
 
+/// Longest text `find_by_unique_id` looks up.
+const MAX_UNIQUE_ID: usize = 128;
+
 /// Largest `limit` of `find_by_key`.
 pub const MAX_KEY_QUERY: usize = 10_000;
 
@@ -203,7 +206,7 @@ impl Store {
     /// returns) is `id`, looked up through the index in `topic`, or in every topic when
     /// `None` (the user's topics first, then retry and dead-letter topics, then the other
     /// system topics; the newest record of the first topic holding one); `None` when no
-    /// indexed message has it.
+    /// indexed message has it, or when `id` is not hex digits (every client's unique ids are).
     ///
     /// # Errors
     /// `InvalidArgument` for an id that cannot be a key; `IndexUnavailable` with the index
@@ -211,6 +214,11 @@ impl Store {
     pub fn find_by_unique_id(&self, id: &str, topic: Option<&str>) -> Result<Option<u64>> {
         self.check_usable()?;
         check_key(id)?;
+        // Client unique ids are hex digits (32, or 34 for RocketMQ 5's gRPC clients): any
+        // other text names no message, and is answered without touching the index.
+        if id.len() > MAX_UNIQUE_ID || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
         let idx = self.key_index()?;
         self.catch_up();
         let files = idx.files_for_query()?;
