@@ -176,7 +176,11 @@ fn a_failing_non_critical_store_never_holds_back_consumers_and_resumes_from_its_
     assert_eq!(store.checkpoint().unwrap().logics_dispatched_offset, end);
     assert_eq!(
         recorded(dir.path()),
-        [("consume_queue".to_owned(), end), ("probe".to_owned(), 0)]
+        [
+            ("consume_queue".to_owned(), end),
+            ("probe".to_owned(), 0),
+            ("index".to_owned(), end)
+        ]
     );
 
     // Reopened with the store healthy: it resumes from its own recorded progress and gets
@@ -190,7 +194,11 @@ fn a_failing_non_critical_store_never_holds_back_consumers_and_resumes_from_its_
     store.close().unwrap();
     assert_eq!(
         recorded(dir.path()),
-        [("consume_queue".to_owned(), end), ("probe".to_owned(), end)]
+        [
+            ("consume_queue".to_owned(), end),
+            ("probe".to_owned(), end),
+            ("index".to_owned(), end)
+        ]
     );
 }
 

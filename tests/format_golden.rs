@@ -517,3 +517,30 @@ fn repair_filler_matches_fixture() {
     assert_eq!(v.topic(), mqlite::repair::filler::FILLER_TOPIC);
     assert!(!mqlite::message::sysflag::is_dispatched(v.sysflag()));
 }
+
+/// FORMAT.md §21 and its golden vector: an IndexFile of 64 slots holding three keys of one
+/// record and one of a second.
+#[test]
+fn index_file_matches_the_golden_vector() {
+    use mqlite::index::file::{Geometry, IndexFile};
+    use mqlite::index::hash::topic_key_hash;
+    let expected = fixture("index_file.hex");
+    let dir = tempfile::tempdir().unwrap();
+    let f = IndexFile::create(
+        Some(dir.path()),
+        "20231114221320123",
+        Geometry::with_slots(64),
+        0o600,
+    )
+    .unwrap();
+    let mut h = f.header().unwrap();
+    // A record with UNIQ_KEY U1 and KEYS "k1 k2", then one with KEYS "k1" 1.5 s later.
+    let props = mqlite::message::properties::encode([("KEYS", "k1 k2"), ("UNIQ_KEY", "U1")]);
+    for key in mqlite::index::hash::record_keys(&props) {
+        let hash = topic_key_hash("TopicTest", key);
+        assert!(f.put(&mut h, hash, 0, 1_700_000_000_123).unwrap());
+    }
+    let hash = topic_key_hash("TopicTest", "k1");
+    assert!(f.put(&mut h, hash, 211, 1_700_000_001_623).unwrap());
+    assert_eq!(std::fs::read(f.path()).unwrap(), expected);
+}

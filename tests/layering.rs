@@ -361,7 +361,12 @@ fn the_binding_reads_records_only_through_the_view_api() {
         let source = std::fs::read_to_string(&path).expect("read source");
         for (i, line) in source.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            for name in RECORD_INTERNALS.iter().filter(|n| code.contains(*n)) {
+            // A method call (`view.decoded_body()`) is the view API itself, not the helper.
+            let used = |n: &&&str| {
+                code.match_indices(**n)
+                    .any(|(i, _)| !code[..i].ends_with('.'))
+            };
+            for name in RECORD_INTERNALS.iter().filter(used) {
                 bad.push(format!("{}:{}: {name}", path.display(), i + 1));
             }
         }

@@ -40,6 +40,7 @@ from mqlite.errors import (
     StoreLockedError,
     StorePoisonedError,
     StoreReadOnlyError,
+    IndexUnavailableError,
     StoreUsedAfterForkError,
     TopicNotFoundError,
     TopicNotReadableError,
@@ -83,7 +84,7 @@ from mqlite.retry import SentBack
 from mqlite.subgroup import SubscriptionGroupConfig
 from mqlite.selector import MessageSelector
 from mqlite.status import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel, ReconsumeLater
-from mqlite.store import Store, open
+from mqlite.store import KeyQueryResult, Store, open
 from mqlite.timers import PendingTimer, TimerChange, TimerOutcome
 from mqlite.topic import TopicConfig
 from mqlite.transaction import (
@@ -140,6 +141,7 @@ __all__ = [
     "Message",
     "MessageQueue",
     "MessageExt",
+    "KeyQueryResult",
     "SendResult",
     "SendBatchResult",
     "SendStatus",
@@ -160,6 +162,7 @@ __all__ = [
     "IllegalStateError",
     "StoreClosedError",
     "StoreReadOnlyError",
+    "IndexUnavailableError",
     "StoreUsedAfterForkError",
     "ClientClosedError",
     "ClientIdInUseError",

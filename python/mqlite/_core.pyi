@@ -329,6 +329,8 @@ class Store:
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
         disk_force_clean_ratio: float | None = None,
+        index_enabled: bool | None = None,
+        index_hash_slots: int | None = None,
         clock: ManualClock | None = None,
     ) -> Store: ...
     @property
@@ -381,6 +383,10 @@ class Store:
         tags: Sequence[str] | None = None,
     ) -> GetResult: ...
     def get(self, msg_id: str) -> MessageExt: ...
+    def find_by_key(
+        self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int
+    ) -> tuple[list[MessageExt], bool, dict[str, Any]]: ...
+    def index_status(self) -> dict[str, Any]: ...
     def get_by_offset(self, commit_log_offset: int) -> MessageExt: ...
     def send_back(
         self,

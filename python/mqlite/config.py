@@ -219,6 +219,25 @@ OPEN_OPTIONS: tuple[Option, ...] = (
         "applies.",
     ),
     Option(
+        "index_enabled", "bool", "bool", True,
+        "Writers build the key index (RocketMQ's IndexFile) that Store.find_by_key and "
+        "Store.get by unique id read. Off, nothing is indexed from then on and find_by_key "
+        "raises IndexUnavailableError.",
+        "index/: files of 40 + 84 x index_hash_slots bytes (sparse until written), one "
+        "entry of 20 bytes per key of a message (its unique id and each KEYS piece); "
+        "deleted with the commit-log files they index.",
+    ),
+    Option(
+        "index_hash_slots", "int", "int", 100_000,
+        "Hash slots of each new index file; a file holds 4 entries a slot and the store "
+        "rolls to a new file when one is full. RocketMQ's 5,000,000 make 420 MB files, a "
+        "broker's footprint; the default makes 8.4 MB files. Files already written keep "
+        "their size.",
+        "A lookup walks one chain per file: fewer, larger files answer faster.",
+        minimum=64,
+        maximum=5_000_000,
+    ),
+    Option(
         "clock", "clock", "ManualClock | None", None,
         "For tests: a mqlite.testing.ManualClock the store reads its time from (store "
         "timestamps, delivery times of delays, timers and retries, retention age) instead of "

@@ -27,6 +27,7 @@ __all__ = [
     "IllegalStateError",
     "StoreClosedError",
     "StoreReadOnlyError",
+    "IndexUnavailableError",
     "StoreUsedAfterForkError",
     "ClientClosedError",
     "ClientIdInUseError",
@@ -170,6 +171,13 @@ class StoreReadOnlyError(IllegalStateError):
     """A write on a store opened with ``read_only=True``."""
 
     default_code = "STORE_READ_ONLY"
+
+
+class IndexUnavailableError(IllegalStateError):
+    """A lookup by key (``Store.find_by_key``) on a store whose key index is off
+    (``index_enabled=False``)."""
+
+    default_code = "INDEX_UNAVAILABLE"
 
 
 class StoreUsedAfterForkError(IllegalStateError):

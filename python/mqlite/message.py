@@ -25,7 +25,7 @@ delay_level=0, deliver_at=None, delay=None)``.
 A native class that behaves as a (mutable, unhashable) dataclass: ``dataclasses.fields``,
 ``replace`` and ``asdict`` work on it, it compares field by field and it pickles. Fields accept
 any object; their types are checked when the message is sent. ``keys`` is one key or a sequence
-of keys (indexed for look-up); ``properties`` are user properties (names reserved by RocketMQ,
+of keys, each without spaces (the store indexes them: ``Store.find_by_key``); ``properties`` are user properties (names reserved by RocketMQ,
 such as ``KEYS`` or ``UNIQ_KEY``, are refused). ``delay_level`` (RocketMQ's delay level, 0 for
 none) delivers the message to its topic only once its level's delay has passed: levels are the
 store's ``delay_levels`` table ("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h" by

@@ -40,7 +40,42 @@ from mqlite.testing import ManualClock
 from mqlite.timers import PendingTimer, TimerChange
 from mqlite.topic import TopicConfig, check_topic, parse_tags
 
-__all__ = ["Store", "open"]
+__all__ = ["KeyQueryResult", "Store", "open"]
+
+
+class KeyQueryResult(list[MessageExt]):
+    """What ``Store.find_by_key`` found: a list of messages, newest first, with how complete it
+    is (``truncated``, ``index_lag``, ``index_error``, ``complete``)."""
+
+    truncated: bool
+    index_lag: int
+    index_error: str | None
+
+    def __init__(self, messages: Iterable[MessageExt], truncated: bool, status: Mapping[str, Any]):
+        super().__init__(messages)
+        self.truncated = bool(truncated)
+        self.index_lag = int(status.get("lag", 0))
+        self.index_error = status.get("last_error")
+
+    @property
+    def complete(self) -> bool:
+        """No limit cut the answer, the index had reached the log's end and had no failure."""
+        return not self.truncated and self.index_lag == 0 and self.index_error is None
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyQueryResult({list.__repr__(self)}, truncated={self.truncated}, "
+            f"index_lag={self.index_lag}, index_error={self.index_error!r})"
+        )
+
+
+def _timestamp_ms(t: datetime | int, field: str) -> int:
+    """Epoch milliseconds of a datetime, or an int taken as epoch milliseconds."""
+    if isinstance(t, datetime):
+        return int(t.timestamp() * 1000)
+    if isinstance(t, int) and not isinstance(t, bool):
+        return t
+    raise TypeError(f"{field} must be a datetime or int milliseconds, not {type(t).__name__}")
 
 log = logging.getLogger("mqlite.store")
 
@@ -105,6 +140,8 @@ class Store:
         timer_max_delay_hours: float | None = None,
         timer_catchup_rate: int | None = None,
         disk_force_clean_ratio: float | None = None,
+        index_enabled: bool | None = None,
+        index_hash_slots: int | None = None,
         clock: ManualClock | None = None,
     ) -> None:
         exclusive = _exclusive(exclusive, shared)
@@ -129,6 +166,8 @@ class Store:
                 "timer_max_delay_hours": timer_max_delay_hours,
                 "timer_catchup_rate": timer_catchup_rate,
                 "disk_force_clean_ratio": disk_force_clean_ratio,
+                "index_enabled": index_enabled,
+                "index_hash_slots": index_hash_slots,
                 "clock": clock,
             }
         )
@@ -531,8 +570,51 @@ class Store:
         return self.read_result(mq, offset, max_messages, tags=tags).messages
 
     def get(self, msg_id: str) -> MessageExt:
-        """The message with this offset message id (``SendResult.offset_msg_id``)."""
+        """The message with this id: its unique id (``SendResult.msg_id``, ``MessageExt.msg_id``),
+        looked up through the key index in every topic, or its offset id
+        (``SendResult.offset_msg_id``), which names its commit-log offset. Copies keep their
+        origin's unique id (retries, dead letters, a delayed message's waiting record): the copy
+        in one of your topics comes first, then one in a retry or dead-letter topic, then one in
+        another system topic. MessageNotFoundError
+        when no message has it (a unique id of a message not indexed yet, or sent while the
+        index was off, is not found)."""
         return self._live().get(msg_id)
+
+    def find_by_key(
+        self,
+        topic: str,
+        key: str,
+        begin: datetime | int | None = None,
+        end: datetime | int | None = None,
+        limit: int = 32,
+    ) -> KeyQueryResult:
+        """The messages of ``topic`` whose ``keys`` hold ``key`` (or whose unique id is ``key``),
+        stored between ``begin`` and ``end`` (datetimes or epoch milliseconds, both inclusive;
+        ``None``: unbounded), **newest first** as RocketMQ answers, at most ``limit`` (1 to
+        10,000).
+
+        Every hit of the index is checked on the message itself, so messages whose keys merely
+        share a hash never appear and never count toward ``limit``. The result is a list with
+        ``truncated`` (more messages matched than ``limit``), ``index_lag`` (bytes of the log
+        the index had not reached: messages there may match too) and ``index_error`` (the
+        failure the index is retrying, if any); ``complete`` is true when none of these cut the
+        answer short.
+
+        Raises TopicNotFoundError for an unknown topic, IllegalArgumentError for an empty key,
+        one holding a space or a control character, ``begin`` after ``end`` or a bad limit, and
+        IndexUnavailableError when the store was opened with ``index_enabled=False``."""
+        lo = -(2**63) if begin is None else _timestamp_ms(begin, "begin")
+        hi = 2**63 - 1 if end is None else _timestamp_ms(end, "end")
+        messages, truncated, status = self._live().find_by_key(
+            topic, key, lo, hi, limit
+        )
+        return KeyQueryResult(messages, truncated, status)
+
+    def index_status(self) -> dict[str, Any]:
+        """The key index: ``enabled``, ``files``, ``progress`` (every message below this
+        commit-log offset is indexed), ``log_end``, ``lag`` (``log_end - progress``) and
+        ``last_error`` (the failure its background thread is retrying, or None)."""
+        return dict(self._live().index_status())
 
     def get_by_offset(self, commit_log_offset: int) -> MessageExt:
         """The message stored at this commit-log offset."""

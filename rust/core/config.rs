@@ -105,6 +105,15 @@ pub struct StoreConfig {
     /// (`diskSpaceCleanForciblyRatio`, 85 %). 0.85 by default, in (0, 1]; 1 never deletes by
     /// usage.
     pub disk_force_clean_ratio: f64,
+    /// Whether writers build the key index (index/; FORMAT.md §21) that `Store::find_by_key`
+    /// and lookups by unique id read. On by default. Off, nothing is indexed from then on
+    /// and lookups by key fail with `IndexUnavailable`.
+    pub index_enabled: bool,
+    /// Hash slots of each new index file; a file holds 4 entries a slot (one entry per key
+    /// of a message) and is `40 + 84 * slots` bytes. 100,000 by default (8.4 MB files,
+    /// sparse until written; RocketMQ's 5,000,000 make 420 MB files, a broker's footprint),
+    /// in [64, 5,000,000]. Files already written keep their size.
+    pub index_hash_slots: u32,
 }
 
 /// Default commit-log file size (32 MiB).
@@ -113,6 +122,11 @@ pub const DEFAULT_COMMIT_LOG_FILE_SIZE: u64 = 32 << 20;
 pub const DEFAULT_CONSUME_QUEUE_UNITS: u64 = 50_000;
 /// Default of [`StoreConfig::max_mapped_files`].
 pub const DEFAULT_MAPPED_FILES: usize = crate::mapped_file_queue::cache::DEFAULT_MAPPED_FILES;
+/// Default of [`StoreConfig::index_hash_slots`]: 100,000 slots and 400,000 entries, 8.4 MB a
+/// file (sparse until written). RocketMQ's 5,000,000 slots make 420 MB files, a broker's
+/// footprint; an embedded store rolls to another file instead, and a lookup walks one chain
+/// per file.
+pub const DEFAULT_INDEX_HASH_SLOTS: u32 = 100_000;
 /// Default maximum body size (4 MiB, RocketMQ's `maxMessageSize`).
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 << 20;
 /// Default `disk_force_clean_ratio`: RocketMQ's `diskSpaceCleanForciblyRatio`.
@@ -144,6 +158,8 @@ impl Default for StoreConfig {
             timer_window: Duration::from_secs(60),
             timer_catchup_rate: 10_000,
             disk_force_clean_ratio: DEFAULT_DISK_FORCE_CLEAN_RATIO,
+            index_enabled: true,
+            index_hash_slots: DEFAULT_INDEX_HASH_SLOTS,
         }
     }
 }
@@ -215,6 +231,12 @@ impl StoreConfig {
             return bad(
                 "disk_force_clean_ratio",
                 format!("{ratio} is outside (0, 1]"),
+            );
+        }
+        if !(64..=5_000_000).contains(&self.index_hash_slots) {
+            return bad(
+                "index_hash_slots",
+                format!("{} is outside [64, 5000000]", self.index_hash_slots),
             );
         }
         if self.file_mode & !0o777 != 0 || self.dir_mode & !0o777 != 0 {

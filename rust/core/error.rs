@@ -118,6 +118,9 @@ pub enum Error {
         state: &'static str,
         asked: &'static str,
     },
+    /// The key index cannot answer (`index_enabled` off, or this process does not build it);
+    /// `reason` says why.
+    IndexUnavailable { reason: String },
 }
 
 impl Error {
@@ -152,6 +155,7 @@ impl Error {
             Error::TxnUnknown { .. } => "TRANSACTION_NOT_FOUND",
             Error::TxnConflict { .. } => "TRANSACTION_STATE",
             Error::SharedTableFull { .. } => "SHARED_TABLE_FULL",
+            Error::IndexUnavailable { .. } => "INDEX_UNAVAILABLE",
         }
     }
 
@@ -364,6 +368,9 @@ impl fmt::Display for Error {
                     f,
                     "cannot {asked} transaction {id:?}: it is already {state}"
                 )
+            }
+            Error::IndexUnavailable { reason } => {
+                write!(f, "the key index is unavailable: {reason}")
             }
             Error::ServiceFailed { thread, reason } => {
                 write!(f, "the store's thread {thread} panicked: {reason}")

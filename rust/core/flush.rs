@@ -232,14 +232,16 @@ impl FlushService {
         }
     }
 
-    /// Flushes the commit log, dispatches everything it holds, then flushes the derived stores
-    /// and the checkpoint (`Store::flush`, close).
+    /// Flushes the commit log, dispatches everything it holds (to the non-critical stores
+    /// too), then flushes the derived stores and the checkpoint (`Store::flush`, close).
     ///
     /// # Errors
-    /// The first failure; flush failures poison the store.
+    /// The first failure; flush failures poison the store. A non-critical store's dispatch
+    /// failure stays on its lane.
     pub fn flush_all(&self) -> Result<()> {
         self.flush_commit_log()?;
         self.reput.dispatch_all()?;
+        self.reput.follow_all();
         self.flush_logics_and_checkpoint()
     }
 

@@ -11,7 +11,7 @@
 //! store                         (facade, services, write pipeline and put hooks, topic admin, delay levels)
 //! recovery, flush, retention, leader (startup scan; flush and checkpoint; expiry; shared writers' leader)
 //! store_meta                    (the meta file: format version and geometry)
-//! consume_queue                 (implements dispatch's DerivedStore and QueueIndex)
+//! consume_queue, index          (implement dispatch's DerivedStore; consume queues: QueueIndex; index: key lookups)
 //! dispatch                      (DerivedStore, QueueIndex; reput: feeds the derived stores)
 //! commit_log                    (append + END_OF_FILE padding, batch, read, recovery scan)
 //! config                        (StoreConfig and its limits)
@@ -49,6 +49,7 @@ pub mod consume_queue;
 pub mod dispatch;
 pub mod error;
 pub mod flush;
+pub mod index;
 pub mod leader;
 pub mod lock;
 pub mod mapped_file;

@@ -273,3 +273,26 @@ def test_transactions_benchmark_quick_measures_every_workload(tmp_path: Path) ->
     assert all(_positive(med[k]["msg_rate"]) for k in med)
     assert "| txn x10 |" in done.stdout
     assert list(work.iterdir()) == [], "transactions.py left stores behind"
+
+
+def test_index_benchmark_quick_measures_every_workload(tmp_path: Path) -> None:
+    """``benches/python/index.py --quick``: key and unique-id lookups, a crowded hash chain and
+    the index's cost on send and send_batch, nothing left behind."""
+    out, work = tmp_path / "index.json", tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "index.py"), "--quick", "--json", str(out),
+         "--workdir", str(work)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    [lookup], [slot], [cost] = data["runs"]["lookup"], data["runs"]["slot"], data["runs"]["send_cost"]
+    assert all(_positive(lookup[k]) for k in ("key_p50_us", "key_p99_us", "id_p50_us", "id_p99_us"))
+    assert _positive(slot["p50_us"]) and slot["n"] == 100
+    assert all(_positive(cost[f"{k}_ratio"]) for k in ("send", "send_batch"))
+    assert "| find_by_key, 100 keys sharing one hash |" in done.stdout
+    assert list(work.iterdir()) == [], "index.py left stores behind"

@@ -233,6 +233,10 @@ class Figures:
     scheduled_lost: int = 0
     retries_lost: int = 0
     delayed_twice: int = 0
+    # The key index after recovery: stored messages looked up by unique id (a sample), and
+    # those not found or found elsewhere.
+    indexed_checked: int = 0
+    index_misses: int = 0
     retry_redeliveries: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
@@ -332,6 +336,15 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
                         elif (ack.cycle, ack.producer, ack.seq) != ident or ack.commit_log_offset != m.commit_log_offset:
                             fig.lost += 1
                             fig.problem(f"{topic}/{q}@{m.queue_offset}: acked {ack} but found {ident}")
+                        if m.queue_offset % 7 == 0:
+                            fig.indexed_checked += 1
+                            try:
+                                found = store.get(m.msg_id).commit_log_offset
+                            except mqlite.MessageNotFoundError:
+                                found = -1
+                            if found != m.commit_log_offset:
+                                fig.index_misses += 1
+                                fig.problem(f"{topic}/{q}@{m.queue_offset}: unique id {m.msg_id} found at {found}")
                         offset = m.queue_offset + 1
                     offset = max(offset, res.next_offset)
                 highs[(topic, q)] = high
@@ -557,9 +570,9 @@ def check(fig: Figures, cycles: int) -> None:
     assert fig.cycles == cycles
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
                 "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "timers_twice", "delayed_twice", "early",
-                "scheduled_lost", "retries_lost"):
+                "scheduled_lost", "retries_lost", "index_misses"):
         assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
-    assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0
+    assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0 and fig.indexed_checked > 0
     assert fig.scheduled_acked > 0 and fig.sent_back_acked > 0 and fig.scheduled_delivered_checked > 0
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     assert fig.kills_during_open > 0, "no kill landed inside open"

@@ -29,6 +29,7 @@ BASES: list[tuple[type[BaseException], tuple[type[BaseException], ...]]] = [
     (E.IllegalStateError, (E.MQClientError, RuntimeError)),
     (E.StoreClosedError, (E.IllegalStateError,)),
     (E.StoreReadOnlyError, (E.IllegalStateError,)),
+    (E.IndexUnavailableError, (E.IllegalStateError,)),
     (E.StoreUsedAfterForkError, (E.IllegalStateError,)),
     (E.ClientClosedError, (E.IllegalStateError,)),
     (E.ClientIdInUseError, (E.IllegalStateError,)),

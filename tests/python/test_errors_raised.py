@@ -229,6 +229,7 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.IllegalStateError, _subscribe_after_assign),
     (E.StoreClosedError, _closed_store),
     (E.StoreReadOnlyError, _read_only_write),
+    (E.IndexUnavailableError, lambda p: _index_off(p).find_by_key("t", "k")),
     (E.StoreUsedAfterForkError, lambda p: _child(_FORK_CHILD, p)["type"]),
     (E.ClientClosedError, _closed_client),
     (E.ClientIdInUseError, _two_members),
@@ -252,6 +253,12 @@ ROWS: list[tuple[type[E.MQError], Callable[[Path], object]]] = [
     (E.TransactionNotFoundError, lambda p: _txn_producer(p).commit(["never-prepared"])),
     (E.TransactionStateError, _commit_after_rollback),
 ]
+
+
+def _index_off(path: Path) -> mqlite.Store:
+    store = mqlite.open(path, index_enabled=False)
+    store.create_topic("t")
+    return store
 
 
 def test_every_raisable_class_has_a_row() -> None:

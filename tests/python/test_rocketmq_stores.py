@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 import mqlite
 from mqlite import Message, MessageQueue
@@ -422,3 +423,51 @@ def test_rocketmq_5s_confirm_offset_protects_what_it_confirmed(tmp_path: Path) -
                 assert_matches(store, want[:-1])
                 mq = MessageQueue(last["topic"], last["queue_id"])
                 assert store.offsets(mq)[1] == last["queue_offset"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rocketmqs_own_index_file_answers_key_and_unique_id_lookups(tmp_path: Path, version: str) -> None:
+    """A read-only open builds nothing: every answer comes from the IndexFile RocketMQ wrote
+    (its 5,000,000-slot geometry, Java's String.hashCode of ``topic#key`` over UTF-16, keys
+    outside the BMP included)."""
+    root = extract(version, tmp_path)
+    want = expected(version)
+    by_key: dict[tuple[str, str], list[int]] = {}
+    for e in want:
+        for k in {k for k in e.get("keys", "").split(" ") if k}:
+            by_key.setdefault((e["topic"], k), []).append(e["commit_log_offset"])
+    before = digest(root)
+    with mqlite.open(root, read_only=True) as store:
+        status = store.index_status()
+        assert status["files"] == 1 and status["lag"] == 0, status
+        for (topic, key), offsets in by_key.items():
+            got = store.find_by_key(topic, key, limit=10_000)
+            assert [m.commit_log_offset for m in got] == sorted(offsets, reverse=True), (topic, key)
+            assert all(key in m.keys for m in got)
+        for e in want[::37]:
+            uniq = e["properties"]["UNIQ_KEY"]
+            assert store.get(uniq).commit_log_offset == e["commit_log_offset"]
+            assert [m.commit_log_offset for m in store.find_by_key(e["topic"], uniq)] == [e["commit_log_offset"]]
+    assert digest(root) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mqlites_index_of_rocketmqs_log_is_rocketmqs_file_byte_for_byte(tmp_path: Path, version: str) -> None:
+    """Java compatibility of what mqlite writes: indexing RocketMQ's own commit log with
+    RocketMQ's geometry gives the header, slots and entries of the file RocketMQ built."""
+    root = extract(version, tmp_path)
+    aside = tmp_path / "rocketmq-index"
+    (root / "index").rename(aside)
+    (theirs,) = aside.iterdir()
+    with mqlite.open(root, exclusive=True, index_hash_slots=5_000_000) as store:
+        wait_until(lambda: store.index_status()["lag"] == 0, what="the index to reach the log's end")
+    (ours,) = (root / "index").iterdir()
+    assert ours.stat().st_size == theirs.stat().st_size == 420_000_040
+    with open(theirs, "rb") as a, open(ours, "rb") as b:
+        head_a, head_b = a.read(40), b.read(40)
+        count = struct.unpack(">i", head_a[36:40])[0]
+        assert count > 1500
+        assert head_a == head_b, (head_a.hex(), head_b.hex())
+        assert a.read(5_000_000 * 4) == b.read(5_000_000 * 4)
+        assert a.read(count * 20) == b.read(count * 20)
+

@@ -308,6 +308,42 @@ impl Reput {
         }
     }
 
+    /// Moves the lane of the non-critical store named `name` to the confirm offset on this
+    /// thread, waiting for the follower thread if it holds the lane: for a reader that needs
+    /// that store current (a lookup right after a send). A failure stays on the lane, as
+    /// `follow` leaves it, and is returned.
+    ///
+    /// # Errors
+    /// The store's dispatch failure.
+    pub fn follow_store(&self, name: &str) -> Result<()> {
+        match self
+            .followers
+            .iter()
+            .find(|l| l.stores.iter().any(|s| s.name() == name))
+        {
+            Some(lane) => self.follow_lane(lane),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves every non-critical lane to the confirm offset on this thread, waiting for the
+    /// follower thread where it holds one (`Store::flush`: the flush then covers them). A
+    /// failure stays on its lane.
+    pub fn follow_all(&self) {
+        for lane in &self.followers {
+            let _ = self.follow_lane(lane);
+        }
+    }
+
+    fn follow_lane(&self, lane: &Lane) -> Result<()> {
+        let mut cursor = lane.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let ran = self.run(lane, &mut cursor);
+        if let Err(e) = &ran {
+            lane.set_error(e);
+        }
+        ran
+    }
+
     fn run(&self, lane: &Lane, cursor: &mut Cursor) -> Result<()> {
         let target = self.confirm_offset();
         if cursor.offset >= target {

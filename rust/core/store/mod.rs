@@ -24,6 +24,7 @@ mod follow;
 mod geometry;
 pub mod hooks;
 mod open;
+mod query;
 mod read;
 pub mod retry;
 mod round_robin;
@@ -54,6 +55,7 @@ use crate::topic_config::TopicTable;
 use crate::util::kill_point::kill_point;
 
 pub use admin::TopicUpdate;
+pub use query::{IndexStatus, KeyQuery, MAX_KEY_QUERY};
 pub use read::{GetResult, GetStatus, ReadLimit, TagFilter, MAX_MESSAGES_PER_READ};
 pub use round_robin::RoundRobin;
 pub use write::{
@@ -94,6 +96,9 @@ struct Inner {
     index: Arc<dyn QueueIndex>,
     /// Every derived store, in registration order.
     derived: DerivedStores,
+    /// The key index (registered in `derived` when this process may build it; a read-only
+    /// store reads its files); `None` with `index_enabled` off.
+    key_index: Option<Arc<crate::index::IndexService>>,
     /// The put hooks, in the order they run (the timer hook, then the delay-level hook, last).
     hooks: Vec<Arc<dyn hooks::PutHook>>,
     /// What the hooks want together (`hooks::wanted`): a message with none of these marks

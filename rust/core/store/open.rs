@@ -18,6 +18,7 @@ use crate::dispatch::queue_index::QueueIndex;
 use crate::dispatch::reput::{FollowerService, Reput, REPUT_IDLE};
 use crate::error::{Error, Result};
 use crate::flush::FlushService;
+use crate::index::{Geometry as IndexGeometry, IndexService};
 use crate::leader::{LeaderRole, Seat};
 use crate::lock::{self, OpenLock, StoreLock};
 use crate::mapped_file::mmap::fork_generation;
@@ -63,7 +64,9 @@ pub(super) fn open_with(
     config.validate()?;
     // Checked before anything is created: the checkpoint must be able to record every store.
     DerivedStores::check_names(
-        std::iter::once(ConsumeQueueStore::NAME).chain(extra.iter().map(|s| s.name())),
+        std::iter::once(ConsumeQueueStore::NAME)
+            .chain(extra.iter().map(|s| s.name()))
+            .chain(config.index_enabled.then_some(crate::index::service::NAME)),
     )?;
     let fork_gen = fork_generation();
     let writable = !config.read_only;
@@ -184,6 +187,20 @@ pub(super) fn open_with(
     let index: Arc<dyn QueueIndex> = queues.clone();
     let mut registered: Vec<Arc<dyn DerivedStore>> = vec![queues];
     registered.extend(extra);
+    // The key index: built by writers (non-critical, its own lane), read by every process.
+    let key_index = (config.index_enabled || !writable).then(|| {
+        Arc::new(IndexService::new(
+            root.map(|r| r.join("index")),
+            IndexGeometry::with_slots(config.index_hash_slots),
+            writable,
+            config.file_mode,
+            config.dir_mode,
+            config.clock.clone(),
+        ))
+    });
+    if let Some(k) = key_index.as_ref().filter(|_| writable) {
+        registered.push(Arc::clone(k) as Arc<dyn DerivedStore>);
+    }
     let derived = DerivedStores::new(registered);
     let topics_path = root.map(|r| r.join("config").join("topics.json"));
     // No table at all (lost, or not copied with the data): the queues on disk name the topics.
@@ -371,6 +388,11 @@ pub(super) fn open_with(
         match root.filter(|_| shared) {
             Some(root) => {
                 let seat = Seat::open(root, config.file_mode)?;
+                // Shared writers: only the leader writes the index files.
+                if let Some(k) = &key_index {
+                    let s = Arc::clone(&seat);
+                    k.set_may_write(Box::new(move || s.is_leader()));
+                }
                 let (f, r, keep) = (Arc::clone(&f), Arc::clone(&r), keep.clone());
                 let timers = Arc::clone(&timers);
                 // The first opener's take-over follows its own recovery: retention waits for
@@ -439,6 +461,7 @@ pub(super) fn open_with(
         commit_log,
         index,
         derived,
+        key_index,
         hooks_want: super::hooks::wanted(&put_hooks),
         hooks: put_hooks,
         timers: writable.then_some(Arc::clone(&timers)),

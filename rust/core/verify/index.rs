@@ -8,7 +8,8 @@
 //! slot; a file of any other length is skipped, never judged. Each used entry must point at a
 //! whole record (or below the log's first file, or past the durable end, both unjudged) one of
 //! whose keys (`topic#key` for every KEYS piece, `topic#UNIQ_KEY`) has its hash, and chain to
-//! an earlier entry only.
+//! an earlier entry only. An entry pointing into a damaged span of the log is not index
+//! damage: the log's damage names that message.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -82,7 +83,8 @@ impl DerivedCheck for IndexCheck {
                 entries += 1;
                 let why = if prev >= n {
                     Some(format!("entry {n} chains to a later entry {prev}"))
-                } else if offset < log.min || offset >= judged_below {
+                } else if offset < log.min || offset >= judged_below || in_log_damage(log, offset) {
+                    // Outside what is judged, or a record the log's own damage names.
                     None
                 } else if log.record_at(offset).is_none() {
                     Some(format!(
@@ -116,6 +118,14 @@ impl DerivedCheck for IndexCheck {
             damage,
         })
     }
+}
+
+/// Whether `offset` falls in a damaged span of the log: an entry pointing there names a
+/// message the log damage affects, not damage of the index.
+fn in_log_damage(log: &LogScan, offset: u64) -> bool {
+    log.damage
+        .iter()
+        .any(|d| offset >= d.offset && offset < d.offset.saturating_add(d.length))
 }
 
 /// The index hashes of the keys of the whole record at `offset` (RocketMQ's: the absolute

@@ -223,6 +223,8 @@ fields! {
     GroupName = "group" => InvalidGroupError;
     /// A message id (a malformed one names no message).
     MsgIdText = "msg_id" => MessageNotFoundError;
+    /// A key looked up in the key index.
+    LookupKey = "key" => IllegalArgumentError;
     /// The store path.
     StorePath = "path" => InvalidConfigError;
     /// The store's `flush` option.

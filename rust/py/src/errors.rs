@@ -37,6 +37,7 @@ pyo3::import_exception!(mqlite.errors, MessageNotFoundError);
 pyo3::import_exception!(mqlite.errors, CorruptedLogError);
 pyo3::import_exception!(mqlite.errors, StoreUsedAfterForkError);
 pyo3::import_exception!(mqlite.errors, CompressionError);
+pyo3::import_exception!(mqlite.errors, IndexUnavailableError);
 
 /// Wraps a core error so `?` converts it (the orphan rule forbids `From<Error> for PyErr`).
 #[derive(Debug)]
@@ -94,6 +95,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         Error::Corrupted { .. } => CorruptedLogError::new_err(msg),
         Error::UsedAfterFork => StoreUsedAfterForkError::new_err(msg),
         Error::Compression { .. } => CompressionError::new_err(msg),
+        Error::IndexUnavailable { .. } => IndexUnavailableError::new_err(msg),
         _ => MQError::new_err(msg),
     };
     Python::attach(|py| {

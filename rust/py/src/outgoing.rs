@@ -11,7 +11,8 @@ use pyo3::{PyTraverseError, PyVisit};
 
 /// A message to send.
 ///
-/// `keys` is one key or a sequence of keys (indexed for look-up); `properties` are user
+/// `keys` is one key or a sequence of keys, each without spaces (the store indexes them:
+/// `Store.find_by_key`); `properties` are user
 /// properties (names reserved by RocketMQ, such as `KEYS` or `UNIQ_KEY`, are refused);
 /// `delay_level` (RocketMQ's delay level, 0 for none) delivers the message to its topic only
 /// after its level's delay; `deliver_at` (a `datetime`, or epoch milliseconds) or `delay` (a

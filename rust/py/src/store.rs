@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::args::{
-    self, DelayLevelsOption, FilterTag, Float, FlushOption, GroupName, Int, MsgIdText, OwnedStr,
-    StorePath, Str, TopicName,
+    self, DelayLevelsOption, FilterTag, Float, FlushOption, GroupName, Int, LookupKey, MsgIdText,
+    OwnedStr, StorePath, Str, TopicName,
 };
 use crate::errors::{InvalidConfigError, PyMqError};
 use crate::interrupt;
@@ -74,6 +74,20 @@ impl PyStore {
 type DeletedRow = (String, u64, u64, i64, &'static str);
 
 /// A topic's config as RocketMQ's JSON names its fields.
+fn index_status_dict<'py>(
+    py: Python<'py>,
+    s: &mqlite::store::IndexStatus,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("enabled", s.enabled)?;
+    d.set_item("files", s.files)?;
+    d.set_item("progress", s.progress)?;
+    d.set_item("log_end", s.log_end)?;
+    d.set_item("lag", s.lag)?;
+    d.set_item("last_error", s.last_error.clone())?;
+    Ok(d)
+}
+
 fn topic_dict<'py>(py: Python<'py>, t: &TopicConfig) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("topicName", &t.topic_name)?;
@@ -177,7 +191,7 @@ impl PyStore {
         max_message_size = None, auto_create_topics = None, default_queues = None,
         file_mode = None, dir_mode = None, retention_hours = None, max_mapped_files = None,
         delay_levels = None, timer_max_delay_hours = None, timer_catchup_rate = None,
-        disk_force_clean_ratio = None, clock = None
+        disk_force_clean_ratio = None, index_enabled = None, index_hash_slots = None, clock = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -202,6 +216,8 @@ impl PyStore {
         timer_max_delay_hours: Option<Float>,
         timer_catchup_rate: Option<Int>,
         disk_force_clean_ratio: Option<Float>,
+        index_enabled: Option<bool>,
+        index_hash_slots: Option<Int>,
         clock: Option<PyRef<'_, crate::clock::PyManualClock>>,
     ) -> PyResult<Self> {
         // `StoreConfig::default()` is the one source of defaults; an option the type cannot
@@ -287,6 +303,12 @@ impl PyStore {
             )?,
             disk_force_clean_ratio: disk_force_clean_ratio
                 .map_or(defaults.disk_force_clean_ratio, |r| r.0),
+            index_enabled: index_enabled.unwrap_or(defaults.index_enabled),
+            index_hash_slots: args::option(
+                index_hash_slots,
+                "index_hash_slots",
+                defaults.index_hash_slots,
+            )?,
             clock: clock.map_or_else(|| defaults.clock.clone(), |c| c.clock.clone().into()),
             ..defaults
         };
@@ -518,9 +540,64 @@ impl PyStore {
         })
     }
 
+    /// The message whose offset id or unique id (through the key index) is `msg_id`.
     fn get(&self, py: Python<'_>, msg_id: Str<'_, MsgIdText>) -> PyResult<PyMessageExt> {
-        let offset = self.store.decode_msg_id(&msg_id).map_err(PyMqError)?;
-        self.record_at(py, offset)
+        let id: &str = &msg_id;
+        // An offset id names its record directly; anything else is looked up as a unique id.
+        if let Ok(offset) = self.store.decode_msg_id(id) {
+            if let Ok(m) = self.record_at(py, offset) {
+                return Ok(m);
+            }
+        }
+        let not_found = || {
+            PyMqError(mqlite::Error::MessageNotFound {
+                key: mqlite::error::MessageKey::Id(id.to_owned()),
+            })
+        };
+        let found = py.detach(|| self.store.find_by_unique_id(id, None));
+        match found {
+            Ok(Some(offset)) => self.record_at(py, offset),
+            // A text that cannot be a key is no message's id.
+            Ok(None) | Err(mqlite::Error::InvalidArgument { .. }) => Err(not_found().into()),
+            Err(mqlite::Error::IndexUnavailable { .. }) => Err(not_found().into()),
+            Err(e) => Err(PyMqError(e).into()),
+        }
+    }
+
+    /// Messages of `topic` indexed under `key` stored in `[begin_ms, end_ms]`, newest first:
+    /// (messages, truncated, index status).
+    #[pyo3(signature = (topic, key, begin_ms, end_ms, limit))]
+    fn find_by_key<'py>(
+        &self,
+        py: Python<'py>,
+        topic: Str<'_, TopicName>,
+        key: Str<'_, LookupKey>,
+        begin_ms: Int,
+        end_ms: Int,
+        limit: Int,
+    ) -> PyResult<(Vec<PyMessageExt>, bool, Bound<'py, PyDict>)> {
+        let begin = args::millis(&begin_ms, "begin")?;
+        let end = args::millis(&end_ms, "end")?;
+        let limit = args::count(&limit, "limit", 1, mqlite::store::MAX_KEY_QUERY)?;
+        let (topic, key): (&str, &str) = (&topic, &key);
+        let q = py
+            .detach(|| self.store.find_by_key(topic, key, begin, end, limit))
+            .map_err(PyMqError)?;
+        let mut msgs = Vec::with_capacity(q.offsets.len());
+        for off in q.offsets {
+            match self.record_at(py, off) {
+                Ok(m) => msgs.push(m),
+                // Deleted by retention since the lookup.
+                Err(_) => continue,
+            }
+        }
+        Ok((msgs, q.truncated, index_status_dict(py, &q.status)?))
+    }
+
+    /// The key index's state.
+    fn index_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.store.index_status()).map_err(PyMqError)?;
+        index_status_dict(py, &s)
     }
 
     fn get_by_offset(&self, py: Python<'_>, commit_log_offset: Int) -> PyResult<PyMessageExt> {
