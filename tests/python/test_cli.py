@@ -131,9 +131,9 @@ def test_format_strings_reject_unknown_tokens() -> None:
 
 def test_help_lists_every_command_and_the_exit_codes() -> None:
     out = ok("--help")
-    for command in ("topic", "send", "consume", "tail", "msg", "group", "store", "bench", "top", "demo"):
+    for command in ("topic", "send", "consume", "tail", "msg", "group", "store", "txn", "bench", "top", "demo"):
         assert command in out
-    assert "3 not found" in out and "130 interrupted" in out
+    assert "3 not found" in out and "transaction" in out and "130 interrupted" in out
     assert "-o" in ok("consume", "--help")
     done = cli()
     assert done.returncode == 2 and "COMMAND" in done.stderr
@@ -301,7 +301,7 @@ def test_consume_offsets_counts_and_formats(filled: Path) -> None:
 def test_consume_with_a_group_commits_what_it_printed(filled: Path) -> None:
     first = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "-n", "3", "--json"))
     assert [r["body"] for r in first] == ["o0", "o1", "o2"]
-    progress = json.loads(ok("group", "progress", filled, "g", "--json"))
+    progress = json.loads(ok("group", "progress", filled, "g", "--json"))["queues"]
     assert [(p["queue_id"], p["committed"], p["lag"]) for p in progress] == [(0, 3, 2)]
     rest = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "--json"))
     assert [r["body"] for r in rest] == ["o3", "o4"]
@@ -397,6 +397,63 @@ def test_group_list_progress_and_reset_dry_run_then_execute(filled: Path) -> Non
     assert "no committed offsets" in fails(3, "group", "progress", filled, "nobody")
     assert "unknown topic" in fails(3, "group", "reset", filled, "done", "--topic", "nope", "--to-latest")
     assert "one of the arguments" in fails(2, "group", "reset", filled, "done")
+
+
+def test_group_progress_shows_owners_last_consume_time_and_the_summary(
+    filled: Path, popen: list[subprocess.Popen[str]]
+) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", offset=3, create=True)
+        consumed = s.read(MessageQueue("orders", 0), 2, 1)[0].store_timestamp
+    got = json.loads(ok_here("group", "progress", filled, "g", "--json"))
+    assert {k: got[k] for k in ("group", "members", "lag", "retry_depth", "retry_waiting", "dlq_depth")} == {
+        "group": "g", "members": [], "lag": 2, "retry_depth": None, "retry_waiting": None, "dlq_depth": None}
+    q0, q1 = got["queues"]
+    assert (q0["committed"], q0["last_consume_timestamp"], q0["owner"]) == (3, consumed, None)
+    assert (q1["committed"], q1["lag"]) == (1, 0) and q0["last_consume_time"].endswith("+00:00")
+    member = _live_member(popen, filled, "g", "orders")
+    got = json.loads(ok_here("group", "progress", filled, "g", "--json"))
+    [cid] = got["members"]
+    assert [q["owner"] for q in got["queues"]] == [cid, cid]
+    text = ok("group", "progress", filled, "g")
+    assert "last_consume_time" in text and "retry_depth" in text and cid in text
+    _leave(member)
+
+
+def test_group_reset_of_one_queue(filled: Path) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", to="latest", create=True)
+    plan = json.loads(ok_here("group", "reset", filled, "g", "--topic", "orders", "--queue", "1",
+                              "--to-earliest", "--json"))
+    assert [(r["queue_id"], r["committed"], r["new_offset"]) for r in plan] == [(1, 1, 0)]
+    ok("group", "reset", filled, "g", "--topic", "orders", "--queue", "1", "--to-earliest", "--execute")
+    queues = json.loads(ok_here("group", "progress", filled, "g", "--json"))["queues"]
+    assert [q["committed"] for q in queues] == [5, 0]
+    for execute in ([], ["--execute"]):
+        assert "INVALID_QUEUE" in fails(1, "group", "reset", filled, "g", "--topic", "orders", "--queue", "2",
+                                        "--to-earliest", *execute)
+    assert "--queue needs --topic" in fails(2, "group", "reset", filled, "g", "--queue", "0", "--to-earliest")
+    assert "bad queue id" in fails(2, "group", "reset", filled, "g", "--topic", "orders", "--queue", "-1",
+                                   "--to-earliest")
+    assert [q["committed"] for q in json.loads(ok_here("group", "progress", filled, "g", "--json"))["queues"]] == [5, 0]
+
+
+def test_group_delete_is_a_dry_run_until_execute_and_refuses_live_members(
+    filled: Path, popen: list[subprocess.Popen[str]]
+) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", to="earliest", create=True)
+    member = _live_member(popen, filled, "g", "orders")
+    dry = ok_here("group", "delete", filled, "g")
+    assert "dry run" in dry and "orders@g" in dry and "refused unless --force" in dry
+    assert "live consumer" in fails(1, "group", "delete", filled, "g", "--execute")
+    _leave(member)
+    assert "g" in ok_here("group", "list", filled)
+    done = json.loads(ok("group", "delete", filled, "g", "--execute", "--json"))
+    assert (done["executed"], done["offset_keys"], done["live_members"]) == (True, ["orders@g"], [])
+    assert json.loads(ok_here("group", "list", filled, "--json")) == []
+    assert "unknown group 'g'" in fails(3, "group", "delete", filled, "g", "--execute")
+    assert "unknown group 'nobody'" in fails_in_child(3, "group", "delete", filled, "nobody")
 
 
 def test_group_dlq_list_get_export_redrive(filled: Path, tmp_path: Path) -> None:
@@ -495,6 +552,45 @@ def test_store_verify_and_repair_of_a_damaged_store(tmp_path: Path) -> None:
     assert [m.queue_offset for m in left] == [0, 1, 2, 4, 5]
     assert fails(3, "store", "verify", tmp_path / "nothing-here")
     assert fails(2, "store", "repair", path, "--mode", "chop")
+
+
+def _undecided(path: Path, *ids: str) -> None:
+    """Transactions ``ids`` of producer group ``pg``, one message each, left undecided."""
+    unknown = mqlite.LocalTransactionState.UNKNOW
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: object) -> mqlite.LocalTransactionState:
+            return unknown
+
+        def check_local_transaction(self, msg: mqlite.MessageExt) -> mqlite.LocalTransactionState:
+            return unknown
+
+    with mqlite.open(path) as s, mqlite.TransactionProducer(s, "pg", Listener(), check_interval=None) as p:
+        for tid in ids:
+            p.send_message_in_transaction(Message("orders", tid.encode()), transaction_id=tid)
+
+
+def test_txn_list_and_resolve(filled: Path) -> None:
+    _undecided(filled, "t-1", "t-2")
+    rows = json.loads(ok("txn", "list", filled, "--json"))
+    assert [(r["id"], r["group"], r["state"], r["checks"], r["messages"]) for r in rows] == [
+        ("t-1", "pg", "open", 0, 1), ("t-2", "pg", "open", 0, 1)]
+    assert all(r["age_ms"] >= 0 and r["age"] and r["first_time"] for r in rows)
+    assert json.loads(ok_here("txn", "list", filled, "-g", "other", "--json")) == []
+    assert "t-1" in ok("txn", "list", filled) and "messages" in ok("txn", "list", filled)
+    assert "committed transaction t-1" in ok("txn", "resolve", filled, "t-1", "--commit")
+    assert "already committed" in ok_here("txn", "resolve", filled, "t-1", "--commit")
+    done = json.loads(ok_here("txn", "resolve", filled, "t-2", "--rollback", "--json"))
+    assert done == {"id": "t-2", "decision": "rollback", "changed": True}
+    assert json.loads(ok_here("txn", "list", filled, "--json")) == []
+    with mqlite.open(filled, read_only=True) as s:
+        assert [m.body for m in s.read(MessageQueue("orders", 0), 0, 32)].count(b"t-1") + \
+            [m.body for m in s.read(MessageQueue("orders", 1), 0, 32)].count(b"t-1") == 1
+    assert "TRANSACTION_STATE" in fails(1, "txn", "resolve", filled, "t-2", "--commit")
+    assert "TRANSACTION_NOT_FOUND" in fails_in_child(3, "txn", "resolve", filled, "nope", "--rollback")
+    assert "one of the arguments" in fails(2, "txn", "resolve", filled, "t-1")
+    assert "not allowed with" in fails(2, "txn", "resolve", filled, "t-1", "--commit", "--rollback")
+    assert fails(3, "txn", "list", filled.parent / "nothing-here")
 
 
 def test_top_once_and_iterations(filled: Path) -> None:
