@@ -171,7 +171,7 @@ def test_topic_update_each_setting(store_path: Path) -> None:
     # Bad values write nothing.
     assert "cannot shrink" in fails(1, "topic", "update", store_path, "t", "--read-queues", "2")
     assert "INVALID_ARGUMENT" in fails(1, "topic", "update", store_path, "t", "--write-queues", "5")
-    assert "at least one of" in fails(1, "topic", "update", store_path, "t")
+    assert "at least one of" in fails(2, "topic", "update", store_path, "t")
     assert "bad perm" in fails(2, "topic", "update", store_path, "t", "--perm", "x")
     assert json.loads(ok_here("topic", "list", store_path, "--json"))[0]["read_queues"] == 4
     assert "unknown topic 'nope'" in fails(3, "topic", "update", store_path, "nope", "--perm", "r")

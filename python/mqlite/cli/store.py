@@ -45,7 +45,8 @@ def _info(args: argparse.Namespace) -> int:
     rows: list[tuple[str, object]] = []
     for key, value in info.items():
         if key == "files":
-            rows.extend((f"files: {kind}", f"{u['count']} ({_size(u['bytes'])})") for kind, u in value.items())
+            rows.extend((f"files: {kind}", f"{u['count']} ({_size(u['bytes'])})")
+                        for kind, u in value.items())
         elif key == "pending_transactions":
             rows.append((key, "see `mqlite txn list` (it opens the store for writing)"))
         elif key.endswith("_bytes"):

@@ -1,6 +1,7 @@
 """``mqlite top``: a live view of a store (read-only, beside its writers): per topic the
 messages in per second and the depth, per group the consume rate, lag, live members (owners),
-retry depth, retries still waiting for their delay and dead-letter depth. Rates are the change between two looks, so the first look shows none."""
+retry and dead-letter depth, and the retries waiting for their delay (unknown to a read-only
+store: shown as none). Rates are the change between two looks, so the first look shows none."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from mqlite.cli._common import ERROR, OK, CLIError, open_store, print_json, print_records, print_table
+from mqlite.cli._common import ERROR, OK, USAGE, CLIError, open_store, print_json, print_records, print_table
 from mqlite.cli._common import require_topic
 from mqlite.cli._format import iso_ms
 from mqlite.cli._offsets import positive
@@ -53,7 +53,7 @@ def _update(args: argparse.Namespace) -> int:
                "write_queues": args.write_queues, "perm": args.perm, "order": args.order}
     if all(v is None for v in changes.values()):
         raise CLIError("topic update needs at least one of -q/--queues, --read-queues, "
-                       "--write-queues, --perm, --order/--no-order")
+                       "--write-queues, --perm, --order/--no-order", USAGE)
     with open_store(args.path, write=True) as store:
         require_topic(store, args.topic)
         config = store.update_topic(args.topic, **changes)
