@@ -37,6 +37,8 @@ class Store(Protocol):
 
     @property
     def path(self) -> str: ...
+    @property
+    def read_only(self) -> bool: ...
     def _live(self) -> _core.Store: ...
     def topic(self, name: str) -> TopicConfig: ...
     def topics(self) -> list[TopicConfig]: ...
@@ -113,8 +115,9 @@ class GroupSummary:
     """Live members of the group (subscribed to any topic), sorted."""
     retry_depth: int | None
     """Messages in ``%RETRY%<group>`` the group has not consumed yet."""
-    retry_waiting: int
-    """Retries still waiting for their delay (pending timers due to go to ``%RETRY%<group>``)."""
+    retry_waiting: int | None
+    """Retries still waiting for their delay (pending timers due to go to ``%RETRY%<group>``);
+    ``None`` on a read-only store, as only writers list pending timers."""
     dlq_depth: int | None
     """Messages in ``%DLQ%<group>`` past the group's purge point."""
 
@@ -273,7 +276,7 @@ def summary(store: Store, root: Path, group: str) -> GroupSummary:
     return GroupSummary(
         group, queues, members,
         retry.count() if retry.topic in names else None,
-        len(store.list_timers(topic=retry.topic, limit=_MAX_LISTED)),
+        None if store.read_only else len(store.list_timers(topic=retry.topic, limit=_MAX_LISTED)),
         dlq.count() if dlq.topic in names else None,
     )
 

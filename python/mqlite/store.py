@@ -710,7 +710,8 @@ class Store:
     def group_summary(self, group: str) -> GroupSummary:
         """``consumer_progress`` with the group's live members and the depth of its retry and
         dead-letter topics (``None`` where the topic does not exist). Reading the depths reads
-        those topics' records."""
+        those topics' records. On a read-only store ``retry_waiting`` is ``None`` (only
+        writers list pending timers); the rest is the same."""
         check_group(group)
         self._live()
         return _admin.summary(self, self._client_context.client_root(), group)

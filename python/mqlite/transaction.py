@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from mqlite._context import HasClientContext
     from mqlite.message import Message, MessageExt, SendResult
+    from mqlite.store import Store
 
 __all__ = [
     "LocalTransactionState",
@@ -40,6 +41,8 @@ __all__ = [
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",
+    "pending",
+    "resolve",
 ]
 
 
@@ -103,6 +106,34 @@ def _id(value: object) -> str:
     if not isinstance(value, str):
         raise IllegalArgumentError(f"a transaction id must be a str, not {value!r}")
     return value
+
+
+def _rows(rows: list[tuple[str, str, str, list[int], int, int, int]]) -> list[PendingTransaction]:
+    return [
+        PendingTransaction(id, group, state, tuple(halves), checks, first, age)
+        for (id, group, state, halves, checks, first, age) in rows
+    ]
+
+
+def pending(store: Store, group: str | None = None) -> list[PendingTransaction]:
+    """The undecided transactions of producer group ``group`` (of every group when ``None``) in
+    ``store``, oldest first, with their ages by the store's clock: what
+    :meth:`TransactionProducer.pending` lists, without a producer or a listener (for operators'
+    tools). The store must be open for writing (listing first completes the copies of a commit
+    a crash interrupted): a read-only store raises StoreReadOnlyError; a ``group`` that is not a
+    str, IllegalArgumentError."""
+    if group is not None:
+        group = _id(group)
+    return _rows(store._live()._txn_list(group))
+
+
+def resolve(store: Store, id: str, commit: bool) -> bool:
+    """Decides transaction ``id`` of ``store`` by hand, as :meth:`TransactionProducer.resolve`
+    does but without a producer: commits it when ``commit``, else rolls it back. True when
+    anything was written (deciding it the same way again writes nothing); an id never prepared
+    raises TransactionNotFoundError, one decided the other way TransactionStateError, and a
+    read-only store StoreReadOnlyError."""
+    return bool(store._live()._txn_end([_id(id)], bool(commit), None))
 
 
 class Transaction:
@@ -241,11 +272,7 @@ class TransactionProducer(Producer):
     def pending(self, all_groups: bool = False) -> list[PendingTransaction]:
         """The undecided transactions of this group (of every group when ``all_groups``), oldest
         first, with their ages by the store's clock (``age_ms``)."""
-        rows = self._store()._txn_list(None if all_groups else self.group)
-        return [
-            PendingTransaction(id, group, state, tuple(halves), checks, first, age)
-            for (id, group, state, halves, checks, first, age) in rows
-        ]
+        return _rows(self._store()._txn_list(None if all_groups else self.group))
 
     def resolve(self, id: str, commit: bool) -> bool:
         """Decides transaction ``id`` by hand (commit when ``commit``, else roll back)."""

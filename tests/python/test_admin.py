@@ -278,6 +278,27 @@ def test_group_summary_counts_retries_and_dead_letters(store: mqlite.Store) -> N
     assert [p.topic for p in summary.queues] == ["t"]
 
 
+def test_group_summary_of_a_read_only_store_leaves_only_the_waiting_retries_unknown(
+    store: mqlite.Store, store_path: Path
+) -> None:
+    """Pending timers are listed by writers only; a reader (``mqlite group progress``, ``top``)
+    still gets the progress, members and depths."""
+    store.create_topic("t", 1)
+    _send(store, "t", [b"a", b"b"])
+    with store.pull_consumer("g", consume_from=FIRST) as c:
+        c.subscribe("t")
+        got: list[mqlite.MessageExt] = []
+        wait_until(lambda: got.extend(c.poll(0.05)) or len(got) == 2, what="the messages")
+        assert c.send_back(got[0], dead=True).dead
+        c.send_back(got[1], 1)
+        c.commit()
+    store.flush()
+    with mqlite.Store(store_path, read_only=True) as reader:
+        summary = reader.group_summary("g")
+    assert (summary.dlq_depth, summary.retry_depth, summary.retry_waiting) == (1, None, None)
+    assert [(p.topic, p.committed) for p in summary.queues] == [("t", 2)]
+
+
 def test_reset_offset_of_one_queue_keeps_the_others(store: mqlite.Store) -> None:
     store.create_topic("t", 2)
     _send(store, "t", [b"a", b"b", b"c"], queue=0)

@@ -131,9 +131,9 @@ def test_format_strings_reject_unknown_tokens() -> None:
 
 def test_help_lists_every_command_and_the_exit_codes() -> None:
     out = ok("--help")
-    for command in ("topic", "send", "consume", "tail", "msg", "group", "store", "bench", "top", "demo"):
+    for command in ("topic", "send", "consume", "tail", "msg", "group", "store", "txn", "bench", "top", "demo"):
         assert command in out
-    assert "3 not found" in out and "130 interrupted" in out
+    assert "3 not found" in out and "transaction" in out and "130 interrupted" in out
     assert "-o" in ok("consume", "--help")
     done = cli()
     assert done.returncode == 2 and "COMMAND" in done.stderr
@@ -159,6 +159,93 @@ def test_topic_create_list_update(store_path: Path) -> None:
     rows = {r["name"]: r for r in json.loads(ok("topic", "list", store_path, "--json"))}
     assert rows["t"]["read_queues"] == 3 and rows["t"]["messages"] == 0
     assert "t" in ok_here("topics", store_path)
+
+
+def test_topic_update_each_setting(store_path: Path) -> None:
+    ok_here("topic", "create", store_path, "t", "-q", "2")
+    got = json.loads(ok("topic", "update", store_path, "t", "--read-queues", "4", "--write-queues", "3",
+                        "--perm", "r", "--order", "--json"))
+    assert got == [{"name": "t", "read_queues": 4, "write_queues": 3, "perm": 4, "order": True}]
+    got = json.loads(ok_here("topic", "update", store_path, "t", "--perm", "rw", "--no-order", "--json"))
+    assert got == [{"name": "t", "read_queues": 4, "write_queues": 3, "perm": 6, "order": False}]
+    # Bad values write nothing.
+    assert "cannot shrink" in fails(1, "topic", "update", store_path, "t", "--read-queues", "2")
+    assert "INVALID_ARGUMENT" in fails(1, "topic", "update", store_path, "t", "--write-queues", "5")
+    assert "at least one of" in fails(2, "topic", "update", store_path, "t")
+    assert "bad perm" in fails(2, "topic", "update", store_path, "t", "--perm", "x")
+    assert json.loads(ok_here("topic", "list", store_path, "--json"))[0]["read_queues"] == 4
+    assert "unknown topic 'nope'" in fails(3, "topic", "update", store_path, "nope", "--perm", "r")
+
+
+def test_topic_status_per_queue(filled: Path) -> None:
+    status = json.loads(ok("topic", "status", filled, "orders", "--json"))
+    assert (status["name"], status["messages"], status["read_queues"]) == ("orders", 6, 2)
+    rows = [(q["queue_id"], q["min_offset"], q["max_offset"], q["messages"], q["consume_queue_bytes"])
+            for q in status["queues"]]
+    assert rows == [(0, 0, 5, 5, 100), (1, 0, 1, 1, 20)]
+    assert all(q["last_store_timestamp"] > 0 and q["last_store_time"] for q in status["queues"])
+    assert status["last_store_timestamp"] == max(q["last_store_timestamp"] for q in status["queues"])
+    empty = json.loads(ok_here("topic", "status", filled, "empty", "--json"))["queues"]
+    assert empty == [{"queue_id": 0, "min_offset": 0, "max_offset": 0, "messages": 0,
+                      "last_store_timestamp": None, "last_store_time": None, "consume_queue_bytes": 0}]
+    text = ok("topic", "status", filled, "orders")
+    assert "last_store_time" in text and "consume_queue_bytes" in text and "6 messages" in text
+    assert "unknown topic 'nope'" in fails(3, "topic", "status", filled, "nope")
+
+
+_MEMBER = """
+import sys, mqlite
+store = mqlite.open(sys.argv[1])
+c = store.pull_consumer(sys.argv[2], consume_from=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+c.subscribe(sys.argv[3])
+while not c.poll(0.1):
+    pass
+print("MEMBER", c.client_id, flush=True)
+sys.stdin.readline()
+c.close()
+store.close()
+"""
+
+
+def _live_member(procs: list[subprocess.Popen[str]], path: Path, group: str, topic: str) -> subprocess.Popen[str]:
+    """A process with a live, subscribed member of ``group`` that got a message of ``topic``; it
+    leaves when its stdin gets a line (``_leave``)."""
+    p = subprocess.Popen([sys.executable, "-c", _MEMBER, str(path), group, topic], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    procs.append(p)
+    assert _next_line(p).startswith("MEMBER ")
+    return p
+
+
+def _leave(member: subprocess.Popen[str]) -> None:
+    assert member.stdin is not None
+    member.stdin.write("bye\n")
+    member.stdin.flush()
+    assert member.wait(timeout=DEADLINE_S) == 0
+
+
+class _Terminal(io.StringIO):
+    """A stdin that is a terminal, holding the operator's answers."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_topic_delete_asks_on_a_terminal_and_refuses_live_groups(
+    filled: Path, popen: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member = _live_member(popen, filled, "g", "orders")
+    assert "live consumers" in fails(1, "topic", "delete", filled, "orders", "--yes")
+    _leave(member)
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
+    assert "cancelled" in fails(1, "topic", "delete", filled, "orders")
+    assert "orders" in {t["name"] for t in json.loads(ok_here("topic", "list", filled, "--json"))}
+    monkeypatch.setattr(sys, "stdin", _Terminal("y\n"))
+    assert "deleted topic orders" in ok_here("topic", "delete", filled, "orders")
+    assert "orders" not in {t["name"] for t in json.loads(ok_here("topic", "list", filled, "--json"))}
+    # Not a terminal (a script): no question; --force passes live groups.
+    assert json.loads(ok("topic", "delete", filled, "empty", "--force", "--json")) == {"deleted": "empty"}
+    assert "unknown topic 'orders'" in fails_in_child(3, "topic", "delete", filled, "orders", "--yes")
 
 
 def test_names_that_would_leave_the_store_are_refused(filled: Path) -> None:
@@ -214,7 +301,7 @@ def test_consume_offsets_counts_and_formats(filled: Path) -> None:
 def test_consume_with_a_group_commits_what_it_printed(filled: Path) -> None:
     first = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "-n", "3", "--json"))
     assert [r["body"] for r in first] == ["o0", "o1", "o2"]
-    progress = json.loads(ok("group", "progress", filled, "g", "--json"))
+    progress = json.loads(ok("group", "progress", filled, "g", "--json"))["queues"]
     assert [(p["queue_id"], p["committed"], p["lag"]) for p in progress] == [(0, 3, 2)]
     rest = lines(ok("consume", filled, "orders", "-q", "0", "-g", "g", "--json"))
     assert [r["body"] for r in rest] == ["o3", "o4"]
@@ -274,7 +361,7 @@ def test_ctrl_c_ends_a_follow_cleanly_with_130_and_keeps_the_commit(
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=DEADLINE_S)
     assert follower.returncode == 130 and out == "" and "Traceback" not in err
-    progress = json.loads(ok("group", "progress", filled, "g", "--json"))
+    progress = json.loads(ok("group", "progress", filled, "g", "--json"))["queues"]
     assert [(p["queue_id"], p["committed"]) for p in progress] == [(0, 5)]
 
 
@@ -303,13 +390,70 @@ def test_group_list_progress_and_reset_dry_run_then_execute(filled: Path) -> Non
     plan = json.loads(ok("group", "reset", filled, "done", "--to-offset", "2", "--json"))
     assert [(r["queue_id"], r["committed"], r["new_offset"]) for r in plan] == [(0, 5, 2), (1, 1, 1)]
     assert "dry run" in ok_here("group", "reset", filled, "done", "--to-earliest")
-    assert [p["committed"] for p in json.loads(ok_here("groups", filled, "-g", "done", "--json"))] == [5, 1]
+    assert [p["committed"] for p in json.loads(ok_here("groups", filled, "-g", "done", "--json"))["queues"]] == [5, 1]
     ok("group", "reset", filled, "done", "--topic", "orders", "--to-datetime", "0", "--execute")
-    assert [p["committed"] for p in json.loads(ok("group", "progress", filled, "done", "--json"))] == [0, 0]
+    assert [p["committed"] for p in json.loads(ok("group", "progress", filled, "done", "--json"))["queues"]] == [0, 0]
     assert "unknown group 'nobody'" in fails(3, "group", "reset", filled, "nobody", "--to-latest")
     assert "no committed offsets" in fails(3, "group", "progress", filled, "nobody")
     assert "unknown topic" in fails(3, "group", "reset", filled, "done", "--topic", "nope", "--to-latest")
     assert "one of the arguments" in fails(2, "group", "reset", filled, "done")
+
+
+def test_group_progress_shows_owners_last_consume_time_and_the_summary(
+    filled: Path, popen: list[subprocess.Popen[str]]
+) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", offset=3, create=True)
+        consumed = s.read(MessageQueue("orders", 0), 2, 1)[0].store_timestamp
+    got = json.loads(ok_here("group", "progress", filled, "g", "--json"))
+    assert {k: got[k] for k in ("group", "members", "lag", "retry_depth", "retry_waiting", "dlq_depth")} == {
+        "group": "g", "members": [], "lag": 2, "retry_depth": None, "retry_waiting": None, "dlq_depth": None}
+    q0, q1 = got["queues"]
+    assert (q0["committed"], q0["last_consume_timestamp"], q0["owner"]) == (3, consumed, None)
+    assert (q1["committed"], q1["lag"]) == (1, 0) and q0["last_consume_time"].endswith("+00:00")
+    member = _live_member(popen, filled, "g", "orders")
+    got = json.loads(ok_here("group", "progress", filled, "g", "--json"))
+    [cid] = got["members"]
+    assert [q["owner"] for q in got["queues"]] == [cid, cid]
+    text = ok("group", "progress", filled, "g")
+    assert "last_consume_time" in text and "retry_depth" in text and cid in text
+    _leave(member)
+
+
+def test_group_reset_of_one_queue(filled: Path) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", to="latest", create=True)
+    plan = json.loads(ok_here("group", "reset", filled, "g", "--topic", "orders", "--queue", "1",
+                              "--to-earliest", "--json"))
+    assert [(r["queue_id"], r["committed"], r["new_offset"]) for r in plan] == [(1, 1, 0)]
+    ok("group", "reset", filled, "g", "--topic", "orders", "--queue", "1", "--to-earliest", "--execute")
+    queues = json.loads(ok_here("group", "progress", filled, "g", "--json"))["queues"]
+    assert [q["committed"] for q in queues] == [5, 0]
+    for execute in ([], ["--execute"]):
+        assert "INVALID_QUEUE" in fails(1, "group", "reset", filled, "g", "--topic", "orders", "--queue", "2",
+                                        "--to-earliest", *execute)
+    assert "--queue needs --topic" in fails(2, "group", "reset", filled, "g", "--queue", "0", "--to-earliest")
+    assert "bad queue id" in fails(2, "group", "reset", filled, "g", "--topic", "orders", "--queue", "-1",
+                                   "--to-earliest")
+    assert [q["committed"] for q in json.loads(ok_here("group", "progress", filled, "g", "--json"))["queues"]] == [5, 0]
+
+
+def test_group_delete_is_a_dry_run_until_execute_and_refuses_live_members(
+    filled: Path, popen: list[subprocess.Popen[str]]
+) -> None:
+    with mqlite.open(filled) as s:
+        s.reset_offset("g", "orders", to="earliest", create=True)
+    member = _live_member(popen, filled, "g", "orders")
+    dry = ok_here("group", "delete", filled, "g")
+    assert "dry run" in dry and "orders@g" in dry and "refused unless --force" in dry
+    assert "live consumer" in fails(1, "group", "delete", filled, "g", "--execute")
+    _leave(member)
+    assert "g" in ok_here("group", "list", filled)
+    done = json.loads(ok("group", "delete", filled, "g", "--execute", "--json"))
+    assert (done["executed"], done["offset_keys"], done["live_members"]) == (True, ["orders@g"], [])
+    assert json.loads(ok_here("group", "list", filled, "--json")) == []
+    assert "unknown group 'g'" in fails(3, "group", "delete", filled, "g", "--execute")
+    assert "unknown group 'nobody'" in fails_in_child(3, "group", "delete", filled, "nobody")
 
 
 def test_group_dlq_list_get_export_redrive(filled: Path, tmp_path: Path) -> None:
@@ -343,7 +487,35 @@ def test_store_info_and_gc(filled: Path) -> None:
     info = json.loads(ok("store", "info", filled, "--json"))
     assert (info["topics"], info["messages"], info["pending_timers"]) == (2, 6, 0)
     assert info["disk_bytes"] > 0 and info["commit_log_max_offset"] > 0
-    assert json.loads(ok("store", "gc", filled, "--json")) == {"deleted_commit_log_files": 0}
+    assert info["files"]["commit_log"]["count"] == 1 and info["files"]["consume_queue"]["count"] >= 2
+    assert 0 < info["disk_usage_ratio"] <= 1 and info["disk_used_bytes"] <= info["disk_total_bytes"]
+    assert info["oldest_store_timestamp"] <= info["newest_store_timestamp"]
+    assert info["oldest_store_time"].endswith("+00:00")
+    text = ok_here("store", "info", filled)
+    assert "files: commit_log" in text and "disk_usage_ratio" in text and "txn list" in text
+    assert json.loads(ok("store", "gc", filled, "--json")) == {"deleted": []}
+    assert "deleted no file" in ok_here("store", "gc", filled)
+
+
+_SMALL_LOG = {"commit_log_file_size": 256 << 10, "max_message_size": 32 << 10,
+              "consume_queue_file_units": 128}
+
+
+def test_store_gc_lists_each_deleted_file_with_its_reason(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with mqlite.open(root, **_SMALL_LOG) as s:  # type: ignore[arg-type]
+        s.create_topic("t", 1)
+        p = s.producer()
+        while len([f for f in (root / "commitlog").iterdir() if f.name.isdigit()]) < 3:
+            p.send_batch([b"x" * 1000] * 50, topic="t", queue_id=0)
+    files = sorted(f for f in (root / "commitlog").iterdir() if f.name.isdigit())
+    old = time.time() - 400 * 3600  # past the default retention_hours
+    os.utime(files[0], (old, old))
+    deleted = json.loads(ok("store", "gc", root, "--json"))["deleted"]
+    assert [(Path(d["path"]).name, d["reason"], d["from_offset"]) for d in deleted] == [
+        (files[0].name, "expired", 0)]
+    assert deleted[0]["size"] == 256 << 10 and deleted[0]["modified"] is not None
+    assert not files[0].exists() and files[1].exists()
 
 
 def test_store_verify_and_repair_of_a_damaged_store(tmp_path: Path) -> None:
@@ -382,6 +554,45 @@ def test_store_verify_and_repair_of_a_damaged_store(tmp_path: Path) -> None:
     assert fails(2, "store", "repair", path, "--mode", "chop")
 
 
+def _undecided(path: Path, *ids: str) -> None:
+    """Transactions ``ids`` of producer group ``pg``, one message each, left undecided."""
+    unknown = mqlite.LocalTransactionState.UNKNOW
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: object) -> mqlite.LocalTransactionState:
+            return unknown
+
+        def check_local_transaction(self, msg: mqlite.MessageExt) -> mqlite.LocalTransactionState:
+            return unknown
+
+    with mqlite.open(path) as s, mqlite.TransactionProducer(s, "pg", Listener(), check_interval=None) as p:
+        for tid in ids:
+            p.send_message_in_transaction(Message("orders", tid.encode()), transaction_id=tid)
+
+
+def test_txn_list_and_resolve(filled: Path) -> None:
+    _undecided(filled, "t-1", "t-2")
+    rows = json.loads(ok("txn", "list", filled, "--json"))
+    assert [(r["id"], r["group"], r["state"], r["checks"], r["messages"]) for r in rows] == [
+        ("t-1", "pg", "open", 0, 1), ("t-2", "pg", "open", 0, 1)]
+    assert all(r["age_ms"] >= 0 and r["age"] and r["first_time"] for r in rows)
+    assert json.loads(ok_here("txn", "list", filled, "-g", "other", "--json")) == []
+    assert "t-1" in ok("txn", "list", filled) and "messages" in ok("txn", "list", filled)
+    assert "committed transaction t-1" in ok("txn", "resolve", filled, "t-1", "--commit")
+    assert "already committed" in ok_here("txn", "resolve", filled, "t-1", "--commit")
+    done = json.loads(ok_here("txn", "resolve", filled, "t-2", "--rollback", "--json"))
+    assert done == {"id": "t-2", "decision": "rollback", "changed": True}
+    assert json.loads(ok_here("txn", "list", filled, "--json")) == []
+    with mqlite.open(filled, read_only=True) as s:
+        assert [m.body for m in s.read(MessageQueue("orders", 0), 0, 32)].count(b"t-1") + \
+            [m.body for m in s.read(MessageQueue("orders", 1), 0, 32)].count(b"t-1") == 1
+    assert "TRANSACTION_STATE" in fails(1, "txn", "resolve", filled, "t-2", "--commit")
+    assert "TRANSACTION_NOT_FOUND" in fails_in_child(3, "txn", "resolve", filled, "nope", "--rollback")
+    assert "one of the arguments" in fails(2, "txn", "resolve", filled, "t-1")
+    assert "not allowed with" in fails(2, "txn", "resolve", filled, "t-1", "--commit", "--rollback")
+    assert fails(3, "txn", "list", filled.parent / "nothing-here")
+
+
 def test_top_once_and_iterations(filled: Path) -> None:
     with mqlite.open(filled) as s:
         s.reset_offset("g", "orders", to="earliest", create=True)
@@ -391,6 +602,9 @@ def test_top_once_and_iterations(filled: Path) -> None:
     assert len(looks) == 2 and looks[0]["topics"]["orders"]["msg_per_s"] is None
     assert looks[1]["topics"]["orders"] == {"stored": 6, "depth": 6, "msg_per_s": 0.0}
     assert looks[1]["groups"]["g"]["lag"] == 6 and looks[1]["groups"]["g"]["dlq"] == 0
+    # A read-only look cannot list the retries waiting for their delay.
+    assert looks[1]["groups"]["g"]["retry"] == 0 and looks[1]["groups"]["g"]["retry_waiting"] is None
+    assert "retry waiting" in out
     assert "seconds > 0" in fails(2, "top", filled, "-i", "0")
 
 

@@ -75,6 +75,31 @@ def test_rollback_and_unknown_keep_the_message_invisible(store: mqlite.Store) ->
     assert [t.id for t in p.pending()] == [r.transaction_id]
 
 
+def test_pending_and_resolve_without_a_producer(store: mqlite.Store, store_path: Path) -> None:
+    """What operators' tools call (``mqlite txn list|resolve``): no listener, no producer."""
+    from mqlite.transaction import pending, resolve
+
+    store.create_topic("T", queues=2)
+    p = producer(store, Listener(local=S.UNKNOW))
+    a = p.send_message_in_transaction(mqlite.Message("T", b"a")).transaction_id
+    with mqlite.TransactionProducer(store, "H", Listener(local=S.UNKNOW), check_interval=None) as other:
+        b = other.send_message_in_transaction(mqlite.Message("T", b"b")).transaction_id
+    assert [(t.id, t.group, len(t.half_offsets)) for t in pending(store)] == [(a, "G", 1), (b, "H", 1)]
+    assert pending(store, "H") == p.pending(all_groups=True)[1:]
+    assert resolve(store, a, True) is True and resolve(store, a, True) is False
+    assert resolve(store, b, False) is True
+    assert pending(store) == [] and bodies(store) == [b"a"]
+    with pytest.raises(mqlite.TransactionStateError):
+        resolve(store, b, True)
+    with pytest.raises(mqlite.TransactionNotFoundError):
+        resolve(store, "never", True)
+    with pytest.raises(mqlite.IllegalArgumentError):
+        pending(store, 7)  # type: ignore[arg-type]
+    store.flush()
+    with mqlite.Store(store_path, read_only=True) as reader, pytest.raises(mqlite.StoreReadOnlyError):
+        pending(reader)
+
+
 def test_commit_after_rollback_is_refused_and_writes_nothing(store: mqlite.Store) -> None:
     store.create_topic("T", queues=2)
     p = producer(store, Listener(local=S.UNKNOW))

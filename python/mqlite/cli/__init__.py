@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mqlite.cli import bench, consume, demo, group, msg, send, store, top, topic
+from mqlite.cli import bench, consume, demo, group, msg, send, store, top, topic, txn
 from mqlite.cli._common import ERROR, INTERRUPTED, CLIError
 
 __all__ = ["main"]
@@ -30,10 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mqlite", formatter_class=_formatter,
         description="Inspect, feed and administer mqlite stores. Exit codes: 0 ok, 1 error, "
-                    "2 usage, 3 not found, 4 damage found, 130 interrupted.",
+                    "2 usage, 3 not found (store, topic, group, message, transaction), 4 damage found, "
+                    "130 interrupted.",
     )
     sub = p.add_subparsers(dest="command", required=True, prog="mqlite", metavar="COMMAND")
-    for module in (topic, send, consume, msg, group, store, bench, top, demo):
+    for module in (topic, send, consume, msg, group, store, txn, bench, top, demo):
         module.add(sub, _formatter)
     return p
 
@@ -74,7 +75,9 @@ def _status(exc: Any) -> int:
         MessageNotFoundError,
         StoreNotFoundError,
         TopicNotFoundError,
+        TransactionNotFoundError,
     )
 
-    found = (ConsumerGroupNotFoundError, MessageNotFoundError, StoreNotFoundError, TopicNotFoundError)
+    found = (ConsumerGroupNotFoundError, MessageNotFoundError, StoreNotFoundError, TopicNotFoundError,
+             TransactionNotFoundError)
     return NOT_FOUND if isinstance(exc, found) else ERROR

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 OK = 0
 ERROR = 1
 USAGE = 2  # argparse's own code for a bad command line
-NOT_FOUND = 3  # an unknown topic, group, message or store
+NOT_FOUND = 3  # an unknown topic, group, message, transaction or store
 DAMAGED = 4  # `store verify` found damage (reserved for verify)
 INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 

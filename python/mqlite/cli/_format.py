@@ -118,3 +118,27 @@ def as_dict(m: MessageExt) -> dict[str, Any]:
     if error is not None:
         out["body_error"] = error
     return out
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Epoch milliseconds as an ISO 8601 UTC time to the millisecond; ``None`` stays ``None``."""
+    if ms is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def duration(ms: int) -> str:
+    """A duration in milliseconds as an operator reads it: ``850ms``, ``12.3s``, ``4m05s``,
+    ``2h07m``, ``3d04h``."""
+    s = ms // 1000
+    if ms < 1000:
+        return f"{ms}ms"
+    if s < 60:
+        return f"{ms / 1000:.1f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

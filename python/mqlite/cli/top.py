@@ -1,6 +1,7 @@
 """``mqlite top``: a live view of a store (read-only, beside its writers): per topic the
-messages in per second and the depth, per group the consume rate, lag, live owners and retry and
-dead-letter depth. Rates are the change between two looks, so the first look shows none."""
+messages in per second and the depth, per group the consume rate, lag, live members (owners),
+retry and dead-letter depth, and the retries waiting for their delay (unknown to a read-only
+store: shown as none). Rates are the change between two looks, so the first look shows none."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from mqlite.cli._common import OK, open_store, print_json_line
 from mqlite.cli._offsets import positive
-from mqlite.cli.group import owners
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -22,7 +22,8 @@ Snapshot = dict[str, Any]
 
 def snapshot(store: Store) -> Snapshot:
     """Counters of one look: per topic the max-offset sum (messages ever stored) and depth; per
-    group the committed-offset sum, lag, owners, retry and DLQ depth."""
+    group (from its ``group_summary``) the committed-offset sum, lag, live members, retry depth,
+    waiting retries and DLQ depth (0 where the retry or dead-letter topic does not exist)."""
     topics: dict[str, dict[str, int]] = {}
     for t in store.topics():
         if t.name.startswith("%") or t.name.startswith("SCHEDULE_TOPIC"):
@@ -31,14 +32,15 @@ def snapshot(store: Store) -> Snapshot:
         topics[t.name] = {"stored": sum(h for _, h in spans), "depth": sum(h - lo for lo, h in spans)}
     groups: dict[str, dict[str, Any]] = {}
     for g in store.consumer_groups():
-        progress = store.consumer_progress(g)
-        members = sorted({m for t in {p.topic for p in progress} for m in owners(store, g, t)})
+        summary = store.group_summary(g)
+        progress = [p for p in summary.queues if not p.topic.startswith("%")]
         groups[g] = {
-            "consumed": sum(p.committed for p in progress if not p.topic.startswith("%")),
-            "lag": sum(p.lag for p in progress if not p.topic.startswith("%")),
-            "owners": members,
-            "retry": store.retries(g).count(),
-            "dlq": store.dead_letters(g).count(),
+            "consumed": sum(p.committed for p in progress),
+            "lag": sum(p.lag for p in progress),
+            "owners": summary.members,
+            "retry": summary.retry_depth or 0,
+            "retry_waiting": summary.retry_waiting,
+            "dlq": summary.dlq_depth or 0,
         }
     return {"time": time.time(), "topics": topics, "groups": groups}
 
@@ -73,11 +75,11 @@ def render(snap: Snapshot, path: str) -> Group:
     for name, t in sorted(snap["topics"].items()):
         topics.add_row(name, cell(t["msg_per_s"]), cell(t["depth"]))
     groups = Table()
-    for c in ("group", "consume/s", "lag", "owners", "retry", "dlq"):
+    for c in ("group", "consume/s", "lag", "owners", "retry", "retry waiting", "dlq"):
         groups.add_column(c)
     for name, g in sorted(snap["groups"].items()):
         groups.add_row(name, cell(g["consume_per_s"]), cell(g["lag"]), ",".join(g["owners"]) or "-",
-                       cell(g["retry"]), cell(g["dlq"]))
+                       cell(g["retry"]), cell(g["retry_waiting"]), cell(g["dlq"]))
     return Group(topics, groups)
 
 
