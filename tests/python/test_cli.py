@@ -518,6 +518,29 @@ def test_store_gc_lists_each_deleted_file_with_its_reason(tmp_path: Path) -> Non
     assert not files[0].exists() and files[1].exists()
 
 
+def test_msg_get_by_unique_id_and_by_key(tmp_path: Path) -> None:
+    """``msg get --id`` takes the unique id a send returns; ``--key`` lists a key's messages
+    newest first through the key index, says when the limit cut the answer, and exits 3 when
+    none has the key."""
+    path = tmp_path / "s"
+    with mqlite.open(path) as s:
+        s.create_topic("orders", 2)
+        p = s.producer()
+        sent = [p.send(Message("orders", b"o%d" % i, keys=["cust-7" if i % 2 else "cust-8"])) for i in range(6)]
+    got = json.loads(ok("msg", "get", path, "--id", sent[4].msg_id, "--json"))
+    assert (got["msg_id"], got["body"]) == (sent[4].msg_id, "o4")
+    found = json.loads(ok("msg", "get", path, "--key", "cust-7", "--topic", "orders", "--json"))
+    assert [m["body"] for m in found["messages"]] == ["o5", "o3", "o1"]
+    assert found["complete"] and not found["truncated"]
+    cut = json.loads(ok("msg", "get", path, "--key", "cust-7", "--topic", "orders", "-n", "2", "--json"))
+    assert [m["body"] for m in cut["messages"]] == ["o5", "o3"] and cut["truncated"]
+    assert "cust-7" in ok_here("msg", "get", path, "--key", "cust-7", "--topic", "orders")
+    assert "has key" in fails(3, "msg", "get", path, "--key", "nobody", "--topic", "orders")
+    assert "--topic" in fails(2, "msg", "get", path, "--key", "cust-7")
+    assert "unknown topic" in fails(3, "msg", "get", path, "--key", "cust-7", "--topic", "nope")
+    assert "go with --key" in fails(2, "msg", "get", path, "--id", sent[0].msg_id, "--topic", "orders")
+
+
 def test_store_verify_and_repair_of_a_damaged_store(tmp_path: Path) -> None:
     """The runbook's path as an operator walks it: verify exits 4 naming the damaged record and
     its message, repair is a dry run that changes nothing until --execute, and after it the
