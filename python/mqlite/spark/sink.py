@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 
 import mqlite
 from mqlite.errors import IllegalArgumentError, IllegalStateError
-from mqlite.spark.sink_options import SinkColumns, SinkOptions, check_columns
+from mqlite.spark.sink_options import SinkColumns, SinkOptions, check_columns, parse_sink_options
 from mqlite.spark.sink_rows import to_message
 from mqlite.spark.sink_txn import job_key, new_txn_id, sink_producer, stream_key
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from mqlite.transaction import TransactionProducer
 
-__all__ = ["MqliteBatchWriter", "MqliteStreamWriter", "SinkCommitMessage"]
+__all__ = ["MqliteBatchWriter", "MqliteStreamWriter", "SinkCommitMessage", "checked"]
 
 _BATCH_ID = "streaming.sql.batchId"
 
@@ -135,10 +135,10 @@ class MqliteBatchWriter(DataSourceWriter):
                 producer.close()
         return SinkCommitMessage(txn if n else None, n, self.job)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _decide(self.opts, _ids(messages, self.job), True, (job_key(self.job), "committed"))
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _decide(self.opts, _ids(messages, self.job), False, (job_key(self.job), "aborted"))
 
 
@@ -175,7 +175,7 @@ class MqliteStreamWriter(DataSourceStreamWriter):
                 producer.close()
         return SinkCommitMessage(txn if n else None, n, batch)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         marker = self.opts.fail_before_commit
         if marker is not None and not os.path.exists(marker):
             with open(marker, "w"):
@@ -196,7 +196,7 @@ class MqliteStreamWriter(DataSourceStreamWriter):
             finally:
                 producer.close()
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.fail_before_commit is not None:
             return  # the driver "died": nothing runs after the failed commit
         ids = _ids(messages, batchId)
@@ -209,12 +209,10 @@ class MqliteStreamWriter(DataSourceStreamWriter):
                 producer.close()
 
 
-def make_writer(schema: StructType, options: Any, overwrite: bool, *, streaming: bool) -> Any:
-    """The checked writer of ``df.write`` / ``writeStream`` (planning, on the driver)."""
-    from mqlite.spark.sink_options import parse_sink_options
-
+def checked(schema: StructType, options: Mapping[str, str], overwrite: bool, *, streaming: bool) -> tuple[SinkOptions, SinkColumns]:
+    """The sink's options and columns, checked at planning on the driver (``IllegalArgumentError``
+    names what is wrong; nothing is written)."""
     if overwrite:
         raise IllegalArgumentError("the mqlite sink only appends: use mode 'append' (a topic cannot be overwritten)")
     opts = parse_sink_options(options, streaming=streaming)
-    cols = check_columns(schema, opts)
-    return MqliteStreamWriter(opts, cols) if streaming else MqliteBatchWriter(opts, cols)
+    return opts, check_columns(schema, opts)

@@ -46,7 +46,7 @@ from mqlite.spark.plan import (
     to_offset,
 )
 from mqlite.spark.schema import ddl
-from mqlite.spark.sink import make_writer
+from mqlite.spark.sink import MqliteBatchWriter, MqliteStreamWriter, checked
 from mqlite.store import Store
 
 if TYPE_CHECKING:
@@ -82,10 +82,10 @@ class MqliteDataSource(DataSource):
         return MqliteStreamReader(parse_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return make_writer(schema, self.options, overwrite, streaming=False)  # type: ignore[no-any-return]
+        return MqliteBatchWriter(*checked(schema, self.options, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return make_writer(schema, self.options, overwrite, streaming=True)  # type: ignore[no-any-return]
+        return MqliteStreamWriter(*checked(schema, self.options, overwrite, streaming=True))
 
 
 class MqliteBatchReader(DataSourceReader):
