@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -88,18 +89,26 @@ def _task() -> tuple[int, int]:
     return ctx.partitionId(), ctx.attemptNumber()
 
 
-def _decide(opts: SinkOptions, ids: list[str], commit: bool, progress: tuple[str, str]) -> None:
-    """One append deciding ``ids`` and setting ``progress``, then one check pass for orphans."""
+@contextmanager
+def _producer(opts: SinkOptions) -> Iterator[TransactionProducer]:
+    """The sink's transaction producer on the store, both closed on exit: no handle outlives
+    one call of Spark's."""
     with mqlite.open(opts.path) as store:
         producer = sink_producer(store, opts.producer_group)
         try:
-            if commit:
-                producer.commit(ids, progress=progress)  # ids may be empty: progress alone
-            else:
-                producer.rollback(ids, progress=progress)
-            producer.check_now()
+            yield producer
         finally:
             producer.close()
+
+
+def _decide(opts: SinkOptions, ids: list[str], commit: bool, progress: tuple[str, str]) -> None:
+    """One append deciding ``ids`` and setting ``progress``, then one check pass for orphans."""
+    with _producer(opts) as producer:
+        if commit:
+            producer.commit(ids, progress=progress)  # ids may be empty: progress alone
+        else:
+            producer.rollback(ids, progress=progress)
+        producer.check_now()
 
 
 def _ids(messages: list[WriterCommitMessage | None], batch: int | str) -> list[str]:
@@ -127,12 +136,8 @@ class MqliteBatchWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         partition, attempt = _task()
         txn = new_txn_id(self.opts.sink_id or "batch", f"job-{self.job}", partition, attempt)
-        with mqlite.open(self.opts.path) as store:
-            producer = sink_producer(store, self.opts.producer_group)
-            try:
-                n = _send_rows(producer, txn, iterator, self.cols, self.opts.topic)
-            finally:
-                producer.close()
+        with _producer(self.opts) as producer:
+            n = _send_rows(producer, txn, iterator, self.cols, self.opts.topic)
         return SinkCommitMessage(txn if n else None, n, self.job)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -163,16 +168,12 @@ class MqliteStreamWriter(DataSourceStreamWriter):
         batch = int(raw)
         partition, attempt = _task()
         sink_id = self._sink_id()
-        with mqlite.open(self.opts.path) as store:
-            producer = sink_producer(store, self.opts.producer_group)
-            try:
-                last = producer.progress(stream_key(sink_id))
-                if last is not None and batch <= int(last):
-                    return SinkCommitMessage(None, 0, batch)  # a replay of a committed batch
-                txn = new_txn_id(sink_id, batch, partition, attempt)
-                n = _send_rows(producer, txn, iterator, self.cols, self.opts.topic)
-            finally:
-                producer.close()
+        with _producer(self.opts) as producer:
+            last = producer.progress(stream_key(sink_id))
+            if last is not None and batch <= int(last):
+                return SinkCommitMessage(None, 0, batch)  # a replay of a committed batch
+            txn = new_txn_id(sink_id, batch, partition, attempt)
+            n = _send_rows(producer, txn, iterator, self.cols, self.opts.topic)
         return SinkCommitMessage(txn if n else None, n, batch)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -183,30 +184,22 @@ class MqliteStreamWriter(DataSourceStreamWriter):
             raise IllegalStateError(f"testFailBeforeCommit: batch {batchId} written, not committed")
         ids = _ids(messages, batchId)
         key = stream_key(self._sink_id())
-        with mqlite.open(self.opts.path) as store:
-            producer = sink_producer(store, self.opts.producer_group)
-            try:
-                last = producer.progress(key)
-                if last is not None and batchId <= int(last):
-                    if ids:
-                        producer.rollback(ids)  # a replay: its batch is already in the topic
-                else:
-                    producer.commit(ids, progress=(key, str(batchId)))
-                producer.check_now()
-            finally:
-                producer.close()
+        with _producer(self.opts) as producer:
+            last = producer.progress(key)
+            if last is not None and batchId <= int(last):
+                if ids:
+                    producer.rollback(ids)  # a replay: its batch is already in the topic
+            else:
+                producer.commit(ids, progress=(key, str(batchId)))
+            producer.check_now()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.fail_before_commit is not None:
             return  # the driver "died": nothing runs after the failed commit
         ids = _ids(messages, batchId)
-        with mqlite.open(self.opts.path) as store:
-            producer = sink_producer(store, self.opts.producer_group)
-            try:
-                if ids:
-                    producer.rollback(ids)
-            finally:
-                producer.close()
+        if ids:
+            with _producer(self.opts) as producer:
+                producer.rollback(ids)
 
 
 def checked(schema: StructType, options: Mapping[str, str], overwrite: bool, *, streaming: bool) -> tuple[SinkOptions, SinkColumns]:
