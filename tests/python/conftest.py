@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,31 @@ import mqlite
 # replays it exactly (every other random source in the tests is seeded, and prints its seed).
 settings.register_profile("mqlite", print_blob=True)
 settings.load_profile("mqlite")
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One Spark session for every test of the run (its start-up costs seconds): local[2]
+    with up to 3 attempts per task (local[2,3]), so a task that fails once is retried as on a
+    cluster. Tests that use it skip themselves when pyspark is not installed."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("mqlite-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "512m")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
 
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:

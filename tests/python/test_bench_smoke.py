@@ -254,6 +254,26 @@ def test_spark_source_benchmark_smoke_measures_both_paths(tmp_path: Path) -> Non
         assert _positive(data["results"][path]["rows_per_s"]), data
 
 
+@pytest.mark.spark
+def test_spark_sink_benchmark_smoke_measures_sink_and_pipeline(tmp_path: Path) -> None:
+    """``benches/python/spark_sink.py --smoke``: the sink writes every row and reports a rate,
+    and the example pipeline runs end to end."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'mqlite[spark]'")
+    out = tmp_path / "sink.json"
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / "spark_sink.py"), "--smoke", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["command"] == "python benches/python/spark_sink.py --smoke" and data["n"] == 5_000
+    assert _positive(data["results"]["sink"]["rows_per_s"]), data
+    assert _positive(data["results"]["pipeline"]["seconds"]) and data["results"]["pipeline"]["events"] == 2_000
+
+
 def test_transactions_benchmark_quick_measures_every_workload(tmp_path: Path) -> None:
     """``benches/python/transactions.py --quick``: plain sends and transactions of 1 and 10
     messages, each with a rate, nothing left behind."""

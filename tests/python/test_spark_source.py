@@ -32,26 +32,6 @@ pytestmark = pytest.mark.spark
 T = "orders"
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local[2] session for the whole run: its start-up costs seconds."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("mqlite-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "512m")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
 def fill(path: Path, per_queue: int, queues: int = 2, topic: str = T, **open_options: Any) -> None:
     """``per_queue`` messages into each of ``queues`` queues: body ``q:i``, tag A for odd i,
     B for even, key ``k<i>``, property ``n=i``."""

@@ -4,8 +4,9 @@ API (pyspark >= 4.2; ``pip install 'mqlite[spark]'``).
 >>> from mqlite.spark import register
 >>> register(spark)  # optional: installing mqlite also registers the format (pyspark_mqlite)
 >>> df = spark.read.format("mqlite").option("subscribe", "orders").load("/data/mq")
+>>> df.select("value").write.format("mqlite").option("topic", "copy").mode("append").save("/data/mq")
 
-docs/spark.md gives the options, the schema and what exactly-once means for the source.
+docs/spark.md gives the options, the schema, the sink's columns and what exactly-once means.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from mqlite.spark.options import SourceOptions, parse_options
 from mqlite.spark.plan import QueueRange
+from mqlite.spark.sink import MqliteBatchWriter, MqliteStreamWriter, SinkCommitMessage
+from mqlite.spark.sink_options import SinkOptions, parse_sink_options
+from mqlite.spark.sink_txn import SinkCheckListener, sink_producer
 from mqlite.spark.source import MqliteBatchReader, MqliteDataSource, MqliteStreamReader
 
 if TYPE_CHECKING:
@@ -29,12 +33,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MqliteBatchReader",
+    "MqliteBatchWriter",
     "MqliteDataSource",
     "MqliteStreamReader",
+    "MqliteStreamWriter",
     "QueueRange",
+    "SinkCheckListener",
+    "SinkCommitMessage",
+    "SinkOptions",
     "SourceOptions",
     "parse_options",
+    "parse_sink_options",
     "register",
+    "sink_producer",
 ]
 
 

@@ -20,6 +20,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -44,6 +46,7 @@ from mqlite.spark.plan import (
     to_offset,
 )
 from mqlite.spark.schema import ddl
+from mqlite.spark.sink import MqliteBatchWriter, MqliteStreamWriter, checked
 from mqlite.store import Store
 
 if TYPE_CHECKING:
@@ -59,8 +62,9 @@ def _part(partition: InputPartition | None) -> QueueRange | None:
 
 class MqliteDataSource(DataSource):
     """Reads mqlite topics as DataFrames: ``spark.read.format("mqlite")`` (batch) and
-    ``spark.readStream.format("mqlite")`` (micro-batch streaming). docs/spark.md lists the
-    options and the schema."""
+    ``spark.readStream.format("mqlite")`` (micro-batch streaming), and writes DataFrames to
+    topics: ``df.write.format("mqlite")`` and ``writeStream.format("mqlite")`` (exactly-once,
+    mqlite.spark.sink). docs/spark.md lists the options, the schema and the sink's columns."""
 
     @classmethod
     def name(cls) -> str:
@@ -76,6 +80,12 @@ class MqliteDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return MqliteStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return MqliteBatchWriter(*checked(schema, self.options, overwrite, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return MqliteStreamWriter(*checked(schema, self.options, overwrite, streaming=True))
 
 
 class MqliteBatchReader(DataSourceReader):
