@@ -486,6 +486,88 @@ impl IndexFile {
         Ok(true)
     }
 
+    /// The slot table as the file holds it (one read), for a writer's copy (`put_all`).
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn read_slots(&self) -> Result<Vec<i32>> {
+        let len = usize::try_from(u64::from(self.geometry.slots) * SLOT_SIZE).unwrap_or(0);
+        let mut b = vec![0u8; len];
+        self.read_at(&mut b, HEADER_SIZE)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Adds entries for `keys` (key hash, record offset, store time), in order, as `put`
+    /// would one at a time, but in few writes: the new entries (consecutive numbers) in one,
+    /// then each slot that changed once, then the header. `slots` is the writer's copy of the
+    /// slot table (`read_slots`, or zeros for a new file), kept equal to the file's. Returns
+    /// how many keys fit; the rest need a new file.
+    ///
+    /// # Errors
+    /// I/O failures (the file may then hold entries no slot points at, and `slots` is ahead
+    /// of the file: the caller reloads it).
+    pub fn put_all(
+        &self,
+        h: &mut Header,
+        slots: &mut [i32],
+        keys: &[(i32, u64, i64)],
+    ) -> Result<usize> {
+        if self.is_full(h) || slots.len() != self.geometry.slots as usize {
+            return Ok(0);
+        }
+        let room = (self.geometry.entries - h.index_count.unsigned_abs()) as usize;
+        let take = keys.len().min(room);
+        if take == 0 {
+            return Ok(0);
+        }
+        let first = h.index_count;
+        let mut entries = Vec::with_capacity(take * ENTRY_SIZE as usize);
+        let mut changed: Vec<(usize, i32)> = Vec::with_capacity(take);
+        for (i, &(hash, phy_offset, store_ts)) in keys[..take].iter().enumerate() {
+            let n = first + i as i32;
+            let phy = i64::try_from(phy_offset).unwrap_or(i64::MAX);
+            let slot = (hash.unsigned_abs() % self.geometry.slots.max(1)) as usize;
+            let old = slots[slot];
+            // RocketMQ reuses the slot's value only when it names an existing entry.
+            let prev = if old > 0 && old < n { old } else { 0 };
+            if h.begin_timestamp <= 0 {
+                h.begin_timestamp = store_ts;
+                h.begin_phy_offset = phy;
+            }
+            let secs = store_ts.saturating_sub(h.begin_timestamp) / 1000;
+            let time_diff = i32::try_from(secs.clamp(0, i64::from(i32::MAX))).unwrap_or(i32::MAX);
+            entries.extend_from_slice(
+                &Entry {
+                    key_hash: hash,
+                    phy_offset: phy,
+                    time_diff,
+                    prev,
+                }
+                .encode(),
+            );
+            if prev == 0 {
+                h.hash_slot_count = h.hash_slot_count.saturating_add(1);
+            }
+            slots[slot] = n;
+            changed.push((slot, n));
+            h.index_count = n + 1;
+            h.end_phy_offset = phy;
+            h.end_timestamp = store_ts;
+        }
+        // Entries before the slots that point at them, the header after both (module doc).
+        self.write_at(&entries, self.geometry.entry_pos(first))?;
+        changed.sort_unstable_by_key(|&(slot, _)| slot);
+        changed.dedup_by_key(|&mut (slot, _)| slot);
+        for (slot, _) in changed {
+            let pos = HEADER_SIZE + slot as u64 * SLOT_SIZE;
+            self.write_at(&slots[slot].to_be_bytes(), pos)?;
+        }
+        self.write_header(h)?;
+        Ok(take)
+    }
+
     /// Keeps the leading entries whose records lie below `keep_below` (a commit-log offset
     /// every entry below which is durable), drops the rest and rebuilds the slots and header
     /// from the kept ones. Returns the new header.
@@ -613,6 +695,52 @@ mod tests {
         })
         .expect("walk");
         out
+    }
+
+    /// `put_all` writes what `put` one key at a time writes, byte for byte, in chunks of any
+    /// size and up to a full file, and says how many keys fit.
+    #[test]
+    fn put_all_writes_the_bytes_put_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Colliding hashes (4 slots), a negative one, and times a few seconds apart.
+        let keys: Vec<(i32, u64, i64)> = (0..20i32)
+            .map(|i| {
+                (
+                    (i * 7) % 5 - 2,
+                    100 * i as u64,
+                    1_700_000_000_000 + 1_500 * i64::from(i),
+                )
+            })
+            .collect();
+        for chunk in [1usize, 3, 7, 20] {
+            let one = IndexFile::create(Some(dir.path()), &format!("a{chunk}"), small(), 0o600)
+                .expect("create");
+            let all = IndexFile::create(Some(dir.path()), &format!("b{chunk}"), small(), 0o600)
+                .expect("create");
+            let (mut h1, mut h2) = (one.header().expect("h"), all.header().expect("h"));
+            let mut fit_one = 0;
+            for &(hash, off, ts) in &keys {
+                if one.put(&mut h1, hash, off, ts).expect("put") {
+                    fit_one += 1;
+                }
+            }
+            let mut slots = all.read_slots().expect("slots");
+            let mut fit_all = 0;
+            for part in keys.chunks(chunk) {
+                fit_all += all.put_all(&mut h2, &mut slots, part).expect("put_all");
+            }
+            assert_eq!((fit_all, h2), (fit_one, h1), "chunks of {chunk}");
+            assert_eq!(
+                fit_all, 15,
+                "a file of 16 entries holds 15 (numbers from 1)"
+            );
+            assert_eq!(slots, one.read_slots().expect("slots"));
+            assert_eq!(
+                std::fs::read(one.path()).expect("read"),
+                std::fs::read(all.path()).expect("read"),
+                "chunks of {chunk}"
+            );
+        }
     }
 
     #[test]

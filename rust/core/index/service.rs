@@ -46,6 +46,9 @@ struct Writer {
     /// The file being written (the newest) and its header as last written.
     current: Option<Arc<IndexFile>>,
     header: Option<Header>,
+    /// The current file's slot table as written (empty: read it at the next put), so a put
+    /// reads nothing.
+    slots: Vec<i32>,
     /// A later shared opener: recovery belongs to the first one.
     attached: bool,
 }
@@ -194,6 +197,7 @@ impl IndexService {
             None => None,
         };
         w.current = files.last().cloned();
+        w.slots.clear();
         self.set_files(files);
         w.loaded = true;
         Ok(())
@@ -219,6 +223,7 @@ impl IndexService {
         }
         w.header = Some(f.header()?);
         w.current = Some(Arc::clone(&f));
+        w.slots = vec![0; self.geometry.slots as usize];
         // The full file is complete: made durable now, then held without a descriptor.
         if let Some(last) = files.pop() {
             last.sync()?;
@@ -229,32 +234,70 @@ impl IndexService {
         Ok(f)
     }
 
-    fn put_record(&self, w: &mut Writer, req: &DispatchRequest<'_>) -> Result<()> {
-        if req.sysflag & sysflag::TRANSACTION_MASK == sysflag::TRANSACTION_ROLLBACK {
-            return Ok(());
+    /// The keys of `reqs` to index, in log order: none of a rolled-back record, nor of a
+    /// record the index already holds (dispatch may repeat records after a crash).
+    fn keys_of(w: &Writer, reqs: &[DispatchRequest<'_>]) -> Vec<(i32, u64, i64)> {
+        let mut end = w.header.map_or(i64::MIN, |h| h.end_phy_offset);
+        let mut keys = Vec::with_capacity(reqs.len() * 2);
+        for req in reqs {
+            if req.sysflag & sysflag::TRANSACTION_MASK == sysflag::TRANSACTION_ROLLBACK {
+                continue;
+            }
+            let offset = i64::try_from(req.commit_log_offset).unwrap_or(i64::MAX);
+            if offset < end {
+                continue;
+            }
+            end = offset;
+            for key in hash::record_keys(req.properties) {
+                let h = hash::topic_key_hash(req.topic, key);
+                keys.push((h, req.commit_log_offset, req.store_timestamp));
+            }
         }
-        let offset = i64::try_from(req.commit_log_offset).unwrap_or(i64::MAX);
-        if w.header.is_some_and(|h| offset < h.end_phy_offset) {
-            return Ok(());
-        }
-        for key in hash::record_keys(req.properties) {
-            let h = hash::topic_key_hash(req.topic, key);
-            let mut file = match (&w.current, w.header) {
+        keys
+    }
+
+    /// Indexes `keys` into the current file, rolling to new ones as they fill.
+    fn put_keys(&self, w: &mut Writer, mut keys: &[(i32, u64, i64)]) -> Result<()> {
+        let mut fresh = false;
+        while !keys.is_empty() {
+            let file = match (&w.current, w.header) {
                 (Some(f), Some(_)) => Arc::clone(f),
-                _ => self.roll(w)?,
+                _ => {
+                    fresh = true;
+                    self.roll(w)?
+                }
             };
+            if w.slots.len() != file.geometry().slots as usize {
+                w.slots = file.read_slots()?;
+            }
             let mut header = w.header.unwrap_or_default();
-            if !file.put(&mut header, h, req.commit_log_offset, req.store_timestamp)? {
-                file = self.roll(w)?;
-                header = w.header.unwrap_or_default();
-                if !file.put(&mut header, h, req.commit_log_offset, req.store_timestamp)? {
-                    return Err(Error::InvalidConfig {
-                        field: "index_hash_slots",
-                        reason: "a new index file has no room for an entry".into(),
-                    });
+            let mut slots = std::mem::take(&mut w.slots);
+            let put = file.put_all(&mut header, &mut slots, keys);
+            match put {
+                Ok(n) => {
+                    w.slots = slots;
+                    w.header = Some(header);
+                    if n == 0 {
+                        if fresh {
+                            return Err(Error::InvalidConfig {
+                                field: "index_hash_slots",
+                                reason: "a new index file has no room for an entry".into(),
+                            });
+                        }
+                        self.roll(w)?;
+                        fresh = true;
+                    }
+                    if n > 0 {
+                        fresh = false;
+                    }
+                    keys = &keys[n..];
+                }
+                Err(e) => {
+                    // The copy may be ahead of the file: read it again, and the header too.
+                    w.header = Some(file.header()?);
+                    return Err(e);
                 }
             }
-            w.header = Some(header);
         }
         Ok(())
     }
@@ -293,7 +336,8 @@ impl Dispatcher for IndexService {
         if !w.loaded {
             self.load_locked(&mut w)?;
         }
-        reqs.iter().try_for_each(|r| self.put_record(&mut w, r))
+        let keys = Self::keys_of(&w, reqs);
+        self.put_keys(&mut w, &keys)
     }
 }
 
@@ -341,6 +385,7 @@ impl DerivedStore for IndexService {
             rw.sync()?;
         }
         w.current = self.snapshot().last().cloned();
+        w.slots.clear();
         w.header = match &w.current {
             Some(f) => Some(f.header()?),
             None => None,
@@ -388,6 +433,7 @@ impl DerivedStore for IndexService {
         w.loaded = false;
         w.header = None;
         w.current = None;
+        w.slots = Vec::new();
         self.set_files(Vec::new());
     }
 }
