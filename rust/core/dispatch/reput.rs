@@ -36,6 +36,10 @@ use crate::error::{Error, Result};
 use crate::message::codec::{self, Peek, RecordView};
 use crate::service::Service;
 
+/// The most records a lane hands each store in one call: a store's cost per call (the
+/// index's writes, a queue's lock and publish) is paid once for them.
+const BATCH: usize = 256;
+
 /// The service thread's safety-net period. Producers (or the flush thread, in sync mode) wake
 /// it whenever they leave records to it, so this bounds how soon a failed dispatch is retried
 /// and how far non-critical stores lag when nothing else happens; every idle wake-up is CPU
@@ -380,16 +384,31 @@ impl Reput {
                 Peek::End => break,
                 Peek::Blank => *from = self.commit_log.roll_next_file(pos),
                 Peek::Record => {
-                    // No CRC here (as in RocketMQ): the appender computed it, recovery and
-                    // reads verify it.
-                    let v = RecordView::parse(buf, false)
-                        .map_err(|e| Error::undecodable(file.path(), pos, e, ""))?;
-                    let req = DispatchRequest::from_record(&v);
-                    for d in &lane.stores {
-                        d.dispatch(&req)?;
+                    // The whole records of this file's published bytes, up to BATCH of
+                    // them, go to each store in one call. No CRC here (as in RocketMQ): the
+                    // appender computed it, recovery and reads verify it.
+                    let mut reqs = Vec::new();
+                    let mut at = 0usize;
+                    while reqs.len() < BATCH {
+                        let Some(rest) = buf.get(at..) else { break };
+                        if at > 0 && !matches!(codec::peek(rest), Peek::Record) {
+                            break;
+                        }
+                        let v = RecordView::parse(rest, false)
+                            .map_err(|e| Error::undecodable(file.path(), pos + at as u64, e, ""))?;
+                        at += v.total_size() as usize;
+                        reqs.push(DispatchRequest::from_record(&v));
                     }
-                    ts = req.store_timestamp;
-                    *from = pos + u64::from(v.total_size());
+                    for d in &lane.stores {
+                        match reqs.as_slice() {
+                            [one] => d.dispatch(one)?,
+                            many => d.dispatch_batch(many)?,
+                        }
+                    }
+                    if let Some(last) = reqs.last() {
+                        ts = last.store_timestamp;
+                    }
+                    *from = pos + at as u64;
                 }
             }
             *current = Some(file);

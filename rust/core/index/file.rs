@@ -560,9 +560,22 @@ impl IndexFile {
         self.write_at(&entries, self.geometry.entry_pos(first))?;
         changed.sort_unstable_by_key(|&(slot, _)| slot);
         changed.dedup_by_key(|&mut (slot, _)| slot);
-        for (slot, _) in changed {
-            let pos = HEADER_SIZE + slot as u64 * SLOT_SIZE;
-            self.write_at(&slots[slot].to_be_bytes(), pos)?;
+        if let (Some(&(lo, _)), Some(&(hi, _))) = (changed.first(), changed.last()) {
+            // One write of the span from the copy (its other slots unchanged) costs less than
+            // a write per slot once the slots are dense enough: a write call costs about as
+            // much as copying a page.
+            if changed.len() * 1024 >= hi - lo + 1 {
+                let span: Vec<u8> = slots[lo..=hi]
+                    .iter()
+                    .flat_map(|n| n.to_be_bytes())
+                    .collect();
+                self.write_at(&span, HEADER_SIZE + lo as u64 * SLOT_SIZE)?;
+            } else {
+                for (slot, _) in changed {
+                    let pos = HEADER_SIZE + slot as u64 * SLOT_SIZE;
+                    self.write_at(&slots[slot].to_be_bytes(), pos)?;
+                }
+            }
         }
         self.write_header(h)?;
         Ok(take)
