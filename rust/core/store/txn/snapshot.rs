@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::state::{Dest, Status, Table, Txn};
 use crate::error::{Error, Result};
 use crate::util::fs;
+use crate::util::kill_point::kill_point;
 
 /// File name, under `config/`.
 pub const FILE: &str = "transactions.json";
@@ -212,5 +213,7 @@ pub fn load(path: &Path, log_end: u64) -> Result<Option<Table>> {
 /// # Errors
 /// I/O failures (the previous file is then unchanged).
 pub fn store(path: &Path, table: &Table, mode: u32) -> Result<()> {
-    fs::stage(path, encode(table).as_bytes(), mode)?.replace(true)
+    let staged = fs::stage(path, encode(table).as_bytes(), mode)?;
+    kill_point!("txn.snapshot_before_rename");
+    staged.replace(true)
 }
