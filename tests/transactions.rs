@@ -424,3 +424,35 @@ fn a_snapshot_past_the_log_end_or_undecodable_is_ignored() {
         assert!(text.contains("\"id\": \"b\""), "{text}");
     }
 }
+
+/// The flush thread writes the snapshot after its periodic checkpoint while the store is open
+/// (not only at close), and sync-mode commits, which wait for that thread's flushes, go on
+/// beside it.
+#[test]
+fn the_flush_thread_writes_the_snapshot_while_the_store_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let cfg = StoreConfig {
+        flush_mode: mqlite::FlushMode::Sync,
+        flush_interval: Duration::from_millis(10),
+        ..config(&clock)
+    };
+    let store = Store::open(dir.path(), cfg).unwrap();
+    store.create_topic("T", 2, 6, false, true).unwrap();
+    half(&store, "a", b"one");
+    assert!(store.txn_end(&["a"], true, None).unwrap());
+    let path = dir.path().join("config/transactions.json");
+    // Written by the flush thread: nothing else writes it before close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&path).is_ok_and(|t| t.contains("\"id\": \"a\"")) {
+        assert!(std::time::Instant::now() < deadline, "no snapshot written");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..50 {
+        let id = format!("b{i}");
+        half(&store, &id, b"more");
+        assert!(store.txn_end(&[&id], true, None).unwrap());
+    }
+    assert_eq!(visible(&store).len(), 51);
+    store.close().unwrap();
+}

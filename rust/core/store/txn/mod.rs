@@ -40,6 +40,7 @@ pub mod snapshot;
 pub mod state;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use self::state::Table;
@@ -62,6 +63,9 @@ pub(in crate::store) struct Txns {
     /// `config/transactions.json` (`None`: an in-memory store).
     path: Option<PathBuf>,
     file_mode: u32,
+    /// The last floor computed under the gate (0: none yet, keep everything). It stays a safe
+    /// floor: a half appended since lies past the walk it was computed from.
+    last_floor: AtomicU64,
 }
 
 /// Whether a snapshot write may wait for the gate.
@@ -89,6 +93,7 @@ impl Txns {
             table: Mutex::new(Table::default()),
             path: root.map(|r| r.join("config").join(snapshot::FILE)),
             file_mode: config.file_mode,
+            last_floor: AtomicU64::new(0),
         })
     }
 
@@ -113,8 +118,8 @@ impl Txns {
         Ok(())
     }
 
-    /// Walks the table on (at most `SNAPSHOT_STRIDE`) and writes its snapshot when it changed
-    /// (`Wait::Yes`: whenever it is behind the walk); `flush` makes the log durable and returns the offset
+    /// Walks the table on (at most `SNAPSHOT_STRIDE`) and writes its snapshot when a
+    /// transaction record was walked since the last one, or the walk moved a stride; `flush` makes the log durable and returns the offset
     /// it is durable through. Skipped when the gate is taken and `wait` is `No`.
     ///
     /// # Errors
@@ -137,12 +142,10 @@ impl Txns {
         };
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         self.catch_up(&mut table, log, Some(SNAPSHOT_STRIDE))?;
-        let due = match wait {
-            Wait::Yes => table.walked_to != table.persisted_to || table.dirty,
-            Wait::No => {
-                table.dirty || table.walked_to.saturating_sub(table.persisted_to) >= SNAPSHOT_STRIDE
-            }
-        };
+        // A store without transactions gets a snapshot only every stride: its closes and
+        // checkpoints stay free of the file's write and syncs.
+        let due =
+            table.dirty || table.walked_to.saturating_sub(table.persisted_to) >= SNAPSHOT_STRIDE;
         if !due {
             return Ok(());
         }
@@ -157,17 +160,24 @@ impl Txns {
         Ok(())
     }
 
-    /// The commit-log offset from which retention must keep every file (see `Table::floor`);
-    /// 0 (keep all) when the table cannot be brought up to date.
+    /// The commit-log offset from which retention must keep every file (see `Table::floor`).
+    /// Never waits for the gate (its holder may wait for a flush of the thread that asks):
+    /// when it is taken, or the table cannot be brought up to date, the last floor computed.
     pub(in crate::store) fn floor(&self, log: &CommitLog) -> u64 {
-        let Ok(_held) = self.gate.take() else {
-            return 0;
+        let last = self.last_floor.load(Ordering::Acquire);
+        let Ok(Some(_held)) = self.gate.try_take() else {
+            return last;
         };
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        match self.catch_up(&mut table, log, Some(SNAPSHOT_STRIDE)) {
-            Ok(()) => table.floor(log.min_offset()),
-            Err(_) => 0,
+        if self
+            .catch_up(&mut table, log, Some(SNAPSHOT_STRIDE))
+            .is_err()
+        {
+            return last;
         }
+        let floor = table.floor(log.min_offset());
+        self.last_floor.store(floor, Ordering::Release);
+        floor
     }
 
     /// Store close: the gate's descriptor goes.
