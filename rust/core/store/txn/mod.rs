@@ -141,6 +141,11 @@ impl Txns {
             },
         };
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if wait == Wait::Yes && !table.loaded {
+            // Close of a process that never looked at transactions (nor ran a checkpoint turn
+            // or a retention pass since its open): it has nothing to add to the snapshot.
+            return Ok(());
+        }
         self.catch_up(&mut table, log, Some(SNAPSHOT_STRIDE))?;
         // A store without transactions gets a snapshot only every stride: its closes and
         // checkpoints stay free of the file's write and syncs.
