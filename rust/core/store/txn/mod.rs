@@ -97,9 +97,9 @@ impl Txns {
         })
     }
 
-    /// Loads the snapshot into a table not loaded yet, then walks it to the log's end and drops
-    /// what retention made obsolete (the caller holds the gate).
-    /// With a `budget`, walks at most about that many bytes (the rest is for a later call).
+    /// Loads the snapshot into a table not loaded yet, then walks it to the log's end (with a
+    /// `budget`, about that many bytes at most: the rest is for a later call) and drops what
+    /// retention made obsolete. The caller holds the gate.
     fn catch_up(&self, table: &mut Table, log: &CommitLog, budget: Option<u64>) -> Result<()> {
         log.follow_shared()?;
         if !table.loaded {
@@ -119,8 +119,9 @@ impl Txns {
     }
 
     /// Walks the table on (at most `SNAPSHOT_STRIDE`) and writes its snapshot when a
-    /// transaction record was walked since the last one, or the walk moved a stride; `flush` makes the log durable and returns the offset
-    /// it is durable through. Skipped when the gate is taken and `wait` is `No`.
+    /// transaction record was walked since the last one, or the walk moved a stride; `flush`
+    /// makes the log durable and returns the offset it is durable through. Skipped when the
+    /// gate is taken and `wait` is `No`, and at a close that never walked the table.
     ///
     /// # Errors
     /// The walk's, the flush's or the write's failure.
