@@ -544,3 +544,50 @@ fn index_file_matches_the_golden_vector() {
     assert!(f.put(&mut h, hash, 211, 1_700_000_001_623).unwrap());
     assert_eq!(std::fs::read(f.path()).unwrap(), expected);
 }
+
+/// FORMAT.md §20.1 and its golden vector: a transaction snapshot of two transactions.
+#[test]
+fn transaction_snapshot_file_matches_the_golden_vector() {
+    use mqlite::store::txn::snapshot;
+    use mqlite::store::txn::state::{Dest, Status, Table, Txn};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/txn_state.json");
+    let expected = std::fs::read(&path).unwrap();
+    let mut table = Table {
+        walked_to: 65_536,
+        ..Table::default()
+    };
+    table.txns.insert(
+        "b".into(),
+        Txn {
+            group: "G".into(),
+            halves: vec![4500],
+            half_queue_offsets: vec![2],
+            status: Status::Open,
+            checks: 2,
+            first_ms: 1_700_000_000_000,
+            last_check_ms: 1_700_000_012_000,
+        },
+    );
+    table.txns.insert(
+        "a".into(),
+        Txn {
+            group: "G".into(),
+            halves: vec![4096, 4300],
+            half_queue_offsets: vec![0, 1],
+            status: Status::Committed,
+            checks: 0,
+            first_ms: 1_699_999_999_000,
+            last_check_ms: 0,
+        },
+    );
+    table.by_queue_offset.insert(2, "b".into());
+    table.undelivered.insert(4300, Dest::Real);
+    table.progress.insert("sink".into(), "7".into());
+    assert_eq!(snapshot::encode(&table).as_bytes(), &expected[..]);
+    let read = snapshot::decode(&path, &expected).unwrap();
+    assert_eq!(read.walked_to, 65_536);
+    assert_eq!(read.txns, table.txns);
+    assert_eq!(read.by_queue_offset, table.by_queue_offset);
+    assert_eq!(read.undelivered, table.undelivered);
+    assert_eq!(read.progress, table.progress);
+}

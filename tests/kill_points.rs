@@ -10,6 +10,11 @@
 //! - every record in the commit log decodes (CRC checked) with a body the workload wrote, and
 //!   the consume queues hold exactly the log's records: same (topic, queue, queue offset) at the
 //!   same commit-log offset, each queue contiguous from 0;
+//! - transactions (`check_txns`): after the first listing (which makes the copies a crash left
+//!   undone) no transactional message is visible twice, none of a transaction not committed is
+//!   visible in its real topic, every acknowledged commit is visible whole, a commit begun but
+//!   not acknowledged is whole or absent, and the progress value is the last acknowledged one or
+//!   a later begun one;
 //! - every topic whose creation returned exists, `topics.json` decodes as JSON (old or new
 //!   content, never torn), and the checkpoint's durable offset lies within the log.
 //!
@@ -31,9 +36,11 @@ use mqlite::message::timer::TIMER_TOPIC;
 use mqlite::message::timer_id::CANCEL_QUEUE;
 use mqlite::message::{properties, tags};
 use mqlite::store::timer::{Source, TimerId, TimerOutcome, TimerTarget};
+use mqlite::store::txn::record::OP_TOPIC;
+use mqlite::store::txn::CheckPolicy;
 use mqlite::util::clock::ManualClock;
 use mqlite::util::kill_point::{self, POINTS};
-use mqlite::{Appended, FlushMode, MessageRef, Store, StoreConfig, TagFilter};
+use mqlite::{Appended, FlushMode, MessageRef, Routing, Store, StoreConfig, TagFilter};
 
 /// Store directory of a child (its presence makes `kill_point_child` run the workload).
 const CHILD_DIR: &str = "MQLITE_KILL_CHILD_DIR";
@@ -99,6 +106,12 @@ enum Event {
     Rescheduling(u64, i64),
     /// Its reschedule returned `Rescheduled`.
     Rescheduled(u64),
+    /// A half of transaction `id` was prepared (its put returned): message number.
+    Half(String, u64),
+    /// Transactions are about to be committed (`true`) or rolled back, with a progress value.
+    Deciding(Vec<String>, bool, Option<String>),
+    /// That decision returned.
+    Decided(Vec<String>, bool, Option<String>),
 }
 
 impl Event {
@@ -110,6 +123,18 @@ impl Event {
             Event::Cancelled(seq) => format!("C {seq}"),
             Event::Rescheduling(seq, at) => format!("Y {seq} {at}"),
             Event::Rescheduled(seq) => format!("R {seq}"),
+            Event::Half(id, seq) => format!("H {id} {seq}"),
+            Event::Deciding(ids, commit, p) | Event::Decided(ids, commit, p) => format!(
+                "{} {} {} {}",
+                if matches!(self, Event::Deciding(..)) {
+                    "D"
+                } else {
+                    "E"
+                },
+                ids.join(","),
+                u8::from(*commit),
+                p.as_deref().unwrap_or("-")
+            ),
         }
     }
 
@@ -128,6 +153,16 @@ impl Event {
             ["C", seq] => Some(Event::Cancelled(seq.parse().ok()?)),
             ["Y", seq, at] => Some(Event::Rescheduling(seq.parse().ok()?, at.parse().ok()?)),
             ["R", seq] => Some(Event::Rescheduled(seq.parse().ok()?)),
+            ["H", id, seq] => Some(Event::Half((*id).to_owned(), seq.parse().ok()?)),
+            [k @ ("D" | "E"), ids, commit, p] => {
+                let ids = ids.split(',').map(str::to_owned).collect();
+                let commit = *commit == "1";
+                let p = (*p != "-").then(|| (*p).to_owned());
+                Some(match *k {
+                    "D" => Event::Deciding(ids, commit, p),
+                    _ => Event::Decided(ids, commit, p),
+                })
+            }
             _ => None,
         }
     }
@@ -139,7 +174,8 @@ impl Event {
 /// hour on) and, 5 puts later, the clock a second on and the due ones delivered, a timer every
 /// 10 puts (every fourth cancelled at once, and every fourth moved an hour on), a clean close
 /// and reopen halfway, a third topic, and a final close. The cancels and the reschedules
-/// alternate: a timer's first, then a level message's.
+/// alternate: a timer's first, then a level message's. Every 10 puts a transaction of two
+/// messages (see `transaction`).
 fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
     let clock = ManualClock::new(START_MS);
     let mut store = Store::open(root, config(mode, &clock)).unwrap();
@@ -229,6 +265,8 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
                 sink(Event::Rescheduled(seq));
             }
             seq += 1;
+        } else if step % 10 == 1 {
+            transaction(&store, step, sink);
         } else {
             let b = body(seq);
             let a = store
@@ -259,6 +297,162 @@ fn workload(root: &Path, mode: FlushMode, sink: &mut dyn FnMut(Event)) {
         }
     }
     store.close().unwrap();
+}
+
+/// Message numbers of transactions start here (apart from the other messages').
+const TXN_BASE: u64 = 1 << 32;
+/// The producer group of the workload's transactions.
+const TXN_GROUP: &str = "KillG";
+/// The progress key the workload's commits set.
+const TXN_KEY: &str = "kill";
+
+/// Transaction `tx<step>`: two halves (KillA queue 1, KillB queue 0), then by `step / 10 % 4`:
+/// committed with progress `step`; rolled back; left open, and every open one claimed for a
+/// check; committed together with the one left open before it, with progress `step`.
+fn transaction(store: &Store, step: u64, sink: &mut dyn FnMut(Event)) {
+    let id = format!("tx{step}");
+    let n = step / 10;
+    for (k, (topic, queue)) in [("KillA", 1), ("KillB", 0)].into_iter().enumerate() {
+        let seq = TXN_BASE + 2 * n + k as u64;
+        let b = body(seq);
+        let put = store
+            .txn_prepare(
+                &MessageRef::new(topic, queue, &b),
+                Routing::Queue(queue),
+                TXN_GROUP,
+                &id,
+            )
+            .unwrap();
+        sink(Event::Ack(
+            mqlite::store::txn::record::HALF_TOPIC.into(),
+            0,
+            put.appended.queue_offset,
+            put.appended.physical_offset,
+            seq,
+        ));
+        sink(Event::Half(id.clone(), seq));
+    }
+    let progress = step.to_string();
+    let (ids, commit, progress) = match n % 4 {
+        0 => (vec![id], true, Some(progress)),
+        1 => (vec![id], false, None),
+        2 => {
+            let policy = CheckPolicy {
+                timeout_ms: 0,
+                interval_ms: 0,
+                max_checks: 15,
+                limit: 16,
+            };
+            store.txn_claim_checks(TXN_GROUP, policy).unwrap();
+            return;
+        }
+        _ => (vec![format!("tx{}", step - 10), id], true, Some(progress)),
+    };
+    sink(Event::Deciding(ids.clone(), commit, progress.clone()));
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    store
+        .txn_end(&refs, commit, progress.as_deref().map(|p| (TXN_KEY, p)))
+        .unwrap();
+    sink(Event::Decided(ids, commit, progress));
+}
+
+/// The transaction checks after a crash (the caller then reads the store): a first listing
+/// makes the copies a crash left undone; then no transactional message is visible twice, none
+/// of a transaction not committed is visible, every acknowledged commit is visible whole, a
+/// commit begun and not acknowledged is whole or absent, and the progress is the last
+/// acknowledged one's or a later begun one's.
+fn check_txns(store: &Store, events: &[Event]) -> Result<(), String> {
+    let states: BTreeMap<String, &str> = store
+        .txn_list(None, true)
+        .map_err(|e| format!("txn_list: {e}"))?
+        .into_iter()
+        .map(|t| (t.id, t.state))
+        .collect();
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for t in TOPICS {
+        for q in 0..2 {
+            if let Ok(got) = store.get_messages(t, q, 0, 1000, &TagFilter::all()) {
+                for v in got.iter() {
+                    match seq_of(v.body()) {
+                        Some(seq) if seq >= TXN_BASE => *seen.entry(seq).or_default() += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let mut halves: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut seq_txn: BTreeMap<u64, &str> = BTreeMap::new();
+    let mut decided: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+    for e in events {
+        match e {
+            Event::Half(id, seq) => {
+                halves.entry(id).or_default().push(*seq);
+                seq_txn.insert(*seq, id);
+            }
+            Event::Deciding(ids, commit, _) => {
+                for id in ids {
+                    decided.insert(id, (*commit, false));
+                }
+            }
+            Event::Decided(ids, commit, _) => {
+                for id in ids {
+                    decided.insert(id, (*commit, true));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (seq, n) in &seen {
+        let id = seq_txn.get(seq).copied().unwrap_or("?");
+        if *n != 1 {
+            return Err(format!("message {seq} of {id} visible {n} times"));
+        }
+        let state = states.get(id).copied().unwrap_or("unknown");
+        if decided.get(id).is_none_or(|(commit, _)| !commit) || state != "committed" {
+            return Err(format!(
+                "message {seq} of {id} ({state}) visible uncommitted"
+            ));
+        }
+    }
+    for (id, (commit, acked)) in &decided {
+        let state = states.get(*id).copied().unwrap_or("unknown");
+        let want: &[&str] = match (commit, acked) {
+            (true, true) => &["committed"],
+            (true, false) => &["committed", "open"],
+            (false, true) => &["rolled back"],
+            (false, false) => &["rolled back", "open"],
+        };
+        if !want.contains(&state) {
+            return Err(format!("{id}: {state}, wanted one of {want:?}"));
+        }
+        if state == "committed" {
+            for seq in halves.get(id).map(Vec::as_slice).unwrap_or(&[]) {
+                if !seen.contains_key(seq) {
+                    return Err(format!("committed {id} lost its message {seq}"));
+                }
+            }
+        }
+    }
+    let last_acked = events
+        .iter()
+        .rposition(|e| matches!(e, Event::Decided(_, _, Some(_))));
+    if let Some(at) = last_acked {
+        let allowed: Vec<&str> = events[at..]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deciding(_, _, Some(p)) | Event::Decided(_, _, Some(p)) => Some(p.as_str()),
+                _ => None,
+            })
+            .collect();
+        let got = store
+            .txn_progress(TXN_KEY)
+            .map_err(|e| format!("txn_progress: {e}"))?;
+        if !got.as_deref().is_some_and(|p| allowed.contains(&p)) {
+            return Err(format!("progress {got:?}, wanted one of {allowed:?}"));
+        }
+    }
+    Ok(())
 }
 
 fn mode_name(mode: FlushMode) -> &'static str {
@@ -345,6 +539,7 @@ fn check_store(root: &Path, events: &[Event]) -> Result<Contents, String> {
     let clock = ManualClock::new(START_MS);
     let store =
         Store::open(root, config(FlushMode::Async, &clock)).map_err(|e| format!("open: {e}"))?;
+    check_txns(&store, events)?;
     let contents = read_contents(&store)?;
     let topics: BTreeSet<String> = store
         .topics()
@@ -493,10 +688,13 @@ fn record_seq(topic: &str, queue: u32, body: &[u8]) -> Option<u64> {
         let id = std::str::from_utf8(body).ok()?;
         return TimerId::parse(id).map(|_| CHANGE);
     }
+    if topic == OP_TOPIC {
+        return Some(CHANGE);
+    }
     seq_of(body)
 }
 
-/// `record_seq` of a cancel or reschedule record.
+/// `record_seq` of a cancel or reschedule record, or a transaction's op record.
 const CHANGE: u64 = u64::MAX;
 
 /// xorshift64*, seeded.
@@ -864,6 +1062,55 @@ fn a_kill_between_the_progress_and_its_mirror_repeats_and_loses_no_delayed_messa
             );
         }
         assert_eq!(store.pending_timers(), 0, "{point}:{n}");
+        store.close().unwrap();
+    }
+}
+
+/// A kill after a commit's op record and before its copies, between its two copies, after a
+/// check claim before the checker asks its listener, and inside the snapshot's replace: the
+/// reopened store passes the transaction checks (`check_txns`: nothing lost, nothing twice,
+/// nothing uncommitted visible), and a commit killed after its record is committed whole.
+#[test]
+fn a_kill_inside_a_commit_a_check_or_a_snapshot_loses_and_repeats_no_transactional_message() {
+    for (point, n, mode) in [
+        ("txn.decided", 1, FlushMode::Sync),
+        ("txn.decided", 3, FlushMode::Async),
+        ("txn.copy_made", 1, FlushMode::Async),
+        ("txn.copy_made", 5, FlushMode::Sync),
+        ("txn.check_claimed", 1, FlushMode::Sync),
+        ("txn.snapshot_before_rename", 1, FlushMode::Async),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (outcome, events) = run_child(dir.path(), point, n, mode);
+        assert_eq!(outcome, Outcome::Killed, "{point}:{n}");
+        check_store(dir.path(), &events).unwrap_or_else(|e| panic!("{point}:{n}: {e}"));
+        let unanswered: Vec<&Vec<String>> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deciding(ids, true, p)
+                    if !events.contains(&Event::Decided(ids.clone(), true, p.clone())) =>
+                {
+                    Some(ids)
+                }
+                _ => None,
+            })
+            .collect();
+        if point != "txn.decided" && point != "txn.copy_made" {
+            continue;
+        }
+        // The decision is in the log: committed, whatever the copies' state at the kill.
+        let clock = ManualClock::new(START_MS);
+        let store = Store::open(dir.path(), config(mode, &clock)).unwrap();
+        let states: BTreeMap<String, &str> = store
+            .txn_list(None, true)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.id, t.state))
+            .collect();
+        assert_eq!(unanswered.len(), 1, "{point}:{n}: {events:?}");
+        for id in unanswered[0] {
+            assert_eq!(states[id], "committed", "{id} ({point}:{n})");
+        }
         store.close().unwrap();
     }
 }

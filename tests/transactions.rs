@@ -278,3 +278,181 @@ fn a_commit_leaves_a_read_only_topic_s_settings_alone() {
     assert_eq!(store.topic("T").unwrap().unwrap(), before);
     store.close().unwrap();
 }
+
+/// Retention deletes what it may on a clock two hours on (files are an hour old by then).
+fn expire(store: &Store, clock: &ManualClock) -> usize {
+    clock.advance(Duration::from_secs(7_200));
+    store.delete_expired_files().unwrap()
+}
+
+fn retained_config(clock: &ManualClock) -> StoreConfig {
+    StoreConfig {
+        file_reserved_time: Duration::from_secs(3_600),
+        ..config(clock)
+    }
+}
+
+/// The files of an open transaction's halves are kept by retention until it is decided, and
+/// then its commit copies every half; afterwards they may go.
+#[test]
+fn retention_keeps_the_files_of_open_halves_until_they_are_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    // Retention compares the store clock with file modification times: start at the real time.
+    let clock = ManualClock::new(mqlite::util::clock::now_ms());
+    let store = Store::open(dir.path(), retained_config(&clock)).unwrap();
+    store.create_topic("T", 2, 6, false, true).unwrap();
+    half(&store, "open", b"kept");
+    common::scheduled::fill_files(&store);
+    let before = common::scheduled::commit_log_files(dir.path());
+    assert!(before >= 4, "{before} files");
+    assert_eq!(
+        expire(&store, &clock),
+        0,
+        "the first file holds an open half"
+    );
+    assert!(store.txn_end(&["open"], true, None).unwrap());
+    assert_eq!(visible(&store), vec![b"kept".to_vec()]);
+    store.flush().unwrap();
+    assert!(expire(&store, &clock) >= 2);
+    store.close().unwrap();
+}
+
+/// A close leaves the table's snapshot; retention then deletes the records of decided
+/// transactions and of a progress value: a new handle still knows the progress (from the
+/// snapshot), and the decided transactions have left the table (a late commit of one is
+/// unknown), while an open one is kept with its file.
+#[test]
+fn the_snapshot_outlives_retention_and_decided_transactions_leave_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(mqlite::util::clock::now_ms());
+    let store = Store::open(dir.path(), retained_config(&clock)).unwrap();
+    store.create_topic("T", 2, 6, false, true).unwrap();
+    half(&store, "done", b"d");
+    assert!(store
+        .txn_end(&["done"], true, Some(("sink", "batch 7")))
+        .unwrap());
+    common::scheduled::fill_files(&store);
+    half(&store, "late", b"l");
+    common::scheduled::fill_files(&store);
+    store.close().unwrap();
+    assert!(dir.path().join("config/transactions.json").exists());
+
+    let store = Store::open(dir.path(), retained_config(&clock)).unwrap();
+    assert!(expire(&store, &clock) >= 2);
+    assert_eq!(
+        store.txn_progress("sink").unwrap().as_deref(),
+        Some("batch 7")
+    );
+    let ids: Vec<String> = store
+        .txn_list(None, true)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids, vec!["late".to_owned()]);
+    assert!(matches!(
+        store.txn_end(&["done"], true, None),
+        Err(Error::TxnUnknown { .. })
+    ));
+    store.close().unwrap();
+    let store = Store::open(dir.path(), retained_config(&clock)).unwrap();
+    assert_eq!(
+        store.txn_progress("sink").unwrap().as_deref(),
+        Some("batch 7")
+    );
+    assert!(store.txn_end(&["late"], true, None).unwrap());
+    // Queue offset 0 (the copy of "done") went with its file.
+    let late: Vec<Vec<u8>> = store
+        .get_messages("T", 1, 1, 10, &TagFilter::all())
+        .unwrap()
+        .iter()
+        .map(|v| v.body().to_vec())
+        .collect();
+    assert_eq!(late, vec![b"l".to_vec()]);
+    store.close().unwrap();
+}
+
+/// A snapshot that claims more of the log than the log holds (a tail cut after it was
+/// written), or that does not decode, is never trusted: the table comes from the log.
+#[test]
+fn a_snapshot_past_the_log_end_or_undecodable_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    half(&store, "a", b"one");
+    half(&store, "b", b"two");
+    assert!(store.txn_end(&["a"], true, Some(("k", "1"))).unwrap());
+    store.close().unwrap();
+    let path = dir.path().join("config/transactions.json");
+    let bak = dir.path().join("config/transactions.json.bak");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let snapshot: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let end = snapshot["commitLogOffset"].as_u64().unwrap();
+    let log_bytes: u64 = std::fs::read_dir(dir.path().join("commitlog"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(end > 0 && end < log_bytes, "{text}");
+    // A snapshot of an empty table at a far offset; its .bak likewise.
+    let forged = format!(
+        "{{\"version\": 1, \"commitLogOffset\": {}, \"transactions\": [], \
+         \"queueOffsets\": [], \"undelivered\": [], \"progress\": []}}",
+        end + 4096
+    );
+    for (main, backup) in [
+        (forged.as_bytes(), forged.as_bytes()),
+        (b"{not json".as_slice(), b"".as_slice()),
+    ] {
+        std::fs::write(&path, main).unwrap();
+        std::fs::write(&bak, backup).unwrap();
+        let store = open(dir.path(), &clock);
+        let states: Vec<(String, &str)> = store
+            .txn_list(None, true)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.id, t.state))
+            .collect();
+        assert_eq!(
+            states,
+            vec![("a".into(), "committed"), ("b".into(), "open")]
+        );
+        assert_eq!(store.txn_progress("k").unwrap().as_deref(), Some("1"));
+        assert_eq!(visible(&store), vec![b"one".to_vec()]);
+        // Never trusted, and replaced by a good one at close.
+        store.close().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"id\": \"b\""), "{text}");
+    }
+}
+
+/// The flush thread writes the snapshot after its periodic checkpoint while the store is open
+/// (not only at close), and sync-mode commits, which wait for that thread's flushes, go on
+/// beside it.
+#[test]
+fn the_flush_thread_writes_the_snapshot_while_the_store_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let cfg = StoreConfig {
+        flush_mode: mqlite::FlushMode::Sync,
+        flush_interval: Duration::from_millis(10),
+        ..config(&clock)
+    };
+    let store = Store::open(dir.path(), cfg).unwrap();
+    store.create_topic("T", 2, 6, false, true).unwrap();
+    half(&store, "a", b"one");
+    assert!(store.txn_end(&["a"], true, None).unwrap());
+    let path = dir.path().join("config/transactions.json");
+    // Written by the flush thread: nothing else writes it before close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&path).is_ok_and(|t| t.contains("\"id\": \"a\"")) {
+        assert!(std::time::Instant::now() < deadline, "no snapshot written");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..50 {
+        let id = format!("b{i}");
+        half(&store, &id, b"more");
+        assert!(store.txn_end(&[&id], true, None).unwrap());
+    }
+    assert_eq!(visible(&store).len(), 51);
+    store.close().unwrap();
+}

@@ -13,7 +13,11 @@ A transaction id chosen by the caller makes commit idempotent: committing an id 
 succeeds and writes nothing; committing one rolled back (or the reverse) raises
 :class:`~mqlite.TransactionStateError`. :meth:`TransactionProducer.commit` decides several
 transactions and records a small progress value under a key in one append: a crash leaves all of
-it or none (:meth:`TransactionProducer.progress` reads it back). See docs/transactions.md.
+it or none (:meth:`TransactionProducer.progress` reads it back).
+
+Retention never deletes the messages of an open transaction. Once a decided transaction's
+messages are deleted by retention the store forgets it: deciding its id again raises
+:class:`~mqlite.TransactionNotFoundError`. See docs/transactions.md.
 """
 
 from __future__ import annotations

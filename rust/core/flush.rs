@@ -67,6 +67,9 @@ pub struct FlushService {
     // Drops old files' mappings after each periodic flush; registered by the store, which
     // knows every mapped file queue (none by default).
     release_pages: Box<dyn Fn() + Send + Sync>,
+    // Runs after each periodic checkpoint while this service leads: derived state kept outside
+    // the checkpoint (the transactions' snapshot) is written at the same cadence.
+    after_checkpoint: Box<dyn Fn(&FlushService) + Send + Sync>,
 }
 
 impl std::fmt::Debug for FlushService {
@@ -107,6 +110,7 @@ impl FlushService {
             leading,
             last_physic_ts: Mutex::new(0),
             release_pages: Box::new(|| {}),
+            after_checkpoint: Box::new(|_| {}),
         }
     }
 
@@ -115,6 +119,21 @@ impl FlushService {
     pub fn on_release_pages(mut self, release: impl Fn() + Send + Sync + 'static) -> Self {
         self.release_pages = Box::new(release);
         self
+    }
+
+    /// Calls `hook` after each periodic checkpoint this service writes (it leads), on the
+    /// flush thread: the hook must not wait for anything that waits for a flush.
+    pub fn after_checkpoint(
+        mut self,
+        hook: impl Fn(&FlushService) + Send + Sync + 'static,
+    ) -> Self {
+        self.after_checkpoint = Box::new(hook);
+        self
+    }
+
+    /// Whether this service writes the checkpoint (see `set_leading`).
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -338,7 +357,9 @@ impl FlushService {
             }
             if last_logics.elapsed() >= self.interval {
                 last_logics = Instant::now();
-                let _ = self.flush_logics_and_checkpoint();
+                if self.flush_logics_and_checkpoint().is_ok() && self.leading() {
+                    (self.after_checkpoint)(self);
+                }
                 (self.release_pages)();
             }
         }

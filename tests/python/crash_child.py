@@ -17,6 +17,12 @@ Protocol on stdout (one line per ``os.write``, so each line is atomic on the pip
 - ``B <cycle> <producer> <seq>``  the consumer failed the message and ``send_back`` returned: its
                                 retry is durable (it reaches ``%RETRY%<GROUP>`` after 1 s)
 
+- ``X <id> <cycle> <producer> <seq>``
+                                a message of transaction ``id`` (to ``TXN_TOPIC``) stored as a
+                                half: its ``send`` returned
+- ``D <id> <c|r>``              transaction ``id`` is about to be committed (``c``) or rolled
+                                back (``r``); ``E <id> <c|r>``: that call returned
+
 - ``K <point> <n> <old> <new> <path>``  kill-point mode (``MQLITE_PY_KILL_AT=<point>:<n>``): the n-th
                                 hit of ``point`` was reached; the SHA-256 of the file being
                                 replaced (``-`` if absent) and of its new content; the child then
@@ -56,6 +62,9 @@ TIMER_TOPIC = "crashT"  # timers (deliver_at): delivered exactly once across cra
 DELAY_TOPIC = "crashD"  # delay level 1: delivered at least once
 SCHEDULED_SHARE = 0.05  # of the sends
 TIMER_MAX_MS = 200  # timers are due within this of their send
+TXN_TOPIC = "crashX"  # transactional messages: visible once if committed, never otherwise
+TXN_GROUP = "crash-txn"
+TXN_PRODUCER = 9  # the producer id in the bodies of transactional messages
 
 
 def fails(seq: int) -> bool:
@@ -112,6 +121,17 @@ def arm_kill_point(spec: str, emit: Callable[[str], None]) -> None:
     _files.kill_hook = hook
 
 
+class Unasked:
+    """The listener of the child's transactions: its transactions are decided by the caller, and
+    checks never come (no check thread, and a child lives less than the check timeout)."""
+
+    def execute_local_transaction(self, msg: mqlite.Message, arg: object) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: mqlite.Message) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+
 def main() -> None:
     path, mode, cycle, seed, producers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     out_lock = threading.Lock()
@@ -132,6 +152,7 @@ def main() -> None:
         store.create_topic(topic, QUEUES)
     for topic in (TIMER_TOPIC, DELAY_TOPIC):
         store.create_topic(topic, 1)
+    store.create_topic(TXN_TOPIC, 2)
 
     def run(producer_id: int) -> None:
         rng = random.Random(seed * 1000 + producer_id)
@@ -191,8 +212,35 @@ def main() -> None:
             if got:
                 consumer.commit()
 
+    def transact() -> None:
+        # Transactions of 1 or 2 messages: most committed, some rolled back, some left open
+        # (the checks never reach them: a child lives far less than the check timeout).
+        rng = random.Random(seed * 1000 + TXN_PRODUCER)
+        producer = mqlite.TransactionProducer(store, TXN_GROUP, Unasked(), check_interval=None)
+        seq = 0
+        n = 0
+        while True:
+            tid = f"{cycle}-{n}"
+            n += 1
+            tx = producer.transaction(tid)
+            for _ in range(rng.randint(1, 2)):
+                tx.send(mqlite.Message(TXN_TOPIC, make_body(cycle, TXN_PRODUCER, seq, rng)), queue_id=rng.randrange(2))
+                emit(f"X {tid} {cycle} {TXN_PRODUCER} {seq}\n")
+                seq += 1
+            draw = rng.random()
+            if draw < 0.1:
+                continue
+            how = "c" if draw < 0.7 else "r"
+            emit(f"D {tid} {how}\n")
+            if how == "c":
+                producer.commit([tid])
+            else:
+                producer.rollback([tid])
+            emit(f"E {tid} {how}\n")
+
     threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in range(producers)]
     threads.append(threading.Thread(target=consume, daemon=True))
+    threads.append(threading.Thread(target=transact, daemon=True))
     for t in threads:
         t.start()
     # Never returns normally: the parent kills the process.

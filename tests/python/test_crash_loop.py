@@ -30,6 +30,13 @@ deliver: every acknowledged timer and delayed message, and every acknowledged se
 after its send-back and before its commit sends the message back again), which is counted, not
 failed.
 
+Transactions: a thread of the child sends transactions of 1 or 2 messages to ``crashX`` and
+commits most, rolls back some and leaves some open. Each check of a copy first lists the pending
+transactions (which makes the copies a crash left undone), then asserts: no transactional message
+visible twice; none visible whose transaction was not being committed (open, rolled back, or
+whose half the child never saw acknowledged); every acknowledged commit visible whole and its
+transaction no longer pending; an acknowledged rollback no longer pending.
+
 Kill-point mode (``test_kill_point_loop``): instead of a timed SIGKILL, the child aborts at the
 n-th hit of a named kill point of the Python layer (``mqlite._files.KILL_POINTS``: inside the
 consumer-offset file replace, temp written and before the rename), point and n drawn from a
@@ -62,7 +69,18 @@ from typing import Any
 import pytest
 
 import mqlite
-from crash_child import CONFIG, DELAY_TOPIC, GROUP, QUEUES, TIMER_TOPIC, TOPICS, parse_body
+from crash_child import (
+    CONFIG,
+    DELAY_TOPIC,
+    GROUP,
+    QUEUES,
+    TIMER_TOPIC,
+    TOPICS,
+    TXN_GROUP,
+    TXN_TOPIC,
+    Unasked,
+    parse_body,
+)
 from mqlite import MessageQueue
 from mqlite._files import KILL_POINTS
 from scheduled_checks import delivered, wait_delivered
@@ -238,6 +256,10 @@ class Figures:
     indexed_checked: int = 0
     index_misses: int = 0
     retry_redeliveries: int = 0
+    txn_commits_checked: int = 0
+    txn_lost: int = 0
+    txn_visible_uncommitted: int = 0
+    txn_decided_still_pending: int = 0
     recovery_ms: list[float] = field(default_factory=list)
     child_open_ms: list[float] = field(default_factory=list)
     records_scanned: list[int] = field(default_factory=list)
@@ -266,7 +288,79 @@ class Figures:
         return d
 
 
-def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> None:
+@dataclass
+class TxnLog:
+    """What the children said of their transactions in one store: the messages of each id
+    acknowledged as halves, and the decisions begun (acknowledged or not)."""
+
+    halves: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    owner: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    deciding: dict[str, bool] = field(default_factory=dict)  # id -> commit
+    decided: dict[str, bool] = field(default_factory=dict)
+
+    def add(self, lines: list[str]) -> None:
+        for line in lines:
+            f = line.split()
+            if f[0] == "X" and len(f) == 5:
+                ident = (int(f[2]), int(f[3]), int(f[4]))
+                self.halves.setdefault(f[1], []).append(ident)
+                self.owner[ident] = f[1]
+            elif f[0] in ("D", "E") and len(f) == 3:
+                (self.deciding if f[0] == "D" else self.decided)[f[1]] = f[2] == "c"
+
+    def clear(self) -> None:
+        for d in (self.halves, self.owner, self.deciding, self.decided):
+            d.clear()
+
+    def check(self, store: mqlite.Store, fig: Figures) -> None:
+        producer = mqlite.TransactionProducer(store, TXN_GROUP, Unasked(), check_interval=None)
+        try:
+            # Makes the copies a crash left undone, as any transaction call does.
+            pending = {p.id for p in producer.pending()}
+        finally:
+            producer.close()
+        seen: dict[tuple[int, int, int], int] = {}
+        for q in range(2):
+            mq = MessageQueue(TXN_TOPIC, q)
+            try:
+                low, high = store.offsets(mq)
+            except mqlite.TopicNotFoundError:
+                continue
+            offset = low
+            while offset < high:
+                res = store.read_result(mq, offset, 64)
+                if not res.messages:
+                    break
+                for m in res.messages:
+                    try:
+                        ident = parse_body(m.body)
+                    except ValueError as exc:
+                        fig.corrupt_records += 1
+                        fig.problem(f"{TXN_TOPIC}/{q}@{m.queue_offset}: {exc}")
+                        continue
+                    seen[ident] = seen.get(ident, 0) + 1
+                offset = res.next_offset
+        for ident, n in seen.items():
+            tid = self.owner.get(ident)
+            if n > 1:
+                fig.duplicated += 1
+                fig.problem(f"transactional message {ident} of {tid} visible {n} times")
+            if tid is None or not self.deciding.get(tid, False) or tid in pending:
+                fig.txn_visible_uncommitted += 1
+                fig.problem(f"transactional message {ident} of {tid} visible, not committed")
+        for tid, commit in self.decided.items():
+            if tid in pending:
+                fig.txn_decided_still_pending += 1
+                fig.problem(f"transaction {tid} acknowledged decided, still pending")
+            if commit:
+                fig.txn_commits_checked += 1
+                for ident in self.halves.get(tid, []):
+                    if ident not in seen:
+                        fig.txn_lost += 1
+                        fig.problem(f"committed transaction {tid} lost its message {ident}")
+
+
+def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures, txns: TxnLog | None = None) -> None:
     """Recover ``copy`` (a crashed store) and check the B.a oracle against ``acked``."""
     t0 = time.perf_counter()
     try:
@@ -356,6 +450,8 @@ def verify(copy: Path, acked: dict[tuple[str, int, int], Ack], fig: Figures) -> 
                 fig.problem(f"lost acked message {ack} (queue max {highs.get((t, q), 0)})")
         fig.acked_messages_checked += len(acked)
         scheduled_copies(store, fig, {})
+        if txns is not None:
+            txns.check(store, fig)
         # Committed consumer offsets (the child's consumer group commits while it is killed)
         # never point past the recovered data.
         for p in store.consumer_progress(GROUP):
@@ -481,6 +577,7 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
     acked: dict[tuple[str, int, int], Ack] = {}
     scheduled: dict[tuple[str, int, int, int], int] = {}
     backs: set[tuple[int, int, int]] = set()
+    txns = TxnLog()
     store = tmp_path / "store-0"
     copy = tmp_path / "copy"
     open_estimate = 3.0
@@ -496,6 +593,7 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
             acked.clear()
             scheduled.clear()
             backs.clear()
+            txns.clear()
             fig.epochs += 1
         mode = "sync" if rng.random() < 2 / 3 else "async"
         fig.sync_cycles += mode == "sync"
@@ -538,6 +636,7 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
             acked[key] = ack
         scheduled.update(child.scheduled())
         backs |= child.backs()
+        txns.add(child.lines)
         if copy.exists():
             shutil.rmtree(copy)
         if not store.exists():
@@ -546,7 +645,7 @@ def crash_loop(tmp_path: Path, cycles: int, seed: int) -> Figures:
             continue
         shutil.copytree(store, copy, symlinks=True)
         # a lock file copied from a dead holder is not locked: flock dies with the process
-        verify(copy, acked, fig)
+        verify(copy, acked, fig, txns)
         fig.cycles += 1
     if draining is not None:
         draining.join(fig)
@@ -570,8 +669,10 @@ def check(fig: Figures, cycles: int) -> None:
     assert fig.cycles == cycles
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
                 "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "timers_twice", "delayed_twice", "early",
-                "scheduled_lost", "retries_lost", "index_misses"):
+                "scheduled_lost", "retries_lost", "index_misses", "txn_lost", "txn_visible_uncommitted",
+                "txn_decided_still_pending"):
         assert s[key] == 0, f"{key}={s[key]}: {fig.problems[:10]}"
+    assert fig.txn_commits_checked > 0, "no acknowledged transaction commit was checked"
     assert fig.acked_messages_checked > 0 and fig.stored_messages_checked > 0 and fig.indexed_checked > 0
     assert fig.scheduled_acked > 0 and fig.sent_back_acked > 0 and fig.scheduled_delivered_checked > 0
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
@@ -589,6 +690,7 @@ def kill_point_loop(tmp_path: Path, cycles: int, seed: int, replay: str | None =
     fig = Figures(epochs=1)
     aborts: dict[str, int] = {}
     acked: dict[tuple[str, int, int], Ack] = {}
+    txns = TxnLog()
     store, copy = tmp_path / "store", tmp_path / "copy"
     for cycle in range(cycles):
         point = KILL_POINTS[cycle % len(KILL_POINTS)]
@@ -621,10 +723,11 @@ def kill_point_loop(tmp_path: Path, cycles: int, seed: int, replay: str | None =
                 if got not in (old, new):
                     fig.problem(f"{where}: {path} is neither its old nor its new content")
                     fig.torn_offset_files += 1
+        txns.add(child.lines)
         if copy.exists():
             shutil.rmtree(copy)
         shutil.copytree(store, copy, symlinks=True)
-        verify(copy, acked, fig)
+        verify(copy, acked, fig, txns)
         fig.cycles += 1
     return fig, aborts
 
@@ -641,7 +744,8 @@ def test_kill_point_loop(tmp_path: Path) -> None:
     print(f"aborts per kill point (seed {seed}): {summary_aborts}")
     for key in ("lost", "duplicated", "reordered", "gaps", "corrupt_records", "opens_that_raised",
                 "not_abnormal_after_kill", "bad_exit_codes", "offsets_past_data", "torn_offset_files",
-                "timers_twice", "delayed_twice", "early"):
+                "timers_twice", "delayed_twice", "early", "txn_lost", "txn_visible_uncommitted",
+                "txn_decided_still_pending"):
         assert summary[key] == 0, f"{key}={summary[key]} (seed {seed}): {fig.problems[:10]}"
     assert fig.consumer_offsets_checked > 0, "the child's consumer group never committed"
     if not replay:

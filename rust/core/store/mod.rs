@@ -467,6 +467,10 @@ impl Inner {
                 // The log is durable through every delivery: the progress files may say so.
                 result = t.persist_after_flush(&self.commit_log);
             }
+            if let (Ok(()), Some(t), true) = (&result, &self.txns, f.leading()) {
+                // The leader (or the last closer) leaves the table's snapshot at the log's end.
+                result = t.persist(&self.commit_log, txn::Wait::Yes, || f.flush_commit_log());
+            }
             if result.is_ok() && r.has_followers() {
                 // The non-critical stores get what their stopped thread had not given them.
                 r.follow();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::schedule::DelayLevelHook;
 use super::timer::{TimerHook, TimerService};
+use super::txn::Wait as TxnWait;
 use super::{geometry, Inner, Store};
 use crate::checkpoint::{Checkpoint, StoreProgress};
 use crate::commit_log::{CommitLog, WarmAhead};
@@ -236,6 +237,12 @@ pub(super) fn open_with(
     // level).
     put_hooks.push(Arc::new(DelayLevelHook::new(config.delay_levels.clone())));
 
+    // Transactions (store/txn/): the gate and the table, whose snapshot the flush service
+    // writes and whose open halves retention keeps.
+    let txns = match writable {
+        true => Some(Arc::new(super::txn::Txns::new(&config, root)?)),
+        false => None,
+    };
     let first_shared = config.shared_writers && attach_to.is_none();
     let mut report = RecoveryReport::default();
     let mut reput = None;
@@ -332,6 +339,15 @@ pub(super) fn open_with(
             .on_release_pages({
                 let (log, derived) = (Arc::clone(&commit_log), derived.clone());
                 move || super::release_pages(&log, &derived)
+            })
+            .after_checkpoint({
+                let (log, txns) = (Arc::clone(&commit_log), txns.clone());
+                move |f| {
+                    if let Some(t) = &txns {
+                        // Best effort: the next turn, or close, writes it.
+                        let _ = t.persist(&log, TxnWait::No, || f.flush_commit_log());
+                    }
+                }
             }),
         );
         // The preparer (prepare.rs) of the next commit-log and derived-store files.
@@ -372,8 +388,11 @@ pub(super) fn open_with(
                     config.clock.clone(),
                 )
                 .keeping({
-                    let t = Arc::clone(&timers);
-                    move || t.pending_floor()
+                    let (t, x, log) = (Arc::clone(&timers), txns.clone(), Arc::clone(&commit_log));
+                    move || {
+                        let txn_floor = x.as_ref().map_or(u64::MAX, |x| x.floor(&log));
+                        t.pending_floor().min(txn_floor)
+                    }
                 })
                 .limiting_disk(config.disk_force_clean_ratio, {
                     let dir = root.join("commitlog");
@@ -448,10 +467,6 @@ pub(super) fn open_with(
         notifier.set_remote(Arc::clone(w));
     }
 
-    let txns = match writable {
-        true => Some(Arc::new(super::txn::Txns::new(&config, root)?)),
-        false => None,
-    };
     let config_shared = config.shared_writers;
     let inner = Arc::new(Inner {
         config,

@@ -69,6 +69,19 @@ pub const POINTS: &[&str] = &[
     // Timer engine: `timerProgress.json` written (both sources' progress), its mirror
     // `delayOffset.json` not yet.
     "timer.progress_written",
+    // Transaction commit or rollback: its op record appended under the transactions' gate
+    // (the decision is in the log), no copy of a committed half made yet, the call not
+    // returned.
+    "txn.decided",
+    // Transaction copies: one decided half's copy appended, the next ones not yet (or the
+    // call not returned after the last).
+    "txn.copy_made",
+    // Transaction check: the check record appended (the claim counted), the claim not yet
+    // returned to the checker that asks the listener.
+    "txn.check_claimed",
+    // Transaction snapshot: `transactions.json` written to its temp file and synced, not yet
+    // renamed over the previous one.
+    "txn.snapshot_before_rename",
 ];
 
 /// The index of `name` in [`POINTS`]; a name not declared there fails to compile (the macro

@@ -80,6 +80,32 @@ impl Gate {
         drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
+    /// Takes the gate if no thread or process holds it; `None` when one does.
+    ///
+    /// # Errors
+    /// As `take`.
+    pub(in crate::store) fn try_take(&self) -> Result<Option<Held<'_>>> {
+        let file = match self.file.try_lock() {
+            Ok(f) => f,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+        };
+        let Some(fd) = file.as_ref().map(AsRawFd::as_raw_fd) else {
+            return Ok(Some(Held { file, byte: None }));
+        };
+        match mmap::ofd_range_lock(fd, self.byte, 1, false) {
+            Ok(true) => Ok(Some(Held {
+                file,
+                byte: Some(self.byte),
+            })),
+            Ok(false) => Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK)) => {
+                Ok(Some(Held { file, byte: None }))
+            }
+            Err(e) => Err(Error::io("fcntl(F_OFD_SETLK)", &self.path, e)),
+        }
+    }
+
     /// Takes the gate, waiting for the thread or process that holds it.
     ///
     /// # Errors

@@ -8,6 +8,7 @@ use super::{CheckPolicy, TxnInfo};
 use crate::error::{Error, Result};
 use crate::message::{validate, MessageRef};
 use crate::store::Store;
+use crate::util::kill_point::kill_point;
 
 impl Store {
     /// Decides transactions `ids` (commit when `commit`, else roll back) and sets progress
@@ -75,6 +76,7 @@ impl Store {
             if written {
                 let op = if commit { Op::Commit } else { Op::Rollback };
                 store.append_op(table, op, &open, progress)?;
+                kill_point!("txn.decided");
             }
             store.deliver(table)?;
             Ok(written)
@@ -150,6 +152,9 @@ impl Store {
                 store.append_op(table, Op::Check, &ids, None)?;
             }
             store.deliver(table)?;
+            if !claim.is_empty() {
+                kill_point!("txn.check_claimed");
+            }
             Ok(claim)
         })
     }

@@ -12,6 +12,7 @@ use super::state::{Dest, Table};
 use crate::error::{Error, Result};
 use crate::message::{properties, sysflag, MessageRef};
 use crate::store::Store;
+use crate::util::kill_point::kill_point;
 
 impl Store {
     /// Re-puts every decided half that has no copy yet (the caller holds the gate).
@@ -95,6 +96,7 @@ impl Store {
             table.walk(log, end);
             // The walk saw the copy; a table that did not (it cannot) must not loop.
             table.undelivered.remove(&half);
+            kill_point!("txn.copy_made");
         }
         Ok(())
     }

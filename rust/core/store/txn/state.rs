@@ -1,7 +1,11 @@
 //! The transaction table: what the commit log says about every transaction, built by walking
-//! the log in order (`walk`) from its first record and kept up to date by walking on from
-//! where the last walk ended. Nothing of it is stored elsewhere: after a crash or in another
-//! process the same walk gives the same table.
+//! the log in order (`walk`) from a snapshot (snapshot.rs) or its first record, and kept up to
+//! date by walking on from where the last walk ended: after a crash or in another process the
+//! same walk gives the same table.
+//!
+//! Lifecycle: a transaction enters with its first half and leaves (`evict`) once it is decided,
+//! its copies are made and retention has deleted all its halves; until it is decided or
+//! discarded its halves are kept from retention (`floor`). Progress values are kept for good.
 //!
 //! Invariants
 //! - Records are applied in log order: a half before any op naming its id, a decision before
@@ -88,10 +92,19 @@ pub struct Table {
     pub by_queue_offset: HashMap<u64, String>,
     /// The log is applied below this offset.
     pub walked_to: u64,
+    /// The snapshot was looked for (the table is walked on from it or from the start).
+    pub loaded: bool,
+    /// A transaction record was applied since the last snapshot written.
+    pub dirty: bool,
+    /// `walked_to` of the last snapshot written or loaded.
+    pub persisted_to: u64,
+    /// `evict` last ran for this log start.
+    pub evicted_for: u64,
 }
 
 impl Table {
-    /// Applies every record of `log` in `[walked_to, end)`.
+    /// Applies every record of `log` that begins in `[walked_to, end)`; `end` must not be
+    /// past the log's published end. The walk ends on a record boundary, at or past `end`.
     pub fn walk(&mut self, log: &CommitLog, end: u64) {
         let mut off = self.walked_to.max(log.min_offset());
         while off < end {
@@ -104,12 +117,51 @@ impl Table {
                 Err(_) => off = log.roll_next_file(off),
             }
         }
-        self.walked_to = self.walked_to.max(end);
+        self.walked_to = self.walked_to.max(off);
+    }
+
+    /// Removes the decided transactions whose copies are made and whose halves are all below
+    /// `min_offset` (deleted by retention): a late decision naming one finds it unknown.
+    pub fn evict(&mut self, min_offset: u64) {
+        if min_offset == self.evicted_for {
+            return;
+        }
+        self.evicted_for = min_offset;
+        let undelivered = &self.undelivered;
+        let before = self.txns.len();
+        self.txns.retain(|_, t| {
+            t.status == Status::Open
+                || t.halves
+                    .iter()
+                    .any(|h| *h >= min_offset || undelivered.contains_key(h))
+        });
+        self.dirty |= self.txns.len() != before;
+    }
+
+    /// The lowest commit-log offset retention must keep: the first half of an open
+    /// transaction, a decided half without its copy, or the end of the walk (what lies past
+    /// it is unknown); halves already below `min_offset` are gone and pin nothing.
+    pub fn floor(&self, min_offset: u64) -> u64 {
+        let open = self
+            .txns
+            .values()
+            .filter(|t| t.status == Status::Open)
+            .flat_map(|t| t.halves.iter().copied());
+        open.chain(self.undelivered.keys().copied())
+            .filter(|h| *h >= min_offset)
+            .fold(self.walked_to, u64::min)
     }
 
     /// Applies one record.
     pub fn apply(&mut self, v: &RecordView<'_>) {
         let props = v.properties();
+        match v.topic() {
+            record::HALF_TOPIC | record::OP_TOPIC | record::MAX_TIME_TOPIC => self.dirty = true,
+            _ if v.sysflag() & sysflag::TRANSACTION_MASK == sysflag::TRANSACTION_COMMIT => {
+                self.dirty = true;
+            }
+            _ => {}
+        }
         match v.topic() {
             record::HALF_TOPIC => self.half(v),
             record::OP_TOPIC => match OpRecord::decode(props) {
