@@ -6,10 +6,12 @@
 //! reads would be lost to consumers); a
 //! system topic is never created or changed by a user call; every derived store has prepared
 //! for a topic's queues (consume queues: their directories exist) before the call that created
-//! or grew it returns. A topic created while the commit log holds records records the log's end
-//! as its `since` offset (`SINCE_ATTRIBUTE`): a topic deleted and created again under the same
-//! name never shows the deleted one's messages, whose consume-queue entries and records stay
-//! until retention deletes them.
+//! or grew it returns. A deleted topic leaves a tombstone (`config/deletedTopics/<topic>`,
+//! written durably before the config leaves the table); a topic created under a tombstoned name
+//! records the log's end as its `since` offset (`SINCE_ATTRIBUTE`), so it never shows the
+//! deleted one's messages, whose consume-queue entries and records stay until retention deletes
+//! them. A topic created under any other name (a new one, or one whose config was lost with
+//! `topics.json`) gets no `since` offset: every message stored under its name stays visible.
 
 use super::Store;
 use crate::error::{Error, Result};
@@ -17,6 +19,10 @@ use crate::message::validate;
 use crate::topic_config::{
     is_system_topic, TopicConfig, MAX_QUEUES, PERM_READ, PERM_WRITE, SINCE_ATTRIBUTE,
 };
+use crate::util::fs;
+
+/// The directory under `config/` of deleted topics' tombstones (FORMAT.md §7).
+const TOMBSTONES: &str = "deletedTopics";
 
 impl Store {
     /// What creating or growing `topic` to `queues` queues requires: a writer, a valid name that
@@ -76,13 +82,36 @@ impl Store {
         for topic in &created {
             self.inner.derived.prepare_topic(topic, queues)?;
         }
+        for topic in &created {
+            // The new config carries the since offset now; a tombstone left behind (a
+            // failure here) only makes a later re-creation set one again.
+            if let Some(path) = self.tombstone(topic) {
+                if fs::entry_exists(&path) {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
         Ok(created)
     }
 
-    /// A user topic's config as created now: its `since` offset is the commit log's end when
-    /// the log holds records (every record already written, by any process, is below it).
+    /// Where the tombstone of a deleted `topic` is (`None` for an in-memory store).
+    fn tombstone(&self, topic: &str) -> Option<std::path::PathBuf> {
+        self.root()
+            .map(|r| r.join("config").join(TOMBSTONES).join(topic))
+    }
+
+    /// A user topic's config as created now. Under the name of a deleted topic (its tombstone
+    /// exists), its `since` offset is the commit log's end when the log holds records (every
+    /// record already written, by any process, is below it).
     fn new_topic(&self, topic: &str, queues: u32, perm: u32, order: bool) -> TopicConfig {
         let mut config = TopicConfig::new(topic, queues, perm, order);
+        let in_memory_or_deleted = match self.tombstone(topic) {
+            Some(path) => fs::entry_exists(&path),
+            None => true,
+        };
+        if !in_memory_or_deleted {
+            return config;
+        }
         // Shared writers: count what the other processes published. A failure leaves the view,
         // and so the offset, as far as this process saw: a deleted topic's records published
         // past that point by another process would show in the new topic.
@@ -201,6 +230,20 @@ impl Store {
         validate::check_topic(topic)?;
         if is_system_topic(topic) {
             return Err(super::write::system_topic(topic));
+        }
+        if self.topic(topic)?.is_none() {
+            return Err(Error::TopicNotFound {
+                topic: topic.to_owned(),
+            });
+        }
+        // The tombstone first, durably: a crash after it and before the removal leaves the
+        // topic in place and only makes its next creation start past what the log holds then.
+        if let Some(path) = self.tombstone(topic) {
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            fs::create_dir_all(dir, self.config().dir_mode)?;
+            let end = self.inner.commit_log.max_offset();
+            fs::stage(&path, end.to_string().as_bytes(), self.config().file_mode)?
+                .replace(false)?;
         }
         if !self.inner.topics.remove(topic)? {
             return Err(Error::TopicNotFound {
