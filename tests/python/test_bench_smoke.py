@@ -53,6 +53,20 @@ def _positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
 
 
+def _bench(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Runs ``benches/python/<script>`` with ``args`` in a fresh interpreter that imports this
+    checkout's mqlite, and fails the test unless it exits 0 (its output's tails then say why)."""
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "python" / script), *args],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 def test_smoke_is_fast(smoke: tuple[Path, Path, dict[str, Any], float]) -> None:
     assert smoke[3] < 30, f"report.py --smoke took {smoke[3]:.1f} s"
 
@@ -191,15 +205,7 @@ def test_writers_benchmark_smoke_measures_every_row(tmp_path: Path) -> None:
     processes, 4 with sync) measured with a rate and send latencies, nothing left behind."""
     out, work = tmp_path / "writers.json", tmp_path / "work"
     work.mkdir()
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "writers.py"), "--smoke", "--json", str(out),
-         "--workdir", str(work)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("writers.py", "--smoke", "--json", str(out), "--workdir", str(work))
     rows = json.loads(out.read_text())["rows"]
     assert sorted(rows) == sorted(["exclusive x1", "shared x1", "shared x2", "shared x4", "shared x4 sync"])
     for name, row in rows.items():
@@ -214,15 +220,7 @@ def test_timers_benchmark_quick_measures_every_workload_and_the_dlq_check_passes
     rates, pending memory and reopen, and the dead-letter check ("ok"), nothing left behind."""
     out, work = tmp_path / "timers.json", tmp_path / "work"
     work.mkdir()
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "timers.py"), "--quick", "--json", str(out),
-         "--workdir", str(work)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("timers.py", "--quick", "--json", str(out), "--workdir", str(work))
     data = json.loads(out.read_text())
     [late], [burst], [rate] = data["runs"]["lateness"], data["runs"]["burst"], data["runs"]["schedule_rate"]
     assert late["received"] == late["n"] and late["early"] == 0 and burst["early"] == 0
@@ -240,14 +238,7 @@ def test_spark_source_benchmark_smoke_measures_both_paths(tmp_path: Path) -> Non
     every message and report a rate."""
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'mqlite[spark]'")
     out = tmp_path / "spark.json"
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "spark_source.py"), "--smoke", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("spark_source.py", "--smoke", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["command"] == "python benches/python/spark_source.py --smoke" and data["n"] == 20_000
     for path in ("arrow", "rows"):
@@ -260,14 +251,7 @@ def test_spark_sink_benchmark_smoke_measures_sink_and_pipeline(tmp_path: Path) -
     and the example pipeline runs end to end."""
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'mqlite[spark]'")
     out = tmp_path / "sink.json"
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "spark_sink.py"), "--smoke", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("spark_sink.py", "--smoke", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["command"] == "python benches/python/spark_sink.py --smoke" and data["n"] == 5_000
     assert _positive(data["results"]["sink"]["rows_per_s"]), data
@@ -279,15 +263,7 @@ def test_transactions_benchmark_quick_measures_every_workload(tmp_path: Path) ->
     messages, each with a rate, nothing left behind."""
     out, work = tmp_path / "txn.json", tmp_path / "work"
     work.mkdir()
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "transactions.py"), "--quick", "--json", str(out),
-         "--workdir", str(work)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("transactions.py", "--quick", "--json", str(out), "--workdir", str(work))
     med = json.loads(out.read_text())["median"]
     assert sorted(med) == ["plain", "txn x1", "txn x10"]
     assert all(_positive(med[k]["msg_rate"]) for k in med)
@@ -300,15 +276,7 @@ def test_index_benchmark_quick_measures_every_workload(tmp_path: Path) -> None:
     the index's cost on send and send_batch, nothing left behind."""
     out, work = tmp_path / "index.json", tmp_path / "work"
     work.mkdir()
-    env = dict(os.environ)
-    here = str(Path(mqlite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benches" / "python" / "index.py"), "--quick", "--json", str(out),
-         "--workdir", str(work)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench("index.py", "--quick", "--json", str(out), "--workdir", str(work))
     data = json.loads(out.read_text())
     [lookup], [slot], [cost] = data["runs"]["lookup"], data["runs"]["slot"], data["runs"]["send_cost"]
     assert all(_positive(lookup[k]) for k in ("key_p50_us", "key_p99_us", "id_p50_us", "id_p99_us"))
