@@ -319,3 +319,17 @@ def test_a_unique_id_names_the_copy_in_the_users_topic_first(store_path: Path) -
         store.deliver_due()
         wait_until(lambda: store.get(r.msg_id).topic == late, what="the delivered copy to be indexed")
         assert [m.body for m in store.find_by_key(late, "late")] == [b"later"]
+
+
+def test_a_topic_created_again_finds_none_of_the_deleted_ones_messages(store: mqlite.Store) -> None:
+    """A deleted topic's messages stay in the log and the index until retention, but a topic
+    created again under the name never finds them by key: only its own."""
+    store.create_topic("orders", 1)
+    p = store.producer()
+    old = p.send(mqlite.Message("orders", b"old", keys=["k"]))
+    store.delete_topic("orders")
+    store.create_topic("orders", 1)
+    new = p.send(mqlite.Message("orders", b"new", keys=["k"]))
+    assert [m.body for m in store.find_by_key("orders", "k")] == [b"new"]
+    assert store.find_by_key("orders", old.msg_id) == []
+    assert [m.body for m in store.find_by_key("orders", new.msg_id)] == [b"new"]

@@ -179,16 +179,21 @@ impl Store {
                 reason: format!("{limit} is outside [1, {MAX_KEY_QUERY}]"),
             });
         }
-        if self.topic(topic)?.is_none() {
+        let Some(config) = self.topic(topic)? else {
             return Err(Error::TopicNotFound {
                 topic: topic.to_owned(),
             });
-        }
+        };
+        // Records below it belong to a deleted topic of the same name (admin.rs).
+        let since = config.since_offset();
         let idx = self.key_index()?;
         let status = self.index_status()?;
         let files = idx.files_for_query()?;
         let end = status.log_end;
         let found = query::lookup(&files, topic, key, begin_ms, end_ms, limit, |off| {
+            if off < since {
+                return Ok(false);
+            }
             Ok(self.record_matches(off, end, |v| {
                 v.topic() == topic
                     && (v.property(properties::UNIQ_KEY) == Some(key) || v.keys().any(|k| k == key))
