@@ -564,7 +564,7 @@ impl IndexFile {
             // One write of the span from the copy (its other slots unchanged) costs less than
             // a write per slot once the slots are dense enough: a write call costs about as
             // much as copying a page.
-            if changed.len() * 1024 >= hi - lo + 1 {
+            if changed.len() * 1024 > hi - lo {
                 let span: Vec<u8> = slots[lo..=hi]
                     .iter()
                     .flat_map(|n| n.to_be_bytes())
