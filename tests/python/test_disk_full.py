@@ -504,6 +504,10 @@ def outcome(call):
 store = mqlite.open(path, **cfg)
 store.create_topic("t", 1)  # the topic's journal record is written before the disk fills
 mq = MessageQueue("t", 0)
+# The commit log's first file is made by the background preparer; a flush waits for its file
+# jobs, so the file is in place (its space reserved) before the disk fills.
+store.flush()
+assert os.path.exists(os.path.join(path, "commitlog", "0" * 20))
 # Nothing has been sent: no process has touched the wake-up page or a table chunk yet.
 
 filler = os.path.join(root, "filler")
