@@ -456,3 +456,120 @@ fn the_flush_thread_writes_the_snapshot_while_the_store_is_open() {
     assert_eq!(visible(&store).len(), 51);
     store.close().unwrap();
 }
+
+/// `txn_prepare_batch`: halves of many topics and queues, more bytes than half a commit-log
+/// file (so several appends, each in one file), all invisible until one commit delivers each
+/// once, in order per queue; round-robin routing takes one turn per message.
+#[test]
+fn a_batch_of_halves_spans_files_and_queues_and_commits_as_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    store.create_topic("U", 3, 6, false, true).unwrap();
+    let rr = mqlite::RoundRobin::new(0);
+    let bodies: Vec<Vec<u8>> = (0..300)
+        .map(|i| format!("{i:04}").repeat(250).into_bytes())
+        .collect();
+    let items: Vec<(MessageRef<'_>, Routing<'_>)> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match i % 2 {
+            0 => (MessageRef::new("T", 0, b), Routing::Queue(1)),
+            _ => (MessageRef::new("U", 0, b), Routing::RoundRobin(&rr)),
+        })
+        .collect();
+    let files_before = store.commit_log_range();
+    let mut puts = Vec::new();
+    store
+        .txn_prepare_batch(&items, "G", "big", &mut puts)
+        .unwrap();
+    assert_eq!(puts.len(), 300);
+    // 300 KB of halves over 128 KiB files: several files, each append in one of them.
+    assert!(store.commit_log_range().1 - files_before.1 > 2 * (128 << 10));
+    let u_queues: Vec<u32> = puts.iter().skip(1).step_by(2).map(|p| p.queue_id).collect();
+    assert_eq!(
+        u_queues.iter().filter(|&&q| q == 0).count(),
+        50,
+        "{u_queues:?}"
+    );
+    assert!(visible(&store).is_empty());
+    for q in 0..3 {
+        assert_eq!(store.queue_offsets("U", q).map_or(0, |o| o.1), 0);
+    }
+    assert_eq!(store.queue_offsets(HALF_TOPIC, 0).unwrap(), (0, 300));
+    let offsets: Vec<u64> = puts.iter().map(|p| p.appended.physical_offset).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]));
+
+    assert!(store.txn_end(&["big"], true, None).unwrap());
+    let t: Vec<Vec<u8>> = store
+        .get_messages("T", 1, 0, 1000, &TagFilter::all())
+        .unwrap()
+        .iter()
+        .map(|v| v.body().to_vec())
+        .collect();
+    let want_t: Vec<Vec<u8>> = bodies.iter().step_by(2).cloned().collect();
+    assert_eq!(t, want_t);
+    let mut u = Vec::new();
+    for q in 0..3 {
+        let got = store
+            .get_messages("U", q, 0, 1000, &TagFilter::all())
+            .unwrap();
+        let b: Vec<Vec<u8>> = got.iter().map(|v| v.body().to_vec()).collect();
+        let want: Vec<Vec<u8>> = bodies
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .zip(&u_queues)
+            .filter(|(_, &uq)| uq == q)
+            .map(|(b, _)| b.clone())
+            .collect();
+        assert_eq!(b, want, "queue {q} in send order");
+        u.extend(b);
+    }
+    assert_eq!(u.len(), 150);
+    store.close().unwrap();
+}
+
+/// An invalid message anywhere in a batch (or an unknown queue) rejects the whole batch:
+/// nothing written, no round-robin turn taken; a decided transaction refuses a batch.
+#[test]
+fn a_batch_with_one_bad_message_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    let rr = mqlite::RoundRobin::new(0);
+    let big = vec![0u8; 65 << 10];
+    let end = store.commit_log_range().1;
+    for bad in [
+        (MessageRef::new("T", 0, &big), Routing::Queue(1)),
+        (MessageRef::new("T", 0, b"x"), Routing::Queue(9)),
+    ] {
+        let items = [
+            (MessageRef::new("T", 0, b"a"), Routing::RoundRobin(&rr)),
+            bad,
+            (MessageRef::new("T", 0, b"b"), Routing::RoundRobin(&rr)),
+        ];
+        let mut puts = Vec::new();
+        store
+            .txn_prepare_batch(&items, "G", "bad", &mut puts)
+            .unwrap_err();
+        assert!(puts.is_empty());
+        assert_eq!(store.commit_log_range().1, end, "nothing written");
+    }
+    // The first round-robin send after the refusals takes the first turn (queue 0 of seed 0's
+    // order), as if the refused batches never happened.
+    let mut puts = Vec::new();
+    let rr2 = mqlite::RoundRobin::new(0);
+    let one = [(MessageRef::new("T", 0, b"c"), Routing::RoundRobin(&rr))];
+    let two = [(MessageRef::new("T", 0, b"c"), Routing::RoundRobin(&rr2))];
+    store.txn_prepare_batch(&one, "G", "ok", &mut puts).unwrap();
+    store.txn_prepare_batch(&two, "G", "ok", &mut puts).unwrap();
+    assert_eq!(puts[0].queue_id, puts[1].queue_id);
+    assert!(store.txn_end(&["ok"], false, None).unwrap());
+    let err = store
+        .txn_prepare_batch(&two, "G", "ok", &mut puts)
+        .unwrap_err();
+    assert!(matches!(err, Error::TxnConflict { .. }), "{err:?}");
+    assert_eq!(puts.len(), 2);
+    store.close().unwrap();
+}

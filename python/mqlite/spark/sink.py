@@ -35,6 +35,7 @@ from mqlite.spark.sink_txn import job_key, new_txn_id, sink_producer, stream_key
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+    from mqlite.message import Message
     from mqlite.transaction import TransactionProducer
 
 __all__ = ["MqliteBatchWriter", "MqliteStreamWriter", "SinkCommitMessage", "checked"]
@@ -52,6 +53,10 @@ class SinkCommitMessage(WriterCommitMessage):
     batch: int | str
 
 
+# Rows sent per call of the store: one hold of the transactions' gate and one append each.
+_CHUNK = 2048
+
+
 def _send_rows(
     producer: TransactionProducer,
     txn_id: str,
@@ -59,8 +64,9 @@ def _send_rows(
     cols: SinkColumns,
     topic: str | None,
 ) -> int:
-    """Sends ``rows`` as halves of transaction ``txn_id``, one at a time (a partition of any
-    size streams through); rolls the transaction back if a row or the send fails."""
+    """Sends ``rows`` as halves of transaction ``txn_id``, ``_CHUNK`` rows per call (a
+    partition of any size streams through); rolls the transaction back if a row or the send
+    fails."""
     counts: dict[str, int] = {}
 
     def queue_count(name: str) -> int:
@@ -68,13 +74,19 @@ def _send_rows(
             counts[name] = producer._ctx.writable_queue_count(name)
         return counts[name]
 
-    tx = producer.transaction(txn_id)
     n = 0
+    msgs: list[Message] = []
+    queues: list[int | None] = []
     try:
         for row in rows:
             msg, queue = to_message(row, cols, topic, queue_count)
-            tx.send(msg, queue)
-            n += 1
+            msgs.append(msg)
+            queues.append(queue)
+            if len(msgs) == _CHUNK:
+                n += producer._send_halves(msgs, txn_id, queues)
+                msgs, queues = [], []
+        if msgs:
+            n += producer._send_halves(msgs, txn_id, queues)
     except BaseException:
         if n:
             producer.rollback([txn_id])

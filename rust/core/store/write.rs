@@ -721,6 +721,64 @@ impl Store {
         })
     }
 
+    /// `append_internal` of several records for one system queue (they all name it), in one
+    /// append (they must fit one commit-log file); pushes each record's `Appended` to `out`.
+    ///
+    /// # Errors
+    /// As `put_messages`.
+    pub(in crate::store) fn append_internal_batch(
+        &self,
+        msgs: &[MessageRef<'_>],
+        out: &mut Vec<Appended>,
+    ) -> Result<PutStatus> {
+        self.check_writable()?;
+        let Some(first) = msgs.first() else {
+            return Ok(PutStatus::PutOk);
+        };
+        let mut prepared = Vec::with_capacity(msgs.len());
+        let mut tag_values = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            if m.topic != first.topic || m.queue_id != first.queue_id {
+                return Err(Error::InvalidBatch {
+                    reason: "a batch must target one topic and queue".into(),
+                });
+            }
+            validate::check_sizes(
+                m.body.len(),
+                m.properties.len(),
+                self.inner.max_message_size,
+            )?;
+            tag_values.push(properties::check_encoded(m.properties)?.tags);
+            prepared.push(Prepared::new(*m)?);
+        }
+        self.ensure_system_queue(first.topic, first.queue_id)?;
+        let start = out.len();
+        self.inner.commit_log.put_batch(&prepared, out)?;
+        let appended = out.get(start..).unwrap_or(&[]);
+        let (Some(a0), Some(last)) = (appended.first(), appended.last()) else {
+            return Ok(PutStatus::PutOk);
+        };
+        let end = last.physical_offset + u64::from(last.size);
+        let rule = tags::TopicRule::of_topic(first.topic);
+        let dispatch = |r: &Reput| {
+            let reqs: Vec<DispatchRequest<'_>> = prepared
+                .iter()
+                .zip(appended)
+                .zip(&tag_values)
+                .map(|((p, a), &t)| {
+                    known_request(&p.msg, a, rule.code(p.msg.properties, t, a.store_timestamp))
+                })
+                .collect();
+            r.try_dispatch_known(a0.physical_offset, end, &reqs);
+        };
+        self.after_append(end, dispatch, true)
+    }
+
+    /// The commit log's file size (a batch appended in one piece must fit one file).
+    pub(in crate::store) fn commit_log_file_size(&self) -> u64 {
+        self.inner.commit_log.files().file_size()
+    }
+
     pub(super) fn check_writable(&self) -> Result<()> {
         self.check_usable()?;
         if self.inner.config.read_only {

@@ -25,6 +25,7 @@ mod columns;
 mod cursor;
 mod errors;
 mod group_lock;
+mod halves;
 mod interrupt;
 mod maintenance;
 mod message;

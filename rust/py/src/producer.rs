@@ -141,7 +141,7 @@ impl PyProducer {
     }
 
     /// A core error of a send: a closed store is reported as `closed_error` says.
-    fn send_error(&self, py: Python<'_>, e: mqlite::Error) -> PyErr {
+    pub(crate) fn send_error(&self, py: Python<'_>, e: mqlite::Error) -> PyErr {
         match e {
             mqlite::Error::Closed => self.closed_error(py),
             e => PyMqError(e).into(),
@@ -315,6 +315,22 @@ impl PyProducer {
         })
     }
 
+    /// Stores every `Message` of `msgs` as a half message of transaction `txn_id` in one call
+    /// (halves.rs); `queues`: each message's queue, None for round robin. Returns the count.
+    #[pyo3(signature = (msgs, txn_id, queues = None))]
+    fn _send_halves(
+        slf: &Bound<'_, Self>,
+        msgs: &Bound<'_, PyList>,
+        txn_id: &str,
+        queues: Option<&Bound<'_, PyList>>,
+    ) -> PyResult<usize> {
+        let this = slf.get();
+        if this.is_marked_closed() {
+            return Err(dead(slf));
+        }
+        crate::halves::send_halves(this, slf.py(), msgs, txn_id, queues)
+    }
+
     /// Appends one message without waiting for the disk, for `Producer.send_async` and
     /// `send_oneway` only: in a sync-flush store the record is not durable yet when this
     /// returns, and the store's completion thread confirms it
@@ -470,7 +486,7 @@ impl PyProducer {
     /// Where a send goes without a sharding key: `queue_id`, or the topic's next round-robin
     /// turn.
     #[inline]
-    fn routing(&self, queue_id: Option<u32>) -> Routing<'_> {
+    pub(crate) fn routing(&self, queue_id: Option<u32>) -> Routing<'_> {
         match queue_id {
             Some(q) => Routing::Queue(q),
             None => Routing::RoundRobin(&self.next_queue),
