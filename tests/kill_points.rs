@@ -1066,7 +1066,7 @@ fn a_kill_between_the_progress_and_its_mirror_repeats_and_loses_no_delayed_messa
     }
 }
 
-/// A kill after a commit's op record and before its copies, between its two copies, after a
+/// A kill after a commit's op record and before its copies, between two appends of copies, after a
 /// check claim before the checker asks its listener, and inside the snapshot's replace: the
 /// reopened store passes the transaction checks (`check_txns`: nothing lost, nothing twice,
 /// nothing uncommitted visible), and a commit killed after its record is committed whole.

@@ -7,6 +7,12 @@ Skipped as a whole when pyspark is not importable (pip install 'mqlite[spark]').
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ from mqlite.spark.sink_txn import new_txn_id, parse_txn_id, stream_key  # noqa: 
 pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline.py"
+DRIVER_CHILD = Path(__file__).resolve().parent / "spark_driver_child.py"
 
 
 def bodies(path: Path, topic: str) -> list[bytes]:
@@ -297,16 +304,63 @@ def test_stream_task_failure_once_is_exactly_once(spark: SparkSession, store_pat
     assert pending(store_path) == []
 
 
-def test_stream_restart_between_write_and_commit(spark: SparkSession, store_path: Path, tmp_path: Path) -> None:
-    """The first run's tasks write batch 0 and the driver fails before its commit; the run
-    restarted from the checkpoint replays batch 0 and goes on: every message once."""
+def _driver(store_path: Path, chk: Path, mode: str, *extra: Path) -> subprocess.Popen[str]:
+    """spark_driver_child.py in its own process group (its JVM and workers with it)."""
+    env = dict(os.environ)
+    here = str(Path(mqlite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER_CHILD), str(store_path), str(chk), mode, *map(str, extra)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )
+
+
+def _kill(pid: int, group: bool) -> None:
+    try:
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.timeout(600)
+def test_a_driver_killed_between_the_writes_and_the_commit(store_path: Path, tmp_path: Path) -> None:
+    """A real driver process (its own session: JVM, Python workers) streams topic in to out.
+    Its tasks write batch 0 as open transactions; its commit announces itself (a file it
+    writes) before deciding anything, and the test kills the driver's whole process group and
+    the committing worker with SIGKILL. A new driver restarted from the checkpoint replays
+    batch 0: every message once, the dead run's transactions rolled back by the check pass,
+    nothing pending. A third run copies only the new input."""
     source(store_path, "in", 100)
-    marker = str(tmp_path / "failed-before-commit")
-    with pytest.raises(Exception, match="testFailBeforeCommit"):
-        streaming_copy(spark, store_path, tmp_path / "chk", testFailBeforeCommit=marker)
-    assert bodies(store_path, "out") == []
-    assert len(pending(store_path)) >= 1  # the crashed run's transactions, open
-    streaming_copy(spark, store_path, tmp_path / "chk", testFailBeforeCommit=marker)
+    chk, hold = tmp_path / "chk", tmp_path / "held.json"
+    child = _driver(store_path, chk, "hold", hold)
+    try:
+        deadline = time.monotonic() + 400
+        while not hold.exists():  # written (whole, by rename) by the driver's commit
+            if child.poll() is not None:
+                pytest.fail(f"driver exited {child.returncode} before its commit: {child.communicate()[1][-3000:]}")
+            assert time.monotonic() < deadline, "the driver never reached its commit"
+            time.sleep(0.1)
+        held = json.loads(hold.read_text())
+        assert held["batch"] == 0 and held["ids"], held
+        # The tasks' rows are in the store as open transactions; none is visible.
+        assert set(held["ids"]) <= {t.id for t in pending(store_path)}
+        assert bodies(store_path, "out") == []
+    finally:
+        _kill(child.pid, group=True)
+        if hold.exists():
+            _kill(json.loads(hold.read_text())["pid"], group=False)
+        child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+    def run_to_the_end() -> None:
+        done = _driver(store_path, chk, "run")
+        try:
+            out, err = done.communicate(timeout=400)
+        finally:
+            _kill(done.pid, group=True)
+        assert done.returncode == 0 and "done" in out, err[-3000:]
+
+    run_to_the_end()
     assert sorted(bodies(store_path, "out")) == sorted(b"m%d" % i for i in range(100))
     assert pending(store_path) == []
     # More input, a third run: only the new messages.
@@ -314,7 +368,7 @@ def test_stream_restart_between_write_and_commit(spark: SparkSession, store_path
         p = store.producer()
         for i in range(100, 130):
             p.send(Message("in", b"m%d" % i))
-    streaming_copy(spark, store_path, tmp_path / "chk")
+    run_to_the_end()
     assert sorted(bodies(store_path, "out")) == sorted(b"m%d" % i for i in range(130))
 
 

@@ -16,7 +16,6 @@ check pass that follows each decision rolls them back (``SinkCheckListener``).
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
@@ -189,11 +188,6 @@ class MqliteStreamWriter(DataSourceStreamWriter):
         return SinkCommitMessage(txn if n else None, n, batch)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        marker = self.opts.fail_before_commit
-        if marker is not None and not os.path.exists(marker):
-            with open(marker, "w"):
-                pass
-            raise IllegalStateError(f"testFailBeforeCommit: batch {batchId} written, not committed")
         ids = _ids(messages, batchId)
         key = stream_key(self._sink_id())
         with _producer(self.opts) as producer:
@@ -206,8 +200,6 @@ class MqliteStreamWriter(DataSourceStreamWriter):
             producer.check_now()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if self.opts.fail_before_commit is not None:
-            return  # the driver "died": nothing runs after the failed commit
         ids = _ids(messages, batchId)
         if ids:
             with _producer(self.opts) as producer:

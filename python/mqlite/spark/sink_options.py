@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_PRODUCER_GROUP", "SinkColumns", "SinkOptions", "check_column
 
 DEFAULT_PRODUCER_GROUP = "mqlite-spark-sink"
 
-_KNOWN = ("path", "topic", "producerGroup", "sinkId", "testFailBeforeCommit")
+_KNOWN = ("path", "topic", "producerGroup", "sinkId")
 _BY_LOWER = {name.lower(): name for name in _KNOWN}
 # Options Spark itself passes to a streaming sink along with the user's.
 _SPARK_OWN = ("checkpointlocation",)
@@ -51,9 +51,6 @@ class SinkOptions:
     topic: str | None
     producer_group: str
     sink_id: str | None
-    # Tests only: as if the driver died between the tasks' writes and the commit: commit()
-    # fails unless this file exists (and creates it), and abort() does nothing.
-    fail_before_commit: str | None
 
 
 def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -66,7 +63,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         name = _BY_LOWER.get(str(key).lower())
         if name is None:
             raise IllegalArgumentError(
-                f"unknown option {key!r} of the mqlite sink; known: {', '.join(_KNOWN[:4])}"
+                f"unknown option {key!r} of the mqlite sink; known: {', '.join(_KNOWN)}"
             )
         given[name] = str(value)
     path = given.get("path")
@@ -86,7 +83,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
             "option sinkId is required by writeStream.format('mqlite'): it names the sink's "
             "progress in the store, which makes the sink exactly-once (one id per query)"
         )
-    return SinkOptions(path, topic, group, sink_id, given.get("testFailBeforeCommit"))
+    return SinkOptions(path, topic, group, sink_id)
 
 
 @dataclass(frozen=True)

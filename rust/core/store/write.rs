@@ -721,14 +721,15 @@ impl Store {
         })
     }
 
-    /// `append_internal` of several records for one system queue (they all name it), in one
-    /// append (they must fit one commit-log file); pushes each record's `Appended` to `out`.
+    /// `append_internal` of several records for one queue (they all name it), in one append
+    /// (they must fit one commit-log file); pushes each record's `Appended` to `out`.
     ///
     /// # Errors
     /// As `put_messages`.
     pub(in crate::store) fn append_internal_batch(
         &self,
         msgs: &[MessageRef<'_>],
+        ensure: bool,
         out: &mut Vec<Appended>,
     ) -> Result<PutStatus> {
         self.check_writable()?;
@@ -751,7 +752,9 @@ impl Store {
             tag_values.push(properties::check_encoded(m.properties)?.tags);
             prepared.push(Prepared::new(*m)?);
         }
-        self.ensure_system_queue(first.topic, first.queue_id)?;
+        if ensure {
+            self.ensure_system_queue(first.topic, first.queue_id)?;
+        }
         let start = out.len();
         self.inner.commit_log.put_batch(&prepared, out)?;
         let appended = out.get(start..).unwrap_or(&[]);

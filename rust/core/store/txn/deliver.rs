@@ -14,91 +14,175 @@ use crate::message::{properties, sysflag, MessageRef};
 use crate::store::Store;
 use crate::util::kill_point::kill_point;
 
+/// Halves read per round of copies at most, and bytes of copies per append at most.
+const WINDOW: usize = 4096;
+const APPEND_BYTES: usize = 4 << 20;
+/// More than a record's fixed fields take (FORMAT.md §1), for sizing appends.
+const RECORD_OVERHEAD: usize = 128;
+
+/// One copy to make, read from its half.
+struct Copy {
+    half: u64,
+    topic: String,
+    queue_id: u32,
+    props: Vec<u8>,
+    body: Vec<u8>,
+    flag: i32,
+    sysflag: i32,
+    born: i64,
+}
+
 impl Store {
-    /// Re-puts every decided half that has no copy yet (the caller holds the gate).
+    /// Re-puts every decided half that has no copy yet (the caller holds the gate). Rounds of
+    /// up to `WINDOW` halves, in offset order: each round's copies are grouped by destination
+    /// queue (in half order within a queue) and each group appended in batches.
     pub(super) fn deliver(&self, table: &mut Table) -> Result<()> {
         let log = &self.inner.commit_log;
-        while let Some((&half, &dest)) = table.undelivered.first_key_value() {
-            if half < log.min_offset() {
-                // Retention deleted the half before its copy was made: nothing is left to copy,
-                // and the copies after it must not wait on it.
-                table.undelivered.remove(&half);
-                continue;
-            }
-            let copy = log.read_record(half, |v| {
-                let props = v.properties();
-                let topic = properties::get(props, properties::REAL_TOPIC).map(str::to_owned);
-                let qid = properties::get(props, properties::REAL_QID)
-                    .and_then(|q| q.parse::<u32>().ok());
-                let mut kept = Vec::with_capacity(props.len());
-                for (k, val) in properties::iter(props) {
-                    if dest == Dest::MaxTime
-                        || !matches!(
-                            k,
-                            properties::REAL_TOPIC | properties::REAL_QID | properties::TRAN_MSG
-                        )
-                    {
-                        properties::push(&mut kept, k, val);
-                    }
+        loop {
+            // Retention deleted these halves before their copies were made: nothing is left
+            // to copy, and the copies after them must not wait on them.
+            while let Some((&half, _)) = table.undelivered.first_key_value() {
+                if half >= log.min_offset() {
+                    break;
                 }
-                (
-                    topic,
-                    qid,
-                    kept,
-                    v.body().to_vec(),
-                    v.flag(),
-                    v.sysflag(),
-                    v.born_timestamp(),
-                )
-            })?;
-            let (Some(topic), Some(qid), props, body, flag, flags, born) = copy else {
-                return Err(Error::Corrupted {
-                    path: std::path::PathBuf::new(),
-                    offset: half,
-                    reason: "a half message without REAL_TOPIC or REAL_QID".into(),
-                    cause: None,
-                });
-            };
-            let half_offset = i64::try_from(half).unwrap_or(i64::MAX);
-            let (topic, queue_id, sysflag) = match dest {
-                Dest::Real => (
-                    topic.as_str(),
-                    qid,
-                    (flags & !sysflag::TRANSACTION_MASK) | sysflag::TRANSACTION_COMMIT,
-                ),
-                Dest::MaxTime => (
-                    record::MAX_TIME_TOPIC,
-                    0,
-                    flags & !sysflag::TRANSACTION_MASK,
-                ),
-            };
-            let msg = MessageRef {
-                topic,
-                queue_id,
-                body: &body,
-                flag,
-                properties: &props,
-                sysflag,
-                born_timestamp: born,
-                reconsume_times: 0,
-                prepared_transaction_offset: half_offset,
-            };
+                table.undelivered.remove(&half);
+            }
+            let round: Vec<(u64, Dest)> = table
+                .undelivered
+                .iter()
+                .take(WINDOW)
+                .map(|(&h, &d)| (h, d))
+                .collect();
+            if round.is_empty() {
+                return Ok(());
+            }
+            let mut groups: Vec<Vec<Copy>> = Vec::new();
+            for (half, dest) in round {
+                let copy = self.read_copy(half, dest)?;
+                match groups.iter_mut().find(|g| {
+                    g.first()
+                        .is_some_and(|c| c.topic == copy.topic && c.queue_id == copy.queue_id)
+                }) {
+                    Some(g) => g.push(copy),
+                    None => groups.push(vec![copy]),
+                }
+            }
             // A real topic keeps its settings; one deleted or shrunk since the prepare gets
             // the queue back, as a system topic would (the committed message is not dropped).
             self.inner.topics.sync()?;
-            let exists = self
-                .inner
-                .topics
-                .write_info(topic)
-                .is_some_and(|(queues, _)| queue_id < queues);
-            let put = self.append_internal(&msg, !exists)?;
-            let end = put.appended.physical_offset + u64::from(put.appended.size);
-            table.walk(log, end);
-            // The walk saw the copy; a table that did not (it cannot) must not loop.
-            table.undelivered.remove(&half);
-            kill_point!("txn.copy_made");
+            let limit = APPEND_BYTES.min(self.commit_log_file_size() as usize / 2);
+            let mut appended = Vec::new();
+            for group in &groups {
+                let Some(first) = group.first() else { continue };
+                let exists = self
+                    .inner
+                    .topics
+                    .write_info(&first.topic)
+                    .is_some_and(|(queues, _)| first.queue_id < queues);
+                let mut from = 0;
+                while from < group.len() {
+                    let mut to = from;
+                    let mut bytes = 0;
+                    while let Some(c) = group.get(to) {
+                        let len = RECORD_OVERHEAD + c.topic.len() + c.body.len() + c.props.len();
+                        if to > from && bytes + len > limit {
+                            break;
+                        }
+                        bytes += len;
+                        to += 1;
+                    }
+                    let part = group.get(from..to).unwrap_or(&[]);
+                    let msgs: Vec<MessageRef<'_>> = part.iter().map(Copy::message).collect();
+                    appended.clear();
+                    self.append_internal_batch(&msgs, !exists, &mut appended)?;
+                    if let Some(last) = appended.last() {
+                        table.walk(log, last.physical_offset + u64::from(last.size));
+                    }
+                    // The walk saw the copies; a table that did not (it cannot) must not loop.
+                    for c in part {
+                        table.undelivered.remove(&c.half);
+                    }
+                    kill_point!("txn.copy_made");
+                    from = to;
+                }
+            }
         }
-        Ok(())
+    }
+
+    /// The copy `dest` asks for of the half at `half`.
+    fn read_copy(&self, half: u64, dest: Dest) -> Result<Copy> {
+        let copy = self.inner.commit_log.read_record(half, |v| {
+            let props = v.properties();
+            let topic = properties::get(props, properties::REAL_TOPIC).map(str::to_owned);
+            let qid =
+                properties::get(props, properties::REAL_QID).and_then(|q| q.parse::<u32>().ok());
+            let mut kept = Vec::with_capacity(props.len());
+            for (k, val) in properties::iter(props) {
+                if dest == Dest::MaxTime
+                    || !matches!(
+                        k,
+                        properties::REAL_TOPIC | properties::REAL_QID | properties::TRAN_MSG
+                    )
+                {
+                    properties::push(&mut kept, k, val);
+                }
+            }
+            (
+                topic,
+                qid,
+                kept,
+                v.body().to_vec(),
+                v.flag(),
+                v.sysflag(),
+                v.born_timestamp(),
+            )
+        })?;
+        let (Some(topic), Some(qid), props, body, flag, flags, born) = copy else {
+            return Err(Error::Corrupted {
+                path: std::path::PathBuf::new(),
+                offset: half,
+                reason: "a half message without REAL_TOPIC or REAL_QID".into(),
+                cause: None,
+            });
+        };
+        let (topic, queue_id, sysflag) = match dest {
+            Dest::Real => (
+                topic,
+                qid,
+                (flags & !sysflag::TRANSACTION_MASK) | sysflag::TRANSACTION_COMMIT,
+            ),
+            Dest::MaxTime => (
+                record::MAX_TIME_TOPIC.to_owned(),
+                0,
+                flags & !sysflag::TRANSACTION_MASK,
+            ),
+        };
+        Ok(Copy {
+            half,
+            topic,
+            queue_id,
+            props,
+            body,
+            flag,
+            sysflag,
+            born,
+        })
+    }
+}
+
+impl Copy {
+    fn message(&self) -> MessageRef<'_> {
+        MessageRef {
+            topic: &self.topic,
+            queue_id: self.queue_id,
+            body: &self.body,
+            flag: self.flag,
+            properties: &self.props,
+            sysflag: self.sysflag,
+            born_timestamp: self.born,
+            reconsume_times: 0,
+            prepared_transaction_offset: i64::try_from(self.half).unwrap_or(i64::MAX),
+        }
     }
 }
 

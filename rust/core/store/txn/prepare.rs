@@ -135,8 +135,11 @@ impl Store {
                     bytes += len;
                     to += 1;
                 }
-                let status = store
-                    .append_internal_batch(halves.get(from..to).unwrap_or(&[]), &mut appended)?;
+                let status = store.append_internal_batch(
+                    halves.get(from..to).unwrap_or(&[]),
+                    true,
+                    &mut appended,
+                )?;
                 for (a, q) in appended.drain(..).zip(queues.get(from..to).unwrap_or(&[])) {
                     out.push(PutResult {
                         status,
