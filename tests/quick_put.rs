@@ -3,8 +3,8 @@
 //! check on read), it must decline, writing nothing, whenever it could wait (an unknown
 //! topic, a large body, a roll to the next file), in sync mode it must append without waiting
 //! for the disk (a pipelined send, confirmed by `wait_durable`), and the consume-queue units
-//! it cannot write without creating or rolling a file must still reach their queues through
-//! the reput thread.
+//! it cannot write without creating or rolling a file must still reach their queues before
+//! it returns (waiting through `wake_via`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -199,7 +199,7 @@ fn in_sync_mode_a_quick_put_is_pipelined_and_wait_durable_confirms_it() {
 }
 
 #[test]
-fn units_the_producer_cannot_write_reach_their_queue_through_the_reput_thread() {
+fn units_the_producer_cannot_write_inline_reach_their_queue_before_the_put_returns() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), config()).unwrap());
     store.create_topic("T", 1, 6, false, false).unwrap();
@@ -208,8 +208,9 @@ fn units_the_producer_cannot_write_reach_their_queue_through_the_reput_thread() 
         .put(&MessageRef::new("T", 0, b"open the log"))
         .unwrap();
     settle(&store);
-    // U's consume queue does not exist: the commit log takes the record at once, its queue
-    // is created by the reput thread, which also wakes a waiting reader.
+    // U's consume queue does not exist: the commit log takes the record at once, and the put
+    // waits (through `wake_via`) for its queue to be created, which also wakes a waiting
+    // reader.
     let waiter = wait_for_more_than(&store, "U", 0);
     std::thread::sleep(Duration::from_millis(50));
     let r = common::put_nowait(&store, &MessageRef::new("U", 0, b"first"), None, |w| w())

@@ -139,6 +139,10 @@ pub struct Reput {
     notifier: Arc<Notifier>,
     wake: (Mutex<bool>, Condvar),
     stop: AtomicBool,
+    /// Tests: while set, the service thread dispatches nothing, so that what a test asserts
+    /// does not depend on whether the scheduler ran that thread yet.
+    #[cfg(test)]
+    pub(crate) service_paused: AtomicBool,
 }
 
 impl Reput {
@@ -172,6 +176,8 @@ impl Reput {
             notifier,
             wake: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
+            #[cfg(test)]
+            service_paused: AtomicBool::new(false),
         }
     }
 
@@ -282,7 +288,8 @@ impl Reput {
         });
     }
 
-    fn record_error(&self, e: &Error) {
+    /// Records a critical store's dispatch failure and wakes the service thread to retry it.
+    pub(crate) fn record_error(&self, e: &Error) {
         self.main.set_error(e);
         self.kick_thread();
     }
@@ -459,6 +466,10 @@ impl Reput {
             }
             if self.stop.load(Ordering::Acquire) {
                 break;
+            }
+            #[cfg(test)]
+            if self.service_paused.load(Ordering::Acquire) {
+                continue;
             }
             // Shared writers: the records other processes published, found every `idle` at
             // the latest (commit_log/shared.rs). A failure leaves the view as it was; the next

@@ -31,6 +31,8 @@ mod round_robin;
 pub mod schedule;
 pub mod timer;
 pub mod txn;
+#[cfg(test)]
+mod visibility_tests;
 mod write;
 
 use std::path::{Path, PathBuf};

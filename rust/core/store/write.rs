@@ -111,13 +111,19 @@ pub enum Wait {
     /// the GIL): when the topic exists, the body is at most `QUICK_BODY_MAX` bytes and the
     /// append needs no new file, no page fault and no wait for a lock, the put appends;
     /// otherwise it returns `Ok(None)` having written nothing, and the caller puts again
-    /// with another `Wait`. A batch put never declines: it acts as `Pipelined`.
+    /// with another `Wait`. In async mode, when the record's consume-queue unit cannot be
+    /// written without waiting (its file to create or roll to, a lock busy), the put waits
+    /// for its dispatch through `PutRequest::wake_via`. A batch put never declines: it acts
+    /// as `Pipelined`.
     NoWait,
 }
 
-/// Called by a `Wait::NoWait` put with the wake-up of consumers blocked on the new record,
-/// only when there is one: the binding runs it with the GIL released, so that the woken
-/// thread, which may run at once, finds the GIL free.
+/// Called by a `Wait::NoWait` put with what it must not run under the caller's lock: the
+/// wake-up of consumers blocked on the new record, only when there is one, or (async mode)
+/// the wait for the record's dispatch when the put could not dispatch it at once (which also
+/// wakes them). Called at most once per put. The binding runs it with the GIL released, so
+/// that the woken thread, which may run at once, finds the GIL free, and so that the wait
+/// lets other Python threads run.
 pub type WakeVia<'r> = &'r dyn Fn(&(dyn Fn() + Sync));
 
 /// How to put: routing and wait, with the caller's clock reading.
@@ -131,7 +137,7 @@ pub struct PutRequest<'r> {
     /// read it): a `NoWait` put's store timestamp, which spares a clock call. `None`: the
     /// store's clock.
     pub now_ms: Option<i64>,
-    /// See [`WakeVia`]; `None` wakes consumers on the putting thread.
+    /// See [`WakeVia`]; `None` wakes consumers (and waits for dispatch) on the putting thread.
     pub wake_via: Option<WakeVia<'r>>,
 }
 
@@ -171,7 +177,7 @@ impl<'r> PutRequest<'r> {
         }
     }
 
-    /// This request waking consumers through `wake_via`.
+    /// This request waking consumers (and waiting for dispatch) through `wake_via`.
     #[must_use]
     pub fn wake_via(self, wake_via: WakeVia<'r>) -> Self {
         PutRequest {
@@ -251,10 +257,11 @@ impl Store {
         }
     }
 
-    /// The `Wait::NoWait` put. In async mode (and in memory) the record is dispatched as far
-    /// as that needs no wait (the reput thread does the rest); in sync mode a group commit is
-    /// requested, and `wait_durable(result.end())` both confirms and dispatches the record
-    /// (consumers see a sync-mode record only once it is durable).
+    /// The `Wait::NoWait` put. In async mode (and in memory) the record is dispatched before
+    /// the put returns: inline when that needs no wait, else through `req.wake_via`
+    /// (`finish_dispatch`); in sync mode a group commit is requested, and
+    /// `wait_durable(result.end())` both confirms and dispatches the record (consumers see a
+    /// sync-mode record only once it is durable).
     ///
     /// Its own function, as `put_blocking` is: the quick path's code stays compact in the
     /// instruction cache instead of interleaved with the waiting path's.
@@ -318,6 +325,15 @@ impl Store {
                         Some(w) => r.try_dispatch_quick(appended.physical_offset, end, &[req_], w),
                         None => {
                             r.try_dispatch_quick(appended.physical_offset, end, &[req_], |w| w())
+                        }
+                    }
+                    // Left to another thread (a unit file to create or roll to, a lock
+                    // busy): finished here, off the caller's lock, before the put returns.
+                    if r.dispatched_offset() < end {
+                        let finish = || self.finish_dispatch(r, end);
+                        match req.wake_via {
+                            Some(w) => w(&finish),
+                            None => finish(),
                         }
                     }
                 }
@@ -606,8 +622,7 @@ impl Store {
     /// Durability wait and dispatch after an append ending at `end`. In async mode the
     /// producer dispatches inline with `dispatch` (the records' metadata is known, so nothing
     /// is re-parsed, and a consumer blocked in `poll` wakes without a thread hop); when the
-    /// dispatch lock is busy the reput thread does it. Either way reads stay read-your-writes:
-    /// a read first catches dispatch up (`Store::catch_up`).
+    /// dispatch lock is busy it waits for the holder to dispatch them (`finish_dispatch`).
     fn after_append(
         &self,
         end: u64,
@@ -618,6 +633,7 @@ impl Store {
             FlushMode::Async => {
                 if let Some(r) = &self.inner.reput {
                     dispatch(r);
+                    self.finish_dispatch(r, end);
                 }
                 Ok(PutStatus::PutOk)
             }
@@ -651,6 +667,25 @@ impl Store {
     fn announce_scheduled(&self) {
         if let Some(t) = &self.inner.timers {
             t.announce();
+        }
+    }
+
+    /// Async mode, after a producer's inline dispatch: when a put returns, its record is in
+    /// its consume queue, for every handle. A handle of this store would catch dispatch up
+    /// before it reads (`Store::catch_up`), but a read-only follower cannot dispatch: it reads
+    /// the units the writers wrote. One comparison when the inline dispatch did it; else the
+    /// records are dispatched here, waiting for the dispatch lock when another thread holds
+    /// it. A dispatch failure is not the put's (its record is stored): it stays recorded in
+    /// the reput service, which retries it, and the record reaches its queue then.
+    fn finish_dispatch(&self, r: &Reput, end: u64) {
+        if r.dispatched_offset() >= end {
+            return;
+        }
+        r.try_dispatch();
+        if r.dispatched_offset() < end {
+            if let Err(e) = r.dispatch_all() {
+                r.record_error(&e);
+            }
         }
     }
 

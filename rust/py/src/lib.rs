@@ -7,7 +7,9 @@
 //! mode, a pipelined `send_async` in sync mode) first tries a `Wait::NoWait` put with the
 //! GIL held. That append never waits (no lock wait, no file creation, no disk wait, body at
 //! most 64 KiB), so it costs less than releasing and retaking the GIL; when it declines, the
-//! send releases the GIL and takes the blocking path.
+//! send releases the GIL and takes the blocking path. What such a put must still wait for
+//! (its record's dispatch into a consume-queue file it cannot write at once) or hand to
+//! another thread (a consumer's wake-up) runs with the GIL released (`WakeVia`).
 //!
 //! Helpers that are not the store's: `PollToken` (see `token.rs`), the push consumer's poll
 //! leadership, in Rust so that its stall watch runs without the GIL; and the consumer group's

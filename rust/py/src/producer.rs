@@ -550,7 +550,8 @@ impl PyProducer {
             // A short append that cannot wait keeps the GIL: releasing and retaking it costs
             // more than the append (and, with several sending threads, hands the GIL around
             // once per message). Waking a consumer is done without it, so that the woken
-            // thread (which the scheduler may run at once) does not block on the GIL. A send
+            // thread (which the scheduler may run at once) does not block on the GIL, and so
+            // is the rare wait for the record's dispatch (a consume-queue file to create). A send
             // that waits for the disk (sync mode) releases the GIL anyway: it appends there.
             let quick = !wait || self.store.config().flush_mode == FlushMode::Async;
             let wake = |wake: &(dyn Fn() + Sync)| py.detach(wake);
