@@ -205,9 +205,11 @@ impl Table {
         if properties::get(props, record::CHECK_TIMES).is_some() {
             return;
         }
-        if !txn.halves.contains(&v.physical_offset()) {
-            txn.halves.push(v.physical_offset());
-            txn.half_queue_offsets.push(v.queue_offset());
+        // `halves` is in log order (the walk is): a new half goes at the end, found in
+        // O(log n) when walked again, so a transaction of many halves is never quadratic.
+        if let Err(at) = txn.halves.binary_search(&v.physical_offset()) {
+            txn.halves.insert(at, v.physical_offset());
+            txn.half_queue_offsets.insert(at, v.queue_offset());
         }
     }
 
