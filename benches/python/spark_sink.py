@@ -4,7 +4,9 @@
 - Sink rows/s: a DataFrame of --n rows (default 200,000) of --size bytes (default 100) in
   two partitions, written with ``df.write.format("mqlite")`` (every row a half message of its
   task's transaction, then one commit), once to warm the workers, then --repeat times
-  (default 3) to a fresh topic each; the median is reported.
+  (default 3) to a fresh topic each; the median is reported. Interleaved with each run, the
+  same DataFrame written to Spark's ``noop`` format (Spark's own cost of making and handing
+  over the rows, the ceiling any sink has on this session) as the baseline.
 - Pipeline: examples/spark_pipeline.py's ``run`` with --events orders (default 1,000,000),
   from the first order sent to the alerts printed (both availableNow queries included).
 
@@ -50,6 +52,13 @@ def sink_once(spark: SparkSession, path: str, topic: str, n: int, size: int) -> 
     return elapsed
 
 
+def noop_once(spark: SparkSession, n: int, size: int) -> float:
+    df = spark.range(0, n, 1, 2).selectExpr(f"CAST(repeat('x', {size}) AS BINARY) AS value")
+    t = time.perf_counter()
+    df.write.format("noop").mode("append").save()
+    return time.perf_counter() - t
+
+
 def pipeline_once(spark: SparkSession, work: Path, events: int) -> float:
     spec = importlib.util.spec_from_file_location("spark_pipeline", EXAMPLE)
     if spec is None or spec.loader is None:
@@ -68,6 +77,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="5,000 rows, 2,000 events, one timed run")
+    ap.add_argument("--no-pipeline", action="store_true", help="measure the sink only")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if args.smoke:
@@ -86,13 +96,20 @@ def main() -> None:
         results: dict[str, Any] = {}
         try:
             sink_once(spark, path, "sink0", min(args.n, 1000), args.size)  # warm-up
-            runs = [sink_once(spark, path, f"sink{i + 1}", args.n, args.size) for i in range(args.repeat)]
-            median = statistics.median(runs)
+            noop_once(spark, min(args.n, 1000), args.size)
+            runs, base = [], []
+            for i in range(args.repeat):
+                base.append(noop_once(spark, args.n, args.size))
+                runs.append(sink_once(spark, path, f"sink{i + 1}", args.n, args.size))
+            median, base_median = statistics.median(runs), statistics.median(base)
             results["sink"] = {"seconds": runs, "median_s": median, "rows_per_s": args.n / median}
+            results["noop_baseline"] = {"seconds": base, "median_s": base_median, "rows_per_s": args.n / base_median}
             print(f"sink     {args.n / median:>10,.0f} rows/s  (median of {len(runs)}: {median:.2f} s)")
-            seconds = pipeline_once(spark, Path(tmp) / "pipeline", args.events)
-            results["pipeline"] = {"events": args.events, "seconds": seconds}
-            print(f"pipeline {args.events:,} events end to end in {seconds:.1f} s")
+            print(f"noop     {args.n / base_median:>10,.0f} rows/s  (Spark alone, same rows, interleaved)")
+            if not args.no_pipeline:
+                seconds = pipeline_once(spark, Path(tmp) / "pipeline", args.events)
+                results["pipeline"] = {"events": args.events, "seconds": seconds}
+                print(f"pipeline {args.events:,} events end to end in {seconds:.1f} s")
         finally:
             spark.stop()
     if args.json:

@@ -330,11 +330,7 @@ impl Store {
                     // Left to another thread (a unit file to create or roll to, a lock
                     // busy): finished here, off the caller's lock, before the put returns.
                     if r.dispatched_offset() < end {
-                        let finish = || self.finish_dispatch(r, end);
-                        match req.wake_via {
-                            Some(w) => w(&finish),
-                            None => finish(),
-                        }
+                        self.finish_dispatch_via(r, end, req.wake_via);
                     }
                 }
             }
@@ -667,6 +663,18 @@ impl Store {
     fn announce_scheduled(&self) {
         if let Some(t) = &self.inner.timers {
             t.announce();
+        }
+    }
+
+    /// `finish_dispatch` of a `Wait::NoWait` put, through its `wake_via` (off the caller's
+    /// lock). Out of line: the quick put's code stays compact.
+    #[cold]
+    #[inline(never)]
+    fn finish_dispatch_via(&self, r: &Reput, end: u64, wake_via: Option<WakeVia<'_>>) {
+        let finish = || self.finish_dispatch(r, end);
+        match wake_via {
+            Some(w) => w(&finish),
+            None => finish(),
         }
     }
 
