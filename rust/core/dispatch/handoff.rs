@@ -86,22 +86,22 @@ pub(crate) fn run_all<C>(cursor: &Mutex<C>, h: &impl Holder<C>) -> Result<()> {
 /// A producer's own records: `work` with the cursor (it dispatches them when they are next,
 /// returning whether it did) unless another thread holds it; then whatever is still pending
 /// is dispatched here (`quick` false) or left to the service thread (`quick`: this thread must
-/// not wait), as is everything when `work` declined.
+/// not wait), as is everything when `work` declined. Returns whether `work` ran and did it.
 pub(crate) fn try_with<C>(
     cursor: &Mutex<C>,
     h: &impl Holder<C>,
     quick: bool,
     work: impl FnOnce(&mut C) -> Result<bool>,
-) {
+) -> bool {
     let Some(mut c) = try_take(cursor) else {
-        return;
+        return false;
     };
     let done = match work(&mut c) {
         Ok(done) => done,
         Err(e) => {
             drop(c);
             h.failed(&e);
-            return;
+            return false;
         }
     };
     let pending = release(c, h);
@@ -112,6 +112,7 @@ pub(crate) fn try_with<C>(
     } else if pending {
         try_run(cursor, h);
     }
+    done
 }
 
 /// Loom model of the hand-off (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom_`).
@@ -152,7 +153,7 @@ mod loom_model {
                 self.published.store(first + 1, Ordering::Release);
                 first
             };
-            try_with(cursor, self, quick, |c| {
+            let _ = try_with(cursor, self, quick, |c| {
                 if *c != first || first + 1 > self.published.load(Ordering::Acquire) {
                     return Ok(false);
                 }

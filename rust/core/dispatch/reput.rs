@@ -241,7 +241,7 @@ impl Reput {
     /// this is `try_dispatch`. A store's error leaves the cursor at `first` for the reput
     /// thread to retry (dispatch is idempotent). Non-critical stores are left to the thread.
     pub fn try_dispatch_known<'a>(&self, first: u64, end: u64, reqs: &[DispatchRequest<'a>]) {
-        handoff::try_with(&self.main.cursor, self, false, |cursor| {
+        let _ = handoff::try_with(&self.main.cursor, self, false, |cursor| {
             if cursor.offset != first || end > self.confirm_offset() {
                 return Ok(false);
             }
@@ -261,17 +261,17 @@ impl Reput {
     /// undispatched record before these, goes to the service thread (woken here) instead of
     /// being dispatched on this thread; so does everything when a critical store does not
     /// declare `quick`. When another thread holds the cursor, that thread picks the records
-    /// up after releasing it (handoff.rs).
+    /// up after releasing it (handoff.rs). Returns whether these records were dispatched here.
     pub fn try_dispatch_quick<'a>(
         &self,
         first: u64,
         end: u64,
         reqs: &[DispatchRequest<'a>],
         wake_via: impl FnOnce(&(dyn Fn() + Sync)),
-    ) {
+    ) -> bool {
         if !self.quick {
             self.kick_thread();
-            return;
+            return false;
         }
         handoff::try_with(&self.main.cursor, self, true, |cursor| {
             if cursor.offset != first || end > self.confirm_offset() {
@@ -285,7 +285,7 @@ impl Reput {
             cursor.offset = end;
             self.advanced_via(end, last_ts(reqs), wake_via);
             Ok(true)
-        });
+        })
     }
 
     /// Records a critical store's dispatch failure and wakes the service thread to retry it.

@@ -321,15 +321,15 @@ impl Store {
                     let code =
                         tags::of_record(msg.topic, msg.properties, tags, appended.store_timestamp);
                     let req_ = known_request(msg, &appended, code);
-                    match req.wake_via {
+                    let done = match req.wake_via {
                         Some(w) => r.try_dispatch_quick(appended.physical_offset, end, &[req_], w),
                         None => {
                             r.try_dispatch_quick(appended.physical_offset, end, &[req_], |w| w())
                         }
-                    }
+                    };
                     // Left to another thread (a unit file to create or roll to, a lock
                     // busy): finished here, off the caller's lock, before the put returns.
-                    if r.dispatched_offset() < end {
+                    if !done {
                         self.finish_dispatch_via(r, end, req.wake_via);
                     }
                 }
