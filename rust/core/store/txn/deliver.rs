@@ -14,11 +14,8 @@ use crate::message::{properties, sysflag, MessageRef};
 use crate::store::Store;
 use crate::util::kill_point::kill_point;
 
-/// Halves read per round of copies at most, and bytes of copies per append at most.
+/// Halves read per round of copies at most.
 const WINDOW: usize = 4096;
-const APPEND_BYTES: usize = 4 << 20;
-/// More than a record's fixed fields take (FORMAT.md §1), for sizing appends.
-const RECORD_OVERHEAD: usize = 128;
 
 /// One copy to make, read from its half.
 struct Copy {
@@ -70,7 +67,6 @@ impl Store {
             // A real topic keeps its settings; one deleted or shrunk since the prepare gets
             // the queue back, as a system topic would (the committed message is not dropped).
             self.inner.topics.sync()?;
-            let limit = APPEND_BYTES.min(self.commit_log_file_size() as usize / 2);
             let mut appended = Vec::new();
             for group in &groups {
                 let Some(first) = group.first() else { continue };
@@ -79,31 +75,23 @@ impl Store {
                     .topics
                     .write_info(&first.topic)
                     .is_some_and(|(queues, _)| first.queue_id < queues);
-                let mut from = 0;
-                while from < group.len() {
-                    let mut to = from;
-                    let mut bytes = 0;
-                    while let Some(c) = group.get(to) {
-                        let len = RECORD_OVERHEAD + c.topic.len() + c.body.len() + c.props.len();
-                        if to > from && bytes + len > limit {
-                            break;
-                        }
-                        bytes += len;
-                        to += 1;
-                    }
-                    let part = group.get(from..to).unwrap_or(&[]);
-                    let msgs: Vec<MessageRef<'_>> = part.iter().map(Copy::message).collect();
+                let msgs: Vec<MessageRef<'_>> = group.iter().map(Copy::message).collect();
+                for piece in super::pieces(&msgs, self.commit_log_file_size()) {
                     appended.clear();
-                    self.append_internal_batch(&msgs, !exists, &mut appended)?;
+                    let copies = group.get(piece.clone()).unwrap_or(&[]);
+                    self.append_internal_batch(
+                        msgs.get(piece).unwrap_or(&[]),
+                        !exists,
+                        &mut appended,
+                    )?;
                     if let Some(last) = appended.last() {
                         table.walk(log, last.physical_offset + u64::from(last.size));
                     }
                     // The walk saw the copies; a table that did not (it cannot) must not loop.
-                    for c in part {
+                    for c in copies {
                         table.undelivered.remove(&c.half);
                     }
                     kill_point!("txn.copy_made");
-                    from = to;
                 }
             }
         }

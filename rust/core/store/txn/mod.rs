@@ -55,6 +55,33 @@ use crate::error::{Error, Result};
 /// is caught up in the background, never in one long stall).
 const SNAPSHOT_STRIDE: u64 = 64 << 20;
 
+/// Bytes of records appended in one piece at most (halves, copies): a piece sits in one
+/// commit-log file.
+const BATCH_BYTES: usize = 4 << 20;
+/// More than a record's fixed fields take (FORMAT.md §1), for sizing the pieces.
+const RECORD_OVERHEAD: usize = 128;
+
+/// `msgs` cut into consecutive pieces of at most `BATCH_BYTES` and half of a commit-log file
+/// of `file_size` bytes, each appended in one piece (a record alone may exceed the limit: its
+/// size was checked against the file's).
+fn pieces(msgs: &[crate::message::MessageRef<'_>], file_size: u64) -> Vec<std::ops::Range<usize>> {
+    let limit = BATCH_BYTES.min(usize::try_from(file_size / 2).unwrap_or(usize::MAX));
+    let mut out = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (i, m) in msgs.iter().enumerate() {
+        let len = RECORD_OVERHEAD + m.topic.len() + m.body.len() + m.properties.len();
+        if i > from && bytes + len > limit {
+            out.push(from..i);
+            (from, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    if from < msgs.len() {
+        out.push(from..msgs.len());
+    }
+    out
+}
+
 /// What the store keeps for transactions: the gate, the table and the table's file.
 #[derive(Debug)]
 pub(in crate::store) struct Txns {

@@ -15,11 +15,6 @@ const OWNED: [&str; 5] = [
     record::TXN_ID,
 ];
 
-/// Bytes of halves appended in one batch at most (each batch sits in one commit-log file).
-const CHUNK_BYTES: usize = 4 << 20;
-/// More than a record's fixed fields take (FORMAT.md §1), for sizing those batches.
-const RECORD_OVERHEAD: usize = 128;
-
 impl Store {
     /// Stores `msg` as a half of transaction `id` of producer `group`, routed to a queue of its
     /// topic by `routing`; returns the half's put (its queue id is the real queue's).
@@ -120,27 +115,12 @@ impl Store {
                     });
                 }
             }
-            // Each batch fits one commit-log file with room to spare.
-            let limit = CHUNK_BYTES.min(store.commit_log_file_size() as usize / 2);
             let mut appended = Vec::with_capacity(halves.len());
-            let mut from = 0;
-            while from < halves.len() {
-                let mut to = from;
-                let mut bytes = 0;
-                while let Some(h) = halves.get(to) {
-                    let len = RECORD_OVERHEAD + h.topic.len() + h.body.len() + h.properties.len();
-                    if to > from && bytes + len > limit {
-                        break;
-                    }
-                    bytes += len;
-                    to += 1;
-                }
-                let status = store.append_internal_batch(
-                    halves.get(from..to).unwrap_or(&[]),
-                    true,
-                    &mut appended,
-                )?;
-                for (a, q) in appended.drain(..).zip(queues.get(from..to).unwrap_or(&[])) {
+            for piece in super::pieces(&halves, store.commit_log_file_size()) {
+                let queues = queues.get(piece.clone()).unwrap_or(&[]);
+                let halves = halves.get(piece).unwrap_or(&[]);
+                let status = store.append_internal_batch(halves, true, &mut appended)?;
+                for (a, q) in appended.drain(..).zip(queues) {
                     out.push(PutResult {
                         status,
                         appended: a,
@@ -148,7 +128,6 @@ impl Store {
                         scheduled: false,
                     });
                 }
-                from = to;
             }
             Ok(())
         });
