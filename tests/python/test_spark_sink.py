@@ -178,6 +178,22 @@ def write_orphan(path: Path, sink_id: str, batch: int, partition: int, n: int) -
     return tid
 
 
+@pytest.mark.parametrize("bad_at", [5, 2048 + 5], ids=["first-call", "after-a-stored-call"])
+def test_a_task_that_fails_leaves_no_open_transaction(store_path: Path, bad_at: int) -> None:
+    """A bad row (a null value) at ``bad_at``: the row's typed error reaches the task, and
+    whatever the task stored before it (nothing, or a whole 2,048-row call) is rolled back."""
+    cols = check_columns(schema("value binary"), parse_sink_options({"path": "/s", "topic": "out"}, streaming=False))
+    tid = new_txn_id("s", 1, 0, 0)
+    rows = (Row(value=None if i == bad_at else b"%d" % i) for i in range(bad_at + 10))
+    with mqlite.open(store_path) as store:
+        producer = sink_producer(store, DEFAULT_PRODUCER_GROUP)
+        with pytest.raises(IllegalArgumentError, match="null"):
+            _send_rows(producer, tid, rows, cols, "out")
+        producer.close()
+    assert pending(store_path) == []
+    assert bodies(store_path, "out") == []
+
+
 def stream_writer(path: Path, sink_id: str = "s") -> MqliteStreamWriter:
     opts = parse_sink_options({"path": str(path), "topic": "out", "sinkId": sink_id}, streaming=True)
     return MqliteStreamWriter(opts, check_columns(schema("value binary"), opts))

@@ -26,7 +26,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 import mqlite
-from mqlite.errors import IllegalArgumentError, IllegalStateError
+from mqlite.errors import IllegalArgumentError, IllegalStateError, TransactionNotFoundError
 from mqlite.spark.sink_options import SinkColumns, SinkOptions, check_columns, parse_sink_options
 from mqlite.spark.sink_rows import to_message
 from mqlite.spark.sink_txn import job_key, new_txn_id, sink_producer, stream_key
@@ -64,7 +64,7 @@ def _send_rows(
     topic: str | None,
 ) -> int:
     """Sends ``rows`` as halves of transaction ``txn_id``, ``_CHUNK`` rows per call (a
-    partition of any size streams through); rolls the transaction back if a row or the send
+    partition of any size streams through); rolls back whatever it stored if a row or a send
     fails."""
     counts: dict[str, int] = {}
 
@@ -87,8 +87,11 @@ def _send_rows(
         if msgs:
             n += producer._send_halves(msgs, txn_id, queues)
     except BaseException:
-        if n:
+        # A failed call may have appended some of its rows: roll back whatever was stored.
+        try:
             producer.rollback([txn_id])
+        except TransactionNotFoundError:
+            pass  # not a row stored
         raise
     return n
 
