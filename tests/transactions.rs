@@ -573,3 +573,38 @@ fn a_batch_with_one_bad_message_writes_nothing() {
     assert_eq!(puts.len(), 2);
     store.close().unwrap();
 }
+
+/// A message whose properties fit alone but not with the ones its half adds (real topic and
+/// queue, group, transaction id): `PropertiesTooLarge` before anything of the batch is written.
+#[test]
+fn a_half_whose_added_properties_overflow_the_limit_rejects_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    let mut props = Vec::new();
+    properties::push(&mut props, "k", &"v".repeat(32_700));
+    let fat = MessageRef {
+        properties: &props,
+        ..MessageRef::new("T", 0, b"x")
+    };
+    store
+        .txn_prepare(&fat, Routing::Queue(0), "G", "t")
+        .unwrap_err();
+    let end = store.commit_log_range().1;
+    // The first half fills a piece (half a 128 KiB file): the fat one would be the next
+    // append's.
+    let big = vec![b'a'; 60_000];
+    let items = [
+        (MessageRef::new("T", 0, &big), Routing::Queue(0)),
+        (fat, Routing::Queue(0)),
+    ];
+    let mut puts = Vec::new();
+    let err = store
+        .txn_prepare_batch(&items, "G", "t", &mut puts)
+        .unwrap_err();
+    assert!(matches!(err, Error::PropertiesTooLarge { .. }), "{err:?}");
+    assert!(puts.is_empty());
+    assert_eq!(store.commit_log_range().1, end, "nothing written");
+    assert!(store.txn_list(None, true).unwrap().is_empty());
+    store.close().unwrap();
+}

@@ -98,6 +98,17 @@ impl Store {
             .zip(&ranges)
             .map(|((msg, _), r)| half_of(msg, props.get(r.clone()).unwrap_or(&[])))
             .collect();
+        // The halves' own properties count too: each is checked before any is appended.
+        for h in &halves {
+            if let Err(e) = validate::check_sizes(
+                h.body.len(),
+                h.properties.len(),
+                self.inner.max_message_size,
+            ) {
+                give_back(routed);
+                return Err(e);
+            }
+        }
         let first = out.len();
         let put = self.with_table(|store, table| {
             if let Some(t) = table.txns.get(id) {
