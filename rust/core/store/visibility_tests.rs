@@ -7,7 +7,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{PutRequest, Routing, Store, TagFilter, Wait};
-use crate::{MessageRef, StoreConfig};
+use crate::config::StoreConfig;
+use crate::message::MessageRef;
 
 /// Units per consume-queue file: a queue holding `UNITS` messages has a full first file, and
 /// its next unit starts the second.
