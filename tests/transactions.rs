@@ -608,3 +608,23 @@ fn a_half_whose_added_properties_overflow_the_limit_rejects_the_batch() {
     assert!(store.txn_list(None, true).unwrap().is_empty());
     store.close().unwrap();
 }
+
+/// Transactions begun in the same millisecond are listed in the order they began (log order),
+/// not by id.
+#[test]
+fn transactions_of_one_millisecond_are_listed_in_log_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(dir.path(), &clock);
+    for id in ["z", "m", "a"] {
+        half(&store, id, b"x");
+    }
+    let ids: Vec<String> = store
+        .txn_list(None, false)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids, ["z", "m", "a"]);
+    store.close().unwrap();
+}

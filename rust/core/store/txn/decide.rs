@@ -160,7 +160,7 @@ impl Store {
     }
 
     /// The transactions of `group` (every group when `None`) in state `open`, or in every
-    /// state when `all`, sorted by first half time.
+    /// state when `all`, oldest first (by first half time, then in log order).
     ///
     /// # Errors
     /// As `txn_claim_checks`.
@@ -183,7 +183,8 @@ impl Store {
                     age_ms: now.saturating_sub(t.first_ms).max(0),
                 })
                 .collect();
-            out.sort_by(|a, b| (a.first_ms, &a.id).cmp(&(b.first_ms, &b.id)));
+            // Oldest first: by first half time, then (within one millisecond) in log order.
+            out.sort_by_key(|t| (t.first_ms, t.halves.first().copied(), t.id.clone()));
             Ok(out)
         })
     }
