@@ -118,6 +118,34 @@ impl Entry {
     }
 }
 
+/// The entry numbered `h.index_count` for `key` (hash, record offset, store time), whose slot
+/// holds `old`; moves the header on as adding it does (begin on the first entry, counts, end).
+/// `put` and `put_all` both add entries through it.
+fn next_entry(h: &mut Header, old: i32, (hash, phy_offset, store_ts): (i32, u64, i64)) -> Entry {
+    let n = h.index_count;
+    let phy = i64::try_from(phy_offset).unwrap_or(i64::MAX);
+    // RocketMQ reuses the slot's value only when it names an existing entry.
+    let prev = if old > 0 && old < n { old } else { 0 };
+    if h.begin_timestamp <= 0 {
+        h.begin_timestamp = store_ts;
+        h.begin_phy_offset = phy;
+    }
+    let secs = store_ts.saturating_sub(h.begin_timestamp) / 1000;
+    let time_diff = i32::try_from(secs.clamp(0, i64::from(i32::MAX))).unwrap_or(i32::MAX);
+    if prev == 0 {
+        h.hash_slot_count = h.hash_slot_count.saturating_add(1);
+    }
+    h.index_count = n + 1;
+    h.end_phy_offset = phy;
+    h.end_timestamp = store_ts;
+    Entry {
+        key_hash: hash,
+        phy_offset: phy,
+        time_diff,
+        prev,
+    }
+}
+
 /// A file's slot and entry counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -450,38 +478,13 @@ impl IndexFile {
         if self.is_full(h) {
             return Ok(false);
         }
-        let phy = i64::try_from(phy_offset).unwrap_or(i64::MAX);
         let n = h.index_count;
         let slot_pos = self.geometry.slot_pos(hash);
         let mut b = [0u8; 4];
         self.read_at(&mut b, slot_pos)?;
-        let old = i32::from_be_bytes(b);
-        // RocketMQ reuses the slot's value only when it names an existing entry.
-        let prev = if old > 0 && old < n { old } else { 0 };
-        if h.begin_timestamp <= 0 {
-            h.begin_timestamp = store_ts;
-            h.begin_phy_offset = phy;
-        }
-        let time_diff = if h.begin_timestamp <= 0 {
-            0
-        } else {
-            let secs = store_ts.saturating_sub(h.begin_timestamp) / 1000;
-            i32::try_from(secs.clamp(0, i64::from(i32::MAX))).unwrap_or(i32::MAX)
-        };
-        let entry = Entry {
-            key_hash: hash,
-            phy_offset: phy,
-            time_diff,
-            prev,
-        };
+        let entry = next_entry(h, i32::from_be_bytes(b), (hash, phy_offset, store_ts));
         self.write_at(&entry.encode(), self.geometry.entry_pos(n))?;
         self.write_at(&n.to_be_bytes(), slot_pos)?;
-        if prev == 0 {
-            h.hash_slot_count = h.hash_slot_count.saturating_add(1);
-        }
-        h.index_count = n + 1;
-        h.end_phy_offset = phy;
-        h.end_timestamp = store_ts;
         self.write_header(h)?;
         Ok(true)
     }
@@ -525,36 +528,12 @@ impl IndexFile {
         let first = h.index_count;
         let mut entries = Vec::with_capacity(take * ENTRY_SIZE as usize);
         let mut changed: Vec<(usize, i32)> = Vec::with_capacity(take);
-        for (i, &(hash, phy_offset, store_ts)) in keys[..take].iter().enumerate() {
-            let n = first + i as i32;
-            let phy = i64::try_from(phy_offset).unwrap_or(i64::MAX);
-            let slot = (hash.unsigned_abs() % self.geometry.slots.max(1)) as usize;
-            let old = slots[slot];
-            // RocketMQ reuses the slot's value only when it names an existing entry.
-            let prev = if old > 0 && old < n { old } else { 0 };
-            if h.begin_timestamp <= 0 {
-                h.begin_timestamp = store_ts;
-                h.begin_phy_offset = phy;
-            }
-            let secs = store_ts.saturating_sub(h.begin_timestamp) / 1000;
-            let time_diff = i32::try_from(secs.clamp(0, i64::from(i32::MAX))).unwrap_or(i32::MAX);
-            entries.extend_from_slice(
-                &Entry {
-                    key_hash: hash,
-                    phy_offset: phy,
-                    time_diff,
-                    prev,
-                }
-                .encode(),
-            );
-            if prev == 0 {
-                h.hash_slot_count = h.hash_slot_count.saturating_add(1);
-            }
+        for &key in &keys[..take] {
+            let n = h.index_count;
+            let slot = (key.0.unsigned_abs() % self.geometry.slots.max(1)) as usize;
+            entries.extend_from_slice(&next_entry(h, slots[slot], key).encode());
             slots[slot] = n;
             changed.push((slot, n));
-            h.index_count = n + 1;
-            h.end_phy_offset = phy;
-            h.end_timestamp = store_ts;
         }
         // Entries before the slots that point at them, the header after both (module doc).
         self.write_at(&entries, self.geometry.entry_pos(first))?;
