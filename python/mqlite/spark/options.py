@@ -44,7 +44,6 @@ _KNOWN = (
     "includeProperties",
     "consumerGroup",
 )
-_BY_LOWER = {name.lower(): name for name in _KNOWN}
 
 # A partition covers at most this many queue offsets unless maxOffsetsPerPartition says.
 DEFAULT_MAX_OFFSETS_PER_PARTITION = 1_000_000
@@ -155,16 +154,27 @@ def _assign(raw: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Checks ``options`` (Spark's, string values); raises ``IllegalArgumentError``."""
+def known_options(
+    options: Mapping[str, str], known: tuple[str, ...], what: str, ignore: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """``options`` under their ``known`` spellings (Spark matches option names without case),
+    values as strings, those in ``ignore`` (lower case) dropped; ``IllegalArgumentError`` for
+    any other name, ``what`` naming the reader or writer in the message."""
+    by_lower = {name.lower(): name for name in known}
     given: dict[str, str] = {}
     for key, value in options.items():
-        name = _BY_LOWER.get(str(key).lower())
+        if str(key).lower() in ignore:
+            continue
+        name = by_lower.get(str(key).lower())
         if name is None:
-            raise IllegalArgumentError(
-                f"unknown option {key!r} for format mqlite; known: {', '.join(_KNOWN)}"
-            )
+            raise IllegalArgumentError(f"unknown option {key!r} {what}; known: {', '.join(known)}")
         given[name] = str(value)
+    return given
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Checks ``options`` (Spark's, string values); raises ``IllegalArgumentError``."""
+    given = known_options(options, _KNOWN, "for format mqlite")
     path = given.get("path")
     if not path:
         raise IllegalArgumentError("option path (the store directory) is required: .load(path)")

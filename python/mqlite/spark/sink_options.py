@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 
 from mqlite.errors import IllegalArgumentError
 from mqlite.group import check_group
+from mqlite.spark.options import known_options
 from mqlite.topic import check_topic
 
 __all__ = ["DEFAULT_PRODUCER_GROUP", "SinkColumns", "SinkOptions", "check_columns", "parse_sink_options"]
@@ -33,7 +34,6 @@ __all__ = ["DEFAULT_PRODUCER_GROUP", "SinkColumns", "SinkOptions", "check_column
 DEFAULT_PRODUCER_GROUP = "mqlite-spark-sink"
 
 _KNOWN = ("path", "topic", "producerGroup", "sinkId")
-_BY_LOWER = {name.lower(): name for name in _KNOWN}
 # Options Spark itself passes to a streaming sink along with the user's.
 _SPARK_OWN = ("checkpointlocation",)
 
@@ -56,16 +56,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
     """Checks ``options``; ``IllegalArgumentError`` names the first wrong one. A streaming
     write needs ``sinkId``: it names the progress that makes replays harmless."""
-    given: dict[str, str] = {}
-    for key, value in options.items():
-        if str(key).lower() in _SPARK_OWN:
-            continue
-        name = _BY_LOWER.get(str(key).lower())
-        if name is None:
-            raise IllegalArgumentError(
-                f"unknown option {key!r} of the mqlite sink; known: {', '.join(_KNOWN)}"
-            )
-        given[name] = str(value)
+    given = known_options(options, _KNOWN, "of the mqlite sink", ignore=_SPARK_OWN)
     path = given.get("path")
     if not path:
         raise IllegalArgumentError("option path (the store directory) is required: .save(path) or .option('path', ...)")
